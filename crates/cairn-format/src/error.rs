@@ -1,0 +1,49 @@
+//! Errors of the format layer: only "this is corrupt" or "this is not ours".
+
+use thiserror::Error;
+
+/// What went wrong decoding an on-disk structure.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum FormatError {
+    /// The bytes do not start with the expected magic number.
+    #[error("{what}: bad magic number (not a cairn structure)")]
+    BadMagic {
+        /// Which structure was being decoded.
+        what: &'static str,
+    },
+    /// The stored checksum does not match the contents.
+    #[error("{what} at {at}: checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    Checksum {
+        /// Which structure.
+        what: &'static str,
+        /// Block or inode number.
+        at: u64,
+        /// Checksum found on disk.
+        stored: u32,
+        /// Checksum computed over the contents.
+        computed: u32,
+    },
+    /// A field is outside its allowed range.
+    #[error("{what} at {at}: {detail}")]
+    Corrupt {
+        /// Which structure.
+        what: &'static str,
+        /// Block or inode number.
+        at: u64,
+        /// What is wrong, in words.
+        detail: String,
+    },
+    /// The image uses a feature or version this build does not understand.
+    #[error("incompatible image: {0}")]
+    Incompatible(String),
+}
+
+impl FormatError {
+    /// Shorthand for a [`FormatError::Corrupt`].
+    pub fn corrupt(what: &'static str, at: u64, detail: impl Into<String>) -> Self {
+        FormatError::Corrupt { what, at, detail: detail.into() }
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T> = std::result::Result<T, FormatError>;

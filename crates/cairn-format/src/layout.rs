@@ -1,0 +1,158 @@
+//! Group geometry: where each group's bitmaps and inode table are, derived
+//! from the superblock alone (nothing here is stored).
+//!
+//! Group `g` covers blocks `[g * bpg, min((g+1) * bpg, total_blocks))`. Its
+//! metadata — block bitmap, inode bitmap, inode table — starts at the group's
+//! first block, except in group 0, where the superblock, the group descriptor
+//! table and the journal come first. mkfs guarantees that all of group 0's
+//! fixed metadata fits inside group 0, and that the last group has room for
+//! its metadata plus data.
+
+use crate::error::{FormatError, Result};
+use crate::inode::INODE_SIZE;
+use crate::superblock::Superblock;
+
+/// Geometry derived from a superblock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub block_size: u32,
+    pub total_blocks: u64,
+    pub blocks_per_group: u64,
+    pub inodes_per_group: u64,
+    pub group_count: u64,
+    /// Blocks of one group's inode table.
+    pub itable_blocks: u64,
+    /// First block after superblock, descriptor table and journal.
+    pub reserved_end: u64,
+}
+
+impl Geometry {
+    /// Derives and checks the geometry of `sb`.
+    pub fn new(sb: &Superblock) -> Result<Geometry> {
+        let bs = u64::from(sb.block_size());
+        let g = Geometry {
+            block_size: sb.block_size(),
+            total_blocks: sb.total_blocks,
+            blocks_per_group: u64::from(sb.blocks_per_group),
+            inodes_per_group: u64::from(sb.inodes_per_group),
+            group_count: sb.group_count,
+            itable_blocks: u64::from(sb.inodes_per_group) * INODE_SIZE as u64 / bs,
+            reserved_end: sb.journal_start + sb.journal_blocks,
+        };
+        if g.meta_start(0) + g.meta_blocks() > g.blocks_per_group.min(g.total_blocks) {
+            return Err(FormatError::corrupt("superblock", 0, "group 0 cannot hold its metadata"));
+        }
+        let last = g.group_count - 1;
+        if g.group_len(last) < g.meta_blocks() + 1 {
+            return Err(FormatError::corrupt("superblock", 0, "last group too small for its metadata"));
+        }
+        Ok(g)
+    }
+
+    /// Inodes per inode-table block.
+    pub fn inodes_per_block(&self) -> u64 {
+        u64::from(self.block_size) / INODE_SIZE as u64
+    }
+
+    /// First block of group `g`.
+    pub fn group_start(&self, g: u64) -> u64 {
+        g * self.blocks_per_group
+    }
+
+    /// Number of blocks in group `g` (the last one may be short).
+    pub fn group_len(&self, g: u64) -> u64 {
+        (self.total_blocks - self.group_start(g)).min(self.blocks_per_group)
+    }
+
+    /// Blocks of per-group metadata (2 bitmaps + inode table).
+    pub fn meta_blocks(&self) -> u64 {
+        2 + self.itable_blocks
+    }
+
+    /// First block of group `g`'s own metadata.
+    pub fn meta_start(&self, g: u64) -> u64 {
+        if g == 0 {
+            self.reserved_end
+        } else {
+            self.group_start(g)
+        }
+    }
+
+    /// Block bitmap location.
+    pub fn block_bitmap(&self, g: u64) -> u64 {
+        self.meta_start(g)
+    }
+
+    /// Inode bitmap location.
+    pub fn inode_bitmap(&self, g: u64) -> u64 {
+        self.meta_start(g) + 1
+    }
+
+    /// First inode-table block.
+    pub fn inode_table(&self, g: u64) -> u64 {
+        self.meta_start(g) + 2
+    }
+
+    /// Number of blocks at the start of group `g` that are used when the
+    /// group is fresh (fixed metadata): the "uninit" bitmap.
+    pub fn initially_used(&self, g: u64) -> u64 {
+        self.meta_start(g) + self.meta_blocks() - self.group_start(g)
+    }
+
+    /// Group that holds block `b`.
+    pub fn group_of_block(&self, b: u64) -> u64 {
+        b / self.blocks_per_group
+    }
+
+    /// Group of inode `ino` (which must be >= 1).
+    pub fn group_of_ino(&self, ino: u64) -> u64 {
+        (ino - 1) / self.inodes_per_group
+    }
+
+    /// Index of `ino` within its group.
+    pub fn index_in_group(&self, ino: u64) -> u64 {
+        (ino - 1) % self.inodes_per_group
+    }
+
+    /// Block holding inode `ino` and the byte offset inside it.
+    pub fn inode_location(&self, ino: u64) -> (u64, usize) {
+        let g = self.group_of_ino(ino);
+        let idx = self.index_in_group(ino);
+        let blk = self.inode_table(g) + idx / self.inodes_per_block();
+        let off = (idx % self.inodes_per_block()) as usize * INODE_SIZE;
+        (blk, off)
+    }
+
+    /// Total inodes.
+    pub fn total_inodes(&self) -> u64 {
+        self.group_count * self.inodes_per_group
+    }
+
+    /// True if `ino` is a valid inode number for this file system.
+    pub fn valid_ino(&self, ino: u64) -> bool {
+        ino >= 1 && ino <= self.total_inodes()
+    }
+
+    /// True if `[start, start+len)` lies in the data area (not fixed metadata,
+    /// not past the end). Used to bounds-check every block pointer read from disk.
+    pub fn valid_data_range(&self, start: u64, len: u64) -> bool {
+        if len == 0 || start < self.reserved_end {
+            return false;
+        }
+        let Some(end) = start.checked_add(len) else { return false };
+        if end > self.total_blocks {
+            return false;
+        }
+        // Must not overlap any group's fixed metadata.
+        let g0 = self.group_of_block(start);
+        let g1 = self.group_of_block(end - 1);
+        for g in g0..=g1 {
+            let ms = self.meta_start(g);
+            let me = ms + self.meta_blocks();
+            if start < me && end > ms {
+                return false;
+            }
+        }
+        true
+    }
+}

@@ -1,0 +1,279 @@
+//! The superblock: block 0, the first 512 bytes.
+//!
+//! ```text
+//! off  size field
+//!   0     8 magic "CAIRNFS\0"
+//!   8     4 version (1)
+//!  12     4 block_size_log2
+//!  16     4 state (STATE_CLEAN | STATE_ERRORS)
+//!  20     4 feature_compat   24 4 feature_incompat   28 4 feature_ro_compat
+//!  32    16 uuid
+//!  48     8 total_blocks
+//!  56     4 blocks_per_group  60 4 inodes_per_group
+//!  64     8 group_count
+//!  72     8 gdt_start         80 8 gdt_blocks
+//!  88     8 journal_start     96 8 journal_blocks
+//! 104     8 free_blocks      112 8 free_inodes   (summary; exact after clean unmount)
+//! 120     8 next_ino (allocation hint)
+//! 128     8 orphan_root (B+tree of inodes unlinked while open; 0 = empty)
+//! 136     8 mkfs_time        144 8 last_mount_time  152 8 last_write_time
+//! 160     4 mount_count      164 4 reserved
+//! 168    16 hash_seed (directory name hash seed)
+//! 184    32 label
+//! 216   292 reserved, zero
+//! 508     4 crc32c of bytes 0..512 with this field zero (seed 0xffffffff)
+//! ```
+//! The superblock checksum is seeded with a constant, not the UUID, because
+//! the UUID lives inside it.
+
+use crate::checksum::crc_skipping;
+use crate::codec::*;
+use crate::error::{FormatError, Result};
+
+/// Magic bytes at offset 0 of every cairn image.
+pub const MAGIC: &[u8; 8] = b"CAIRNFS\0";
+/// The format version this build writes and reads.
+pub const VERSION: u32 = 1;
+/// Bytes of block 0 the superblock occupies.
+pub const SB_SIZE: usize = 512;
+const CSUM_OFF: usize = 508;
+const CSUM_SEED: u32 = 0xffff_ffff;
+/// The file system was unmounted cleanly (journal empty, counters exact).
+pub const STATE_CLEAN: u32 = 1;
+/// An error was detected while mounted; fsck should run.
+pub const STATE_ERRORS: u32 = 2;
+/// Incompatible features this build understands (none yet).
+pub const INCOMPAT_SUPPORTED: u32 = 0;
+
+/// The decoded superblock.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Superblock {
+    pub version: u32,
+    pub block_size_log2: u32,
+    pub state: u32,
+    pub feature_compat: u32,
+    pub feature_incompat: u32,
+    pub feature_ro_compat: u32,
+    pub uuid: [u8; 16],
+    pub total_blocks: u64,
+    pub blocks_per_group: u32,
+    pub inodes_per_group: u32,
+    pub group_count: u64,
+    pub gdt_start: u64,
+    pub gdt_blocks: u64,
+    pub journal_start: u64,
+    pub journal_blocks: u64,
+    pub free_blocks: u64,
+    pub free_inodes: u64,
+    pub next_ino: u64,
+    pub orphan_root: u64,
+    pub mkfs_time: u64,
+    pub last_mount_time: u64,
+    pub last_write_time: u64,
+    pub mount_count: u32,
+    pub hash_seed: [u8; 16],
+    pub label: [u8; 32],
+}
+
+impl Superblock {
+    /// Block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        1u32 << self.block_size_log2
+    }
+
+    /// Total number of inodes.
+    pub fn total_inodes(&self) -> u64 {
+        self.group_count * u64::from(self.inodes_per_group)
+    }
+
+    /// True if `buf` starts with cairn's magic (no other check).
+    pub fn has_magic(buf: &[u8]) -> bool {
+        buf.len() >= 8 && &buf[..8] == MAGIC
+    }
+
+    /// Encodes into the first [`SB_SIZE`] bytes of `out` (which must be at least that long).
+    pub fn encode(&self, out: &mut [u8]) {
+        let b = &mut out[..SB_SIZE];
+        b.fill(0);
+        b[..8].copy_from_slice(MAGIC);
+        put_u32(b, 8, self.version);
+        put_u32(b, 12, self.block_size_log2);
+        put_u32(b, 16, self.state);
+        put_u32(b, 20, self.feature_compat);
+        put_u32(b, 24, self.feature_incompat);
+        put_u32(b, 28, self.feature_ro_compat);
+        b[32..48].copy_from_slice(&self.uuid);
+        put_u64(b, 48, self.total_blocks);
+        put_u32(b, 56, self.blocks_per_group);
+        put_u32(b, 60, self.inodes_per_group);
+        put_u64(b, 64, self.group_count);
+        put_u64(b, 72, self.gdt_start);
+        put_u64(b, 80, self.gdt_blocks);
+        put_u64(b, 88, self.journal_start);
+        put_u64(b, 96, self.journal_blocks);
+        put_u64(b, 104, self.free_blocks);
+        put_u64(b, 112, self.free_inodes);
+        put_u64(b, 120, self.next_ino);
+        put_u64(b, 128, self.orphan_root);
+        put_u64(b, 136, self.mkfs_time);
+        put_u64(b, 144, self.last_mount_time);
+        put_u64(b, 152, self.last_write_time);
+        put_u32(b, 160, self.mount_count);
+        b[168..184].copy_from_slice(&self.hash_seed);
+        b[184..216].copy_from_slice(&self.label);
+        let c = crc_skipping(CSUM_SEED, b, CSUM_OFF);
+        put_u32(b, CSUM_OFF, c);
+    }
+
+    /// Decodes and fully validates a superblock; `image_bytes` is the size of
+    /// the image or device (the image must hold every block the superblock claims).
+    pub fn decode(buf: &[u8], image_bytes: u64) -> Result<Superblock> {
+        const W: &str = "superblock";
+        if buf.len() < SB_SIZE || !Self::has_magic(buf) {
+            return Err(FormatError::BadMagic { what: W });
+        }
+        let b = &buf[..SB_SIZE];
+        let stored = get_u32(b, CSUM_OFF);
+        let computed = crc_skipping(CSUM_SEED, b, CSUM_OFF);
+        if stored != computed {
+            return Err(FormatError::Checksum { what: W, at: 0, stored, computed });
+        }
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[32..48]);
+        let mut hash_seed = [0u8; 16];
+        hash_seed.copy_from_slice(&b[168..184]);
+        let mut label = [0u8; 32];
+        label.copy_from_slice(&b[184..216]);
+        let sb = Superblock {
+            version: get_u32(b, 8),
+            block_size_log2: get_u32(b, 12),
+            state: get_u32(b, 16),
+            feature_compat: get_u32(b, 20),
+            feature_incompat: get_u32(b, 24),
+            feature_ro_compat: get_u32(b, 28),
+            uuid,
+            total_blocks: get_u64(b, 48),
+            blocks_per_group: get_u32(b, 56),
+            inodes_per_group: get_u32(b, 60),
+            group_count: get_u64(b, 64),
+            gdt_start: get_u64(b, 72),
+            gdt_blocks: get_u64(b, 80),
+            journal_start: get_u64(b, 88),
+            journal_blocks: get_u64(b, 96),
+            free_blocks: get_u64(b, 104),
+            free_inodes: get_u64(b, 112),
+            next_ino: get_u64(b, 120),
+            orphan_root: get_u64(b, 128),
+            mkfs_time: get_u64(b, 136),
+            last_mount_time: get_u64(b, 144),
+            last_write_time: get_u64(b, 152),
+            mount_count: get_u32(b, 160),
+            hash_seed,
+            label,
+        };
+        sb.validate(image_bytes)?;
+        Ok(sb)
+    }
+
+    fn validate(&self, image_bytes: u64) -> Result<()> {
+        let bad = |d: String| Err(FormatError::corrupt("superblock", 0, d));
+        if self.version != VERSION {
+            return Err(FormatError::Incompatible(format!(
+                "format version {} (this build reads version {VERSION})",
+                self.version
+            )));
+        }
+        if self.feature_incompat & !INCOMPAT_SUPPORTED != 0 {
+            return Err(FormatError::Incompatible(format!(
+                "unknown incompatible features {:#x}",
+                self.feature_incompat & !INCOMPAT_SUPPORTED
+            )));
+        }
+        if !(10..=16).contains(&self.block_size_log2) {
+            return bad(format!("block size 2^{} out of range", self.block_size_log2));
+        }
+        let bs = u64::from(self.block_size());
+        let bpg = u64::from(self.blocks_per_group);
+        if bpg < 64 || bpg > bs * 8 || bpg % 64 != 0 {
+            return bad(format!("blocks per group {bpg} out of range"));
+        }
+        let ipb = bs / crate::inode::INODE_SIZE as u64;
+        let ipg = u64::from(self.inodes_per_group);
+        if ipg == 0 || ipg > bs * 8 || ipg % ipb != 0 {
+            return bad(format!("inodes per group {ipg} out of range"));
+        }
+        if self.total_blocks < 16 || self.total_blocks > (1u64 << 48) {
+            return bad(format!("block count {} out of range", self.total_blocks));
+        }
+        let groups = self.total_blocks.div_ceil(bpg);
+        if self.group_count != groups {
+            return bad(format!(
+                "group count {} does not match {} blocks / {} per group",
+                self.group_count, self.total_blocks, bpg
+            ));
+        }
+        let gdt_need = (groups * crate::group_desc::GD_SIZE as u64).div_ceil(bs);
+        if self.gdt_start != 1 || self.gdt_blocks != gdt_need {
+            return bad(format!("group descriptor table at {}+{} (want 1+{gdt_need})", self.gdt_start, self.gdt_blocks));
+        }
+        if self.journal_start != self.gdt_start + self.gdt_blocks
+            || self.journal_blocks < crate::journal::MIN_JOURNAL_BLOCKS
+            || self.journal_start + self.journal_blocks > self.total_blocks
+        {
+            return bad(format!("journal at {}+{} out of range", self.journal_start, self.journal_blocks));
+        }
+        if self.free_blocks > self.total_blocks || self.free_inodes > self.total_inodes() {
+            return bad("free counters exceed totals".into());
+        }
+        if self.total_blocks.saturating_mul(bs) > image_bytes {
+            return bad(format!(
+                "image is truncated: superblock says {} bytes, image has {image_bytes}",
+                self.total_blocks * bs
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> Superblock {
+        Superblock {
+            version: VERSION,
+            block_size_log2: 12,
+            blocks_per_group: 32768,
+            inodes_per_group: 8192,
+            total_blocks: 65536,
+            group_count: 2,
+            gdt_start: 1,
+            gdt_blocks: 1,
+            journal_start: 2,
+            journal_blocks: 1024,
+            free_blocks: 1000,
+            free_inodes: 100,
+            uuid: [3; 16],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn roundtrip() {
+        let sb = sample();
+        let mut buf = vec![0u8; 4096];
+        sb.encode(&mut buf);
+        assert_eq!(Superblock::decode(&buf, 65536 * 4096).unwrap(), sb);
+    }
+
+    #[test]
+    fn detects_corruption_and_truncation() {
+        let sb = sample();
+        let mut buf = vec![0u8; 4096];
+        sb.encode(&mut buf);
+        assert!(Superblock::decode(&buf, 4096).is_err(), "truncated image accepted");
+        buf[50] ^= 1;
+        assert!(matches!(Superblock::decode(&buf, u64::MAX), Err(FormatError::Checksum { .. })));
+        assert!(matches!(Superblock::decode(&[0u8; 512], u64::MAX), Err(FormatError::BadMagic { .. })));
+    }
+}
