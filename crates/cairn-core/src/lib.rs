@@ -1,1 +1,43 @@
-//! placeholder
+//! # cairn-core: the engine
+//!
+//! A complete journaling file system that runs in-process: no FUSE, no CLI.
+//! The FUSE adapter (`cairn-fuse`) is a thin layer over [`Fs`]; tests,
+//! benchmarks and embedders call [`Fs`] directly.
+//!
+//! ## Map
+//! * [`dev`] — block devices (image file, RAM).
+//! * [`mkfs`] — formatting, as a library function.
+//! * `buffer` — the metadata buffer cache (sharded).
+//! * `journal` — transactions, commit to the write-ahead journal, replay.
+//! * `alloc` — group bitmaps, block and inode allocation.
+//! * `btree` — the generic B+tree over buffers (extents, directories, orphans).
+//! * `inode`, `dir`, `file`, `xattr` — the objects.
+//! * [`Fs`] (`fs.rs`) — the POSIX-shaped API.
+//!
+//! ## Concurrency
+//! FUSE serves requests from several threads. There is no global lock on the
+//! hot path: each operation holds the *transaction gate* shared (so a commit
+//! sees only whole operations), the inode locks it needs (in inode-number
+//! order when it needs several), and short buffer and group locks. A commit
+//! takes the gate exclusively only to snapshot dirty buffers (a memcpy),
+//! then writes the journal with the gate released. See each module's essay.
+
+pub mod dev;
+pub mod error;
+pub mod mkfs;
+pub mod types;
+
+mod alloc;
+mod btree;
+mod buffer;
+mod dir;
+mod file;
+mod fs;
+mod inode;
+mod journal;
+mod stats;
+mod xattr;
+
+pub use error::{FsError, Result};
+pub use fs::{Fs, MountOptions};
+pub use types::*;

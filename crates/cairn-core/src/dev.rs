@@ -1,0 +1,139 @@
+//! Block devices: where the image's bytes live.
+//!
+//! The engine reads and writes the image only through [`BlockDevice`]. The
+//! file implementation uses plain `pread`/`pwrite`/`fdatasync` on the image
+//! file (or block device), so external tools (strace, blktrace on a loop
+//! device) can see every I/O. [`MemDevice`] keeps an image in RAM for tests.
+
+use parking_lot::Mutex;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+/// Random-access storage with a durability barrier.
+pub trait BlockDevice: Send + Sync {
+    /// Reads exactly `buf.len()` bytes at byte offset `off`.
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()>;
+    /// Writes all of `buf` at byte offset `off`.
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()>;
+    /// Makes every completed write durable (fdatasync).
+    fn flush(&self) -> io::Result<()>;
+    /// Size in bytes.
+    fn size(&self) -> u64;
+}
+
+/// An image file or block device.
+pub struct FileDevice {
+    file: File,
+    size: u64,
+}
+
+impl FileDevice {
+    /// Opens `path` for reading and writing (or read-only).
+    pub fn open(path: &Path, read_only: bool) -> io::Result<FileDevice> {
+        let file = OpenOptions::new().read(true).write(!read_only).open(path)?;
+        let meta = file.metadata()?;
+        let size = if meta.file_type().is_file() {
+            meta.len()
+        } else {
+            // Block device: seek to the end to learn its size.
+            use std::io::Seek;
+            let mut f = &file;
+            f.seek(io::SeekFrom::End(0))?
+        };
+        Ok(FileDevice { file, size })
+    }
+
+    /// Takes an exclusive advisory lock so that a second mount (or a
+    /// concurrent fsck --repair) of the same image is refused.
+    pub fn lock_exclusive(&self) -> io::Result<()> {
+        // SAFETY: flock on a valid, owned descriptor has no memory effects.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// The open file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+impl BlockDevice for FileDevice {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, off)
+    }
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.file.write_all_at(buf, off)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// An image in memory (tests, benchmarks, the crash harness).
+pub struct MemDevice {
+    data: Mutex<Vec<u8>>,
+    flushes: std::sync::atomic::AtomicU64,
+}
+
+impl MemDevice {
+    /// A zero-filled device of `size` bytes.
+    pub fn new(size: u64) -> MemDevice {
+        MemDevice { data: Mutex::new(vec![0; size as usize]), flushes: Default::default() }
+    }
+
+    /// A copy of the current contents.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.data.lock().clone()
+    }
+
+    /// A device holding `bytes`.
+    pub fn from_bytes(bytes: Vec<u8>) -> MemDevice {
+        MemDevice { data: Mutex::new(bytes), flushes: Default::default() }
+    }
+
+    /// Number of flushes so far.
+    pub fn flush_count(&self) -> u64 {
+        self.flushes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+fn range_check(len: usize, off: u64, n: usize) -> io::Result<std::ops::Range<usize>> {
+    let s = usize::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EIO))?;
+    match s.checked_add(n) {
+        Some(e) if e <= len => Ok(s..e),
+        _ => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "access past the end of the device")),
+    }
+}
+
+impl BlockDevice for MemDevice {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        let d = self.data.lock();
+        let r = range_check(d.len(), off, buf.len())?;
+        buf.copy_from_slice(&d[r]);
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        let mut d = self.data.lock();
+        let r = range_check(d.len(), off, buf.len())?;
+        d[r].copy_from_slice(buf);
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.data.lock().len() as u64
+    }
+}

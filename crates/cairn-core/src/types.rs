@@ -1,0 +1,102 @@
+//! Types of the engine's public API (what the FUSE adapter and embedders see).
+
+pub use cairn_format::inode::Timestamp;
+
+/// Who is asking: the caller's credentials, used for ownership of new files.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ctx {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+impl Ctx {
+    /// Root credentials.
+    pub fn root() -> Ctx {
+        Ctx::default()
+    }
+}
+
+/// Attributes of an inode, as `stat(2)` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub generation: u32,
+    pub size: u64,
+    /// 512-byte units, as `st_blocks`.
+    pub blocks: u64,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    pub crtime: Timestamp,
+    /// Type and permission bits (`S_IFMT | 07777`).
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u64,
+    pub blksize: u32,
+}
+
+/// A time to set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSet {
+    /// The current time.
+    Now,
+    /// A given time.
+    At(Timestamp),
+}
+
+/// Attributes to change in `setattr`; `None` leaves a field alone.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SetAttr {
+    /// Permission bits (07777); the file type is never changed.
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// Truncate or extend to this size.
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+    pub ctime: Option<Timestamp>,
+}
+
+/// One directory entry from `readdir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: u64,
+    /// Offset to pass to `readdir` to continue after this entry.
+    pub next_offset: u64,
+    /// `DT_*` type.
+    pub dtype: u8,
+    pub name: Vec<u8>,
+}
+
+/// File-system totals, as `statfs(2)` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub blocks_avail: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub name_max: u32,
+}
+
+/// `rename` flags (as `renameat2`).
+pub const RENAME_NOREPLACE: u32 = 1;
+/// Atomically exchange the two names.
+pub const RENAME_EXCHANGE: u32 = 2;
+
+/// `fallocate` mode bits (as `<linux/falloc.h>`).
+pub const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
+/// Deallocate the range (must be combined with KEEP_SIZE).
+pub const FALLOC_FL_PUNCH_HOLE: i32 = 0x02;
+/// Zero the range.
+pub const FALLOC_FL_ZERO_RANGE: i32 = 0x10;
+
+/// `setxattr` flags.
+pub const XATTR_CREATE: i32 = 1;
+/// Fail with ENODATA if the attribute does not exist.
+pub const XATTR_REPLACE: i32 = 2;
