@@ -1,1 +1,281 @@
-//! (in progress)
+//! The generic B+tree over the buffer cache (format in
+//! `cairn_format::btree`): one implementation for extent maps, directories
+//! and the orphan list.
+//!
+//! Insert splits full nodes bottom-up (a split root grows the tree by one
+//! level); remove frees nodes that become empty and collapses a root with a
+//! single child, but does not merge half-empty siblings (as many production
+//! trees choose: simpler, and space is reclaimed when nodes empty out).
+//! Internal key 0 is kept a lower bound of its subtree: inserting a new
+//! minimum lowers it on the way down.
+//!
+//! Locking: a tree belongs to one inode (or to the orphan list) and is only
+//! touched under that owner's lock; callers hold the transaction gate.
+
+use crate::error::Result;
+use crate::meta::Meta;
+use cairn_format::btree::{Node, NodeBody, MAX_LEVEL};
+use cairn_format::FormatError;
+
+/// A handle on one tree: which kind, whose, and where new nodes go.
+pub struct Tree<'a> {
+    pub meta: &'a Meta,
+    pub kind: u8,
+    pub owner: u64,
+    /// Allocation goal for new nodes.
+    pub goal: u64,
+    /// Nodes allocated minus nodes freed (the owner's block count changes by it).
+    pub nodes_delta: i64,
+}
+
+fn child_index(children: &[(u64, u64)], key: u64) -> usize {
+    children.partition_point(|(k, _)| *k <= key).saturating_sub(1)
+}
+
+impl<'a> Tree<'a> {
+    /// A handle on a tree.
+    pub fn new(meta: &'a Meta, kind: u8, owner: u64, goal: u64) -> Tree<'a> {
+        Tree { meta, kind, owner, goal, nodes_delta: 0 }
+    }
+
+    fn load(&self, blk: u64, want_level: Option<u8>) -> Result<(std::sync::Arc<crate::buffer::Buf>, Node)> {
+        let buf = self.meta.read_node(blk, self.kind, self.owner)?;
+        let node = self.meta.decode_node(&buf)?;
+        if want_level.is_some_and(|l| l != node.level) {
+            return Err(FormatError::corrupt("tree node", blk, "child level does not match its parent").into());
+        }
+        Ok((buf, node))
+    }
+
+    fn new_node(&mut self) -> Result<std::sync::Arc<crate::buffer::Buf>> {
+        let b = self.meta.alloc_meta(self.goal)?;
+        self.nodes_delta += 1;
+        self.goal = b.blk + 1;
+        Ok(b)
+    }
+
+    fn free_node(&mut self, blk: u64) -> Result<()> {
+        self.nodes_delta -= 1;
+        self.meta.free(blk, 1)
+    }
+
+    /// The entry with the greatest key `<= key`.
+    pub fn floor(&self, root: u64, key: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        if root == 0 {
+            return Ok(None);
+        }
+        self.floor_in(root, key, None)
+    }
+
+    fn floor_in(&self, blk: u64, key: u64, level: Option<u8>) -> Result<Option<(u64, Vec<u8>)>> {
+        let (_, node) = self.load(blk, level)?;
+        match node.body {
+            NodeBody::Leaf(e) => {
+                let i = e.partition_point(|x| x.0 <= key);
+                Ok(if i == 0 { None } else { Some(e[i - 1].clone()) })
+            }
+            NodeBody::Internal(c) => {
+                let i = c.partition_point(|(k, _)| *k <= key);
+                for j in (0..i.max(1)).rev() {
+                    if let Some(r) = self.floor_in(c[j].1, key, Some(node.level - 1))? {
+                        return Ok(Some(r));
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Calls `f(key, value)` for every entry with key `>= from`, in order,
+    /// until `f` returns false. Returns false if stopped early.
+    pub fn scan(&self, root: u64, from: u64, f: &mut dyn FnMut(u64, &[u8]) -> bool) -> Result<bool> {
+        if root == 0 {
+            return Ok(true);
+        }
+        self.scan_in(root, from, None, f)
+    }
+
+    fn scan_in(&self, blk: u64, from: u64, level: Option<u8>, f: &mut dyn FnMut(u64, &[u8]) -> bool) -> Result<bool> {
+        let (_, node) = self.load(blk, level)?;
+        match node.body {
+            NodeBody::Leaf(e) => {
+                let i = e.partition_point(|x| x.0 < from);
+                for (k, v) in &e[i..] {
+                    if !f(*k, v) {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+            NodeBody::Internal(c) => {
+                for &(_, child) in &c[child_index(&c, from)..] {
+                    if !self.scan_in(child, from, Some(node.level - 1), f)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Inserts (or replaces) `key`; `root` is updated when the tree grows.
+    pub fn insert(&mut self, root: &mut u64, key: u64, value: &[u8]) -> Result<()> {
+        if *root == 0 {
+            let b = self.new_node()?;
+            let node = Node { kind: self.kind, level: 0, owner: self.owner, body: NodeBody::Leaf(vec![(key, value.to_vec())]) };
+            self.meta.write_node(&b, &node);
+            *root = b.blk;
+            return Ok(());
+        }
+        if let Some((sep, right)) = self.insert_in(*root, key, value, None)? {
+            let (_, old) = self.load(*root, None)?;
+            let left_min = match &old.body {
+                NodeBody::Leaf(e) => e[0].0,
+                NodeBody::Internal(c) => c[0].0,
+            };
+            if old.level >= MAX_LEVEL {
+                return Err(FormatError::corrupt("tree", self.owner, "would exceed the maximum depth").into());
+            }
+            let b = self.new_node()?;
+            let node = Node {
+                kind: self.kind,
+                level: old.level + 1,
+                owner: self.owner,
+                body: NodeBody::Internal(vec![(left_min.min(key), *root), (sep, right)]),
+            };
+            self.meta.write_node(&b, &node);
+            *root = b.blk;
+        }
+        Ok(())
+    }
+
+    fn insert_in(&mut self, blk: u64, key: u64, value: &[u8], level: Option<u8>) -> Result<Option<(u64, u64)>> {
+        let bs = self.meta.bs();
+        let (buf, mut node) = self.load(blk, level)?;
+        let lvl = node.level;
+        match &mut node.body {
+            NodeBody::Leaf(e) => {
+                match e.binary_search_by_key(&key, |x| x.0) {
+                    Ok(i) => e[i].1 = value.to_vec(),
+                    Err(i) => e.insert(i, (key, value.to_vec())),
+                }
+                if Node::leaf_bytes(e) <= bs {
+                    self.meta.write_node(&buf, &node);
+                    return Ok(None);
+                }
+                let half = Node::leaf_bytes(e) / 2;
+                let mut acc = 0;
+                let mut mid = 1;
+                for (i, (_, v)) in e.iter().enumerate() {
+                    acc += 12 + v.len();
+                    if acc >= half {
+                        mid = (i + 1).clamp(1, e.len() - 1);
+                        break;
+                    }
+                }
+                let right: Vec<_> = e.split_off(mid);
+                let sep = right[0].0;
+                self.meta.write_node(&buf, &node);
+                let nb = self.new_node()?;
+                self.meta.write_node(&nb, &Node { kind: self.kind, level: 0, owner: self.owner, body: NodeBody::Leaf(right) });
+                Ok(Some((sep, nb.blk)))
+            }
+            NodeBody::Internal(c) => {
+                let i = child_index(c, key);
+                let mut changed = false;
+                if key < c[0].0 {
+                    c[0].0 = key;
+                    changed = true;
+                }
+                let child = c[i].1;
+                if let Some((sep, nb)) = self.insert_in(child, key, value, Some(lvl - 1))? {
+                    c.insert(i + 1, (sep, nb));
+                    changed = true;
+                }
+                if !changed {
+                    return Ok(None);
+                }
+                if Node::internal_bytes(c.len()) <= bs {
+                    self.meta.write_node(&buf, &node);
+                    return Ok(None);
+                }
+                let right: Vec<_> = c.split_off(c.len() / 2);
+                let sep = right[0].0;
+                self.meta.write_node(&buf, &node);
+                let nb = self.new_node()?;
+                self.meta.write_node(&nb, &Node { kind: self.kind, level: lvl, owner: self.owner, body: NodeBody::Internal(right) });
+                Ok(Some((sep, nb.blk)))
+            }
+        }
+    }
+
+    /// Removes `key`, returning its value; `root` becomes 0 when the tree empties.
+    pub fn remove(&mut self, root: &mut u64, key: u64) -> Result<Option<Vec<u8>>> {
+        if *root == 0 {
+            return Ok(None);
+        }
+        let (v, empty) = self.remove_in(*root, key, None)?;
+        if empty {
+            *root = 0;
+            return Ok(v);
+        }
+        // Collapse a root that has a single child.
+        loop {
+            let (_, node) = self.load(*root, None)?;
+            match node.body {
+                NodeBody::Internal(c) if c.len() == 1 => {
+                    let old = *root;
+                    *root = c[0].1;
+                    self.free_node(old)?;
+                }
+                _ => break,
+            }
+        }
+        Ok(v)
+    }
+
+    fn remove_in(&mut self, blk: u64, key: u64, level: Option<u8>) -> Result<(Option<Vec<u8>>, bool)> {
+        let (buf, mut node) = self.load(blk, level)?;
+        let lvl = node.level;
+        match &mut node.body {
+            NodeBody::Leaf(e) => {
+                let Ok(i) = e.binary_search_by_key(&key, |x| x.0) else { return Ok((None, false)) };
+                let (_, v) = e.remove(i);
+                if e.is_empty() {
+                    self.free_node(blk)?;
+                    return Ok((Some(v), true));
+                }
+                self.meta.write_node(&buf, &node);
+                Ok((Some(v), false))
+            }
+            NodeBody::Internal(c) => {
+                let i = child_index(c, key);
+                let (v, empty) = self.remove_in(c[i].1, key, Some(lvl - 1))?;
+                if !empty {
+                    return Ok((v, false));
+                }
+                c.remove(i);
+                if c.is_empty() {
+                    self.free_node(blk)?;
+                    return Ok((v, true));
+                }
+                self.meta.write_node(&buf, &node);
+                Ok((v, false))
+            }
+        }
+    }
+
+    /// Frees every node of the tree (its entries must already be released).
+    pub fn destroy(&mut self, root: u64) -> Result<()> {
+        if root == 0 {
+            return Ok(());
+        }
+        let (_, node) = self.load(root, None)?;
+        if let NodeBody::Internal(c) = &node.body {
+            for &(_, child) in c {
+                self.destroy(child)?;
+            }
+        }
+        self.free_node(root)
+    }
+}

@@ -41,3 +41,6 @@ mod xattr;
 pub use error::{FsError, Result};
 pub use fs::{Fs, MountOptions};
 pub use types::*;
+mod extent_map;
+mod meta;
+mod rename;

@@ -1,0 +1,76 @@
+//! `Meta`: the metadata context every subsystem works through — the buffer
+//! cache, the allocator, the geometry and the running checkpoint number.
+
+use crate::alloc::Allocator;
+use crate::dev::BlockDevice;
+use crate::buffer::{Buf, BufferCache};
+use crate::error::Result;
+use cairn_format::btree::Node;
+use cairn_format::layout::Geometry;
+use cairn_format::FormatError;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Shared metadata context.
+pub struct Meta {
+    pub dev: Arc<dyn BlockDevice>,
+    pub bufs: BufferCache,
+    pub alloc: Allocator,
+    pub geo: Geometry,
+    pub seed: u32,
+    pub hash_seed: [u8; 16],
+    /// Sequence number of the checkpoint that operations now add to.
+    pub running_seq: AtomicU64,
+}
+
+impl Meta {
+    /// Block size in bytes.
+    pub fn bs(&self) -> usize {
+        self.geo.block_size as usize
+    }
+
+    /// Reads a B+tree node, verifying it (checksum, bounds, block number) and
+    /// that it belongs to tree `kind` of `owner`.
+    pub fn read_node(&self, blk: u64, kind: u8, owner: u64) -> Result<Arc<Buf>> {
+        if !self.geo.valid_data_range(blk, 1) {
+            return Err(FormatError::corrupt("tree pointer", owner, format!("block {blk} outside the data area")).into());
+        }
+        let seed = self.seed;
+        let buf = self.bufs.get(blk, |b, d| Node::decode(seed, b, d).map(|_| ()).map_err(Into::into))?;
+        {
+            let d = buf.data.read();
+            let own = cairn_format::codec::get_u64(&d, 8);
+            if d[4] != kind || own != owner {
+                return Err(FormatError::corrupt(
+                    "tree node",
+                    blk,
+                    format!("belongs to kind {} owner {own}, expected kind {kind} owner {owner}", d[4]),
+                )
+                .into());
+            }
+        }
+        Ok(buf)
+    }
+
+    /// Decodes the node in `buf`.
+    pub fn decode_node(&self, buf: &Buf) -> Result<Node> {
+        Ok(Node::decode(self.seed, buf.blk, &buf.data.read())?)
+    }
+
+    /// Encodes `node` into `buf` and marks it dirty.
+    pub fn write_node(&self, buf: &Arc<Buf>, node: &Node) {
+        node.encode(self.seed, buf.blk, &mut buf.data.write());
+        self.bufs.mark_dirty(buf);
+    }
+
+    /// Allocates one metadata block near `goal` and returns a zeroed buffer.
+    pub fn alloc_meta(&self, goal: u64) -> Result<Arc<Buf>> {
+        let (blk, _) = self.alloc.alloc_blocks(&self.bufs, goal, 1)?;
+        Ok(self.bufs.get_new(blk))
+    }
+
+    /// Frees blocks in the running checkpoint.
+    pub fn free(&self, start: u64, len: u64) -> Result<()> {
+        self.alloc.free_blocks(&self.bufs, self.running_seq.load(Ordering::Acquire), start, len)
+    }
+}

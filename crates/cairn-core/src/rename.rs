@@ -1,0 +1,157 @@
+//! rename(2) and renameat2's RENAME_NOREPLACE / RENAME_EXCHANGE.
+//!
+//! All inodes involved (both parents, the source, an existing target) are
+//! locked together in inode-number order after a first unlocked lookup; the
+//! lookups are repeated under the locks and the operation retried if the
+//! names moved meanwhile. Moving a directory rewrites its `parent` field
+//! ("..") and the two parents' link counts in the same transaction.
+
+use crate::dir;
+use crate::error::{FsError, Result};
+use crate::fs::{find, now as now_ts, Fs};
+use crate::inode::lock_many;
+use crate::types::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+use cairn_format::dirent::dtype_of_mode;
+use cairn_format::ROOT_INO;
+
+/// Renames `parent/name` to `newparent/newname` (gate already held).
+pub fn rename(fs: &Fs, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: u32) -> Result<()> {
+    let meta = &fs.meta;
+    let p1 = fs.iget_pub(parent)?;
+    let p2 = fs.iget_pub(newparent)?;
+    for _ in 0..64 {
+        let look = |p: &crate::inode::InodeRef, n: &[u8]| -> Result<Option<(u64, u64)>> {
+            let g = p.read();
+            if !g.d.is_dir() {
+                return Err(FsError::Errno(libc::ENOTDIR));
+            }
+            Ok(dir::lookup(meta, &g, n)?.map(|(k, e)| (k, e.ino)))
+        };
+        let (k1, src) = look(&p1, name)?.ok_or(FsError::Errno(libc::ENOENT))?;
+        let dst = look(&p2, newname)?;
+        let s = fs.iget_pub(src)?;
+        let d = match dst {
+            Some((_, ino)) => Some(fs.iget_pub(ino)?),
+            None => None,
+        };
+        let mut refs = vec![&p1, &p2, &s];
+        if let Some(d) = &d {
+            refs.push(d);
+        }
+        let mut gs = lock_many(&refs);
+        // Re-check under the locks.
+        let again1 = dir::lookup(meta, find(&mut gs, parent), name)?.map(|(k, e)| (k, e.ino));
+        let again2 = dir::lookup(meta, find(&mut gs, newparent), newname)?.map(|(k, e)| (k, e.ino));
+        if again1 != Some((k1, src)) || again2 != dst {
+            continue;
+        }
+        if find(&mut gs, parent).d.nlink == 0 || find(&mut gs, newparent).d.nlink == 0 {
+            return Err(FsError::Errno(libc::ENOENT));
+        }
+        let src_mode = find(&mut gs, src).d.mode;
+        let src_dir = src_mode & libc::S_IFMT == libc::S_IFDIR;
+        if let Some((_, dino)) = dst {
+            if dino == src {
+                return Ok(());
+            }
+        }
+        // A directory may not move below itself.
+        let moving_dirs = src_dir || (flags & RENAME_EXCHANGE != 0 && dst.is_some_and(|(_, i)| is_dir_ino(&mut gs, i)));
+        if moving_dirs && parent != newparent {
+            let check = |anc: u64, from: u64, gs: &mut Vec<crate::inode::InodeGuard>| -> Result<()> {
+                let mut cur = from;
+                for _ in 0..4096 {
+                    if cur == anc {
+                        return Err(FsError::Errno(libc::EINVAL));
+                    }
+                    if cur == ROOT_INO {
+                        return Ok(());
+                    }
+                    cur = if gs.iter().any(|g| g.ino == cur) {
+                        find(gs, cur).d.parent
+                    } else {
+                        fs.iget_pub(cur)?.read().d.parent
+                    };
+                }
+                Err(FsError::Errno(libc::ELOOP))
+            };
+            if src_dir {
+                check(src, newparent, &mut gs)?;
+            }
+            if let Some((_, dino)) = dst {
+                if flags & RENAME_EXCHANGE != 0 && is_dir_ino(&mut gs, dino) {
+                    check(dino, parent, &mut gs)?;
+                }
+            }
+        }
+        let t = now_ts();
+        if flags & RENAME_EXCHANGE != 0 {
+            let Some((k2, dino)) = dst else { return Err(FsError::Errno(libc::ENOENT)) };
+            let dst_mode = find(&mut gs, dino).d.mode;
+            let dst_dir = dst_mode & libc::S_IFMT == libc::S_IFDIR;
+            dir::retarget(meta, find(&mut gs, parent), k1, name, dino, dtype_of_mode(dst_mode))?;
+            dir::retarget(meta, find(&mut gs, newparent), k2, newname, src, dtype_of_mode(src_mode))?;
+            if parent != newparent && src_dir != dst_dir {
+                let (gain, lose) = if src_dir { (newparent, parent) } else { (parent, newparent) };
+                find(&mut gs, gain).d.nlink += 1;
+                let l = find(&mut gs, lose);
+                l.d.nlink = l.d.nlink.saturating_sub(1);
+            }
+            if src_dir {
+                find(&mut gs, src).d.parent = newparent;
+            }
+            if dst_dir {
+                find(&mut gs, dino).d.parent = parent;
+            }
+            for ino in [src, dino] {
+                let g = find(&mut gs, ino);
+                g.d.ctime = t;
+                fs.store_pub(g)?;
+            }
+        } else {
+            if let Some((k2, dino)) = dst {
+                if flags & RENAME_NOREPLACE != 0 {
+                    return Err(FsError::Errno(libc::EEXIST));
+                }
+                let dg = find(&mut gs, dino);
+                let dst_dir = dg.d.is_dir();
+                match (src_dir, dst_dir) {
+                    (true, false) => return Err(FsError::Errno(libc::ENOTDIR)),
+                    (false, true) => return Err(FsError::Errno(libc::EISDIR)),
+                    (true, true) if dg.d.entries > 0 => return Err(FsError::Errno(libc::ENOTEMPTY)),
+                    _ => {}
+                }
+                dir::retarget(meta, find(&mut gs, newparent), k2, newname, src, dtype_of_mode(src_mode))?;
+                if dst_dir {
+                    let np = find(&mut gs, newparent);
+                    np.d.nlink = np.d.nlink.saturating_sub(1);
+                }
+                fs.drop_link_pub(find(&mut gs, dino), dst_dir)?;
+            } else {
+                dir::add(meta, find(&mut gs, newparent), newname, src, dtype_of_mode(src_mode))?;
+            }
+            dir::remove(meta, find(&mut gs, parent), k1)?;
+            if src_dir && parent != newparent {
+                let op = find(&mut gs, parent);
+                op.d.nlink = op.d.nlink.saturating_sub(1);
+                find(&mut gs, newparent).d.nlink += 1;
+                find(&mut gs, src).d.parent = newparent;
+            }
+            let sg = find(&mut gs, src);
+            sg.d.ctime = t;
+            fs.store_pub(sg)?;
+        }
+        for ino in [parent, newparent] {
+            let g = find(&mut gs, ino);
+            g.d.mtime = t;
+            g.d.ctime = t;
+            fs.store_pub(g)?;
+        }
+        return Ok(());
+    }
+    Err(FsError::Errno(libc::EAGAIN))
+}
+
+fn is_dir_ino(gs: &mut [crate::inode::InodeGuard], ino: u64) -> bool {
+    find(gs, ino).d.is_dir()
+}

@@ -1,0 +1,134 @@
+//! Basic behaviour through the engine API, across unmount and remount.
+
+use crate::common::*;
+use cairn_core::{Ctx, SetAttr, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, RENAME_EXCHANGE, RENAME_NOREPLACE};
+
+const ROOT: u64 = 1;
+
+fn names(fs: &cairn_core::Fs, dir: u64) -> Vec<String> {
+    let mut v = Vec::new();
+    fs.readdir(dir, 0, &mut |e| {
+        v.push(String::from_utf8_lossy(&e.name).into_owned());
+        true
+    })
+    .unwrap();
+    v
+}
+
+#[test]
+fn files_dirs_links_survive_remount() {
+    let dev = new_image(64);
+    let c = Ctx::root();
+    {
+        let fs = mount(&dev);
+        let d = fs.mkdir(&c, ROOT, b"dir", 0o755).unwrap();
+        let f = fs.mknod(&c, d.ino, b"file", libc::S_IFREG | 0o644, 0).unwrap();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        assert_eq!(fs.write(f.ino, 0, &data).unwrap() as usize, data.len());
+        assert_eq!(fs.write(f.ino, 10 << 20, b"tail").unwrap(), 4);
+        fs.symlink(&c, ROOT, b"short", b"dir/file").unwrap();
+        let long = vec![b'x'; 3000];
+        fs.symlink(&c, ROOT, b"long", &long).unwrap();
+        fs.link(f.ino, ROOT, b"hard").unwrap();
+        fs.setxattr(f.ino, b"user.k", b"v1", 0).unwrap();
+        fs.unmount().unwrap();
+    }
+    let fs = mount(&dev);
+    let d = fs.lookup(ROOT, b"dir").unwrap();
+    let f = fs.lookup(d.ino, b"file").unwrap();
+    assert_eq!(f.nlink, 2);
+    assert_eq!(f.size, (10 << 20) + 4);
+    let back = fs.read(f.ino, 0, 300_000).unwrap();
+    assert!(back.iter().enumerate().all(|(i, b)| *b == (i as u32 * 7 % 251) as u8));
+    assert_eq!(fs.read(f.ino, 5 << 20, 10).unwrap(), vec![0u8; 10], "hole must read as zeros");
+    assert_eq!(fs.read(f.ino, 10 << 20, 100).unwrap(), b"tail");
+    let s = fs.lookup(ROOT, b"short").unwrap();
+    assert_eq!(fs.readlink(s.ino).unwrap(), b"dir/file");
+    let l = fs.lookup(ROOT, b"long").unwrap();
+    assert_eq!(fs.readlink(l.ino).unwrap(), vec![b'x'; 3000]);
+    assert_eq!(fs.getxattr(f.ino, b"user.k").unwrap(), b"v1");
+    let mut n = names(&fs, ROOT);
+    n.sort();
+    assert_eq!(n, [".", "..", "dir", "hard", "long", "short"]);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn unlink_rmdir_rename_semantics() {
+    let dev = new_image(32);
+    let c = Ctx::root();
+    let fs = mount(&dev);
+    let a = fs.mkdir(&c, ROOT, b"a", 0o755).unwrap();
+    let b = fs.mkdir(&c, ROOT, b"b", 0o755).unwrap();
+    fs.mknod(&c, a.ino, b"x", libc::S_IFREG | 0o600, 0).unwrap();
+    fs.mknod(&c, b.ino, b"y", libc::S_IFREG | 0o600, 0).unwrap();
+    assert_eq!(fs.rmdir(ROOT, b"a").unwrap_err().errno(), libc::ENOTEMPTY);
+    assert_eq!(fs.unlink(ROOT, b"a").unwrap_err().errno(), libc::EISDIR);
+    assert_eq!(fs.rename(a.ino, b"x", b.ino, b"y", RENAME_NOREPLACE).unwrap_err().errno(), libc::EEXIST);
+    fs.rename(a.ino, b"x", b.ino, b"y", RENAME_EXCHANGE).unwrap();
+    fs.rename(b.ino, b"y", ROOT, b"z", 0).unwrap();
+    assert_eq!(fs.rename(ROOT, b"a", a.ino, b"sub", 0).unwrap_err().errno(), libc::EINVAL);
+    fs.rename(ROOT, b"a", b.ino, b"a2", 0).unwrap();
+    assert_eq!(fs.getattr(b.ino).unwrap().nlink, 3);
+    assert_eq!(fs.getattr(ROOT).unwrap().nlink, 3);
+    assert_eq!(fs.lookup(a.ino, b"..").unwrap().ino, b.ino);
+    fs.unlink(a.ino, b"x").unwrap();
+    fs.unlink(ROOT, b"z").unwrap();
+    fs.rmdir(b.ino, b"a2").unwrap();
+    assert_eq!(fs.lookup(b.ino, b"a2").unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(fs.lookup(ROOT, &[b'n'; 256]).unwrap_err().errno(), libc::ENAMETOOLONG);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn truncate_fallocate_seek() {
+    let dev = new_image(32);
+    let c = Ctx::root();
+    let fs = mount(&dev);
+    let f = fs.mknod(&c, ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap();
+    fs.write(f.ino, 0, &vec![1u8; 20000]).unwrap();
+    fs.setattr(&c, f.ino, &SetAttr { size: Some(5000), ..Default::default() }).unwrap();
+    fs.setattr(&c, f.ino, &SetAttr { size: Some(9000), ..Default::default() }).unwrap();
+    let r = fs.read(f.ino, 0, 9000).unwrap();
+    assert!(r[..5000].iter().all(|b| *b == 1) && r[5000..].iter().all(|b| *b == 0));
+    fs.fallocate(f.ino, 1 << 20, 1 << 20, FALLOC_FL_KEEP_SIZE).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().size, 9000);
+    fs.fallocate(f.ino, 0, 8192, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).unwrap();
+    assert_eq!(fs.read(f.ino, 0, 8192).unwrap(), vec![0u8; 8192]);
+    assert_eq!(fs.lseek(f.ino, 0, libc::SEEK_DATA).unwrap_err().errno(), libc::ENXIO);
+    fs.write(f.ino, 8192, &[9u8; 100]).unwrap();
+    assert_eq!(fs.lseek(f.ino, 0, libc::SEEK_HOLE).unwrap(), 0);
+    assert_eq!(fs.lseek(f.ino, 0, libc::SEEK_DATA).unwrap(), 8192);
+    assert_eq!(fs.lseek(f.ino, 8192, libc::SEEK_HOLE).unwrap(), 9000);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn big_directory_and_many_extents() {
+    let dev = new_image(128);
+    let c = Ctx::root();
+    let fs = mount(&dev);
+    let d = fs.mkdir(&c, ROOT, b"big", 0o755).unwrap();
+    for i in 0..5000 {
+        fs.mknod(&c, d.ino, format!("file-{i:05}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+    }
+    let f = fs.mknod(&c, ROOT, b"frag", libc::S_IFREG | 0o644, 0).unwrap();
+    // Every other block: many extents, forcing an extent tree.
+    for i in 0..2000u64 {
+        fs.write(f.ino, i * 8192, &[i as u8; 10]).unwrap();
+    }
+    fs.unmount().unwrap();
+    let fs = mount(&dev);
+    assert_eq!(names(&fs, d.ino).len(), 5002);
+    for i in (0..5000).step_by(97) {
+        fs.lookup(d.ino, format!("file-{i:05}").as_bytes()).unwrap();
+    }
+    for i in (0..2000u64).step_by(37) {
+        assert_eq!(fs.read(f.ino, i * 8192, 10).unwrap(), vec![i as u8; 10]);
+    }
+    for i in 0..5000 {
+        fs.unlink(d.ino, format!("file-{i:05}").as_bytes()).unwrap();
+    }
+    fs.rmdir(ROOT, b"big").unwrap();
+    fs.unmount().unwrap();
+}

@@ -1,0 +1,5 @@
+//! Engine integration tests: one binary, one module per scenario.
+
+mod basic;
+mod common;
+mod model;
