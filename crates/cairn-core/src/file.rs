@@ -71,6 +71,9 @@ fn alloc_goal(meta: &Meta, st: &InodeState, lblk: u64) -> Result<u64> {
 pub fn write(meta: &Meta, st: &mut InodeState, off: u64, data: &[u8]) -> Result<u32> {
     let end = off.checked_add(data.len() as u64).filter(|e| *e <= MAX_FILE_SIZE).ok_or(FsError::Errno(libc::EFBIG))?;
     let b = bs(meta);
+    if off > st.d.size {
+        zero_tail(meta, st, off)?;
+    }
     let mut pos = off;
     while pos < end {
         let lblk = pos / b;
@@ -181,13 +184,28 @@ pub fn set_size(meta: &Meta, st: &mut InodeState, size: u64) -> Result<()> {
     }
     let b = bs(meta);
     if size < st.d.size {
+        // The bytes past the new end in the last block stay on disk until
+        // the file grows again (`zero_tail`): zeroing them now, in place,
+        // would change the committed file before this truncate commits.
         free_range(meta, st, size.div_ceil(b), u64::MAX)?;
-        if size % b != 0 {
-            zero_written(meta, st, size, (size / b + 1) * b)?;
-        }
+    } else {
+        zero_tail(meta, st, size)?;
     }
     st.d.size = size;
     Ok(())
+}
+
+/// Before the file grows to `new_size`: zeroes the stale bytes between the
+/// current end of file and the end of its last block (left there by an
+/// earlier truncate). They are past the committed end of file, so writing
+/// them in place is invisible to every committed state.
+fn zero_tail(meta: &Meta, st: &InodeState, new_size: u64) -> Result<()> {
+    let b = bs(meta);
+    let old = st.d.size;
+    if new_size <= old || old % b == 0 {
+        return Ok(());
+    }
+    zero_written(meta, st, old, new_size.min(old.div_ceil(b) * b))
 }
 
 /// Allocates unwritten extents over every hole in blocks `[s, e)`.
@@ -247,6 +265,7 @@ pub fn fallocate(meta: &Meta, st: &mut InodeState, off: u64, len: u64, mode: i32
         allocate_unwritten(meta, st, off / b, end.div_ceil(b))?;
     }
     if !keep && end > st.d.size {
+        zero_tail(meta, st, end)?;
         st.d.size = end;
     }
     Ok(())

@@ -22,6 +22,7 @@
 //! takes the gate exclusively only to snapshot dirty buffers (a memcpy),
 //! then writes the journal with the gate released. See each module's essay.
 
+pub mod crashdev;
 pub mod dev;
 pub mod error;
 pub mod mkfs;

@@ -15,7 +15,8 @@
 //! leaf:     nkeys slots of {key u64, value_off u16, value_len u16} from byte 32,
 //!           values packed from the end of the block downwards
 //! internal: nkeys entries of {key u64, child u64} from byte 32; entry i
-//!           covers keys in [key_i, key_{i+1}); key_0 is the subtree minimum
+//!           covers keys in [key_i, key_{i+1}); key_0 is a lower bound of the
+//!           subtree (it may be below the smallest key left after removals)
 //! ```
 //! Invariants: keys strictly ascending within a node; every key in child i is
 //! in `[key_i, key_{i+1})`; all leaves at level 0 and the same depth; nodes
