@@ -2,5 +2,6 @@
 
 mod basic;
 mod common;
+mod concurrency;
 mod crash;
 mod model;
