@@ -74,6 +74,11 @@ pub struct Allocator {
     pending: Mutex<Vec<(u64, u64, u32)>>,
     /// Free blocks as the on-disk bitmaps say (superblock counter).
     pub disk_free_blocks: AtomicU64,
+    /// Free blocks that can be allocated now (excludes pending frees).
+    alloc_free: AtomicU64,
+    /// Blocks only metadata may take, so that a tree split or an xattr block
+    /// never fails halfway on a file system that file data has filled.
+    reserve: u64,
     /// Free inodes (superblock counter).
     pub free_inodes: AtomicU64,
     /// Where the next inode search starts.
@@ -150,6 +155,8 @@ impl Allocator {
             groups,
             pending: Mutex::new(Vec::new()),
             disk_free_blocks: AtomicU64::new(fb),
+            alloc_free: AtomicU64::new(fb),
+            reserve: (geo.total_blocks / 512).clamp(64, 16384),
             free_inodes: AtomicU64::new(fi),
             next_ino: AtomicU64::new(next_ino.clamp(cairn_format::FIRST_INO, geo.total_inodes())),
             stats: AllocStats::default(),
@@ -295,8 +302,20 @@ impl Allocator {
         })
     }
 
-    /// Allocates up to `want` contiguous blocks, as near `goal` as possible.
-    /// Returns (first block, count >= 1) or ENOSPC.
+    /// Allocates up to `want` contiguous blocks for file data, as near
+    /// `goal` as possible, leaving the metadata reserve alone.
+    pub fn alloc_data(&self, bufs: &BufferCache, goal: u64, want: u32) -> Result<(u64, u32)> {
+        let free = self.alloc_free.load(Ordering::Relaxed);
+        if free <= self.reserve {
+            self.stats.enospc.fetch_add(1, Ordering::Relaxed);
+            return Err(FsError::Errno(libc::ENOSPC));
+        }
+        let want = u64::from(want).min(free - self.reserve) as u32;
+        self.alloc_blocks(bufs, goal, want)
+    }
+
+    /// Allocates up to `want` contiguous blocks, as near `goal` as possible
+    /// (metadata may use the reserve). Returns (first block, count >= 1) or ENOSPC.
     pub fn alloc_blocks(&self, bufs: &BufferCache, goal: u64, want: u32) -> Result<(u64, u32)> {
         self.stats.alloc_calls.fetch_add(1, Ordering::Relaxed);
         let n = self.geo.group_count;
@@ -323,6 +342,7 @@ impl Allocator {
                 set_bit(map, b);
             }
             gm.free.fetch_sub(cnt as u32, Ordering::Relaxed);
+            self.alloc_free.fetch_sub(cnt, Ordering::Relaxed);
             self.change_disk_bitmap(
                 bufs,
                 g,
@@ -407,6 +427,7 @@ impl Allocator {
                 }
             }
             gm.free.fetch_add(len, Ordering::Relaxed);
+            self.alloc_free.fetch_add(u64::from(len), Ordering::Relaxed);
         }
     }
 

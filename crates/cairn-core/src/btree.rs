@@ -173,10 +173,11 @@ impl<'a> Tree<'a> {
                         break;
                     }
                 }
+                // Allocate first: if the file system is full nothing has changed yet.
+                let nb = self.new_node()?;
                 let right: Vec<_> = e.split_off(mid);
                 let sep = right[0].0;
                 self.meta.write_node(&buf, &node);
-                let nb = self.new_node()?;
                 self.meta.write_node(&nb, &Node { kind: self.kind, level: 0, owner: self.owner, body: NodeBody::Leaf(right) });
                 Ok(Some((sep, nb.blk)))
             }
@@ -199,10 +200,10 @@ impl<'a> Tree<'a> {
                     self.meta.write_node(&buf, &node);
                     return Ok(None);
                 }
+                let nb = self.new_node()?;
                 let right: Vec<_> = c.split_off(c.len() / 2);
                 let sep = right[0].0;
                 self.meta.write_node(&buf, &node);
-                let nb = self.new_node()?;
                 self.meta.write_node(&nb, &Node { kind: self.kind, level: lvl, owner: self.owner, body: NodeBody::Internal(right) });
                 Ok(Some((sep, nb.blk)))
             }

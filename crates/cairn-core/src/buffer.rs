@@ -50,6 +50,9 @@ pub struct CacheStats {
     pub hits: AtomicU64,
     pub misses: AtomicU64,
     pub evictions: AtomicU64,
+    /// Changes to buffers already dirty in the running checkpoint: each is a
+    /// block image that delayed logging writes once instead of again.
+    pub relogged: AtomicU64,
 }
 
 /// The sharded buffer cache.
@@ -146,6 +149,8 @@ impl BufferCache {
         if !buf.dirty.swap(true, Ordering::AcqRel) {
             self.dirty_count.fetch_add(1, Ordering::Relaxed);
             self.dirty[self.shard(buf.blk)].lock().push(buf.clone());
+        } else {
+            self.stats.relogged.fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -98,7 +98,7 @@ pub fn write(meta: &Meta, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
                     let need = (end - lblk * b).div_ceil(b);
                     let want = need.min(len).min(u64::from(MAX_EXTENT_LEN)).min(1 << 16) as u32;
                     let goal = alloc_goal(meta, st, lblk)?;
-                    let (pblk, got) = meta.alloc.alloc_blocks(&meta.bufs, goal, want)?;
+                    let (pblk, got) = meta.alloc.alloc_data(&meta.bufs, goal, want)?;
                     let k = u64::from(got);
                     if let Err(e) = fill_blocks(meta, pblk, lblk, k, off, data) {
                         let _ = meta.free(pblk, k);
@@ -217,7 +217,7 @@ fn allocate_unwritten(meta: &Meta, st: &mut InodeState, s: u64, e: u64) -> Resul
             Mapping::Hole { len } => {
                 let want = (e - l).min(len).min(1 << 16) as u32;
                 let goal = alloc_goal(meta, st, l)?;
-                let (pblk, got) = meta.alloc.alloc_blocks(&meta.bufs, goal, want)?;
+                let (pblk, got) = meta.alloc.alloc_data(&meta.bufs, goal, want)?;
                 extent_map::insert(meta, st, Extent { lblk: l, pblk, len: got, unwritten: true })?;
                 st.d.blocks += u64::from(got);
                 l += u64::from(got);

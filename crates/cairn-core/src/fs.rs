@@ -30,7 +30,7 @@ use cairn_format::layout::Geometry;
 use cairn_format::superblock::{Superblock, STATE_CLEAN};
 use cairn_format::{FormatError, NAME_MAX, ROOT_INO, SYMLINK_MAX};
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -71,6 +71,11 @@ pub struct Fs {
     shutdown: AtomicBool,
     unmounted: AtomicBool,
     generation: AtomicU32,
+    /// Commit snapshots taken, and those whose commit finished.
+    snapshots: AtomicU64,
+    committed_snapshots: AtomicU64,
+    /// Syncs that found their changes already committed by another caller.
+    pub(crate) group_joins: AtomicU64,
     backend: Backend,
     backend_thread: Mutex<Option<JoinHandle<()>>>,
     pub(crate) replayed: crate::journal::ReplayReport,
@@ -154,6 +159,9 @@ impl Fs {
             shutdown: AtomicBool::new(false),
             unmounted: AtomicBool::new(false),
             generation: AtomicU32::new(rand::random()),
+            snapshots: AtomicU64::new(0),
+            committed_snapshots: AtomicU64::new(0),
+            group_joins: AtomicU64::new(0),
             backend: Backend { kick: Mutex::new(false), cv: Condvar::new(), stop: AtomicBool::new(false) },
             backend_thread: Mutex::new(None),
             replayed,
@@ -238,9 +246,17 @@ impl Fs {
         Ok(())
     }
 
-    /// Writes one checkpoint of everything changed so far and waits for it.
+    /// Makes everything changed before this call durable. Callers that
+    /// arrive while a commit is running wait for the next one, and callers
+    /// whose changes a commit started after their arrival already covered
+    /// return at once: concurrent `fsync`s share one commit (group commit).
     fn commit(&self) -> Result<()> {
+        let arrived = self.snapshots.load(Ordering::Acquire);
         let _c = self.commit_lock.lock();
+        if self.committed_snapshots.load(Ordering::Acquire) > arrived {
+            self.group_joins.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         let images = {
             let _g = self.gate.write();
             if self.meta.bufs.dirty_count() > 0 {
@@ -250,6 +266,7 @@ impl Fs {
             if !imgs.is_empty() {
                 self.meta.running_seq.fetch_add(1, Ordering::AcqRel);
             }
+            self.snapshots.fetch_add(1, Ordering::AcqRel);
             imgs
         };
         let r = self.journal.commit(&images);
@@ -258,6 +275,7 @@ impl Fs {
             self.shutdown.store(true, Ordering::Release);
         }
         r?;
+        self.committed_snapshots.fetch_add(1, Ordering::AcqRel);
         self.meta.alloc.release_pending(self.journal.durable_tail_seq());
         Ok(())
     }
@@ -269,8 +287,23 @@ impl Fs {
         Ok(())
     }
 
-    /// Runs a changing operation inside the transaction gate.
-    fn change<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    /// Runs a changing operation inside the transaction gate. An operation
+    /// that finds the file system full while freed blocks still wait for the
+    /// journal (see `alloc`) is retried once after two commits have made
+    /// them reusable; operations leave nothing half-done when they fail
+    /// with ENOSPC, so the retry is safe.
+    fn change<T>(&self, f: impl Fn() -> Result<T>) -> Result<T> {
+        match self.change_once(&f) {
+            Err(FsError::Errno(libc::ENOSPC)) if self.meta.alloc.pending_blocks() > 0 => {
+                self.commit()?;
+                self.commit()?;
+                self.change_once(&f)
+            }
+            r => r,
+        }
+    }
+
+    fn change_once<T>(&self, f: &impl Fn() -> Result<T>) -> Result<T> {
         self.alive()?;
         if self.opts.read_only {
             return Err(FsError::Errno(libc::EROFS));
@@ -466,23 +499,30 @@ impl Fs {
             if is_dir && pg.d.nlink >= u32::MAX - 1 {
                 return Err(FsError::Errno(libc::EMLINK));
             }
-            let (ino, mut d) = self.new_inode(ctx, &pg, mode, rdev)?;
-            let r = self.icache.insert(ino, d.clone());
+            let (ino, d) = self.new_inode(ctx, &pg, mode, rdev)?;
+            let r = self.icache.insert(ino, d);
             let mut st = r.write();
-            if let Some(t) = target {
-                st.d.size = t.len() as u64;
-                if t.len() <= DATA_AREA {
-                    st.d.data = DataArea::Inline(t.to_vec());
-                } else {
-                    st.d.size = 0;
-                    file::write(&self.meta, &mut st, 0, t)?;
+            let filled = (|| {
+                if let Some(t) = target {
+                    if t.len() <= DATA_AREA {
+                        st.d.size = t.len() as u64;
+                        st.d.data = DataArea::Inline(t.to_vec());
+                    } else {
+                        file::write(&self.meta, &mut st, 0, t)?;
+                    }
                 }
-                d = st.d.clone();
+                self.store(&st)?;
+                dir::add(&self.meta, &mut pg, name, ino, dtype_of_mode(mode))
+            })();
+            if let Err(e) = filled {
+                // Undo: nothing may stay half-created (the caller may retry).
+                st.d.nlink = 0;
+                if let Err(e2) = self.free_inode(&mut st) {
+                    tracing::error!(ino, error = %e2, "could not undo a failed create");
+                }
+                return Err(e);
             }
-            let _ = d;
             st.lookups += 1;
-            self.store(&st)?;
-            dir::add(&self.meta, &mut pg, name, ino, dtype_of_mode(mode))?;
             let t = now();
             pg.d.mtime = t;
             pg.d.ctime = t;

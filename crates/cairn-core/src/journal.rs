@@ -239,6 +239,17 @@ impl Journal {
         self.state.lock().head.seq
     }
 
+    /// Ring blocks between the durable tail and the head (log space in use).
+    pub fn used_blocks(&self) -> u64 {
+        let st = self.state.lock();
+        self.ring_used(st.durable_tail.off, st.head.off)
+    }
+
+    /// Size of the journal region in blocks.
+    pub fn size_blocks(&self) -> u64 {
+        self.blocks
+    }
+
     /// The checkpoint sequence that the durable tail has passed: images of
     /// checkpoints below it can no longer be replayed.
     pub fn durable_tail_seq(&self) -> u64 {
@@ -251,8 +262,17 @@ impl Journal {
         let t0 = Instant::now();
         let mut st = self.state.lock();
         if images.is_empty() {
+            // Nothing to log: make data durable, and move the tail past the
+            // last checkpoint (its homes are durable after this flush), so
+            // that blocks it freed become reusable.
             self.flush()?;
             st.durable_tail = st.written_tail;
+            if st.written_tail != st.head {
+                self.write_jsb(st.head)?;
+                self.flush()?;
+                st.written_tail = st.head;
+                st.durable_tail = st.head;
+            }
             return Ok(st.committed_seq);
         }
         let cap = desc_capacity(self.bs);

@@ -37,6 +37,10 @@ pub fn collect(fs: &Fs) -> Vec<(String, u64)> {
     put("cache.hits", b.stats.hits.load(Relaxed));
     put("cache.misses", b.stats.misses.load(Relaxed));
     put("cache.evictions", b.stats.evictions.load(Relaxed));
+    put("journal.relogged_in_memory", b.stats.relogged.load(Relaxed));
+    put("journal.group_commit_joins", fs.group_joins.load(Relaxed));
+    put("journal.log_used_blocks", fs.journal().used_blocks());
+    put("journal.log_size_blocks", fs.journal().size_blocks());
     put("icache.inodes", fs.icache().len() as u64);
     let a = &fs.meta.alloc;
     put("alloc.calls", a.stats.alloc_calls.load(Relaxed));

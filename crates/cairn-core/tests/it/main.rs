@@ -4,4 +4,5 @@ mod basic;
 mod common;
 mod concurrency;
 mod crash;
+mod full;
 mod model;
