@@ -161,3 +161,69 @@ fn named_workloads_survive_every_crash_point() {
     eprintln!("crash harness: {n} crash states checked");
     assert!(n > 50);
 }
+
+/// One random step of the model workloads.
+fn random_step(rng: &mut rand::rngs::StdRng) -> Box<dyn Fn(&Fs)> {
+    let c = Ctx::root();
+    let n: u8 = rng.gen_range(0..12);
+    let m: u8 = rng.gen_range(0..12);
+    let off: u64 = rng.gen_range(0..40_000);
+    let len: usize = rng.gen_range(1..20_000);
+    let v: u8 = rng.gen();
+    let kind: u8 = rng.gen_range(0..9);
+    let name = move |x: u8| format!("f{x}").into_bytes();
+    Box::new(move |fs: &Fs| match kind {
+        0 | 1 => {
+            let _ = fs.mknod(&c, 1, &name(n), libc::S_IFREG | 0o644, 0);
+        }
+        2 | 3 => {
+            if let Ok(a) = fs.lookup(1, &name(n)) {
+                if a.mode & libc::S_IFMT == libc::S_IFREG {
+                    fs.write(a.ino, off, &vec![v; len]).unwrap();
+                }
+            }
+        }
+        4 => {
+            let _ = fs.unlink(1, &name(n));
+        }
+        5 => {
+            let _ = fs.rename(1, &name(n), 1, &name(m), 0);
+        }
+        6 => {
+            if let Ok(a) = fs.lookup(1, &name(n)) {
+                if a.mode & libc::S_IFMT == libc::S_IFREG {
+                    fs.setattr(&c, a.ino, &cairn_core::SetAttr { size: Some(off / 2), ..Default::default() }).unwrap();
+                }
+            }
+        }
+        7 => {
+            if let Ok(a) = fs.lookup(1, &name(n)) {
+                let _ = fs.setxattr(a.ino, format!("user.k{m}").as_bytes(), &vec![v; len % 300], 0);
+            }
+        }
+        _ => {
+            if let Ok(a) = fs.lookup(1, &name(n)) {
+                if a.mode & libc::S_IFMT == libc::S_IFREG {
+                    let _ = fs.link(a.ino, 1, &name(m));
+                }
+            }
+        }
+    })
+}
+
+/// Random workloads (the model's operation mix), each step followed by a
+/// sync: at least `CAIRN_CRASH_STATES` (default 10,000) crash states in all.
+#[test]
+fn random_workloads_survive_every_crash_point() {
+    let want: usize = std::env::var("CAIRN_CRASH_STATES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let mut total = 0;
+    let mut seed = 0u64;
+    while total < want {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let steps: Vec<Box<dyn Fn(&Fs)>> = (0..rng.gen_range(4..16)).map(|_| random_step(&mut rng)).collect();
+        let (plan, snaps, marks) = record(&steps);
+        total += check_all(&plan, &snaps, &marks, &mut rng, 8);
+        seed += 1;
+    }
+    eprintln!("crash harness: {total} crash states from {seed} random workloads, none inconsistent");
+}
