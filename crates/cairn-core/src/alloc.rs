@@ -172,8 +172,13 @@ impl Allocator {
         let buf = bufs.get(blk, |_, _| Ok(()))?;
         let d = buf.data.read();
         let gd = GroupDesc::decode(seed, g, &d[off..off + GD_SIZE])?;
-        if gd.block_bitmap != geo.block_bitmap(g) || gd.inode_bitmap != geo.inode_bitmap(g) || gd.inode_table != geo.inode_table(g) {
-            return Err(FormatError::corrupt("group descriptor", g, "metadata locations do not match the layout").into());
+        if gd.block_bitmap != geo.block_bitmap(g)
+            || gd.inode_bitmap != geo.inode_bitmap(g)
+            || gd.inode_table != geo.inode_table(g)
+        {
+            return Err(
+                FormatError::corrupt("group descriptor", g, "metadata locations do not match the layout").into()
+            );
         }
         Ok(gd)
     }
@@ -225,7 +230,9 @@ impl Allocator {
             let buf = bufs.get(gd.block_bitmap, |blk, d| {
                 let c = crc(seed, d);
                 if c != want {
-                    return Err(FormatError::Checksum { what: "block bitmap", at: blk, stored: want, computed: c }.into());
+                    return Err(
+                        FormatError::Checksum { what: "block bitmap", at: blk, stored: want, computed: c }.into()
+                    );
                 }
                 Ok(())
             })?;
@@ -257,7 +264,9 @@ impl Allocator {
             let buf = bufs.get(gd.inode_bitmap, |blk, d| {
                 let c = crc(seed, d);
                 if c != want {
-                    return Err(FormatError::Checksum { what: "inode bitmap", at: blk, stored: want, computed: c }.into());
+                    return Err(
+                        FormatError::Checksum { what: "inode bitmap", at: blk, stored: want, computed: c }.into()
+                    );
                 }
                 Ok(())
             })?;
@@ -270,14 +279,25 @@ impl Allocator {
 
     /// Applies `f` to group `g`'s on-disk block bitmap (initialising it if
     /// needed), then stores its checksum and free-count delta in the descriptor.
-    fn change_disk_bitmap(&self, bufs: &BufferCache, g: u64, inode_map: bool, f: impl FnOnce(&mut [u8]), free_delta: i64, dirs_delta: i64) -> Result<()> {
+    fn change_disk_bitmap(
+        &self,
+        bufs: &BufferCache,
+        g: u64,
+        inode_map: bool,
+        f: impl FnOnce(&mut [u8]),
+        free_delta: i64,
+        dirs_delta: i64,
+    ) -> Result<()> {
         let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, bufs, g)?;
         let (blk, uninit_flag) =
             if inode_map { (gd.inode_bitmap, GD_INODE_UNINIT) } else { (gd.block_bitmap, GD_BLOCK_UNINIT) };
         let buf = if gd.flags & uninit_flag != 0 {
             let b = bufs.get_new(blk);
-            let init =
-                if inode_map { self.synth_inode_bitmap(bufs.block_size()) } else { self.synth_block_bitmap(g, bufs.block_size()) };
+            let init = if inode_map {
+                self.synth_inode_bitmap(bufs.block_size())
+            } else {
+                self.synth_block_bitmap(g, bufs.block_size())
+            };
             b.data.write().copy_from_slice(&init);
             b
         } else {
@@ -483,7 +503,6 @@ impl Allocator {
         self.stats.inodes_freed.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
-
 }
 
 /// Block and byte offset of group `g`'s descriptor.

@@ -122,7 +122,12 @@ impl<'a> Tree<'a> {
     pub fn insert(&mut self, root: &mut u64, key: u64, value: &[u8]) -> Result<()> {
         if *root == 0 {
             let b = self.new_node()?;
-            let node = Node { kind: self.kind, level: 0, owner: self.owner, body: NodeBody::Leaf(vec![(key, value.to_vec())]) };
+            let node = Node {
+                kind: self.kind,
+                level: 0,
+                owner: self.owner,
+                body: NodeBody::Leaf(vec![(key, value.to_vec())]),
+            };
             self.meta.write_node(&b, &node);
             *root = b.blk;
             return Ok(());
@@ -178,7 +183,10 @@ impl<'a> Tree<'a> {
                 let right: Vec<_> = e.split_off(mid);
                 let sep = right[0].0;
                 self.meta.write_node(&buf, &node);
-                self.meta.write_node(&nb, &Node { kind: self.kind, level: 0, owner: self.owner, body: NodeBody::Leaf(right) });
+                self.meta.write_node(
+                    &nb,
+                    &Node { kind: self.kind, level: 0, owner: self.owner, body: NodeBody::Leaf(right) },
+                );
                 Ok(Some((sep, nb.blk)))
             }
             NodeBody::Internal(c) => {
@@ -204,7 +212,10 @@ impl<'a> Tree<'a> {
                 let right: Vec<_> = c.split_off(c.len() / 2);
                 let sep = right[0].0;
                 self.meta.write_node(&buf, &node);
-                self.meta.write_node(&nb, &Node { kind: self.kind, level: lvl, owner: self.owner, body: NodeBody::Internal(right) });
+                self.meta.write_node(
+                    &nb,
+                    &Node { kind: self.kind, level: lvl, owner: self.owner, body: NodeBody::Internal(right) },
+                );
                 Ok(Some((sep, nb.blk)))
             }
         }

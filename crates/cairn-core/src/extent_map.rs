@@ -46,7 +46,11 @@ pub fn lookup(meta: &Meta, st: &InodeState, lblk: u64) -> Result<Mapping> {
         DataArea::Extents(list) => {
             for e in list {
                 if e.lblk <= lblk && lblk < e.lend() {
-                    return Ok(Mapping::Mapped { pblk: e.pblk + (lblk - e.lblk), len: e.lend() - lblk, unwritten: e.unwritten });
+                    return Ok(Mapping::Mapped {
+                        pblk: e.pblk + (lblk - e.lblk),
+                        len: e.lend() - lblk,
+                        unwritten: e.unwritten,
+                    });
                 }
                 if e.lblk > lblk {
                     return Ok(hole_to(Some(e.lblk)));
@@ -59,7 +63,11 @@ pub fn lookup(meta: &Meta, st: &InodeState, lblk: u64) -> Result<Mapping> {
             if let Some((k, v)) = t.floor(*root, lblk)? {
                 let e = check(meta, st.ino, &Extent::decode_value(k, &v))?;
                 if lblk < e.lend() {
-                    return Ok(Mapping::Mapped { pblk: e.pblk + (lblk - e.lblk), len: e.lend() - lblk, unwritten: e.unwritten });
+                    return Ok(Mapping::Mapped {
+                        pblk: e.pblk + (lblk - e.lblk),
+                        len: e.lend() - lblk,
+                        unwritten: e.unwritten,
+                    });
                 }
             }
             let mut next = None;
@@ -135,7 +143,12 @@ pub fn remove(meta: &Meta, st: &mut InodeState, start: u64, end: u64) -> Result<
             keep.push(Extent { len: (start - e.lblk) as u32, ..*e });
         }
         if e.lend() > end {
-            keep.push(Extent { lblk: end, pblk: e.pblk + (end - e.lblk), len: (e.lend() - end) as u32, unwritten: e.unwritten });
+            keep.push(Extent {
+                lblk: end,
+                pblk: e.pblk + (end - e.lblk),
+                len: (e.lend() - end) as u32,
+                unwritten: e.unwritten,
+            });
         }
     }
     match &mut st.d.data {
@@ -169,8 +182,12 @@ pub fn remove(meta: &Meta, st: &mut InodeState, start: u64, end: u64) -> Result<
 /// Maps `e` (its logical range must be unmapped), merging with the extent
 /// before it when they continue each other.
 pub fn insert(meta: &Meta, st: &mut InodeState, e: Extent) -> Result<()> {
-    let mergeable =
-        |l: &Extent| l.lend() == e.lblk && l.pblk + u64::from(l.len) == e.pblk && l.unwritten == e.unwritten && l.len + e.len <= MAX_EXTENT_LEN;
+    let mergeable = |l: &Extent| {
+        l.lend() == e.lblk
+            && l.pblk + u64::from(l.len) == e.pblk
+            && l.unwritten == e.unwritten
+            && l.len + e.len <= MAX_EXTENT_LEN
+    };
     match &mut st.d.data {
         DataArea::Extents(list) => {
             if let Some(l) = list.iter_mut().find(|l| mergeable(l)) {

@@ -202,7 +202,7 @@ pub fn set_size(meta: &Meta, st: &mut InodeState, size: u64) -> Result<()> {
 fn zero_tail(meta: &Meta, st: &InodeState, new_size: u64) -> Result<()> {
     let b = bs(meta);
     let old = st.d.size;
-    if new_size <= old || old % b == 0 {
+    if new_size <= old || old.is_multiple_of(b) {
         return Ok(());
     }
     zero_written(meta, st, old, new_size.min(old.div_ceil(b) * b))

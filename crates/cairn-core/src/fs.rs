@@ -125,15 +125,8 @@ impl Fs {
         let mut sb = Superblock::decode(&head, size)?;
         let bufs = BufferCache::new(dev.clone(), geo.block_size as usize, opts.cache_blocks.max(1024));
         let alloc = Allocator::load(geo, seed, sb.gdt_start, &bufs, sb.next_ino)?;
-        let meta = Meta {
-            dev,
-            bufs,
-            alloc,
-            geo,
-            seed,
-            hash_seed: sb.hash_seed,
-            running_seq: journal.next_seq().into(),
-        };
+        let meta =
+            Meta { dev, bufs, alloc, geo, seed, hash_seed: sb.hash_seed, running_seq: journal.next_seq().into() };
         let root = meta.load_inode(ROOT_INO)?;
         if !root.is_dir() {
             return Err(FormatError::corrupt("inode", ROOT_INO, "root is not a directory").into());
@@ -1040,4 +1033,3 @@ impl Drop for Fs {
         }
     }
 }
-

@@ -82,9 +82,9 @@ impl InodeCache {
     /// Drops `ino` from the cache if nobody uses it.
     pub fn evict_if_unused(&self, ino: u64) {
         let mut map = self.shard(ino).lock();
-        let unused = map.get(&ino).is_some_and(|r| {
-            Arc::strong_count(r) == 1 && r.try_read().is_some_and(|g| g.lookups == 0 || g.freed)
-        });
+        let unused = map
+            .get(&ino)
+            .is_some_and(|r| Arc::strong_count(r) == 1 && r.try_read().is_some_and(|g| g.lookups == 0 || g.freed));
         if unused {
             map.remove(&ino);
         }
@@ -99,7 +99,6 @@ impl InodeCache {
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
-
 }
 
 /// Write-locks several inodes in ascending number order (deduplicated).

@@ -84,6 +84,9 @@ pub struct Journal {
     pub stats: JournalStats,
 }
 
+/// A verified record: (home block, image) pairs and the position after it.
+type Record = (Vec<(u64, Vec<u8>)>, Pos);
+
 /// What replay found.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ReplayReport {
@@ -116,7 +119,12 @@ impl Journal {
 
     /// Opens the journal of `sb`, replaying committed checkpoints into their
     /// home locations when `replay` is true (else fails if any are pending).
-    pub fn open(dev: Arc<dyn BlockDevice>, sb: &Superblock, seed: u32, replay: bool) -> Result<(Journal, ReplayReport)> {
+    pub fn open(
+        dev: Arc<dyn BlockDevice>,
+        sb: &Superblock,
+        seed: u32,
+        replay: bool,
+    ) -> Result<(Journal, ReplayReport)> {
         let bs = sb.block_size() as usize;
         let mut jb = vec![0u8; bs];
         dev.read_at(&mut jb, sb.journal_start * bs as u64)?;
@@ -129,7 +137,12 @@ impl Journal {
             bs,
             seed,
             total_blocks: sb.total_blocks,
-            state: Mutex::new(State { head: tail, written_tail: tail, durable_tail: tail, committed_seq: tail.seq.saturating_sub(1) }),
+            state: Mutex::new(State {
+                head: tail,
+                written_tail: tail,
+                durable_tail: tail,
+                committed_seq: tail.seq.saturating_sub(1),
+            }),
             stats: JournalStats::default(),
         };
         let mut report = ReplayReport::default();
@@ -166,7 +179,7 @@ impl Journal {
     }
 
     /// Reads and verifies the record at `pos`; `None` at the end of the log.
-    fn read_record(&self, pos: Pos) -> Result<Option<(Vec<(u64, Vec<u8>)>, Pos)>> {
+    fn read_record(&self, pos: Pos) -> Result<Option<Record>> {
         let limit = self.blocks - 1;
         let mut off = pos.off;
         let mut used = 0u64;

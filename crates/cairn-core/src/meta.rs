@@ -2,8 +2,8 @@
 //! cache, the allocator, the geometry and the running checkpoint number.
 
 use crate::alloc::Allocator;
-use crate::dev::BlockDevice;
 use crate::buffer::{Buf, BufferCache};
+use crate::dev::BlockDevice;
 use crate::error::Result;
 use cairn_format::btree::Node;
 use cairn_format::layout::Geometry;
@@ -33,7 +33,9 @@ impl Meta {
     /// that it belongs to tree `kind` of `owner`.
     pub fn read_node(&self, blk: u64, kind: u8, owner: u64) -> Result<Arc<Buf>> {
         if !self.geo.valid_data_range(blk, 1) {
-            return Err(FormatError::corrupt("tree pointer", owner, format!("block {blk} outside the data area")).into());
+            return Err(
+                FormatError::corrupt("tree pointer", owner, format!("block {blk} outside the data area")).into()
+            );
         }
         let seed = self.seed;
         let buf = self.bufs.get(blk, |b, d| Node::decode(seed, b, d).map(|_| ()).map_err(Into::into))?;

@@ -12,8 +12,7 @@ pub fn get_u16(b: &[u8], off: usize) -> u16 {
 
 /// Reads a `u32` at `off`.
 pub fn get_u32(b: &[u8], off: usize) -> u32 {
-    b.get(off..off + 4)
-        .map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    b.get(off..off + 4).map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 /// Reads a `u64` at `off`.

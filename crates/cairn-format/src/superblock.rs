@@ -214,7 +214,10 @@ impl Superblock {
         }
         let gdt_need = (groups * crate::group_desc::GD_SIZE as u64).div_ceil(bs);
         if self.gdt_start != 1 || self.gdt_blocks != gdt_need {
-            return bad(format!("group descriptor table at {}+{} (want 1+{gdt_need})", self.gdt_start, self.gdt_blocks));
+            return bad(format!(
+                "group descriptor table at {}+{} (want 1+{gdt_need})",
+                self.gdt_start, self.gdt_blocks
+            ));
         }
         if self.journal_start != self.gdt_start + self.gdt_blocks
             || self.journal_blocks < crate::journal::MIN_JOURNAL_BLOCKS

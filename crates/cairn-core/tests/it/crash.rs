@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 type Snapshot = BTreeMap<String, (u32, Vec<u8>, Vec<u8>)>;
+/// One step of a workload.
+type Step = Box<dyn Fn(&Fs)>;
 
 fn opts() -> MountOptions {
     MountOptions { commit_interval: Duration::from_secs(3600), ..Default::default() }
@@ -52,7 +54,7 @@ fn snapshot(fs: &Fs) -> Snapshot {
 
 /// Runs the workload, syncing after each step; returns the recorded plan, the
 /// snapshot after each sync and the op-log length at each sync.
-fn record(steps: &[Box<dyn Fn(&Fs)>]) -> (CrashPlan, Vec<Snapshot>, Vec<usize>) {
+fn record(steps: &[Step]) -> (CrashPlan, Vec<Snapshot>, Vec<usize>) {
     let mem = MemDevice::new(16 << 20);
     format(&mem, &MkfsOptions { journal_blocks: Some(256), ..Default::default() }, &mut |_, _| {}).unwrap();
     let rec = Arc::new(RecordingDevice::new(mem.snapshot()));
@@ -70,7 +72,13 @@ fn record(steps: &[Box<dyn Fn(&Fs)>]) -> (CrashPlan, Vec<Snapshot>, Vec<usize>) 
     (rec.plan(), snaps, marks)
 }
 
-fn check_all(plan: &CrashPlan, snaps: &[Snapshot], marks: &[usize], rng: &mut rand::rngs::StdRng, per_flush: usize) -> usize {
+fn check_all(
+    plan: &CrashPlan,
+    snaps: &[Snapshot],
+    marks: &[usize],
+    rng: &mut rand::rngs::StdRng,
+    per_flush: usize,
+) -> usize {
     let flushes = plan.flushes();
     let mut tried = 0;
     let mut points: Vec<usize> = flushes.iter().map(|f| f + 1).collect();
@@ -98,7 +106,8 @@ fn check_all(plan: &CrashPlan, snaps: &[Snapshot], marks: &[usize], rng: &mut ra
             };
             let img = Arc::new(plan.image(upto, &extra, torn));
             let d: Arc<dyn BlockDevice> = img.clone();
-            let fs = Fs::mount(d, opts()).unwrap_or_else(|e| panic!("crash state at op {upto} (+{extra:?}, torn {torn:?}) does not mount: {e}"));
+            let fs = Fs::mount(d, opts())
+                .unwrap_or_else(|e| panic!("crash state at op {upto} (+{extra:?}, torn {torn:?}) does not mount: {e}"));
             let got = snapshot(&fs);
             let ok = got == snaps[k] || snaps.get(k + 1).is_some_and(|s| *s == got);
             assert!(ok, "crash state at op {upto} (+{extra:?}, torn {torn:?}) matches neither commit {k} nor {}:\n{got:#?}\nexpected\n{:#?}", k + 1, snaps[k]);
@@ -112,7 +121,7 @@ fn check_all(plan: &CrashPlan, snaps: &[Snapshot], marks: &[usize], rng: &mut ra
 #[test]
 fn named_workloads_survive_every_crash_point() {
     let c = Ctx::root();
-    let steps: Vec<Box<dyn Fn(&Fs)>> = vec![
+    let steps: Vec<Step> = vec![
         Box::new(move |fs: &Fs| {
             let f = fs.mknod(&c, 1, b"a", libc::S_IFREG | 0o644, 0).unwrap();
             fs.write(f.ino, 0, &[1u8; 5000]).unwrap();
@@ -163,7 +172,7 @@ fn named_workloads_survive_every_crash_point() {
 }
 
 /// One random step of the model workloads.
-fn random_step(rng: &mut rand::rngs::StdRng) -> Box<dyn Fn(&Fs)> {
+fn random_step(rng: &mut rand::rngs::StdRng) -> Step {
     let c = Ctx::root();
     let n: u8 = rng.gen_range(0..12);
     let m: u8 = rng.gen_range(0..12);
@@ -220,7 +229,7 @@ fn random_workloads_survive_every_crash_point() {
     let mut seed = 0u64;
     while total < want {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let steps: Vec<Box<dyn Fn(&Fs)>> = (0..rng.gen_range(4..16)).map(|_| random_step(&mut rng)).collect();
+        let steps: Vec<Step> = (0..rng.gen_range(4..16)).map(|_| random_step(&mut rng)).collect();
         let (plan, snaps, marks) = record(&steps);
         total += check_all(&plan, &snaps, &marks, &mut rng, 8);
         seed += 1;
