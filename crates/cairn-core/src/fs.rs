@@ -564,6 +564,20 @@ impl Fs {
         })
     }
 
+    /// Takes one lookup reference on `ino` (FUSE readdirplus hands the
+    /// kernel an entry for each listed name: each counts as a lookup).
+    pub fn add_lookup(&self, ino: u64) -> Result<()> {
+        self.read_op(|| {
+            let r = self.iget(ino)?;
+            let mut g = r.write();
+            if g.freed {
+                return Err(FsError::Errno(libc::ENOENT));
+            }
+            g.lookups += 1;
+            Ok(())
+        })
+    }
+
     /// Drops `n` lookup references; an unlinked inode is freed at zero.
     pub fn forget(&self, ino: u64, n: u64) {
         let Ok(r) = self.icache.get(&self.meta, ino) else { return };

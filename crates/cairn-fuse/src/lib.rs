@@ -1,1 +1,76 @@
-//! placeholder
+//! # cairn-fuse: the FUSE front end
+//!
+//! A thin adapter from FUSE requests to the engine API ([`cairn_core::Fs`]):
+//! [`adapter`] has one handler per opcode, [`convert`] the type conversions,
+//! [`options`] the `-o` mount options. This crate owns no on-disk state and
+//! decides nothing about the file system's contents: everything durable is
+//! the engine's.
+//!
+//! ## Why fuser (vendored)
+//! fuser 0.18 is pure Rust (no libfuse), serves requests from several threads
+//! (`Config { n_threads, clone_fd }`, each thread with its own `/dev/fuse`
+//! descriptor), and offers every init flag cairn asks for (writeback cache,
+//! parallel dirops, readdirplus, max pages). Two opcodes cairn needs are
+//! missing from its release: FUSE_SYNCFS (without it `sync(1)` and `syncfs(2)`
+//! never reach the file system) and FUSE_TMPFILE (`O_TMPFILE`). cairn carries
+//! fuser in `vendor/fuser` with those two added (see
+//! `vendor/fuser/CAIRN-PATCHES.md`); its maintainers no longer take outside
+//! patches, so the vendored copy is the way to keep them.
+//!
+//! ## Threads
+//! [`Settings::threads`] worker threads (default 2 on this 2-core machine: the
+//! measured best) each read requests from their own cloned descriptor and call
+//! straight into the engine. There is no lock in this crate.
+//!
+//! ## Unmount
+//! When the kernel ends the session (`umount`, `fusermount3 -u`), fuser joins
+//! the workers and calls `destroy`, which unmounts the engine: final commit,
+//! checkpoint, image marked clean. Only then does the daemon exit, so "the
+//! daemon has exited" means "the image is clean".
+
+pub mod adapter;
+pub mod convert;
+pub mod options;
+
+pub use adapter::{AdapterOptions, CairnFuse, Timeouts};
+pub use options::{parse as parse_options, Settings};
+
+use cairn_core::Fs;
+use fuser::{Config, MountOption, Session, SessionACL};
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The fuser session configuration for `settings`.
+pub fn session_config(settings: &Settings, fsname: &str) -> Config {
+    let mut cfg = Config::default();
+    let mut mo = vec![
+        MountOption::FSName(settings.fsname.clone().unwrap_or_else(|| fsname.to_string())),
+        MountOption::Subtype("cairn".into()),
+        MountOption::DefaultPermissions,
+    ];
+    // `subtype=` given by the user replaces ours.
+    if settings.fuse.iter().any(|o| matches!(o, MountOption::Subtype(_))) {
+        mo.retain(|o| !matches!(o, MountOption::Subtype(_)));
+    }
+    mo.extend(settings.fuse.iter().cloned());
+    cfg.mount_options = mo;
+    cfg.acl = if settings.allow_other {
+        SessionACL::All
+    } else if settings.allow_root {
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    cfg.n_threads = Some(settings.threads);
+    cfg.clone_fd = settings.threads > 1;
+    cfg
+}
+
+/// Mounts `fs` at `mountpoint` and completes the FUSE handshake; the file
+/// system answers requests once the returned session runs
+/// ([`Session::run`]). `fsname` is the mount table's source column.
+pub fn mount(fs: Arc<Fs>, mountpoint: &Path, settings: &Settings, fsname: &str) -> io::Result<Session<CairnFuse>> {
+    let cfg = session_config(settings, fsname);
+    Session::new(CairnFuse::new(fs, settings.adapter), mountpoint, &cfg)
+}

@@ -1,0 +1,131 @@
+//! The daemon's control socket: how `cairn stats MOUNTPOINT` reaches the live
+//! counters of a mounted file system.
+//!
+//! Each daemon listens on a Unix socket named after its mount point:
+//! `/run/cairn/<hash>.sock` for root, `$XDG_RUNTIME_DIR/cairn/<hash>.sock` (or
+//! `/tmp/cairn-<uid>/<hash>.sock`) for other users, where `<hash>` is the
+//! FNV-1a hash of the canonical mount-point path. A client connects and reads
+//! one JSON document (`{"image", "mountpoint", "pid", "counters": {...}}`);
+//! the daemon closes the connection after writing it. Later issues may add
+//! requests; today the protocol is "connect, read to EOF".
+//!
+//! The socket holds no state: removing it only makes `cairn stats` unable to
+//! find the daemon. The daemon removes it when it exits.
+
+use cairn_core::Fs;
+use serde_json::{json, Map, Value};
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn runtime_dir() -> PathBuf {
+    let uid = current_uid();
+    if uid == 0 {
+        return PathBuf::from("/run/cairn");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("cairn"),
+        _ => PathBuf::from(format!("/tmp/cairn-{uid}")),
+    }
+}
+
+fn current_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    // The owner of a file we just made is our effective uid; /proc/self is
+    // simpler: its owner is the process's uid.
+    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
+}
+
+/// The socket path for a canonical mount point.
+pub fn socket_path(canonical_mountpoint: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    runtime_dir().join(format!("{:016x}.sock", fnv1a(canonical_mountpoint.as_os_str().as_bytes())))
+}
+
+/// The stats document of a mounted file system.
+pub fn stats_document(fs: &Fs, image: &Path, mountpoint: &Path) -> Value {
+    let mut counters = Map::new();
+    for (k, v) in fs.stats() {
+        counters.insert(k, json!(v));
+    }
+    json!({
+        "image": image.display().to_string(),
+        "mountpoint": mountpoint.display().to_string(),
+        "pid": std::process::id(),
+        "counters": counters,
+    })
+}
+
+/// A listening control socket; the file is removed on drop.
+pub struct ControlSocket {
+    path: PathBuf,
+}
+
+impl Drop for ControlSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Starts serving `fs`'s counters for `mountpoint` on a background thread.
+pub fn serve(fs: Arc<Fs>, image: PathBuf, mountpoint: PathBuf) -> std::io::Result<ControlSocket> {
+    let path = socket_path(&mountpoint);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    // A stale socket from a daemon that was killed: nobody answers on it.
+    if path.exists() && UnixStream::connect(&path).is_err() {
+        let _ = std::fs::remove_file(&path);
+    }
+    let listener = UnixListener::bind(&path)?;
+    std::thread::Builder::new().name("cairn-control".into()).spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let _ = conn.set_write_timeout(Some(Duration::from_secs(5)));
+            let doc = stats_document(&fs, &image, &mountpoint);
+            let _ = conn.write_all(doc.to_string().as_bytes());
+        }
+    })?;
+    Ok(ControlSocket { path })
+}
+
+/// Reads the stats document of the daemon serving `canonical_mountpoint`.
+pub fn fetch(canonical_mountpoint: &Path) -> Result<Value, String> {
+    let path = socket_path(canonical_mountpoint);
+    let mut s = UnixStream::connect(&path).map_err(|e| {
+        format!(
+            "no cairn daemon answers for {} (socket {}: {e}); is it a cairn mount, mounted by this user?",
+            canonical_mountpoint.display(),
+            path.display()
+        )
+    })?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).map_err(|e| format!("reading from {}: {e}", path.display()))?;
+    serde_json::from_str(&buf).map_err(|e| format!("bad answer from the daemon: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_names_differ_per_mountpoint() {
+        let a = socket_path(Path::new("/mnt/a"));
+        let b = socket_path(Path::new("/mnt/b"));
+        assert_ne!(a, b);
+        assert_eq!(a, socket_path(Path::new("/mnt/a")));
+        assert!(a.to_string_lossy().ends_with(".sock"));
+    }
+}

@@ -1,0 +1,190 @@
+//! `cairn mkfs`: create (sparse) and format an image file or block device.
+//!
+//! Refuses to overwrite a file system it recognises (cairn's own, ext2/3/4,
+//! XFS, btrfs, and a few other signatures) unless `--force`: formatting the
+//! wrong file is the one mistake mkfs cannot undo.
+
+use crate::size::{human, parse_size};
+use cairn_core::dev::{BlockDevice, FileDevice};
+use cairn_core::mkfs::{format, MkfsOptions};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::fs::OpenOptions;
+use std::io::Read;
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+
+/// Arguments of `cairn mkfs`.
+pub struct MkfsArgs<'a> {
+    pub image: &'a Path,
+    pub size: Option<&'a str>,
+    pub block_size: u32,
+    pub group_size: Option<&'a str>,
+    pub inode_ratio: Option<&'a str>,
+    pub journal_size: Option<&'a str>,
+    pub label: Option<&'a str>,
+    pub force: bool,
+    pub quiet: bool,
+}
+
+/// A known file-system signature at `off`.
+struct Signature {
+    name: &'static str,
+    off: usize,
+    magic: &'static [u8],
+}
+
+const SIGNATURES: &[Signature] = &[
+    Signature { name: "cairn", off: 0, magic: b"CAIRNFS\0" },
+    Signature { name: "ext2/ext3/ext4", off: 1080, magic: &[0x53, 0xef] },
+    Signature { name: "XFS", off: 0, magic: b"XFSB" },
+    Signature { name: "btrfs", off: 65536 + 64, magic: b"_BHRfS_M" },
+    Signature { name: "LUKS", off: 0, magic: b"LUKS\xba\xbe" },
+    Signature { name: "squashfs", off: 0, magic: b"hsqs" },
+    Signature { name: "ISO 9660", off: 32769, magic: b"CD001" },
+    Signature { name: "a GPT partition table", off: 512, magic: b"EFI PART" },
+    Signature { name: "Linux swap", off: 4086, magic: b"SWAPSPACE2" },
+];
+
+/// The name of the file system whose signature `head` carries, if any.
+pub fn detect_signature(head: &[u8]) -> Option<&'static str> {
+    SIGNATURES.iter().find(|s| head.get(s.off..s.off + s.magic.len()) == Some(s.magic)).map(|s| s.name)
+}
+
+fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut f = std::fs::File::open(path)?;
+    let mut head = vec![0u8; 128 * 1024];
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    head.truncate(n);
+    Ok(head)
+}
+
+/// Runs `cairn mkfs`; returns the exit code.
+pub fn run(a: &MkfsArgs) -> Result<(), String> {
+    let shown = a.image.display();
+    let meta = std::fs::metadata(a.image).ok();
+    let is_blockdev = meta.as_ref().is_some_and(|m| m.file_type().is_block_device());
+    if meta.as_ref().is_some_and(|m| m.is_dir()) {
+        return Err(format!("{shown} is a directory, not an image file"));
+    }
+    let size = match a.size {
+        Some(s) => Some(parse_size(s).map_err(|e| format!("--size: {e}"))?),
+        None if is_blockdev || meta.as_ref().is_some_and(|m| m.len() > 0) => None,
+        None => return Err(format!("{shown} does not exist or is empty: give its size with --size (e.g. --size 1G)")),
+    };
+    if let Some(m) = &meta {
+        if m.len() > 0 || is_blockdev {
+            let head = read_head(a.image).map_err(|e| format!("cannot read {shown}: {e}"))?;
+            if let Some(fs) = detect_signature(&head) {
+                if !a.force {
+                    return Err(format!(
+                        "{shown} already holds a {fs} file system; refusing to overwrite it (use --force to format anyway)"
+                    ));
+                }
+                if !a.quiet {
+                    eprintln!("cairn mkfs: overwriting the {fs} file system in {shown} (--force)");
+                }
+            }
+        }
+    }
+    let mut opts = MkfsOptions { block_size: a.block_size, ..MkfsOptions::default() };
+    if let Some(g) = a.group_size {
+        let bytes = parse_size(g).map_err(|e| format!("--group-size: {e}"))?;
+        let blocks = bytes / u64::from(a.block_size);
+        opts.blocks_per_group =
+            Some(u32::try_from(blocks).map_err(|_| format!("--group-size {g}: too large for one bitmap block"))?);
+    }
+    if let Some(r) = a.inode_ratio {
+        opts.bytes_per_inode = parse_size(r).map_err(|e| format!("--inode-ratio: {e}"))?;
+        if opts.bytes_per_inode < u64::from(a.block_size) {
+            return Err(format!("--inode-ratio {r}: must be at least one block ({} bytes)", a.block_size));
+        }
+    }
+    if let Some(j) = a.journal_size {
+        opts.journal_blocks = Some(parse_size(j).map_err(|e| format!("--journal-size: {e}"))? / u64::from(a.block_size));
+    }
+    if let Some(l) = a.label {
+        if l.len() > 32 {
+            return Err(format!("--label '{l}': at most 32 bytes"));
+        }
+        opts.label = l.to_string();
+    }
+    // Validate the geometry before touching the file.
+    let planned_size = size.unwrap_or_else(|| meta.as_ref().map(|m| m.len()).unwrap_or(0));
+    if !is_blockdev {
+        cairn_core::mkfs::plan(planned_size, &opts).map_err(|e| format!("cannot format {}: {e}", human(planned_size)))?;
+    }
+    if !is_blockdev {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(a.image)
+            .map_err(|e| format!("cannot create {shown}: {e}"))?;
+        if let Some(s) = size {
+            f.set_len(s).map_err(|e| format!("cannot size {shown} to {}: {e}", human(s)))?;
+        }
+    }
+    let dev = FileDevice::open(a.image, false).map_err(|e| format!("cannot open {shown}: {e}"))?;
+    dev.lock_exclusive().map_err(|_| format!("{shown} is in use (mounted or being checked); not formatting it"))?;
+    if let (true, Some(s)) = (is_blockdev, size) {
+        if s > dev.size() {
+            return Err(format!("--size {} is larger than the device ({})", human(s), human(dev.size())));
+        }
+    }
+    let bar = if a.quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} descriptor blocks ({eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message("formatting");
+    let t0 = std::time::Instant::now();
+    let summary = format(&dev, &opts, &mut |done, total| {
+        if t0.elapsed().as_millis() > 300 || bar.length() != Some(0) {
+            bar.set_length(total);
+            bar.set_position(done);
+        }
+    })
+    .map_err(|e| format!("mkfs of {shown} failed: {e}"))?;
+    bar.finish_and_clear();
+    if !a.quiet {
+        let uuid: String = summary.uuid.iter().map(|b| format!("{b:02x}")).collect();
+        println!(
+            "cairn mkfs: {shown}: {} in {} blocks of {} bytes, {} groups, {} inodes, journal {}; uuid {uuid}",
+            human(summary.total_blocks * u64::from(summary.block_size)),
+            summary.total_blocks,
+            summary.block_size,
+            summary.group_count,
+            summary.inodes,
+            human(summary.journal_blocks * u64::from(summary.block_size)),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures() {
+        let mut h = vec![0u8; 128 * 1024];
+        assert_eq!(detect_signature(&h), None);
+        h[1080] = 0x53;
+        h[1081] = 0xef;
+        assert_eq!(detect_signature(&h), Some("ext2/ext3/ext4"));
+        let mut x = vec![0u8; 4096];
+        x[..4].copy_from_slice(b"XFSB");
+        assert_eq!(detect_signature(&x), Some("XFS"));
+        let mut c = vec![0u8; 100];
+        c[..8].copy_from_slice(b"CAIRNFS\0");
+        assert_eq!(detect_signature(&c), Some("cairn"));
+        assert_eq!(detect_signature(&[]), None);
+    }
+}

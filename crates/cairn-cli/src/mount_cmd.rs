@@ -1,0 +1,185 @@
+//! `cairn mount`: open and lock the image, mount the engine, serve FUSE.
+//!
+//! Without `--foreground` the command starts the daemon (itself again, with
+//! `--foreground` and a readiness pipe on its standard output, in its own
+//! process group so that a terminal's Ctrl-C does not reach it) and returns
+//! 0 only once the daemon says the file system is mounted and answering; any
+//! failure before that is printed by the parent and returns 1. The daemon's
+//! log goes to `--log FILE` (default: discarded).
+//!
+//! The daemon holds an exclusive `flock` on the image for its whole life, so
+//! a second mount, a `cairn fsck` or a `cairn mkfs` of a mounted image is
+//! refused. It exits after the kernel ends the session (`umount`,
+//! `fusermount3 -u`) *and* the engine has committed, checkpointed and marked
+//! the image clean; SIGTERM, SIGINT and SIGHUP unmount the mount point first.
+
+use crate::control;
+use cairn_core::dev::FileDevice;
+use cairn_core::Fs;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+/// Arguments of `cairn mount`.
+pub struct MountArgs {
+    pub image: PathBuf,
+    pub mountpoint: PathBuf,
+    pub options: Vec<String>,
+    pub foreground: bool,
+    pub log: Option<PathBuf>,
+    /// Internal: tell the parent on stdout when mounted.
+    pub notify_ready: bool,
+}
+
+const READY: &str = "cairn-ready";
+const FAILED: &str = "cairn-error: ";
+
+/// Checks what can be checked before starting a daemon, with clear errors.
+fn precheck(a: &MountArgs) -> Result<cairn_fuse::Settings, String> {
+    let settings = cairn_fuse::parse_options(&a.options)?;
+    let mp = &a.mountpoint;
+    match std::fs::metadata(mp) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(format!("mount point {} is not a directory", mp.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("mount point {} does not exist (create it with mkdir)", mp.display()))
+        }
+        Err(e) => return Err(format!("mount point {}: {e}", mp.display())),
+    }
+    match std::fs::metadata(&a.image) {
+        Ok(m) if m.is_dir() => return Err(format!("{} is a directory, not an image", a.image.display())),
+        Ok(_) => {}
+        Err(e) => return Err(format!("image {}: {e}", a.image.display())),
+    }
+    Ok(settings)
+}
+
+/// Runs `cairn mount`.
+pub fn run(a: &MountArgs) -> Result<(), String> {
+    let settings = precheck(a)?;
+    if a.foreground {
+        serve(a, settings)
+    } else {
+        start_daemon(a)
+    }
+}
+
+fn start_daemon(a: &MountArgs) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the cairn executable: {e}"))?;
+    let image = std::path::absolute(&a.image).unwrap_or_else(|_| a.image.clone());
+    let mp = std::path::absolute(&a.mountpoint).unwrap_or_else(|_| a.mountpoint.clone());
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount").arg(&image).arg(&mp).arg("--foreground").arg("--notify-ready");
+    for o in &a.options {
+        cmd.arg("-o").arg(o);
+    }
+    let stderr = match &a.log {
+        Some(p) => Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| format!("log file {}: {e}", p.display()))?,
+        ),
+        None => Stdio::null(),
+    };
+    if a.log.is_some() {
+        cmd.arg("--log").arg(a.log.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())).unwrap());
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).process_group(0).current_dir("/");
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start the cairn daemon: {e}"))?;
+    let out = child.stdout.take().expect("stdout is piped");
+    for line in BufReader::new(out).lines() {
+        let Ok(line) = line else { break };
+        if line == READY {
+            return Ok(());
+        }
+        if let Some(msg) = line.strip_prefix(FAILED) {
+            let _ = child.wait();
+            return Err(msg.to_string());
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    Err(format!("the cairn daemon exited before the file system was mounted ({status})"))
+}
+
+/// The daemon proper (also `--foreground`).
+fn serve(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), String> {
+    let r = serve_inner(a, settings);
+    if let Err(msg) = &r {
+        if a.notify_ready {
+            let mut so = std::io::stdout();
+            let _ = writeln!(so, "{FAILED}{msg}");
+            let _ = so.flush();
+        }
+    }
+    r
+}
+
+fn open_engine(image: &Path, settings: &cairn_fuse::Settings) -> Result<Arc<Fs>, String> {
+    let ro = settings.engine.read_only;
+    let dev = FileDevice::open(image, ro).map_err(|e| format!("cannot open image {}: {e}", image.display()))?;
+    dev.lock_exclusive()
+        .map_err(|_| format!("{} is already in use: mounted (or being checked) by another process", image.display()))?;
+    Fs::mount(Arc::new(dev), settings.engine.clone()).map_err(|e| match e {
+        cairn_core::FsError::Corrupt(c) => {
+            format!("{} is not a usable cairn file system: {c} (run `cairn fsck {}`)", image.display(), image.display())
+        }
+        e => format!("cannot mount {}: {e}", image.display()),
+    })
+}
+
+fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), String> {
+    let image = std::path::absolute(&a.image).unwrap_or_else(|_| a.image.clone());
+    let mp = std::fs::canonicalize(&a.mountpoint).map_err(|e| format!("mount point {}: {e}", a.mountpoint.display()))?;
+    let fs = open_engine(&image, &settings)?;
+    let mut session = match cairn_fuse::mount(fs.clone(), &mp, &settings, &image.display().to_string()) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = fs.unmount();
+            return Err(format!("cannot mount on {}: {e}", mp.display()));
+        }
+    };
+    let _control = match control::serve(fs.clone(), image.clone(), mp.clone()) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = %e, "no control socket: `cairn stats {}` will not work", mp.display());
+            None
+        }
+    };
+    let mut unmounter = session.unmount_callable();
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|e| format!("signal setup: {e}"))?;
+    let handle = signals.handle();
+    std::thread::Builder::new()
+        .name("cairn-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                tracing::info!(signal = sig, "signal received: unmounting");
+                if let Err(e) = unmounter.unmount() {
+                    tracing::error!(error = %e, "unmount after signal failed");
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    tracing::info!(image = %image.display(), mountpoint = %mp.display(), "mounted");
+    if a.notify_ready {
+        let mut so = std::io::stdout();
+        let _ = writeln!(so, "{READY}");
+        let _ = so.flush();
+    }
+    let run = session.run();
+    handle.close();
+    // `destroy` unmounted the engine already when the kernel said goodbye;
+    // this covers a session that ended any other way.
+    let un = fs.unmount();
+    if let Err(e) = run {
+        tracing::error!(error = %e, "FUSE session ended with an error");
+    }
+    un.map_err(|e| format!("final commit failed: {e}"))?;
+    tracing::info!("unmounted; image is clean");
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! `cairn stats`: live counters of a mounted file system (from its daemon's
+//! control socket) or the static figures of an image (from its superblock).
+
+use crate::control;
+use crate::size::human;
+use cairn_format::superblock::{Superblock, SB_SIZE, STATE_CLEAN, STATE_ERRORS};
+use serde_json::{json, Value};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// Runs `cairn stats TARGET`.
+pub fn run(target: &Path, as_json: bool) -> Result<(), String> {
+    let meta = std::fs::metadata(target).map_err(|e| format!("{}: {e}", target.display()))?;
+    let doc = if meta.is_dir() {
+        let canon = std::fs::canonicalize(target).map_err(|e| format!("{}: {e}", target.display()))?;
+        control::fetch(&canon)?
+    } else {
+        image_figures(target)?
+    };
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else {
+        print_human(&doc);
+    }
+    Ok(())
+}
+
+fn image_figures(path: &Path) -> Result<Value, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut head = vec![0u8; SB_SIZE];
+    f.read_exact_at(&mut head, 0)
+        .map_err(|_| format!("{} is not a cairn file system (too short for a superblock)", path.display()))?;
+    if !Superblock::has_magic(&head) {
+        return Err(format!("{} is not a cairn file system (no cairn superblock)", path.display()));
+    }
+    let sb = Superblock::decode(&head, size).map_err(|e| format!("{}: damaged superblock: {e}", path.display()))?;
+    let bs = u64::from(sb.block_size());
+    let label = String::from_utf8_lossy(&sb.label).trim_end_matches('\0').to_string();
+    let uuid: String = sb.uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let state = if sb.state & STATE_ERRORS != 0 {
+        "errors recorded"
+    } else if sb.state & STATE_CLEAN != 0 {
+        "clean"
+    } else {
+        "not clean (mounted, or not unmounted cleanly: the journal will be replayed)"
+    };
+    Ok(json!({
+        "image": path.display().to_string(),
+        "figures": {
+            "size_bytes": sb.total_blocks * bs,
+            "block_size": bs,
+            "blocks": sb.total_blocks,
+            "free_blocks": sb.free_blocks,
+            "inodes": sb.total_inodes(),
+            "free_inodes": sb.free_inodes,
+            "groups": sb.group_count,
+            "blocks_per_group": sb.blocks_per_group,
+            "inodes_per_group": sb.inodes_per_group,
+            "journal_blocks": sb.journal_blocks,
+            "mount_count": sb.mount_count,
+            "mkfs_time": sb.mkfs_time,
+            "last_mount_time": sb.last_mount_time,
+            "last_write_time": sb.last_write_time,
+        },
+        "state": state,
+        "label": label,
+        "uuid": uuid,
+    }))
+}
+
+fn print_human(doc: &Value) {
+    if let Some(c) = doc.get("counters").and_then(Value::as_object) {
+        println!(
+            "cairn on {} (image {}, daemon pid {})",
+            doc["mountpoint"].as_str().unwrap_or("?"),
+            doc["image"].as_str().unwrap_or("?"),
+            doc["pid"]
+        );
+        let width = c.keys().map(String::len).max().unwrap_or(0);
+        let mut last_group = "";
+        for (k, v) in c {
+            let group = k.split('.').next().unwrap_or("");
+            if group != last_group {
+                println!();
+                last_group = group;
+            }
+            println!("  {k:<width$}  {v}");
+        }
+        return;
+    }
+    if let Some(f) = doc.get("figures").and_then(Value::as_object) {
+        let n = |k: &str| f.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let bs = n("block_size");
+        println!("image        {}", doc["image"].as_str().unwrap_or("?"));
+        println!("state        {}", doc["state"].as_str().unwrap_or("?"));
+        if let Some(l) = doc["label"].as_str().filter(|l| !l.is_empty()) {
+            println!("label        {l}");
+        }
+        println!("uuid         {}", doc["uuid"].as_str().unwrap_or("?"));
+        println!("size         {} ({} blocks of {bs} bytes)", human(n("size_bytes")), n("blocks"));
+        println!(
+            "free         {} ({} blocks, as of the last commit)",
+            human(n("free_blocks") * bs),
+            n("free_blocks")
+        );
+        println!("inodes       {} ({} free)", n("inodes"), n("free_inodes"));
+        println!(
+            "groups       {} of {} blocks, {} inodes each",
+            n("groups"),
+            n("blocks_per_group"),
+            n("inodes_per_group")
+        );
+        println!("journal      {} ({} blocks)", human(n("journal_blocks") * bs), n("journal_blocks"));
+        println!("mounts       {}", n("mount_count"));
+    }
+}

@@ -1,0 +1,515 @@
+//! The FUSE request handlers: one `fuser::Filesystem` method per opcode, each
+//! a thin call into [`cairn_core::Fs`].
+//!
+//! ## What the kernel is told
+//! * Entry and attribute replies carry a long TTL (cairn is the only writer of
+//!   its image, so the kernel's dentry and attribute caches stay right), and
+//!   failed lookups are answered with a *negative entry* (inode 0 with the
+//!   negative TTL) so that the kernel caches misses too.
+//! * Every entry reply (lookup, create, mknod, mkdir, symlink, link, tmpfile,
+//!   and each readdirplus entry other than `.` and `..`) counts as one lookup
+//!   reference in the engine; `forget` returns them. An unlinked inode lives
+//!   until its last reference is forgotten (the engine keeps it on the orphan
+//!   list meanwhile).
+//! * File handles are stateless (`fh = 0`): the engine needs nothing per
+//!   open, and directory offsets are B+tree keys that stay valid while
+//!   entries come and go.
+//!
+//! ## Locking
+//! None here: the adapter holds no state besides the engine handle and its
+//! settings. Requests arrive on several fuser threads at once and go straight
+//! into the engine, which has its own fine-grained locks.
+//!
+//! ## Durability
+//! `fsync`, `fsyncdir` and `syncfs` (FUSE_SYNCFS: `sync(1)`, `syncfs(2)`) commit
+//! the journal before replying. Everything else is durable at the next commit
+//! (timer, size limit) or at unmount (`destroy`).
+
+use crate::convert::{errno, file_attr, from_system_time, kind_of_dtype, negative_attr};
+use cairn_core::{Ctx, Fs, SetAttr, TimeSet};
+use fuser::{
+    Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Cache lifetimes the kernel is given.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// How long the kernel may trust a name → inode mapping.
+    pub entry: Duration,
+    /// How long the kernel may trust attributes.
+    pub attr: Duration,
+    /// How long the kernel may trust that a name does not exist (0 = never).
+    pub negative: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts { entry: Duration::from_secs(60), attr: Duration::from_secs(60), negative: Duration::from_secs(60) }
+    }
+}
+
+/// Settings of the adapter (from `-o` options).
+#[derive(Debug, Clone, Copy)]
+pub struct AdapterOptions {
+    pub timeouts: Timeouts,
+    /// Ask for the kernel's writeback cache (buffered writes, kernel-owned
+    /// size and mtime until flushed).
+    pub writeback_cache: bool,
+    /// Largest write request, bytes.
+    pub max_write: u32,
+}
+
+impl Default for AdapterOptions {
+    fn default() -> Self {
+        AdapterOptions { timeouts: Timeouts::default(), writeback_cache: true, max_write: 1 << 20 }
+    }
+}
+
+/// cairn as a FUSE file system.
+pub struct CairnFuse {
+    fs: Arc<Fs>,
+    opts: AdapterOptions,
+}
+
+fn ctx(req: &Request) -> Ctx {
+    Ctx { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+}
+
+fn name_bytes(name: &OsStr) -> &[u8] {
+    name.as_bytes()
+}
+
+fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(st) => TimeSet::At(from_system_time(st)),
+    }
+}
+
+impl CairnFuse {
+    /// Wraps a mounted engine.
+    pub fn new(fs: Arc<Fs>, opts: AdapterOptions) -> CairnFuse {
+        CairnFuse { fs, opts }
+    }
+
+    /// The engine.
+    pub fn fs(&self) -> &Arc<Fs> {
+        &self.fs
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: cairn_core::Result<cairn_core::Attr>) {
+        match r {
+            Ok(a) => reply.entry_with_ttls(
+                &self.opts.timeouts.entry,
+                &self.opts.timeouts.attr,
+                &file_attr(&a),
+                Generation(u64::from(a.generation)),
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn empty(reply: ReplyEmpty, r: cairn_core::Result<()>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn file_open_flags(&self) -> FopenFlags {
+        FopenFlags::FOPEN_KEEP_CACHE
+    }
+}
+
+impl Filesystem for CairnFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut wanted = InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_ASYNC_DIO
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_MAX_PAGES
+            | InitFlags::FUSE_EXPORT_SUPPORT;
+        if self.opts.writeback_cache {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        for flag in wanted.iter() {
+            if config.add_capabilities(flag).is_err() {
+                tracing::debug!(?flag, "the kernel does not offer this FUSE capability");
+            }
+        }
+        if let Err(best) = config.set_max_write(self.opts.max_write) {
+            let _ = config.set_max_write(best);
+        }
+        if let Err(best) = config.set_max_readahead(self.opts.max_write) {
+            let _ = config.set_max_readahead(best);
+        }
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs.unmount() {
+            tracing::error!(error = %e, "unmount: final commit failed; the journal keeps the last committed state");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.fs.lookup(parent.0, name_bytes(name)) {
+            Err(cairn_core::FsError::Errno(libc::ENOENT)) if !self.opts.timeouts.negative.is_zero() => {
+                reply.entry(&self.opts.timeouts.negative, &negative_attr(), Generation(0))
+            }
+            r => self.entry(reply, r),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&self.opts.timeouts.attr, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+            ctime: ctime.map(from_system_time),
+        };
+        match self.fs.setattr(&ctx(req), ino.0, &set) {
+            Ok(a) => reply.attr(&self.opts.timeouts.attr, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.entry(reply, self.fs.mknod(&ctx(req), parent.0, name_bytes(name), mode, u64::from(rdev)));
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        self.entry(reply, self.fs.mkdir(&ctx(req), parent.0, name_bytes(name), mode));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.unlink(parent.0, name_bytes(name)));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.rmdir(parent.0, name_bytes(name)));
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        self.entry(reply, self.fs.symlink(&ctx(req), parent.0, name_bytes(link_name), target.as_os_str().as_bytes()));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            reply.error(Errno::EINVAL);
+            return;
+        }
+        Self::empty(reply, self.fs.rename(parent.0, name_bytes(name), newparent.0, name_bytes(newname), flags.bits()));
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.entry(reply, self.fs.link(ino.0, newparent.0, name_bytes(newname)));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => reply.error(Errno::EISDIR),
+            Ok(_) => reply.opened(FileHandle(0), self.file_open_flags()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(ino.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: fuser::LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.fsync(ino.0, datasync));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) if a.mode & libc::S_IFMT != libc::S_IFDIR => reply.error(Errno::ENOTDIR),
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let r = self.fs.readdir(ino.0, offset, &mut |e| {
+            !reply.add(INodeNo(e.ino), e.next_offset, kind_of_dtype(e.dtype), OsStr::from_bytes(&e.name))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let ttl = self.opts.timeouts.entry;
+        let r = self.fs.readdir(ino.0, offset, &mut |e| {
+            // An entry whose inode vanished since the listing began is skipped.
+            let Ok(a) = self.fs.getattr(e.ino) else { return true };
+            let full = reply.add(
+                INodeNo(e.ino),
+                e.next_offset,
+                OsStr::from_bytes(&e.name),
+                &ttl,
+                &file_attr(&a),
+                Generation(u64::from(a.generation)),
+            );
+            // The kernel takes a lookup reference on every entry it was given,
+            // except `.` and `..`, whose attributes it ignores.
+            let dot = e.name == b"." || e.name == b"..";
+            if !full && !dot && self.fs.add_lookup(e.ino).is_err() {
+                tracing::warn!(ino = e.ino, "readdirplus: inode vanished while listing");
+            }
+            !full
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.fsync(ino.0, datasync));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.blocks_free,
+                s.blocks_avail,
+                s.files,
+                s.files_free,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.setxattr(ino.0, name_bytes(name), value, flags));
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(ino.0, name_bytes(name)) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(ino.0) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.removexattr(ino.0, name_bytes(name)));
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        // Permission checks are the kernel's (cairn always mounts with
+        // `default_permissions`); this only answers whether the inode exists.
+        Self::empty(reply, self.fs.getattr(ino.0).map(|_| ()));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
+        match self.fs.mknod(&ctx(req), parent.0, name_bytes(name), mode, 0) {
+            Ok(a) => reply.created(
+                &self.opts.timeouts.entry,
+                &file_attr(&a),
+                Generation(u64::from(a.generation)),
+                FileHandle(0),
+                self.file_open_flags(),
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.fallocate(ino.0, offset, length, mode));
+    }
+
+    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        if offset < 0 {
+            reply.error(Errno::ENXIO);
+            return;
+        }
+        match self.fs.lseek(ino.0, offset as u64, whence) {
+            Ok(o) => match i64::try_from(o) {
+                Ok(o) => reply.offset(o),
+                Err(_) => reply.error(Errno::EOVERFLOW),
+            },
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn syncfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.sync_fs());
+    }
+
+    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
+        match self.fs.tmpfile(&ctx(req), parent.0, mode) {
+            Ok(a) => reply.created(
+                &self.opts.timeouts.entry,
+                &file_attr(&a),
+                Generation(u64::from(a.generation)),
+                FileHandle(0),
+                self.file_open_flags(),
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! `-o` mount options: cairn's own and the FUSE ones, parsed into the
+//! settings of the engine, the adapter and the FUSE session.
+//!
+//! cairn's own options (all optional):
+//!
+//! | option | meaning | default |
+//! |---|---|---|
+//! | `commit=SECONDS` | journal commit interval | 5 |
+//! | `cache_mb=N` | metadata buffer cache size, MiB | 256 |
+//! | `threads=N` | FUSE worker threads (1..64) | 2 |
+//! | `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S` | kernel cache lifetimes (seconds, fractions allowed) | 60 |
+//! | `writeback_cache` / `no_writeback_cache` | kernel writeback cache | on |
+//! | `max_write=BYTES` | largest write request | 1048576 |
+//!
+//! FUSE options passed to the kernel: `allow_other`, `allow_root`, `ro`/`rw`,
+//! `dev`/`nodev`, `suid`/`nosuid`, `exec`/`noexec`, `atime`/`noatime`,
+//! `sync`/`async`, `dirsync`, `fsname=`, `subtype=`, `auto_unmount`.
+//! `default_permissions` is always on (the kernel checks permissions from the
+//! mode bits; cairn does not check them a second time). Options that
+//! `mount(8)` and fstab add (`defaults`, `auto`, `noauto`, `user`, `users`,
+//! `nofail`, `_netdev`, `x-*`) are accepted and ignored. Anything else is an
+//! error: a misspelt option must not be silently dropped.
+
+use crate::adapter::{AdapterOptions, Timeouts};
+use cairn_core::MountOptions;
+use fuser::MountOption;
+use std::time::Duration;
+
+/// Everything `-o` decides.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub engine: MountOptions,
+    pub adapter: AdapterOptions,
+    /// FUSE worker threads.
+    pub threads: usize,
+    /// Let other users see the file system.
+    pub allow_other: bool,
+    /// Let root (besides the owner) see the file system.
+    pub allow_root: bool,
+    /// Options for the kernel mount.
+    pub fuse: Vec<MountOption>,
+    /// Name shown as the source in the mount table (default: the image path).
+    pub fsname: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            engine: MountOptions { cache_blocks: 65536, ..MountOptions::default() },
+            adapter: AdapterOptions::default(),
+            threads: 2,
+            allow_other: false,
+            allow_root: false,
+            fuse: Vec::new(),
+            fsname: None,
+        }
+    }
+}
+
+fn seconds(key: &str, v: &str) -> Result<Duration, String> {
+    let s: f64 = v.parse().map_err(|_| format!("option {key}={v}: not a number of seconds"))?;
+    if !(0.0..=86_400.0 * 365.0).contains(&s) {
+        return Err(format!("option {key}={v}: out of range"));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+fn number(key: &str, v: &str, min: u64, max: u64) -> Result<u64, String> {
+    let n: u64 = v.parse().map_err(|_| format!("option {key}={v}: not a whole number"))?;
+    if n < min || n > max {
+        return Err(format!("option {key}={v}: must be between {min} and {max}"));
+    }
+    Ok(n)
+}
+
+/// Parses comma-separated `-o` option strings (several `-o` may be given).
+pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
+    let mut s = Settings::default();
+    let mut timeouts = Timeouts::default();
+    for group in groups {
+        for opt in group.as_ref().split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            let (key, val) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            let need = || val.ok_or_else(|| format!("option {key} needs a value ({key}=...)"));
+            match key {
+                "commit" => {
+                    let d = seconds(key, need()?)?;
+                    if d.is_zero() {
+                        return Err("option commit=0: the commit interval must be above 0".into());
+                    }
+                    s.engine.commit_interval = d;
+                }
+                "cache_mb" => {
+                    let mb = number(key, need()?, 4, 1 << 20)?;
+                    s.engine.cache_blocks = (mb << 20) as usize / 4096;
+                }
+                "threads" => s.threads = number(key, need()?, 1, 64)? as usize,
+                "entry_timeout" => timeouts.entry = seconds(key, need()?)?,
+                "attr_timeout" => timeouts.attr = seconds(key, need()?)?,
+                "negative_timeout" => timeouts.negative = seconds(key, need()?)?,
+                "writeback_cache" => s.adapter.writeback_cache = true,
+                "no_writeback_cache" => s.adapter.writeback_cache = false,
+                "max_write" => s.adapter.max_write = number(key, need()?, 4096, 16 << 20)? as u32,
+                "allow_other" => s.allow_other = true,
+                "allow_root" => s.allow_root = true,
+                "default_permissions" => {}
+                "ro" => {
+                    s.engine.read_only = true;
+                    s.fuse.push(MountOption::RO);
+                }
+                "rw" => s.engine.read_only = false,
+                "dev" => s.fuse.push(MountOption::Dev),
+                "nodev" => s.fuse.push(MountOption::NoDev),
+                "suid" => s.fuse.push(MountOption::Suid),
+                "nosuid" => s.fuse.push(MountOption::NoSuid),
+                "exec" => s.fuse.push(MountOption::Exec),
+                "noexec" => s.fuse.push(MountOption::NoExec),
+                "atime" => s.fuse.push(MountOption::Atime),
+                "noatime" => s.fuse.push(MountOption::NoAtime),
+                "sync" => s.fuse.push(MountOption::Sync),
+                "async" => s.fuse.push(MountOption::Async),
+                "dirsync" => s.fuse.push(MountOption::DirSync),
+                "auto_unmount" => s.fuse.push(MountOption::AutoUnmount),
+                "fsname" => s.fsname = Some(need()?.to_string()),
+                "subtype" => s.fuse.push(MountOption::Subtype(need()?.to_string())),
+                "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "nofail" | "_netdev" => {}
+                k if k.starts_with("x-") => {}
+                _ => return Err(format!("unknown mount option '{opt}' (see `cairn mount --help`)")),
+            }
+        }
+    }
+    if s.engine.read_only && s.fuse.contains(&MountOption::RO) {
+        s.fuse.retain(|o| *o != MountOption::RW);
+    }
+    s.adapter.timeouts = timeouts;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_own_options() {
+        let s = parse(&["allow_other,default_permissions", "commit=2,threads=4,entry_timeout=0.5"]).unwrap();
+        assert!(s.allow_other);
+        assert_eq!(s.threads, 4);
+        assert_eq!(s.engine.commit_interval, Duration::from_secs(2));
+        assert_eq!(s.adapter.timeouts.entry, Duration::from_millis(500));
+        assert_eq!(s.adapter.timeouts.attr, Duration::from_secs(60));
+        assert!(!s.engine.read_only);
+    }
+
+    #[test]
+    fn read_only_reaches_engine_and_kernel() {
+        let s = parse(&["ro,noatime"]).unwrap();
+        assert!(s.engine.read_only);
+        assert!(s.fuse.contains(&MountOption::RO));
+        assert!(s.fuse.contains(&MountOption::NoAtime));
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        assert!(parse(&["allow_otter"]).unwrap_err().contains("unknown mount option 'allow_otter'"));
+        assert!(parse(&["commit=abc"]).is_err());
+        assert!(parse(&["commit=0"]).is_err());
+        assert!(parse(&["commit"]).unwrap_err().contains("needs a value"));
+        assert!(parse(&["threads=0"]).is_err());
+        assert!(parse(&["threads=1000"]).is_err());
+    }
+
+    #[test]
+    fn fstab_noise_is_ignored() {
+        let s = parse(&["defaults,noauto,nofail,x-systemd.automount,_netdev"]).unwrap();
+        assert!(s.fuse.is_empty());
+    }
+}

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Install what building, running and testing cairn needs on Debian 12 (bookworm).
+# Idempotent: installs only what is missing; a second run takes about a second.
+#
+#   scripts/install-deps.sh            everything (build, run, all test suites, speed check)
+#   scripts/install-deps.sh --runtime  only what building and mounting cairn needs
+#
+# Needs root (or sudo). Does not install Rust itself: see README.md (rustup).
+#
+# What each package is for:
+#   fuse3          fusermount3 and /etc/fuse.conf: unmounting as a user, mount -t fuse.cairn
+#   build-essential, pkg-config   the C linker cargo needs
+#   e2fsprogs      mkfs.ext4/e2fsck: the kernel-ext4 comparison runs
+#   fuse2fs        ext4 in user space through FUSE: the speed comparison's FUSE peer
+#   util-linux, procps, coreutils, attr, acl   losetup, findmnt, flock, pgrep, getfattr/setfattr
+#   stress-ng      file-system stressors (tests/external/stress-ng.sh)
+#   fio, dbench, fsmark   benchmarks (scripts/speed-check.sh; fsmark is Debian's fs_mark)
+#   libacl1-dev    needed to build pjdfstest (cargo install pjdfstest --version 0.2.2)
+#   xfsprogs, btrfs-progs   other kernel file systems for later comparisons
+#   libfuse3-dev   headers, for C tools that talk FUSE (not needed by cairn itself: the
+#                  fuser crate mounts without libfuse)
+#   the linter for shell scripts (package shellcheck): scripts/test.sh --lint
+set -euo pipefail
+
+RUNTIME_ONLY=0
+case ${1:-} in
+--runtime) RUNTIME_ONLY=1 ;;
+"") ;;
+-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+*) echo "unknown argument $1" >&2; exit 2 ;;
+esac
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "install-deps.sh: run as root (or install sudo)" >&2; exit 1; }
+    SUDO=sudo
+fi
+
+log() { printf '[install-deps] %s\n' "$*" >&2; }
+
+RUNTIME_PKGS=(fuse3 build-essential pkg-config util-linux procps coreutils)
+TEST_PKGS=(e2fsprogs fuse2fs attr acl stress-ng fio dbench fsmark libacl1-dev xfsprogs btrfs-progs
+    libfuse3-dev shellcheck kmod)
+PKGS=("${RUNTIME_PKGS[@]}")
+[[ $RUNTIME_ONLY -eq 1 ]] || PKGS+=("${TEST_PKGS[@]}")
+
+# --- Debian packages
+missing=()
+for p in "${PKGS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+    log "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+else
+    log "Debian packages: all present"
+fi
+
+# --- /dev/fuse
+if [[ ! -e /dev/fuse ]]; then
+    log "no /dev/fuse: loading the fuse module"
+    $SUDO modprobe fuse || { log "could not load the fuse module: cairn cannot mount here"; exit 1; }
+fi
+
+[[ $RUNTIME_ONLY -eq 1 ]] && exit 0
+
+# --- pjdfstest 0.2.2 (the Rust port; needs libacl1-dev, installed above)
+PJD_VERSION=0.2.2
+have_pjd() {
+    local bin
+    for bin in "$(command -v pjdfstest 2>/dev/null)" /usr/local/bin/pjdfstest "${CARGO_HOME:-$HOME/.cargo}/bin/pjdfstest"; do
+        [[ -n $bin && -x $bin ]] || continue
+        [[ $("$bin" --version 2>/dev/null) == "pjdfstest $PJD_VERSION" ]] || continue
+        # somewhere on PATH for everyone: the suites run it by name
+        [[ $bin == /usr/local/bin/pjdfstest ]] || $SUDO ln -sf "$bin" /usr/local/bin/pjdfstest
+        return 0
+    done
+    return 1
+}
+if have_pjd; then
+    log "pjdfstest $PJD_VERSION: present"
+else
+    command -v cargo >/dev/null || { log "cargo not found: install Rust (rustup) first, see README.md"; exit 1; }
+    log "cargo install pjdfstest --version $PJD_VERSION --locked (about 1.5 minutes)"
+    # Installed into /usr/local so that it is on everyone's PATH, built outside the
+    # workspace (its own target dir) so it never touches cairn's build.
+    tmp=$(mktemp -d)
+    (cd "$tmp" && $SUDO env "PATH=$PATH" CARGO_TARGET_DIR="$tmp/target" \
+        cargo install pjdfstest --version "$PJD_VERSION" --locked --root /usr/local --quiet)
+    rm -rf "$tmp"
+    have_pjd || { log "pjdfstest did not install"; exit 1; }
+fi
+
+# --- the user and group pjdfstest switches to (its config names nobody/nogroup and tests/tests)
+if ! getent group tests >/dev/null && ! getent passwd tests >/dev/null; then
+    log "creating user and group 'tests' (for pjdfstest)"
+    echo 'tests:x:::pjdfstest dummy:/:/usr/sbin/nologin' | $SUDO newusers
+elif ! getent passwd tests >/dev/null; then
+    $SUDO useradd --system -g tests -d / -s /usr/sbin/nologin -c 'pjdfstest dummy' tests
+elif ! getent group tests >/dev/null; then
+    $SUDO groupadd tests
+fi
+getent group nogroup >/dev/null || $SUDO groupadd nogroup
+
+log "done"

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# cairn's whole test suite. CI (.ci/run) runs exactly this.
+#
+#   scripts/test.sh [--only SUITE[,SUITE..]] [--skip SUITE[,SUITE..]] [--quick] [--no-deps]
+#
+# Suites, in order (each passes or fails on its own; later suites still run when an
+# earlier one fails, except that nothing runs without a build):
+#   lint       scripts/lint.sh: shellcheck of scripts/, tests/external/, .ci/run;
+#              `cargo fmt --check` is reported but counts only with FMT_STRICT=1
+#   build      cargo build --release --workspace
+#   unit       cargo test --release --workspace (unit, property and FUSE integration tests)
+#   pjdfstest  tests/external/pjdfstest.sh --compare (POSIX conformance on a cairn mount;
+#              kernel ext4 alongside for reference)
+#   stress-ng  tests/external/stress-ng.sh (29 file-system stressors, 5 s each)
+#   survival   tests/external/survival.sh (data survives remounts and a daemon SIGKILL
+#              after syncfs)
+# Every external suite ends with an unmount, a wait for the daemon to exit and a clean
+# `cairn fsck`. Must run as root (mounts, loop devices, pjdfstest's user switching).
+#
+# --quick: 2 s per stressor instead of 5. --no-deps: do not run scripts/install-deps.sh
+# first. Logs: /tmp/cairn-test-logs/SUITE.log (and /tmp/cairn-*-logs/ for the details).
+# The last line is `suites: N passed, N failed[, N skipped]`; exit 1 if any failed.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT" || exit 1
+
+ALL=(lint build unit pjdfstest stress-ng survival)
+only=""
+skip=""
+quick=0
+deps=1
+while [[ $# -gt 0 ]]; do
+    case $1 in
+    --only) only=$2; shift ;;
+    --skip) skip=$2; shift ;;
+    --quick) quick=1 ;;
+    --no-deps) deps=0 ;;
+    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "scripts/test.sh must run as root (it mounts file systems): sudo scripts/test.sh" >&2
+    exit 1
+fi
+
+selected() {
+    local s=$1
+    if [[ -n $only && ",$only," != *",$s,"* ]]; then return 1; fi
+    if [[ -n $skip && ",$skip," == *",$s,"* ]]; then return 1; fi
+    return 0
+}
+
+banner() { printf '\n==================== %s ====================\n' "$*"; }
+stamp() { date +%H:%M:%S; }
+
+if [[ $deps -eq 1 ]]; then
+    banner "dependencies (scripts/install-deps.sh)"
+    if ! bash scripts/install-deps.sh; then
+        echo "install-deps failed: cannot run the suites" >&2
+        echo "suites: 0 passed, ${#ALL[@]} failed"
+        exit 1
+    fi
+fi
+# pjdfstest may live in root's cargo bin.
+export PATH="$PATH:/usr/local/bin:${CARGO_HOME:-$HOME/.cargo}/bin"
+
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+export CAIRN=${CAIRN:-$TARGET_DIR/release/cairn}
+[[ $quick -eq 1 ]] && export STRESS_TIME=2
+
+LOGS=${TEST_LOG_DIR:-/tmp/cairn-test-logs}
+mkdir -p "$LOGS"
+rm -f "$LOGS"/*.log
+declare -A RESULT DURATION
+build_ok=1
+
+# run_suite NAME TIMEOUT_MINUTES COMMAND...
+run_suite() {
+    local name=$1 minutes=$2 t0 rc=0
+    shift 2
+    if ! selected "$name"; then
+        RESULT[$name]=skipped
+        DURATION[$name]=0
+        return
+    fi
+    if [[ $build_ok -eq 0 && $name != lint && $name != build ]]; then
+        banner "$name: not run (the build failed)"
+        RESULT[$name]=FAILED
+        DURATION[$name]=0
+        return
+    fi
+    banner "$name ($(stamp))"
+    echo "+ $*"
+    t0=$(date +%s)
+    timeout -k 30 $((minutes * 60)) "$@" 2>&1 | tee "$LOGS/$name.log"
+    rc=${PIPESTATUS[0]}
+    DURATION[$name]=$(($(date +%s) - t0))
+    if [[ $rc -eq 0 ]]; then
+        RESULT[$name]=passed
+    else
+        [[ $rc -eq 124 ]] && echo "$name: timed out after $minutes minutes" >&2
+        RESULT[$name]=FAILED
+    fi
+    echo "--- $name: ${RESULT[$name]} (exit $rc) in ${DURATION[$name]} s"
+}
+
+run_suite lint 5 bash scripts/lint.sh
+run_suite build 45 cargo build --release --workspace
+if [[ ${RESULT[build]} == FAILED ]]; then
+    build_ok=0
+elif [[ ${RESULT[build]} == skipped && ! -x $CAIRN ]]; then
+    echo "build skipped and no binary at $CAIRN" >&2
+    build_ok=0
+fi
+run_suite unit 30 cargo test --release --workspace
+run_suite pjdfstest 20 bash tests/external/pjdfstest.sh --compare
+run_suite stress-ng 20 bash tests/external/stress-ng.sh
+run_suite survival 15 bash tests/external/survival.sh
+
+# Anything left mounted by a suite that was killed by its timeout?
+leftover=$(findmnt -rn -o TARGET | grep '^/tmp/cairn-test\.' || true)
+if [[ -n $leftover ]]; then
+    echo "WARNING: left mounted after the suites (unmounting): $leftover" >&2
+    while read -r mp; do umount -l "$mp" 2>/dev/null || true; done < <(printf '%s\n' "$leftover" | sort -r)
+fi
+
+banner "summary"
+passed=0
+failed=0
+skipped=0
+for s in "${ALL[@]}"; do
+    printf '%-10s %-8s %6s s\n' "$s" "${RESULT[$s]}" "${DURATION[$s]}"
+    case ${RESULT[$s]} in
+    passed) passed=$((passed + 1)) ;;
+    skipped) skipped=$((skipped + 1)) ;;
+    *) failed=$((failed + 1)) ;;
+    esac
+done
+# The suites' own one-line results, for the record.
+grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on )' "$LOGS"/*.log 2>/dev/null || true
+line="suites: $passed passed, $failed failed"
+[[ $skipped -gt 0 ]] && line="$line, $skipped skipped"
+echo "$line" >"$LOGS/summary.txt"
+echo "$line"
+[[ $failed -eq 0 ]]
