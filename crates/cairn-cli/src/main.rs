@@ -7,6 +7,7 @@
 //! 8 operational error).
 
 mod control;
+mod loopdev;
 mod mkfs_cmd;
 mod mount_cmd;
 mod size;

@@ -13,7 +13,7 @@
 //! `fusermount3 -u`) *and* the engine has committed, checkpointed and marked
 //! the image clean; SIGTERM, SIGINT and SIGHUP unmount the mount point first.
 
-use crate::control;
+use crate::{control, loopdev};
 use cairn_core::dev::FileDevice;
 use cairn_core::Fs;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -137,7 +137,37 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
     let image = std::path::absolute(&a.image).unwrap_or_else(|_| a.image.clone());
     let mp = std::fs::canonicalize(&a.mountpoint).map_err(|e| format!("mount point {}: {e}", a.mountpoint.display()))?;
     let fs = open_engine(&image, &settings)?;
-    let mut session = match cairn_fuse::mount(fs.clone(), &mp, &settings, &image.display().to_string()) {
+    let mut settings = settings;
+    let is_file = std::fs::metadata(&image).is_ok_and(|m| m.is_file());
+    let want_blk = settings.fuseblk.unwrap_or_else(loopdev::privileged);
+    let lo = if want_blk && is_file {
+        match loopdev::LoopDevice::attach(&image) {
+            Ok(lo) => {
+                settings.block_device = Some(lo.path.clone());
+                Some(lo)
+            }
+            Err(e) if settings.fuseblk == Some(true) => {
+                let _ = fs.unmount();
+                return Err(format!("-o fuseblk: {e}"));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no loop device: mounting as plain fuse; sync(1) will not reach cairn");
+                None
+            }
+        }
+    } else {
+        if want_blk {
+            settings.block_device = Some(image.display().to_string());
+        }
+        None
+    };
+    let mounted = cairn_fuse::mount(fs.clone(), &mp, &settings, &image.display().to_string());
+    // Mounted: the loop device detaches itself when the mount goes. Not
+    // mounted: it detaches now.
+    if let Some(lo) = lo {
+        lo.release();
+    }
+    let mut session = match mounted {
         Ok(s) => s,
         Err(e) => {
             let _ = fs.unmount();

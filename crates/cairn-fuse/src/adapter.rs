@@ -68,7 +68,7 @@ pub struct AdapterOptions {
 
 impl Default for AdapterOptions {
     fn default() -> Self {
-        AdapterOptions { timeouts: Timeouts::default(), writeback_cache: true, max_write: 1 << 20 }
+        AdapterOptions { timeouts: Timeouts::default(), writeback_cache: false, max_write: 1 << 20 }
     }
 }
 

@@ -44,8 +44,12 @@ use std::sync::Arc;
 /// The fuser session configuration for `settings`.
 pub fn session_config(settings: &Settings, fsname: &str) -> Config {
     let mut cfg = Config::default();
+    let source = match &settings.block_device {
+        Some(dev) => dev.clone(),
+        None => settings.fsname.clone().unwrap_or_else(|| fsname.to_string()),
+    };
     let mut mo = vec![
-        MountOption::FSName(settings.fsname.clone().unwrap_or_else(|| fsname.to_string())),
+        MountOption::FSName(source),
         MountOption::Subtype("cairn".into()),
         MountOption::DefaultPermissions,
     ];
@@ -54,6 +58,10 @@ pub fn session_config(settings: &Settings, fsname: &str) -> Config {
         mo.retain(|o| !matches!(o, MountOption::Subtype(_)));
     }
     mo.extend(settings.fuse.iter().cloned());
+    if settings.block_device.is_some() {
+        // The vendored fuser mounts as "fuseblk" when it sees `blksize=`.
+        mo.push(MountOption::CUSTOM("blksize=4096".into()));
+    }
     cfg.mount_options = mo;
     cfg.acl = if settings.allow_other {
         SessionACL::All

@@ -9,8 +9,23 @@
 //! | `cache_mb=N` | metadata buffer cache size, MiB | 256 |
 //! | `threads=N` | FUSE worker threads (1..64) | 2 |
 //! | `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S` | kernel cache lifetimes (seconds, fractions allowed) | 60 |
-//! | `writeback_cache` / `no_writeback_cache` | kernel writeback cache | on |
+//! | `writeback_cache` / `no_writeback_cache` | kernel writeback cache (see below) | off |
 //! | `max_write=BYTES` | largest write request | 1048576 |
+//! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
+//!
+//! Only *fuseblk* connections receive FUSE_SYNCFS from the kernel (plain
+//! `fuse` mounts never do: an unprivileged server could stall `sync(1)`), so
+//! as root `cairn mount` attaches the image to a loop device, lets the kernel
+//! claim that device for a fuseblk mount, and keeps doing its own I/O on the
+//! image file. The loop device is set to detach itself when the mount goes.
+//! Without it (`nofuseblk`, or not root) `sync(1)`/`syncfs(2)` do not reach
+//! cairn: only `fsync`/`fdatasync`, the commit timer and unmount commit.
+//!
+//! The kernel's writeback cache is off by default: with it, written pages sit
+//! in the kernel until it flushes them, and FUSE sends `SEEK_DATA`/`SEEK_HOLE`
+//! to the daemon without flushing first, so those answers would ignore recent
+//! writes (stress-ng's `seek` stressor catches this). Turn it on for faster
+//! small buffered writes where that does not matter.
 //!
 //! FUSE options passed to the kernel: `allow_other`, `allow_root`, `ro`/`rw`,
 //! `dev`/`nodev`, `suid`/`nosuid`, `exec`/`noexec`, `atime`/`noatime`,
@@ -41,6 +56,10 @@ pub struct Settings {
     pub fuse: Vec<MountOption>,
     /// Name shown as the source in the mount table (default: the image path).
     pub fsname: Option<String>,
+    /// Mount as "fuseblk" over this block device (see [`crate::session_config`]).
+    pub block_device: Option<String>,
+    /// `fuseblk` / `nofuseblk`: `None` lets the command decide (fuseblk when root).
+    pub fuseblk: Option<bool>,
 }
 
 impl Default for Settings {
@@ -53,6 +72,8 @@ impl Default for Settings {
             allow_root: false,
             fuse: Vec::new(),
             fsname: None,
+            block_device: None,
+            fuseblk: None,
         }
     }
 }
@@ -124,6 +145,8 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "dirsync" => s.fuse.push(MountOption::DirSync),
                 "auto_unmount" => s.fuse.push(MountOption::AutoUnmount),
                 "fsname" => s.fsname = Some(need()?.to_string()),
+                "fuseblk" => s.fuseblk = Some(true),
+                "nofuseblk" => s.fuseblk = Some(false),
                 "subtype" => s.fuse.push(MountOption::Subtype(need()?.to_string())),
                 "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "nofail" | "_netdev" => {}
                 k if k.starts_with("x-") => {}

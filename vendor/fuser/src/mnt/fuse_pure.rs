@@ -479,10 +479,19 @@ fn fuse_mount_sys(
 
     // cairn patch: like libfuse, mount as type "fuse.<subtype>" so that
     // /proc/mounts (and `umount`, `findmnt -t`) show the subtype.
+    // cairn patch: a `blksize=` option asks for a "fuseblk" mount, whose
+    // source (the fsname) is a block device the kernel claims; only fuseblk
+    // connections get FUSE_SYNCFS from the kernel.
+    #[cfg(target_os = "linux")]
+    let base = if options.iter().any(|x| matches!(x, MountOption::CUSTOM(o) if o.starts_with("blksize="))) {
+        "fuseblk"
+    } else {
+        "fuse"
+    };
     #[cfg(target_os = "linux")]
     let fstype = match options.iter().find(|x| matches!(**x, MountOption::Subtype(_))) {
-        Some(MountOption::Subtype(subtype)) => format!("fuse.{subtype}"),
-        _ => "fuse".to_string(),
+        Some(MountOption::Subtype(subtype)) => format!("{base}.{subtype}"),
+        _ => base.to_string(),
     };
     #[cfg(target_os = "linux")]
     let result = nix::mount::mount(
