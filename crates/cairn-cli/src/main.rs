@@ -103,8 +103,23 @@ fn fail(cmd: &str, msg: &str) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// Restores the default SIGPIPE action, so that `cairn stats | head` ends
+/// quietly like any Unix tool instead of failing on a closed pipe. Not for
+/// the daemon: a client that hangs up on the control socket must not kill it.
+fn default_sigpipe() {
+    // SAFETY: called first thing in `main`, before any thread exists;
+    // setting a signal disposition to SIG_DFL touches no memory of ours.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::Mount { .. }) {
+        default_sigpipe();
+    }
     match cli.cmd {
         Cmd::Mkfs { image, size, block_size, group_size, inode_ratio, journal_size, label, force, quiet } => {
             init_logging("warn");
@@ -135,7 +150,7 @@ fn main() -> ExitCode {
         Cmd::Fsck { image, repair } => {
             init_logging("warn");
             let mut out = std::io::stdout();
-            let _ = (&image, repair, &mut out); let code = 0i32; // TEMP
+            let code = cairn_fsck::run(&image, &cairn_fsck::Options { repair }, &mut out);
             ExitCode::from(u8::try_from(code).unwrap_or(8))
         }
         Cmd::Stats { target, json } => {

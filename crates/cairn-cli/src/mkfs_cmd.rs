@@ -64,7 +64,13 @@ fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(head)
 }
 
-/// Runs `cairn mkfs`; returns the exit code.
+/// The effective uid and gid of this process (the owner of `/proc/self`).
+fn whoami() -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map(|m| (m.uid(), m.gid())).unwrap_or((0, 0))
+}
+
+/// Runs `cairn mkfs`.
 pub fn run(a: &MkfsArgs) -> Result<(), String> {
     let shown = a.image.display();
     let meta = std::fs::metadata(a.image).ok();
@@ -92,7 +98,10 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
             }
         }
     }
-    let mut opts = MkfsOptions { block_size: a.block_size, ..MkfsOptions::default() };
+    // The root directory belongs to whoever makes the file system (as
+    // mke2fs does), so an ordinary user can use an image they formatted.
+    let (uid, gid) = whoami();
+    let mut opts = MkfsOptions { block_size: a.block_size, root_uid: uid, root_gid: gid, ..MkfsOptions::default() };
     if let Some(g) = a.group_size {
         let bytes = parse_size(g).map_err(|e| format!("--group-size: {e}"))?;
         let blocks = bytes / u64::from(a.block_size);

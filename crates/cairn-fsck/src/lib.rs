@@ -1,1 +1,282 @@
-//! placeholder
+//! # cairn-fsck: cairn's independent checker and repairer
+//!
+//! ## Purpose
+//! fsck decides whether an unmounted cairn image is consistent, and with
+//! `--repair` fixes what can be fixed safely. It depends on the format crate
+//! (`cairn-format`) and plain `pread`/`pwrite` only — never on the engine —
+//! so an engine bug cannot hide itself from the checker: the two share the
+//! on-disk format and nothing else (as xfs_repair shares only libxfs with
+//! the kernel).
+//!
+//! ## Organisation (e2fsck's passes)
+//! ```text
+//! image       open read-only (read-write to repair), flock like a mount
+//! superblock  pass 0: magic, checksum, geometry, fits the image
+//! journal     replay committed checkpoints (in memory unless repairing)
+//! groups      descriptors: checksums, locations, flags
+//! inodes      pass 1: live inodes, extents, trees, xattr blocks → claims
+//! links       the orphan list (walked with pass 1: its nodes are claims)
+//! dirs        pass 2: entries, hashes, targets, types, parents, reachability
+//! blocks      pass 1b: blocks claimed twice (after pass 2, which may add claims)
+//! links       passes 3/4: link counts, orphans, xattr refcounts
+//! repair      write the object repairs decided so far
+//! bitmaps     pass 5: bitmaps, descriptor and superblock counters
+//! ```
+//! Shared state lives in `ctx::Ctx`; findings in [`Report`].
+//!
+//! ## Robustness
+//! Nothing on disk is trusted before it is checked: every decoder of the
+//! format crate verifies checksums and bounds, every block pointer is checked
+//! against the geometry before it is read, trees are depth-bounded and
+//! loop-checked, and allocations are sized by the geometry (validated in pass
+//! 0) or by what was actually found, never by a count read from disk.
+//!
+//! ## Exit codes (fsck(8))
+//! 0 clean; 1 errors corrected (repair, and a verification check afterwards
+//! found the image clean); 4 errors left uncorrected; 8 operational error
+//! (cannot open or read the image, not a cairn image, truncated, mounted).
+
+mod bitmaps;
+mod blocks;
+mod btree;
+mod ctx;
+mod dirs;
+mod groups;
+mod image;
+mod inodes;
+mod journal;
+mod links;
+mod repair;
+mod report;
+mod superblock;
+
+pub use report::{Pass, Problem, Report};
+
+use ctx::Ctx;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Options of a check.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Fix what can be fixed (the image is opened read-write).
+    pub repair: bool,
+}
+
+/// Why a check could not be carried out (or could not get past the superblock).
+#[derive(Debug, thiserror::Error)]
+pub enum FsckError {
+    /// The image could not be opened.
+    #[error("cannot open {path}: {source}")]
+    Open {
+        /// The image.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Another process holds the image's lock.
+    #[error("{0} is in use (it appears to be mounted, or another fsck is running); unmount it first")]
+    Mounted(PathBuf),
+    /// No cairn superblock.
+    #[error("not a cairn file system: {0}")]
+    NotCairn(String),
+    /// The image is shorter than the superblock says.
+    #[error("image is truncated: {0}")]
+    Truncated(String),
+    /// A version or feature this build does not know.
+    #[error("incompatible image: {0}")]
+    Incompatible(String),
+    /// A cairn superblock that fails its checks.
+    #[error("superblock is corrupt: {0}")]
+    CorruptSuperblock(String),
+    /// Geometry beyond fsck's limits.
+    #[error("file system too large for this fsck: {0}")]
+    TooLarge(String),
+    /// Reading or writing the image failed.
+    #[error("I/O error on the image: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl FsckError {
+    /// The fsck(8) exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            FsckError::CorruptSuperblock(_) => 4,
+            _ => 8,
+        }
+    }
+}
+
+/// Checks (and with `opts.repair`, repairs) the image at `path`.
+///
+/// With repair, when anything was written, a second read-only check verifies
+/// the result: the returned report then has `verified_after_repair` set if it
+/// found the image clean, and otherwise lists the remaining problems too
+/// (marked not fixed).
+pub fn check(path: &Path, opts: &Options) -> Result<Report, FsckError> {
+    let mut report = check_once(path, opts.repair)?;
+    if opts.repair && (report.fixed() > 0 || report.blocks_written > 0) {
+        let verify = check_once(path, false)?;
+        if verify.is_clean() {
+            report.verified_after_repair = true;
+        } else {
+            for p in verify.problems {
+                report.push(p.pass, format!("still wrong after repair: {}", p.message), false);
+            }
+            report.problems_dropped += verify.problems_dropped;
+        }
+        // The figures of the repaired image.
+        report.blocks_used = verify.blocks_used;
+        report.inodes_used = verify.inodes_used;
+        report.orphans = verify.orphans;
+    }
+    Ok(report)
+}
+
+fn check_once(path: &Path, repair: bool) -> Result<Report, FsckError> {
+    let mut img = image::Image::open(path, repair).map_err(|e| match e {
+        image::OpenError::Io(source) => FsckError::Open { path: path.to_path_buf(), source },
+        image::OpenError::Locked => FsckError::Mounted(path.to_path_buf()),
+    })?;
+    let (mut sb, mut geo) = superblock::load(&mut img)?;
+    let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
+    let mut report = Report::default();
+    if journal::replay(&mut img, &sb, seed, &mut report)? {
+        (sb, geo) = superblock::reload(&mut img)?;
+    }
+    let sb_dirty = superblock::check_fields(&mut sb, &geo, repair, &mut report);
+    report.block_size = sb.block_size();
+    report.total_blocks = sb.total_blocks;
+    report.total_inodes = geo.total_inodes();
+    let mut ctx = Ctx {
+        img,
+        sb,
+        geo,
+        seed,
+        repair,
+        report,
+        groups: Vec::new(),
+        inodes: Default::default(),
+        claims: Vec::new(),
+        dirents: Vec::new(),
+        xattrs: Default::default(),
+        orphans: Default::default(),
+        incomplete: false,
+        sb_dirty,
+        inode_fixes: Default::default(),
+        dirent_fixes: Vec::new(),
+        xattr_fixes: Default::default(),
+        orphan_removals: Vec::new(),
+    };
+    groups::load(&mut ctx)?;
+    inodes::run(&mut ctx)?;
+    links::walk_orphans(&mut ctx);
+    dirs::run(&mut ctx)?;
+    blocks::run(&mut ctx);
+    links::run(&mut ctx);
+    if repair {
+        repair::apply(&mut ctx)?;
+    }
+    bitmaps::run(&mut ctx)?;
+    if repair && ctx.sb_dirty && ctx.report.fixed() > 0 {
+        superblock::write(&mut ctx.img, &ctx.sb)?;
+    }
+    ctx.img.sync()?;
+    summarize(&mut ctx);
+    ctx.report.bytes_read = ctx.img.bytes_read;
+    ctx.report.blocks_written = ctx.img.blocks_written;
+    Ok(ctx.report)
+}
+
+fn summarize(ctx: &mut Ctx) {
+    use cairn_format::inode::*;
+    let r = &mut ctx.report;
+    for i in ctx.inodes.values().filter(|i| !i.freed && !i.bad) {
+        match i.file_type() {
+            S_IFDIR => r.directories += 1,
+            S_IFREG => r.regular_files += 1,
+            S_IFLNK => r.symlinks += 1,
+            _ => r.special_files += 1,
+        }
+    }
+}
+
+/// Checks the unmounted image at `path`, writing human-readable findings to `out`;
+/// returns the fsck(8) exit code: 0 clean, 1 errors corrected (only with repair), 4 errors left uncorrected, 8 operational error (cannot open/read the image, not a cairn image, etc).
+pub fn run(path: &Path, opts: &Options, out: &mut dyn Write) -> i32 {
+    let shown = path.display();
+    // Every read is bounds-checked and nothing panics on damaged input by
+    // design; should a bug still panic, report it as an operational error
+    // rather than abort the caller.
+    let result = std::panic::catch_unwind(|| check(path, opts));
+    let report = match result {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            let _ = writeln!(out, "cairn fsck: {shown}: {e}");
+            return e.exit_code();
+        }
+        Err(p) => {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let _ = writeln!(out, "cairn fsck: {shown}: internal error (a bug in fsck): {what}");
+            return 8;
+        }
+    };
+    let _ = write_report(&report, &shown.to_string(), opts, out);
+    exit_code(&report, opts)
+}
+
+/// The exit code a report implies.
+pub fn exit_code(report: &Report, opts: &Options) -> i32 {
+    if report.is_clean() {
+        0
+    } else if opts.repair && report.errors_left() == 0 && report.verified_after_repair {
+        1
+    } else {
+        4
+    }
+}
+
+fn write_report(r: &Report, path: &str, opts: &Options, out: &mut dyn Write) -> std::io::Result<()> {
+    use report::num;
+    for n in &r.notes {
+        writeln!(out, "{n}")?;
+    }
+    let mut last: Option<Pass> = None;
+    for p in &r.problems {
+        if last != Some(p.pass) {
+            writeln!(out, "[{}]", p.pass)?;
+            last = Some(p.pass);
+        }
+        let tag = if p.fixed { " [fixed]" } else { "" };
+        writeln!(out, "  {}{tag}", p.message)?;
+    }
+    if r.problems_dropped > 0 {
+        writeln!(out, "  ... and {} more problems not shown", num(r.problems_dropped))?;
+    }
+    let verdict = if r.is_clean() {
+        "clean".to_string()
+    } else if opts.repair && r.errors_left() == 0 && r.verified_after_repair {
+        format!("{} error(s) corrected; the file system is now clean", num(r.fixed()))
+    } else if opts.repair {
+        format!("{} error(s) corrected, {} left uncorrected", num(r.fixed()), num(r.errors_left()))
+    } else {
+        format!("{} error(s) found, not corrected (run with --repair)", num(r.errors_left()))
+    };
+    writeln!(
+        out,
+        "cairn fsck: {path}: {} inodes used of {}, {} blocks used of {} ({} directories, {} files, {} symlinks, {} other, {} orphans); {verdict}.",
+        num(r.inodes_used),
+        num(r.total_inodes),
+        num(r.blocks_used),
+        num(r.total_blocks),
+        num(r.directories),
+        num(r.regular_files),
+        num(r.symlinks),
+        num(r.special_files),
+        num(r.orphans),
+    )
+}

@@ -395,6 +395,10 @@ fn fuse_mount_sys(
 
     let file = match DevFuse::open() {
         Ok(dev_fuse) => dev_fuse,
+        // cairn patch: an unprivileged user who may not open /dev/fuse
+        // (mode 0600 on some hosts) can still mount through the setuid
+        // fusermount3, which opens it and passes the descriptor back.
+        Err(error) if error.kind() == ErrorKind::PermissionDenied => return Ok(None),
         Err(error) => {
             if error.kind() == ErrorKind::NotFound {
                 error!("{} not found. Try 'modprobe fuse'", DevFuse::PATH);

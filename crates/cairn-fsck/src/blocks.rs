@@ -1,0 +1,85 @@
+//! Pass 1b: every block owned at most once.
+//!
+//! ## Purpose
+//! Pass 1 (and the orphan-list walk) record each run of blocks an owner
+//! uses as a [`Claim`]: file data, extent-tree nodes, directory-tree nodes,
+//! xattr blocks (once per distinct block, however many inodes share it — the
+//! sharing itself is checked against the block's refcount in pass 4) and
+//! orphan-list nodes. Fixed metadata (superblock, descriptor table, journal,
+//! each group's bitmaps and inode table) is never claimed: pass 1 already
+//! rejected any extent or node pointer that touches it, and pass 5 treats it
+//! as owned by the layout.
+//!
+//! This pass sorts the claims by first block and sweeps them once, so
+//! overlapping claims — the same block owned twice, by two inodes or twice
+//! by one — are found in `O(n log n)` for `n` claims, with no per-block
+//! table (a 16 TiB image has 4 billion blocks; the claims are only as many
+//! as the extents and nodes in use). Overlaps are reported per pair of
+//! owners, with the number of blocks and the first one.
+//!
+//! ## What it concludes
+//! Duplicate ownership is reported and left alone (fsck does not clone
+//! blocks as e2fsck's pass 1b–1d do); the owners are marked damaged so no
+//! repair trusts their block counts. The claims stay sorted for pass 5,
+//! which finds each group's claims by binary search.
+
+use crate::ctx::{Claim, Ctx, Owner};
+use crate::report::{num, Pass};
+use std::collections::BTreeMap;
+
+/// Sorts the claims and reports blocks claimed more than once.
+pub fn run(ctx: &mut Ctx) {
+    ctx.claims.sort_unstable_by_key(|c| (c.start, c.len));
+    // (owner a, owner b) -> (first block, blocks)
+    let mut dups: BTreeMap<(Owner, Owner), (u64, u64)> = BTreeMap::new();
+    let mut active: Option<Claim> = None;
+    for c in &ctx.claims {
+        if let Some(a) = active {
+            let a_end = a.start + a.len;
+            if c.start < a_end {
+                let overlap = a_end.min(c.start + c.len) - c.start;
+                let key = if a.owner <= c.owner { (a.owner, c.owner) } else { (c.owner, a.owner) };
+                let e = dups.entry(key).or_insert((c.start, 0));
+                e.1 += overlap;
+                if c.start + c.len > a_end {
+                    active = Some(*c);
+                }
+                continue;
+            }
+        }
+        active = Some(*c);
+    }
+    for ((a, b), (first, n)) in dups {
+        let msg = if a == b {
+            format!("{a} claims {} block(s) twice, starting at block {first}", num(n))
+        } else {
+            format!("{a} and {b} both claim {} block(s), starting at block {first}", num(n))
+        };
+        ctx.report.problem(Pass::Blocks, msg);
+        for o in [a, b] {
+            if let Some(i) = o.ino().and_then(|i| ctx.inodes.get_mut(&i)) {
+                i.damaged = true;
+            }
+            if let Owner::Xattr(blk) = o {
+                for ino in ctx.xattrs.get(&blk).map(|x| x.inodes.clone()).unwrap_or_default() {
+                    if let Some(i) = ctx.inodes.get_mut(&ino) {
+                        i.damaged = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// True when the claim's owner still exists after repairs (freed inodes'
+/// blocks are released; an xattr block lives while any live inode points
+/// at it).
+pub fn claim_live(ctx: &Ctx, c: &Claim) -> bool {
+    match c.owner {
+        Owner::Data(i) | Owner::ExtentNode(i) | Owner::DirNode(i) => !ctx.inodes.get(&i).is_some_and(|x| x.freed),
+        Owner::Xattr(b) => {
+            ctx.xattrs.get(&b).is_none_or(|x| x.inodes.iter().any(|i| !ctx.inodes.get(i).is_some_and(|y| y.freed)))
+        }
+        Owner::Orphans => true,
+    }
+}

@@ -1,0 +1,180 @@
+//! Raw access to the image under check: positioned reads, the journal
+//! overlay, and the few writes a repair makes.
+//!
+//! ## Purpose
+//! Every other module sees the image only through [`Image`], so that three
+//! rules hold everywhere without each pass having to remember them:
+//!
+//! * **Bounds.** Every read is checked against the image size before the
+//!   `pread`; a block number taken from a damaged structure can make a read
+//!   fail with a clear error, never read past the end or allocate a buffer
+//!   sized by disk data (callers pass block counts that the geometry bounded).
+//! * **Replay overlay.** When the journal holds committed checkpoints that were
+//!   never written home, fsck checks the image *as if replayed* (as e2fsck
+//!   replays first). Without `--repair` nothing may be written, so the
+//!   replayed block images live in an in-memory overlay that every read
+//!   consults; with `--repair` the journal pass writes them home instead and
+//!   the overlay stays empty.
+//! * **Read-only unless repairing.** The file is opened read-only for a check;
+//!   [`Image::write_block`] refuses to write unless the image was opened for
+//!   repair.
+//!
+//! ## Mount detection
+//! The engine holds an exclusive `flock` on the image while it is mounted
+//! (`FileDevice::lock_exclusive`). fsck takes the same lock, non-blocking,
+//! on its own descriptor: if that fails the image is in use and fsck refuses
+//! to look at it (its contents change under our feet). The lock is held until
+//! the [`Image`] is dropped, so a mount cannot start during a repair.
+//!
+//! ## What it concludes
+//! Nothing about consistency: it only moves bytes and reports I/O failures.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// Why the image could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// open(2) or stat failed.
+    Io(io::Error),
+    /// Another process holds the image's lock (it is mounted, or being checked).
+    Locked,
+}
+
+/// The image file, with the journal overlay.
+pub struct Image {
+    file: File,
+    size: u64,
+    block_size: u64,
+    writable: bool,
+    overlay: BTreeMap<u64, Vec<u8>>,
+    /// Bytes read so far (for the summary).
+    pub bytes_read: u64,
+    /// Blocks written by repairs.
+    pub blocks_written: u64,
+}
+
+impl Image {
+    /// Opens `path` (read-write only for `repair`) and takes the exclusive lock.
+    pub fn open(path: &Path, repair: bool) -> Result<Image, OpenError> {
+        let file = OpenOptions::new().read(true).write(repair).open(path).map_err(OpenError::Io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(OpenError::Locked),
+            Err(std::fs::TryLockError::Error(e)) => {
+                // Locks unsupported (some network file systems): go on unlocked.
+                if e.kind() != io::ErrorKind::Unsupported {
+                    return Err(OpenError::Io(e));
+                }
+            }
+        }
+        let meta = file.metadata().map_err(OpenError::Io)?;
+        let size = if meta.file_type().is_file() {
+            meta.len()
+        } else {
+            use std::io::Seek;
+            let mut f = &file;
+            f.seek(io::SeekFrom::End(0)).map_err(OpenError::Io)?
+        };
+        Ok(Image {
+            file,
+            size,
+            block_size: 4096,
+            writable: repair,
+            overlay: BTreeMap::new(),
+            bytes_read: 0,
+            blocks_written: 0,
+        })
+    }
+
+    /// Size of the image in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// True when opened for repair.
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// Sets the block size once the superblock is known.
+    pub fn set_block_size(&mut self, bs: u32) {
+        self.block_size = u64::from(bs);
+    }
+
+    /// Block size in bytes.
+    pub fn block_size(&self) -> usize {
+        self.block_size as usize
+    }
+
+    /// Reads `buf.len()` bytes at byte offset `off` (no overlay).
+    pub fn read_at(&mut self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        let end = off.checked_add(buf.len() as u64);
+        if end.is_none_or(|e| e > self.size) {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("read of {} bytes at offset {off} past the end of the image ({} bytes)", buf.len(), self.size),
+            ));
+        }
+        self.file.read_exact_at(buf, off)?;
+        self.bytes_read += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Reads `n` whole blocks from `start`, with replayed journal images applied.
+    pub fn read_blocks(&mut self, start: u64, n: u64) -> io::Result<Vec<u8>> {
+        let bs = self.block_size;
+        let len = n.checked_mul(bs).filter(|l| *l <= 1 << 30).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("refusing to read {n} blocks at once"))
+        })?;
+        let off = start
+            .checked_mul(bs)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("block {start} out of range")))?;
+        let mut buf = vec![0u8; len as usize];
+        self.read_at(&mut buf, off)?;
+        if !self.overlay.is_empty() {
+            let end = start.saturating_add(n);
+            for (b, img) in self.overlay.range(start..end) {
+                let o = ((b - start) * bs) as usize;
+                buf[o..o + bs as usize].copy_from_slice(img);
+            }
+        }
+        Ok(buf)
+    }
+
+    /// Reads one block, with replayed journal images applied.
+    pub fn read_block(&mut self, blk: u64) -> io::Result<Vec<u8>> {
+        self.read_blocks(blk, 1)
+    }
+
+    /// Records a replayed block image (check without repair).
+    pub fn overlay_block(&mut self, blk: u64, data: Vec<u8>) {
+        self.overlay.insert(blk, data);
+    }
+
+    /// Writes one whole block (repair only).
+    pub fn write_block(&mut self, blk: u64, data: &[u8]) -> io::Result<()> {
+        if !self.writable {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "image opened read-only"));
+        }
+        let bs = self.block_size;
+        if data.len() as u64 != bs || blk.checked_add(1).and_then(|e| e.checked_mul(bs)).is_none_or(|e| e > self.size) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad write of block {blk}")));
+        }
+        self.file.write_all_at(data, blk * bs)?;
+        self.overlay.remove(&blk);
+        self.blocks_written += 1;
+        Ok(())
+    }
+
+    /// Makes every write durable (fsync).
+    pub fn sync(&mut self) -> io::Result<()> {
+        if self.writable {
+            self.file.sync_all()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,304 @@
+//! Pass 1: every in-use inode, and every block it owns.
+//!
+//! ## Purpose
+//! The inode bitmaps say which inode slots are live (a free slot may hold
+//! anything, so nothing else is trusted for that). For every live inode this
+//! pass verifies:
+//!
+//! * the inode's crc32c (seeded with `seed ^ ino`) and the decoder's checks:
+//!   a known file type, sane nanoseconds, a directory always in tree form,
+//!   inline data only for symlinks and at most 120 bytes;
+//! * no unknown flag bits;
+//! * extents (inline, or in an extent B+tree — see `btree`): length at least
+//!   1 and at most `MAX_EXTENT_LEN`, physical range inside the data area (never
+//!   over fixed metadata), logical ranges sorted and non-overlapping;
+//! * the type's data form: directories walk their entry tree (entries are
+//!   kept for pass 2), symlinks hold 1..=4095 bytes, device nodes, FIFOs and
+//!   sockets own no blocks;
+//! * the xattr block, if any: in range, decodes (magic, checksum, own block
+//!   number, refcount range, sorted entries, content hash); each distinct
+//!   block is read once and the inodes pointing at it are collected so that
+//!   pass 4 can compare its refcount;
+//! * `blocks` equals the blocks it owns: data (written or unwritten), tree
+//!   nodes, and its xattr block (counted once per inode, shared or not).
+//!
+//! ## What it reads
+//! Each initialised group's inode bitmap, and only the inode-table blocks that
+//! hold live inodes, up to 1 MiB per read. Groups whose inode bitmap is
+//! uninitialised hold no inodes and cost nothing.
+//!
+//! ## What it concludes
+//! An [`InodeInfo`] per live inode, a [`Claim`](crate::ctx::Claim) for every
+//! run of blocks an inode owns (pass 1b and pass 5 work from these), the
+//! directory entries, and the xattr-block table. Inodes that cannot be
+//! decoded are kept as `bad` (still in use — fsck does not clear inodes) and
+//! make block ownership incomplete.
+
+use crate::btree;
+use crate::ctx::{Ctx, DirentRec, InodeInfo, Owner, XattrInfo};
+use crate::groups;
+use crate::report::{block_range, Pass};
+use crate::FsckError;
+use cairn_format::btree::{KIND_DIRENTS, KIND_EXTENTS};
+use cairn_format::extent::{Extent, EXTENT_VALUE_SIZE, MAX_EXTENT_LEN};
+use cairn_format::inode::*;
+use cairn_format::xattr::XattrBlock;
+use cairn_format::{FIRST_INO, ROOT_INO, SYMLINK_MAX};
+
+/// Inode-table blocks read at once.
+const ITABLE_CHUNK: u64 = 256;
+
+/// Human name of a file type.
+pub fn type_name(mode: u32) -> &'static str {
+    match mode & S_IFMT {
+        S_IFDIR => "directory",
+        S_IFREG => "regular file",
+        S_IFLNK => "symlink",
+        S_IFCHR => "character device",
+        S_IFBLK => "block device",
+        S_IFIFO => "FIFO",
+        S_IFSOCK => "socket",
+        _ => "inode of unknown type",
+    }
+}
+
+/// Indices `< limit` whose bit is set.
+fn set_bits(bm: &[u8], limit: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    for (byte_i, &byte) in bm.iter().enumerate() {
+        if byte == 0 {
+            continue;
+        }
+        for b in 0..8 {
+            let i = byte_i as u64 * 8 + b;
+            if i >= limit {
+                return out;
+            }
+            if byte >> b & 1 == 1 {
+                out.push(i);
+            }
+        }
+    }
+    out
+}
+
+/// Walks every initialised group's live inodes.
+pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
+    let geo = ctx.geo;
+    let ipg = geo.inodes_per_group;
+    let ipb = geo.inodes_per_block();
+    for g in 0..geo.group_count {
+        let Some((bm, _)) = groups::read_inode_bitmap(ctx, g)? else { continue };
+        let mut used = set_bits(&bm, ipg);
+        if g == 0 {
+            // Inodes 2..FIRST_INO are reserved and have no contents.
+            used.retain(|&i| i == 0 || i + 1 >= FIRST_INO);
+            if used.first() != Some(&0) {
+                let msg = "the root directory (inode 1) is marked free in the inode bitmap".to_string();
+                ctx.report.push(Pass::Inodes, msg, ctx.repair);
+                used.insert(0, 0);
+                ctx.inodes.entry(ROOT_INO).or_default().resurrected = true;
+            }
+        }
+        let mut i = 0;
+        while i < used.len() {
+            let first_blk = used[i] / ipb;
+            let mut j = i;
+            while j < used.len() && used[j] / ipb < first_blk + ITABLE_CHUNK {
+                j += 1;
+            }
+            let last_blk = used[j - 1] / ipb;
+            let buf = ctx.img.read_blocks(geo.inode_table(g) + first_blk, last_blk - first_blk + 1)?;
+            for &idx in &used[i..j] {
+                let off = ((idx - first_blk * ipb) as usize) * INODE_SIZE;
+                let ino = g * ipg + idx + 1;
+                let resurrected = ctx.inodes.get(&ino).is_some_and(|x| x.resurrected);
+                let mut info = check_inode(ctx, ino, &buf[off..off + INODE_SIZE]);
+                info.resurrected = resurrected;
+                ctx.inodes.insert(ino, info);
+            }
+            i = j;
+        }
+    }
+    if !ctx.inodes.get(&ROOT_INO).is_some_and(|r| r.is_dir()) {
+        ctx.report.problem(Pass::Inodes, "the root directory (inode 1) is missing or not a directory");
+    }
+    Ok(())
+}
+
+/// Reads inode `ino`'s slot directly (pass 2, for inodes the bitmap calls
+/// free): the decoded inode, if the slot holds a valid one.
+pub fn read_slot(ctx: &mut Ctx, ino: u64) -> Result<Option<DiskInode>, FsckError> {
+    if !ctx.geo.valid_ino(ino) {
+        return Ok(None);
+    }
+    let (blk, off) = ctx.geo.inode_location(ino);
+    let b = ctx.img.read_block(blk)?;
+    Ok(DiskInode::decode(ctx.seed, ino, &b[off..off + INODE_SIZE]).ok())
+}
+
+/// Checks extents of `ino`, claiming the valid ones; returns blocks counted
+/// and whether all were valid.
+fn check_extents(ctx: &mut Ctx, ino: u64, list: &[Extent], what: &str) -> (u64, bool) {
+    let mut counted = 0u64;
+    let mut ok = true;
+    let mut prev_end = 0u64;
+    for (n, e) in list.iter().enumerate() {
+        let len = u64::from(e.len);
+        let p = |m: String| format!("inode {ino}: {what} extent at logical block {}: {m}", e.lblk);
+        if e.len == 0 || e.len > MAX_EXTENT_LEN {
+            ctx.report.problem(Pass::Inodes, p(format!("length {} out of range", e.len)));
+            ok = false;
+            continue;
+        }
+        let Some(lend) = e.lblk.checked_add(len) else {
+            ctx.report.problem(Pass::Inodes, p("logical range overflows".into()));
+            ok = false;
+            continue;
+        };
+        if n > 0 && e.lblk < prev_end {
+            ctx.report.problem(Pass::Inodes, p(format!("overlaps the previous extent (which ends at {prev_end})")));
+            ok = false;
+        }
+        prev_end = prev_end.max(lend);
+        if !ctx.geo.valid_data_range(e.pblk, len) {
+            let r = block_range(e.pblk, len);
+            ctx.report.problem(Pass::Inodes, p(format!("{r} lie outside the data area")));
+            ok = false;
+            continue;
+        }
+        counted += len;
+        ctx.claim(e.pblk, len, Owner::Data(ino));
+    }
+    (counted, ok)
+}
+
+/// Checks one live inode from its 256 raw bytes.
+pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
+    let d = match DiskInode::decode(ctx.seed, ino, raw) {
+        Ok(d) => d,
+        Err(e) => {
+            ctx.report.problem(Pass::Inodes, format!("inode {ino} is damaged ({e})"));
+            ctx.incomplete = true;
+            return InodeInfo { bad: true, damaged: true, ..Default::default() };
+        }
+    };
+    let mut info = InodeInfo {
+        mode: d.mode,
+        nlink: d.nlink,
+        flags: d.flags,
+        parent: d.parent,
+        entries: d.entries,
+        xattr_block: d.xattr_block,
+        ..Default::default()
+    };
+    let kind = d.file_type();
+    let known = INODE_FLAG_INLINE_DATA | INODE_FLAG_TREE | INODE_FLAG_ORPHAN;
+    if d.flags & !known != 0 {
+        ctx.report.problem(Pass::Inodes, format!("inode {ino}: unknown flags {:#x}", d.flags & !known));
+        info.damaged = true;
+    }
+    let mut counted = 0u64;
+    match &d.data {
+        DataArea::Extents(list) => {
+            let (n, ok) = check_extents(ctx, ino, list, "inline");
+            counted += n;
+            info.damaged |= !ok;
+        }
+        DataArea::Tree(0) => {}
+        DataArea::Tree(root) => {
+            let (tkind, label, owner) = if kind == S_IFDIR {
+                (KIND_DIRENTS, format!("directory {ino}'s entry tree"), Owner::DirNode(ino))
+            } else {
+                (KIND_EXTENTS, format!("inode {ino}'s extent tree"), Owner::ExtentNode(ino))
+            };
+            let w =
+                btree::walk(&mut ctx.img, &mut ctx.report, &ctx.geo, ctx.seed, tkind, ino, *root, &label, Pass::Inodes);
+            for &b in &w.nodes {
+                ctx.claim(b, 1, owner);
+            }
+            counted += w.nodes.len() as u64;
+            if !w.complete {
+                info.damaged = true;
+                ctx.incomplete = true;
+            }
+            if tkind == KIND_DIRENTS {
+                info.dirents_found = w.entries.len() as u64;
+                for (leaf, key, value) in w.entries {
+                    ctx.dirents.push(DirentRec { dir: ino, leaf, key, value });
+                }
+            } else {
+                let mut list = Vec::with_capacity(w.entries.len());
+                for (leaf, key, value) in &w.entries {
+                    if value.len() != EXTENT_VALUE_SIZE {
+                        ctx.report.problem(
+                            Pass::Inodes,
+                            format!("{label}: leaf {leaf}: extent at key {key} has a {}-byte value", value.len()),
+                        );
+                        info.damaged = true;
+                        continue;
+                    }
+                    list.push(Extent::decode_value(*key, value));
+                }
+                let (n, ok) = check_extents(ctx, ino, &list, "tree");
+                counted += n;
+                info.damaged |= !ok;
+            }
+        }
+        DataArea::Inline(_) => {}
+    }
+    match kind {
+        S_IFLNK if d.size == 0 || d.size > SYMLINK_MAX as u64 => {
+            ctx.report.problem(Pass::Inodes, format!("inode {ino}: symlink target length {} is invalid", d.size));
+            info.damaged = true;
+        }
+        S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK if counted > 0 => {
+            ctx.report.problem(Pass::Inodes, format!("inode {ino}: {} owns data blocks", type_name(d.mode)));
+            info.damaged = true;
+        }
+        _ => {}
+    }
+    if d.xattr_block != 0 {
+        if !ctx.geo.valid_data_range(d.xattr_block, 1) {
+            ctx.report.problem(
+                Pass::Inodes,
+                format!("inode {ino}: xattr block {} lies outside the data area", d.xattr_block),
+            );
+            info.damaged = true;
+            info.xattr_block = 0;
+        } else {
+            counted += 1;
+            check_xattr_block(ctx, ino, d.xattr_block);
+        }
+    }
+    if !info.damaged && d.blocks != counted {
+        let msg = format!("inode {ino}: block count is {}, but it owns {counted} blocks", d.blocks);
+        ctx.report.push(Pass::Inodes, msg, ctx.repair);
+        if ctx.repair {
+            ctx.fix(ino).blocks = Some(counted);
+        }
+    }
+    info
+}
+
+/// Records that `ino` points at xattr block `blk`, reading the block the
+/// first time it is seen.
+fn check_xattr_block(ctx: &mut Ctx, ino: u64, blk: u64) {
+    if let Some(x) = ctx.xattrs.get_mut(&blk) {
+        x.inodes.push(ino);
+        return;
+    }
+    let mut info = XattrInfo { inodes: vec![ino], ..Default::default() };
+    match ctx.img.read_block(blk) {
+        Ok(data) => match XattrBlock::decode(ctx.seed, blk, &data) {
+            Ok(x) => {
+                info.ok = true;
+                info.refcount = x.refcount;
+            }
+            Err(e) => ctx.report.problem(Pass::Inodes, format!("xattr block {blk} (of inode {ino}) is damaged ({e})")),
+        },
+        Err(e) => ctx.report.problem(Pass::Inodes, format!("xattr block {blk} (of inode {ino}) cannot be read: {e}")),
+    }
+    ctx.claim(blk, 1, Owner::Xattr(blk));
+    ctx.xattrs.insert(blk, info);
+}

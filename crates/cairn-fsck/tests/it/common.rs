@@ -1,0 +1,173 @@
+//! Helpers: build and populate images with the engine, run fsck on them.
+
+#![allow(dead_code)]
+
+use cairn_core::dev::{BlockDevice, MemDevice};
+use cairn_core::mkfs::{format, MkfsOptions};
+use cairn_core::{Ctx, Fs, MountOptions, FALLOC_FL_KEEP_SIZE};
+use cairn_format::inode::{S_IFCHR, S_IFIFO, S_IFREG};
+use cairn_format::layout::Geometry;
+use cairn_format::superblock::Superblock;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const ROOT: u64 = 1;
+
+/// Small groups, so that images have several of them.
+pub fn small_groups() -> MkfsOptions {
+    MkfsOptions { blocks_per_group: Some(2048), journal_blocks: Some(512), bytes_per_inode: 4096, ..Default::default() }
+}
+
+/// A formatted in-memory image.
+pub fn new_image(mib: u64, opts: &MkfsOptions) -> Arc<MemDevice> {
+    let dev = Arc::new(MemDevice::new(mib << 20));
+    format(dev.as_ref(), opts, &mut |_, _| {}).expect("mkfs");
+    dev
+}
+
+/// Mounts with a commit interval long enough that the backend never commits on its own.
+pub fn mount(dev: Arc<dyn BlockDevice>) -> Arc<Fs> {
+    Fs::mount(dev, MountOptions { commit_interval: Duration::from_secs(3600), ..Default::default() }).expect("mount")
+}
+
+/// Fills a file system with every kind of object; returns name -> inode.
+pub fn populate(fs: &Fs) -> HashMap<&'static str, u64> {
+    let c = Ctx::root();
+    let mut m = HashMap::new();
+    let a = fs.mkdir(&c, ROOT, b"a", 0o755).unwrap().ino;
+    let b = fs.mkdir(&c, a, b"b", 0o755).unwrap().ino;
+    let cdir = fs.mkdir(&c, b, b"c", 0o700).unwrap().ino;
+    m.insert("a", a);
+    m.insert("b", b);
+    m.insert("c", cdir);
+    let f1 = fs.mknod(&c, a, b"f1", S_IFREG | 0o644, 0).unwrap().ino;
+    let data: Vec<u8> = (0..40_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    fs.write(f1, 0, &data).unwrap();
+    m.insert("f1", f1);
+    fs.link(f1, b, b"f1link").unwrap();
+    fs.link(f1, ROOT, b"f1root").unwrap();
+    let big = fs.mknod(&c, ROOT, b"big", S_IFREG | 0o644, 0).unwrap().ino;
+    fs.write(big, 0, &vec![7u8; 1 << 20]).unwrap();
+    m.insert("big", big);
+    // Many extents: every other block, so nothing merges (an extent tree).
+    let frag = fs.mknod(&c, ROOT, b"frag", S_IFREG | 0o644, 0).unwrap().ino;
+    for i in 0..80u64 {
+        fs.write(frag, i * 2 * 4096, &[i as u8 + 1; 100]).unwrap();
+    }
+    fs.fallocate(frag, 400 * 4096, 8 * 4096, FALLOC_FL_KEEP_SIZE).unwrap();
+    m.insert("frag", frag);
+    let s = fs.symlink(&c, ROOT, b"short", b"a/f1").unwrap().ino;
+    m.insert("short", s);
+    let long = vec![b'y'; 3000];
+    let l = fs.symlink(&c, a, b"long", &long).unwrap().ino;
+    m.insert("long", l);
+    fs.setxattr(f1, b"user.colour", b"blue", 0).unwrap();
+    fs.setxattr(f1, b"security.label", &[9u8; 200], 0).unwrap();
+    fs.setxattr(a, b"user.dir", b"yes", 0).unwrap();
+    m.insert("fifo", fs.mknod(&c, b, b"fifo", S_IFIFO | 0o600, 0).unwrap().ino);
+    m.insert("chr", fs.mknod(&c, b, b"tty", S_IFCHR | 0o600, 0x0501).unwrap().ino);
+    // A large directory: forces leaf and internal node splits.
+    let many = fs.mkdir(&c, ROOT, b"many", 0o755).unwrap().ino;
+    for i in 0..3000u32 {
+        let name = format!("entry-with-a-longish-name-{i:05}");
+        fs.mknod(&c, many, name.as_bytes(), S_IFREG | 0o644, 0).unwrap();
+    }
+    for i in (0..3000u32).step_by(3) {
+        let name = format!("entry-with-a-longish-name-{i:05}");
+        fs.unlink(many, name.as_bytes()).unwrap();
+    }
+    m.insert("many", many);
+    // Renames, removals.
+    let tmpd = fs.mkdir(&c, ROOT, b"gone", 0o755).unwrap().ino;
+    fs.mknod(&c, tmpd, b"x", S_IFREG | 0o644, 0).unwrap();
+    fs.rename(tmpd, b"x", a, b"moved", 0).unwrap();
+    fs.rmdir(ROOT, b"gone").unwrap();
+    fs.rename(ROOT, b"many", b, b"many2", 0).unwrap();
+    m
+}
+
+/// Writes `bytes` to a fresh temporary file.
+pub fn to_file(bytes: &[u8]) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(bytes).unwrap();
+    f.flush().unwrap();
+    f
+}
+
+/// Runs fsck; returns (exit code, output).
+pub fn fsck(path: &Path, repair: bool) -> (i32, String) {
+    let mut out = Vec::new();
+    let code = cairn_fsck::run(path, &cairn_fsck::Options { repair }, &mut out);
+    (code, String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Asserts fsck finds the image clean.
+pub fn assert_clean(path: &Path) -> String {
+    let (code, out) = fsck(path, false);
+    assert_eq!(code, 0, "fsck should find the image clean:\n{out}");
+    out
+}
+
+/// Superblock, geometry and checksum seed of an image.
+pub fn sb_geo(bytes: &[u8]) -> (Superblock, Geometry, u32) {
+    let sb = Superblock::decode(&bytes[..4096], bytes.len() as u64).unwrap();
+    let geo = Geometry::new(&sb).unwrap();
+    let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
+    (sb, geo, seed)
+}
+
+/// A populated, cleanly unmounted image (bytes) and its inode numbers.
+pub fn populated_image() -> (Vec<u8>, HashMap<&'static str, u64>) {
+    let dev = new_image(48, &small_groups());
+    let fs = mount(dev.clone());
+    let m = populate(&fs);
+    fs.unmount().unwrap();
+    (dev.snapshot(), m)
+}
+
+/// Byte range of inode `ino` in the image.
+pub fn inode_range(bytes: &[u8], ino: u64) -> std::ops::Range<usize> {
+    let (_, geo, _) = sb_geo(bytes);
+    let (blk, off) = geo.inode_location(ino);
+    let s = blk as usize * geo.block_size as usize + off;
+    s..s + 256
+}
+
+/// Decodes inode `ino`.
+pub fn read_inode(bytes: &[u8], ino: u64) -> cairn_format::inode::DiskInode {
+    let (_, _, seed) = sb_geo(bytes);
+    cairn_format::inode::DiskInode::decode(seed, ino, &bytes[inode_range(bytes, ino)]).unwrap()
+}
+
+/// Re-encodes inode `ino` after `f` (valid checksum).
+pub fn edit_inode(bytes: &mut [u8], ino: u64, f: impl FnOnce(&mut cairn_format::inode::DiskInode)) {
+    let (_, _, seed) = sb_geo(bytes);
+    let mut d = read_inode(bytes, ino);
+    f(&mut d);
+    let r = inode_range(bytes, ino);
+    d.encode(seed, ino, &mut bytes[r]);
+}
+
+/// Changes committed with sync_fs, then the process "dies" (no unmount): the
+/// journal must be replayed and the open-unlinked files are orphans.
+pub fn unreplayed_image() -> Vec<u8> {
+    let dev = new_image(48, &small_groups());
+    let c = Ctx::root();
+    let fs = mount(dev.clone());
+    populate(&fs);
+    let o = fs.mknod(&c, ROOT, b"open-then-unlinked", S_IFREG | 0o644, 0).unwrap().ino;
+    fs.write(o, 0, &[1u8; 50_000]).unwrap();
+    fs.setxattr(o, b"user.x", b"y", 0).unwrap();
+    fs.unlink(ROOT, b"open-then-unlinked").unwrap();
+    let t = fs.tmpfile(&c, ROOT, 0o600).unwrap().ino;
+    fs.write(t, 0, b"temporary").unwrap();
+    fs.mkdir(&c, ROOT, b"open-dir", 0o755).unwrap();
+    fs.rmdir(ROOT, b"open-dir").unwrap();
+    fs.sync_fs().unwrap();
+    let bytes = dev.snapshot();
+    drop(fs);
+    bytes
+}

@@ -1,0 +1,262 @@
+//! Damaged images: each must fail with a specific finding; the repairable
+//! ones must repair (exit 1) and then check clean (exit 0).
+
+use crate::common::*;
+use cairn_core::dev::{BlockDevice, MemDevice};
+use cairn_format::btree::{Node, NodeBody};
+use cairn_format::checksum::crc;
+use cairn_format::dirent::Dirent;
+use cairn_format::extent::Extent;
+use cairn_format::group_desc::{GroupDesc, GD_SIZE};
+use cairn_format::inode::DataArea;
+use std::sync::Arc;
+
+/// Checks `bytes` expecting a failure whose output contains `want`; then,
+/// if `repairable`, repairs (exit 1) and re-checks (exit 0).
+fn expect(bytes: &[u8], want: &str, repairable: bool) -> String {
+    let f = to_file(bytes);
+    let (code, out) = fsck(f.path(), false);
+    assert_eq!(code, 4, "expected errors:\n{out}");
+    assert!(out.contains(want), "expected {want:?} in:\n{out}");
+    assert_eq!(std::fs::read(f.path()).unwrap(), bytes, "a check without --repair wrote to the image");
+    let (code, rout) = fsck(f.path(), true);
+    if repairable {
+        assert_eq!(code, 1, "repair should fix everything:\n{rout}");
+        let (code2, out2) = fsck(f.path(), false);
+        assert_eq!(code2, 0, "after repair:\n{out2}");
+        // The repaired image mounts and unmounts.
+        let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(std::fs::read(f.path()).unwrap()));
+        let fs = mount(dev);
+        fs.unmount().unwrap();
+    } else {
+        assert_eq!(code, 4, "repair cannot fix this:\n{rout}");
+    }
+    out
+}
+
+fn bs(bytes: &[u8]) -> usize {
+    sb_geo(bytes).1.block_size as usize
+}
+
+fn block(bytes: &mut [u8], blk: u64) -> &mut [u8] {
+    let b = bs(bytes);
+    &mut bytes[blk as usize * b..(blk as usize + 1) * b]
+}
+
+fn first_extent(bytes: &[u8], ino: u64) -> Extent {
+    match read_inode(bytes, ino).data {
+        DataArea::Extents(l) => l[0],
+        other => panic!("inode {ino} has {other:?}"),
+    }
+}
+
+/// Rewrites group `g`'s descriptor after `f` (valid checksum).
+fn edit_gd(bytes: &mut [u8], g: u64, f: impl FnOnce(&mut GroupDesc)) {
+    let (sb, _, seed) = sb_geo(bytes);
+    let off = sb.gdt_start as usize * bs(bytes) + g as usize * GD_SIZE;
+    let mut gd = GroupDesc::decode(seed, g, &bytes[off..off + GD_SIZE]).unwrap();
+    f(&mut gd);
+    gd.encode(seed, g, &mut bytes[off..off + GD_SIZE]);
+}
+
+#[test]
+fn flipped_inode_byte() {
+    let (mut bytes, m) = populated_image();
+    let r = inode_range(&bytes, m["f1"]);
+    bytes[r.start + 17] ^= 0x40;
+    expect(&bytes, &format!("inode {} is damaged", m["f1"]), false);
+}
+
+#[test]
+fn flipped_dirent_block_byte() {
+    let (mut bytes, m) = populated_image();
+    let DataArea::Tree(root) = read_inode(&bytes, m["a"]).data else { panic!() };
+    block(&mut bytes, root)[100] ^= 1;
+    expect(&bytes, &format!("directory {}'s entry tree: node {root} is damaged", m["a"]), false);
+}
+
+#[test]
+fn cleared_bitmap_bit_raw() {
+    let (mut bytes, m) = populated_image();
+    let (_, geo, _) = sb_geo(&bytes);
+    let e = first_extent(&bytes, m["f1"]);
+    let g = geo.group_of_block(e.pblk);
+    let bit = e.pblk - geo.group_start(g);
+    block(&mut bytes, geo.block_bitmap(g))[(bit / 8) as usize] &= !(1 << (bit % 8));
+    let out = expect(&bytes, "block bitmap checksum does not match", true);
+    assert!(out.contains(&format!("in use by inode {} (file data), but 1 of them marked free", m["f1"])), "{out}");
+}
+
+#[test]
+fn cleared_bitmap_bit_with_valid_checksum() {
+    let (mut bytes, m) = populated_image();
+    let (_, geo, seed) = sb_geo(&bytes);
+    let e = first_extent(&bytes, m["big"]);
+    let g = geo.group_of_block(e.pblk);
+    let bit = e.pblk + 3 - geo.group_start(g);
+    let bm = block(&mut bytes, geo.block_bitmap(g));
+    bm[(bit / 8) as usize] &= !(1 << (bit % 8));
+    let c = crc(seed, bm);
+    edit_gd(&mut bytes, g, |gd| {
+        gd.block_bitmap_csum = c;
+        gd.free_blocks += 1;
+    });
+    expect(&bytes, &format!("in use by inode {} (file data), but 1 of them marked free in the bitmap", m["big"]), true);
+}
+
+#[test]
+fn set_bitmap_bit_owned_by_nothing() {
+    let (mut bytes, _) = populated_image();
+    let (_, geo, seed) = sb_geo(&bytes);
+    let g = geo.group_count - 1;
+    let rel = geo.group_len(g) - 5;
+    let bm = block(&mut bytes, geo.block_bitmap(g));
+    bm[(rel / 8) as usize] |= 1 << (rel % 8);
+    let c = crc(seed, bm);
+    edit_gd(&mut bytes, g, |gd| {
+        gd.block_bitmap_csum = c;
+        gd.flags &= !1;
+    });
+    expect(
+        &bytes,
+        &format!("block {} is marked used in the bitmap, but nothing owns it", geo.group_start(g) + rel),
+        true,
+    );
+}
+
+#[test]
+fn wrong_nlink() {
+    let (mut bytes, m) = populated_image();
+    edit_inode(&mut bytes, m["f1"], |d| d.nlink += 1);
+    expect(
+        &bytes,
+        &format!("inode {} (regular file): link count is 4, but 3 directory entries point to it", m["f1"]),
+        true,
+    );
+}
+
+#[test]
+fn wrong_directory_nlink() {
+    let (mut bytes, m) = populated_image();
+    edit_inode(&mut bytes, m["b"], |d| d.nlink = 7);
+    expect(&bytes, &format!("directory {}: link count is 7, but it should be 4 (2 + 2 subdirectories)", m["b"]), true);
+}
+
+#[test]
+fn wrong_block_count() {
+    let (mut bytes, m) = populated_image();
+    edit_inode(&mut bytes, m["frag"], |d| d.blocks += 2);
+    expect(&bytes, &format!("inode {}: block count is", m["frag"]), true);
+}
+
+#[test]
+fn wrong_parent_and_entry_count() {
+    let (mut bytes, m) = populated_image();
+    edit_inode(&mut bytes, m["c"], |d| d.parent = m["a"]);
+    edit_inode(&mut bytes, m["a"], |d| d.entries += 5);
+    let out = expect(&bytes, &format!("directory {}: '..' points to {}", m["c"], m["a"]), true);
+    assert!(out.contains(&format!("directory {}: entry count is", m["a"])), "{out}");
+}
+
+#[test]
+fn wrong_superblock_free_counter() {
+    let (mut bytes, _) = populated_image();
+    let (mut sb, _, _) = sb_geo(&bytes);
+    sb.free_blocks -= 1;
+    sb.encode(&mut bytes[..4096]);
+    expect(&bytes, "superblock: free block count is", true);
+}
+
+#[test]
+fn wrong_group_counters() {
+    let (mut bytes, _) = populated_image();
+    edit_gd(&mut bytes, 0, |gd| {
+        gd.free_inodes -= 3;
+        gd.used_dirs += 1;
+    });
+    let out = expect(&bytes, "group 0: descriptor counts", true);
+    assert!(out.contains("directories, but the group holds"), "{out}");
+}
+
+#[test]
+fn damaged_group_descriptor() {
+    let (mut bytes, _) = populated_image();
+    let (sb, _, _) = sb_geo(&bytes);
+    let off = sb.gdt_start as usize * bs(&bytes) + GD_SIZE + 50;
+    bytes[off] ^= 0xff;
+    expect(&bytes, "group 1: descriptor is damaged", true);
+}
+
+#[test]
+fn wrong_dirent_type() {
+    let (mut bytes, m) = populated_image();
+    let (_, _, seed) = sb_geo(&bytes);
+    let DataArea::Tree(root) = read_inode(&bytes, m["b"]).data else { panic!() };
+    let blk = block(&mut bytes, root);
+    let mut node = Node::decode(seed, root, blk).unwrap();
+    let NodeBody::Leaf(entries) = &mut node.body else { panic!("b's tree should be one leaf") };
+    let (_, v) = entries.iter_mut().find(|(_, v)| Dirent::decode(0, v).unwrap().name == b"fifo").unwrap();
+    let mut e = Dirent::decode(0, v).unwrap();
+    e.dtype = 8; // regular file
+    *v = e.encode();
+    node.encode(seed, root, blk);
+    expect(&bytes, &format!("entry 'fifo' says file type 8, but inode {} is a FIFO", m["fifo"]), true);
+}
+
+#[test]
+fn unlisted_orphan_is_freed() {
+    // An image with orphans, replayed by a repair run first.
+    let dev = new_image(32, &small_groups());
+    let c = cairn_core::Ctx::root();
+    let fs = mount(dev.clone());
+    let o = fs.mknod(&c, ROOT, b"o", cairn_format::inode::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.write(o, 0, &[1u8; 30_000]).unwrap();
+    fs.unlink(ROOT, b"o").unwrap();
+    fs.sync_fs().unwrap();
+    let f = to_file(&dev.snapshot());
+    drop(fs);
+    assert_eq!(fsck(f.path(), true).0, 0);
+    let mut bytes = std::fs::read(f.path()).unwrap();
+    let (mut sb, _, _) = sb_geo(&bytes);
+    assert_ne!(sb.orphan_root, 0);
+    sb.orphan_root = 0;
+    sb.encode(&mut bytes[..4096]);
+    let out = expect(&bytes, &format!("inode {o} (regular file) has no links and is not on the orphan list"), true);
+    assert!(out.contains("is marked used in the bitmap, but nothing owns it"), "the orphan list's leaf: {out}");
+}
+
+#[test]
+fn dangling_entry_is_removed() {
+    let (mut bytes, m) = populated_image();
+    // Free the fifo's inode behind the directory's back (bitmap + counters).
+    let (_, geo, seed) = sb_geo(&bytes);
+    let ino = m["fifo"];
+    edit_inode(&mut bytes, ino, |d| d.nlink = 0);
+    let g = geo.group_of_ino(ino);
+    let idx = geo.index_in_group(ino);
+    let bm = block(&mut bytes, geo.inode_bitmap(g));
+    bm[(idx / 8) as usize] &= !(1 << (idx % 8));
+    let c = crc(seed, bm);
+    edit_gd(&mut bytes, g, |gd| {
+        gd.inode_bitmap_csum = c;
+        gd.free_inodes += 1;
+    });
+    let (mut sb, _, _) = sb_geo(&bytes);
+    sb.free_inodes += 1;
+    sb.encode(&mut bytes[..4096]);
+    expect(&bytes, &format!("entry 'fifo' points to inode {ino}, an inode that is not in use"), true);
+}
+
+#[test]
+fn cleared_inode_bitmap_bit_is_restored() {
+    let (mut bytes, m) = populated_image();
+    let (_, geo, seed) = sb_geo(&bytes);
+    let ino = m["short"];
+    let g = geo.group_of_ino(ino);
+    let idx = geo.index_in_group(ino);
+    let bm = block(&mut bytes, geo.inode_bitmap(g));
+    bm[(idx / 8) as usize] &= !(1 << (idx % 8));
+    let c = crc(seed, bm);
+    edit_gd(&mut bytes, g, |gd| gd.inode_bitmap_csum = c);
+    expect(&bytes, &format!("inode {ino} (symlink) is named by entry 'short' in directory 1 but is marked free"), true);
+}

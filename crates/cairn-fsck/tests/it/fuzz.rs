@@ -1,0 +1,118 @@
+//! Random damage to metadata must never crash fsck (with or without repair).
+
+use crate::common::*;
+use cairn_format::btree::NODE_MAGIC;
+use cairn_format::codec::get_u32;
+use cairn_format::xattr::XATTR_MAGIC;
+use std::os::unix::fs::FileExt;
+
+/// A small deterministic PRNG (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Blocks holding metadata: superblock, descriptors, journal superblock
+/// (and with `journal`, the used part of the ring), bitmaps and inode tables
+/// of initialised groups, tree nodes, xattr blocks.
+fn metadata_blocks(bytes: &[u8], journal: bool) -> Vec<u64> {
+    let (sb, geo, _) = sb_geo(bytes);
+    let bs = geo.block_size as usize;
+    let mut v: Vec<u64> = (0..1 + sb.gdt_blocks).collect();
+    v.push(sb.journal_start);
+    if journal {
+        for b in sb.journal_start + 1..sb.journal_start + sb.journal_blocks {
+            if bytes[b as usize * bs..(b as usize + 1) * bs].iter().any(|x| *x != 0) {
+                v.push(b);
+            }
+        }
+    }
+    for g in 0..geo.group_count {
+        v.push(geo.block_bitmap(g));
+        v.push(geo.inode_bitmap(g));
+        for b in 0..geo.itable_blocks.min(8) {
+            v.push(geo.inode_table(g) + b);
+        }
+    }
+    for b in sb.journal_start + sb.journal_blocks..geo.total_blocks {
+        let d = &bytes[b as usize * bs..(b as usize + 1) * bs];
+        let m = get_u32(d, 0);
+        if m == NODE_MAGIC || m == XATTR_MAGIC {
+            v.push(b);
+        }
+    }
+    v
+}
+
+fn iterations(default: u32) -> u32 {
+    std::env::var("FSCK_FUZZ_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+#[test]
+fn random_metadata_damage_never_panics() {
+    let (bytes, _) = populated_image();
+    fuzz(&bytes, false, iterations(300), 0x9e37_79b9_7f4a_7c15);
+}
+
+#[test]
+fn random_journal_damage_never_panics() {
+    let bytes = unreplayed_image();
+    fuzz(&bytes, true, iterations(150), 0x1234_5678_9abc_def1);
+}
+
+fn fuzz(bytes: &[u8], journal: bool, iters: u32, seed: u64) {
+    let meta = metadata_blocks(bytes, journal);
+    assert!(meta.len() > 20);
+    let bs = sb_geo(bytes).1.block_size as u64;
+    let f = to_file(bytes);
+    let mut rng = Rng(seed);
+    let (mut failed, mut clean) = (0, 0);
+    for iter in 0..iters {
+        let n = 1 + rng.below(4);
+        let mut edits = Vec::new();
+        for _ in 0..n {
+            let blk = meta[rng.below(meta.len() as u64) as usize];
+            // Half the time hit the header area, where the interesting fields are.
+            let off = if rng.below(2) == 0 { rng.below(128) } else { rng.below(bs) };
+            let pos = blk * bs + off;
+            let old = bytes[pos as usize];
+            let new = if rng.below(3) == 0 { rng.next() as u8 } else { old ^ (1 << rng.below(8)) };
+            edits.push((pos, old, new));
+        }
+        for &(pos, _, new) in &edits {
+            f.as_file().write_all_at(&[new], pos).unwrap();
+        }
+        let repair = iter % 5 == 0;
+        let (code, out) = fsck(f.path(), repair);
+        assert!([0, 1, 4, 8].contains(&code), "exit {code}: {out}");
+        assert!(!out.contains("internal error"), "fsck panicked: {out}");
+        if code == 0 {
+            clean += 1;
+        } else {
+            failed += 1;
+        }
+        if repair {
+            // A repair may have written anywhere: restore the whole image.
+            f.as_file().write_all_at(bytes, 0).unwrap();
+            // And a repaired image must never make a second check panic.
+        } else {
+            for &(pos, old, _) in &edits {
+                f.as_file().write_all_at(&[old], pos).unwrap();
+            }
+        }
+    }
+    // Damage to journal records mostly just ends the log early (a torn
+    // record), which is not an error; elsewhere most damage must be found.
+    if !journal {
+        assert!(failed > iters / 3, "most random damage should be detected ({failed} failed, {clean} clean)");
+    }
+}

@@ -1,0 +1,7 @@
+//! fsck integration tests: images built by the engine, checked by fsck.
+
+mod clean;
+mod common;
+mod corrupt;
+mod fuzz;
+mod operational;

@@ -1,0 +1,69 @@
+//! Images fsck cannot check at all: exit 8 (or 4 for a damaged cairn
+//! superblock) with a clear message, never a panic.
+
+use crate::common::*;
+use cairn_core::dev::FileDevice;
+
+fn expect(bytes: &[u8], code: i32, want: &str) {
+    let f = to_file(bytes);
+    let (c, out) = fsck(f.path(), false);
+    assert_eq!(c, code, "{out}");
+    assert!(out.contains(want), "expected {want:?} in {out:?}");
+    let (c, out) = fsck(f.path(), true);
+    assert_eq!(c, code, "{out}");
+}
+
+#[test]
+fn zero_length_file() {
+    expect(&[], 8, "not a cairn file system: the image is empty");
+}
+
+#[test]
+fn garbage_file() {
+    let g: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    expect(&g, 8, "not a cairn file system");
+    expect(&g[..100], 8, "not a cairn file system");
+}
+
+#[test]
+fn ext4_signature_is_named() {
+    let mut g = vec![0u8; 8192];
+    g[1080] = 0x53;
+    g[1081] = 0xef;
+    expect(&g, 8, "ext2/3/4");
+}
+
+#[test]
+fn truncated_images() {
+    let (bytes, _) = populated_image();
+    expect(&bytes[..bytes.len() / 2], 8, "image is truncated");
+    expect(&bytes[..300], 8, "image is truncated");
+    expect(&bytes[..4096], 8, "image is truncated");
+}
+
+#[test]
+fn corrupt_superblock() {
+    let (mut bytes, _) = populated_image();
+    bytes[50] ^= 1;
+    expect(&bytes, 4, "superblock is corrupt: checksum mismatch");
+}
+
+#[test]
+fn missing_file() {
+    let (c, out) = fsck(std::path::Path::new("/nonexistent/cairn.img"), false);
+    assert_eq!(c, 8);
+    assert!(out.contains("cannot open"), "{out}");
+}
+
+#[test]
+fn mounted_image_is_refused() {
+    let (bytes, _) = populated_image();
+    let f = to_file(&bytes);
+    let dev = FileDevice::open(f.path(), false).unwrap();
+    dev.lock_exclusive().unwrap();
+    let (c, out) = fsck(f.path(), false);
+    assert_eq!(c, 8, "{out}");
+    assert!(out.contains("appears to be mounted"), "{out}");
+    drop(dev);
+    assert_eq!(fsck(f.path(), false).0, 0);
+}
