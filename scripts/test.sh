@@ -6,7 +6,7 @@
 # Suites, in order (each passes or fails on its own; later suites still run when an
 # earlier one fails, except that nothing runs without a build):
 #   lint       scripts/lint.sh: shellcheck of scripts/, tests/external/, .ci/run;
-#              `cargo fmt --check` is reported but counts only with FMT_STRICT=1
+#              cargo fmt --check; cargo clippy --all-targets -D warnings
 #   build      cargo build --release --workspace
 #   unit       cargo test --release --workspace (unit, property and FUSE integration tests)
 #   pjdfstest  tests/external/pjdfstest.sh --compare (POSIX conformance on a cairn mount;
@@ -108,7 +108,7 @@ run_suite() {
     echo "--- $name: ${RESULT[$name]} (exit $rc) in ${DURATION[$name]} s"
 }
 
-run_suite lint 5 bash scripts/lint.sh
+run_suite lint 15 bash scripts/lint.sh
 run_suite build 45 cargo build --release --workspace
 if [[ ${RESULT[build]} == FAILED ]]; then
     build_ok=0

@@ -115,7 +115,8 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
         }
     }
     if let Some(j) = a.journal_size {
-        opts.journal_blocks = Some(parse_size(j).map_err(|e| format!("--journal-size: {e}"))? / u64::from(a.block_size));
+        opts.journal_blocks =
+            Some(parse_size(j).map_err(|e| format!("--journal-size: {e}"))? / u64::from(a.block_size));
     }
     if let Some(l) = a.label {
         if l.len() > 32 {
@@ -126,7 +127,8 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
     // Validate the geometry before touching the file.
     let planned_size = size.unwrap_or_else(|| meta.as_ref().map(|m| m.len()).unwrap_or(0));
     if !is_blockdev {
-        cairn_core::mkfs::plan(planned_size, &opts).map_err(|e| format!("cannot format {}: {e}", human(planned_size)))?;
+        cairn_core::mkfs::plan(planned_size, &opts)
+            .map_err(|e| format!("cannot format {}: {e}", human(planned_size)))?;
     }
     if !is_blockdev {
         let f = OpenOptions::new()

@@ -135,7 +135,8 @@ fn open_engine(image: &Path, settings: &cairn_fuse::Settings) -> Result<Arc<Fs>,
 
 fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), String> {
     let image = std::path::absolute(&a.image).unwrap_or_else(|_| a.image.clone());
-    let mp = std::fs::canonicalize(&a.mountpoint).map_err(|e| format!("mount point {}: {e}", a.mountpoint.display()))?;
+    let mp =
+        std::fs::canonicalize(&a.mountpoint).map_err(|e| format!("mount point {}: {e}", a.mountpoint.display()))?;
     let fs = open_engine(&image, &settings)?;
     let mut settings = settings;
     let is_file = std::fs::metadata(&image).is_ok_and(|m| m.is_file());

@@ -99,11 +99,7 @@ fn print_human(doc: &Value) {
         }
         println!("uuid         {}", doc["uuid"].as_str().unwrap_or("?"));
         println!("size         {} ({} blocks of {bs} bytes)", human(n("size_bytes")), n("blocks"));
-        println!(
-            "free         {} ({} blocks, as of the last commit)",
-            human(n("free_blocks") * bs),
-            n("free_blocks")
-        );
+        println!("free         {} ({} blocks, as of the last commit)", human(n("free_blocks") * bs), n("free_blocks"));
         println!("inodes       {} ({} free)", n("inodes"), n("free_inodes"));
         println!(
             "groups       {} of {} blocks, {} inodes each",

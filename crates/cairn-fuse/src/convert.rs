@@ -117,7 +117,8 @@ mod tests {
 
     #[test]
     fn timestamps_round_trip_across_the_epoch() {
-        for (sec, nsec) in [(0, 0), (1, 5), (1_700_000_000, 999_999_999), (-1, 0), (-2, 750_000_000), (-5, 999_999_999)] {
+        for (sec, nsec) in [(0, 0), (1, 5), (1_700_000_000, 999_999_999), (-1, 0), (-2, 750_000_000), (-5, 999_999_999)]
+        {
             let t = Timestamp { sec, nsec };
             assert_eq!(from_system_time(to_system_time(t)), t, "{sec}.{nsec}");
         }

@@ -48,11 +48,8 @@ pub fn session_config(settings: &Settings, fsname: &str) -> Config {
         Some(dev) => dev.clone(),
         None => settings.fsname.clone().unwrap_or_else(|| fsname.to_string()),
     };
-    let mut mo = vec![
-        MountOption::FSName(source),
-        MountOption::Subtype("cairn".into()),
-        MountOption::DefaultPermissions,
-    ];
+    let mut mo =
+        vec![MountOption::FSName(source), MountOption::Subtype("cairn".into()), MountOption::DefaultPermissions];
     // `subtype=` given by the user replaces ours.
     if settings.fuse.iter().any(|o| matches!(o, MountOption::Subtype(_))) {
         mo.retain(|o| !matches!(o, MountOption::Subtype(_)));
