@@ -14,6 +14,9 @@
 #   stress-ng  tests/external/stress-ng.sh (29 file-system stressors, 5 s each)
 #   survival   tests/external/survival.sh (data survives remounts and a daemon SIGKILL
 #              after syncfs)
+#   sigkill    tests/external/sigkill.sh 50 (50 cycles: a workload of fsync'd files and
+#              atomic renames, the daemon SIGKILLed at a random moment, remount, every
+#              fsync'd byte checked, fsck clean)
 # Every external suite ends with an unmount, a wait for the daemon to exit and a clean
 # `cairn fsck`. Must run as root (mounts, loop devices, pjdfstest's user switching).
 #
@@ -25,7 +28,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
 
-ALL=(lint build unit pjdfstest stress-ng survival)
+ALL=(lint build unit pjdfstest stress-ng survival sigkill)
 only=""
 skip=""
 quick=0
@@ -116,10 +119,11 @@ elif [[ ${RESULT[build]} == skipped && ! -x $CAIRN ]]; then
     echo "build skipped and no binary at $CAIRN" >&2
     build_ok=0
 fi
-run_suite unit 30 cargo test --release --workspace
+run_suite unit 30 cargo test --release --workspace -- --show-output
 run_suite pjdfstest 20 bash tests/external/pjdfstest.sh --compare
 run_suite stress-ng 20 bash tests/external/stress-ng.sh
 run_suite survival 15 bash tests/external/survival.sh
+run_suite sigkill 20 bash tests/external/sigkill.sh 50
 
 # Anything left mounted by a suite that was killed by its timeout?
 leftover=$(findmnt -rn -o TARGET | grep '^/tmp/cairn-test\.' || true)
@@ -141,7 +145,7 @@ for s in "${ALL[@]}"; do
     esac
 done
 # The suites' own one-line results, for the record.
-grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on )' "$LOGS"/*.log 2>/dev/null || true
+grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on |sigkill: |crash harness: .* from )' "$LOGS"/*.log 2>/dev/null || true
 line="suites: $passed passed, $failed failed"
 [[ $skipped -gt 0 ]] && line="$line, $skipped skipped"
 echo "$line" >"$LOGS/summary.txt"

@@ -34,6 +34,12 @@ import hashlib, os, random, sys
 mp, log, cycle = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rnd = random.Random(cycle)
 out = open(log, "a", buffering=1)
+# Keep the image from filling up over many cycles: files of cycles older than the
+# last two are removed first (and no longer checked).
+for n in os.listdir(mp):
+    if n.startswith("c") and "-f" in n and int(n[1:].split("-")[0]) <= cycle - 3:
+        os.unlink(os.path.join(mp, n))
+        out.write(f"unlink {n}\n")
 i = 0
 while True:
     name = f"c{cycle}-f{i}"
@@ -76,6 +82,8 @@ for line in open(log):
     kind, *rest = line.split()
     if kind == "file":
         files[rest[0]] = rest[1]
+    elif kind == "unlink":
+        files.pop(rest[0], None)
     elif kind == "config":
         versions.add(rest[0])
     elif kind == "config-durable":
