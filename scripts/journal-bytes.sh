@@ -5,8 +5,9 @@
 #   scripts/journal-bytes.sh [--files N] [--reps N] [--fs "cairn ext4 xfs"] [--out FILE.md]
 #
 # Each file system sits on its own loop device over a file in a private tmpfs. The
-# workload is fs_mark creating N empty files (default 100,000) in 10 directories, one
-# thread, no fsync: `fs_mark -S 0 -s 0 -n N -t 1 -D 10 -N N/10 -L 1`. The figure is the
+# workload is fs_mark creating N empty files (default 100,000) in 100 directories, one
+# thread, no fsync: `fs_mark -S 0 -s 0 -n N -t 1 -D 100 -N N/100 -L 1` (fs_mark 3.3
+# overflows a buffer with 10,000 files per directory). The figure is the
 # device's written sectors (/sys/block/loopX/stat, field 7) from just after mount to just
 # after the unmount has finished (for cairn: the daemon has exited), times 512, divided by
 # N: everything the file system wrote for those files, journal and home locations alike.
@@ -47,7 +48,7 @@ sectors_written() {
 
 declare -A PERFILE LOGPERFILE EXTRA
 run_one() {
-    local fs=$1 rep=$2 img=$SCRATCH/$1.img mp=$SCRATCH/mnt-$1 dev s0 s1 statjson pid
+    local fs=$1 rep=$2 img=$SCRATCH/$1.img mp=$SCRATCH/$1 dev s0 s1 statjson pid
     rm -f "$img"
     truncate -s 4G "$img"
     dev=$(losetup -f --show "$img")
@@ -63,7 +64,7 @@ run_one() {
     esac
     sync
     s0=$(sectors_written "$dev")
-    fs_mark -d "$mp/fsmark" -S 0 -s 0 -n "$FILES" -t 1 -D 10 -N $((FILES / 10)) -L 1 >"$SCRATCH/fsmark-$fs.log" 2>&1 ||
+    (cd "$SCRATCH" && fs_mark -d "$mp/f" -S 0 -s 0 -n "$FILES" -t 1 -D 100 -N $((FILES / 100)) -L 1) >"$SCRATCH/fsmark-$fs.log" 2>&1 ||
         { cat "$SCRATCH/fsmark-$fs.log" >&2; die "fs_mark failed on $fs"; }
     if [[ $fs == cairn ]]; then
         statjson=$("$CAIRN" stats "$mp" --json)
@@ -110,5 +111,5 @@ median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print a[int(
         echo "| $fs | $(median "${vals[@]}") | $l | ${EXTRA[$fs,1]:-} |"
     done
     echo
-    echo "Workload: \`fs_mark -S 0 -s 0 -n $FILES -t 1 -D 10 -N $((FILES / 10)) -L 1\` on a 4 GiB loop device over tmpfs; device bytes = written sectors × 512 from after mount to after unmount (mkfs defaults; cairn -o nofuseblk)."
+    echo "Workload: \`fs_mark -S 0 -s 0 -n $FILES -t 1 -D 100 -N $((FILES / 100)) -L 1\` on a 4 GiB loop device over tmpfs; device bytes = written sectors × 512 from after mount to after unmount (mkfs defaults; cairn -o nofuseblk)."
 } | tee "${OUT:-/dev/null}"
