@@ -11,6 +11,16 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+/// `losetup`, found on PATH or where util-linux puts it (mount(8) runs its
+/// helpers with a short PATH).
+fn losetup() -> Command {
+    let path = ["/usr/sbin/losetup", "/sbin/losetup", "/usr/bin/losetup"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("losetup");
+    Command::new(path)
+}
+
 /// An attached loop device.
 pub struct LoopDevice {
     pub path: String,
@@ -19,7 +29,7 @@ pub struct LoopDevice {
 impl LoopDevice {
     /// Attaches `image` to a free loop device.
     pub fn attach(image: &Path) -> Result<LoopDevice, String> {
-        let out = Command::new("losetup")
+        let out = losetup()
             .arg("--find")
             .arg("--show")
             .arg(image)
@@ -38,7 +48,7 @@ impl LoopDevice {
 
     /// Detaches now, or (when the mount holds it) when the mount goes.
     pub fn release(self) {
-        let r = Command::new("losetup").arg("-d").arg(&self.path).stdin(Stdio::null()).stderr(Stdio::null()).status();
+        let r = losetup().arg("-d").arg(&self.path).stdin(Stdio::null()).stderr(Stdio::null()).status();
         if !r.is_ok_and(|s| s.success()) {
             tracing::warn!(device = %self.path, "could not detach the loop device");
         }
