@@ -487,6 +487,15 @@ impl Allocator {
         Err(FsError::Errno(libc::ENOSPC))
     }
 
+    /// Whether inode `ino` is marked in use in its group's bitmap.
+    pub fn inode_in_use(&self, bufs: &BufferCache, ino: u64) -> Result<bool> {
+        let g = self.geo.group_of_ino(ino);
+        let idx = self.geo.index_in_group(ino);
+        let mut ga = self.groups[g as usize].lock.lock();
+        self.load_inodes(bufs, g, &mut ga)?;
+        Ok(ga.inodes.as_ref().is_none_or(|map| test_bit(map, idx)))
+    }
+
     /// Frees inode number `ino`.
     pub fn free_inode(&self, bufs: &BufferCache, ino: u64, was_dir: bool) -> Result<()> {
         let g = self.geo.group_of_ino(ino);
@@ -495,6 +504,13 @@ impl Allocator {
         let mut ga = gm.lock.lock();
         self.load_inodes(bufs, g, &mut ga)?;
         if let Some(map) = ga.inodes.as_mut() {
+            // Freeing a free inode (a damaged orphan list, a stale entry) must
+            // not inflate the free counters: refuse it as corruption.
+            if !test_bit(map, idx) {
+                return Err(
+                    cairn_format::FormatError::corrupt("inode", ino, "freeing an inode that is not in use").into()
+                );
+            }
             clear_bit(map, idx);
         }
         self.change_disk_bitmap(bufs, g, true, |d| disk_set(d, idx, false), 1, -i64::from(was_dir))?;

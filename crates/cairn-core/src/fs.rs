@@ -427,6 +427,14 @@ impl Fs {
             true
         })?;
         for ino in inos {
+            if !self.meta.geo.valid_ino(ino) || !self.meta.alloc.inode_in_use(&self.meta.bufs, ino)? {
+                // A stale entry (a damaged list): drop it rather than free a
+                // free inode twice.
+                tracing::warn!(ino, "orphan list names an inode that is not in use; dropping the entry");
+                let mut root = self.orphan_root.lock();
+                self.orphan_tree().remove(&mut root, ino)?;
+                continue;
+            }
             let r = self.icache.get(&self.meta, ino)?;
             let mut st = r.write();
             if st.freed {
