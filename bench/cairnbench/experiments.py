@@ -1,0 +1,385 @@
+"""The experiments: each seed's benchmark, scaled to this 2-core machine, plus
+sequential I/O and a metadata-latency micro-benchmark.
+
+An experiment has variants (a parameter point, e.g. fio with 4 jobs); one
+*cell* is (experiment, variant, file system, repetition) and always starts on
+a freshly made file system. `run(fs, variant)` returns {metric: value}; a
+metric a file system cannot produce (bytes written on tmpfs) is left out.
+Every parameter is stated in the report next to its table.
+"""
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+
+from .fs import drop_caches, run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+XATTR_TOOL = os.path.join(os.path.dirname(HERE), "xattr_bench.py")
+DBENCH_LOAD = "/usr/share/dbench/client.txt"
+
+
+class Metric:
+    def __init__(self, key, unit, higher_better, label):
+        self.key, self.unit, self.higher_better, self.label = key, unit, higher_better, label
+
+
+class Experiment:
+    name = ""
+    seed = ""
+    title = ""
+    metrics = []
+    tools = []  # (command, Debian package)
+
+    def variants(self, quick):
+        return [{"label": "-"}]
+
+    def describe(self, quick):
+        return ""
+
+    def run(self, fs, v):
+        raise NotImplementedError
+
+
+def bytes_per(fs, s0, n):
+    s1 = fs.sectors_written()
+    return None if s0 is None or s1 is None else (s1 - s0) * 512 / n
+
+
+# ------------------------------------------------------------ seed 003
+
+
+class DbenchSync(Experiment):
+    name = "dbench"
+    seed = "003 (Tux3 front/back end)"
+    title = "dbench with a sync every 4 s"
+    tools = [("dbench", "dbench")]
+    metrics = [
+        Metric("mbps", "MB/s", True, "throughput"),
+        Metric("max_ms", "ms", False, "max latency"),
+    ]
+
+    def variants(self, quick):
+        return [{"label": "1 client", "clients": 1, "time": 8 if quick else 20}]
+
+    def describe(self, quick):
+        t = self.variants(quick)[0]["time"]
+        return (
+            f"`dbench -t {t} -c {DBENCH_LOAD} -D MOUNTPOINT 1` while a loop runs `sync` every 4 s "
+            "(the seed ran `-t 30 -c client2.txt 1` with the same sync loop)."
+        )
+
+    def run(self, fs, v):
+        stop = threading.Event()
+
+        def syncer():
+            while not stop.wait(4):
+                subprocess.run(["sync"])
+
+        t = threading.Thread(target=syncer, daemon=True)
+        t.start()
+        try:
+            r = run(
+                ["dbench", "-t", str(v["time"]), "-c", DBENCH_LOAD, "-D", fs.mp, str(v["clients"])],
+                capture_output=True,
+                text=True,
+            )
+        finally:
+            stop.set()
+            t.join()
+        m = re.search(r"Throughput ([\d.]+) MB/sec.*max_latency=([\d.]+) ms", r.stdout)
+        if not m:
+            raise RuntimeError("dbench printed no throughput line")
+        return {"mbps": float(m.group(1)), "max_ms": float(m.group(2))}
+
+
+# ------------------------------------------------------------ seed 001
+
+
+class FsMark(Experiment):
+    name = "fsmark"
+    seed = "001 (XFS delayed logging, list_lru)"
+    title = "fs_mark create, cold walk, parallel unlink of empty files"
+    tools = [("fs_mark", "fsmark")]
+    metrics = [
+        Metric("create", "files/s", True, "create"),
+        Metric("walk", "entries/s", True, "cold walk"),
+        Metric("unlink", "files/s", True, "unlink"),
+        Metric("bytes_per_file", "B", False, "device bytes per file"),
+    ]
+
+    def variants(self, quick):
+        return [{"label": "2 threads", "threads": 2, "files": 10_000 if quick else 100_000}]
+
+    def describe(self, quick):
+        v = self.variants(quick)[0]
+        per = v["files"] // v["threads"]
+        return (
+            f"{v['files']:,} empty files: `fs_mark -S 0 -s 0 -L 1 -D 100 -N {per // 100} -n {per} "
+            f"-d MP/0 -d MP/1` (one thread per directory); then unmount (bytes written to the device "
+            "per file: loop device's written sectors), remount with every cache dropped, a parallel "
+            "`lstat` walk of each directory tree (one process per tree) and a parallel `rm -rf` "
+            "per tree. The seed ran 16 threads and 51 million files on XFS."
+        )
+
+    def run(self, fs, v):
+        n, th = v["files"], v["threads"]
+        per = n // th
+        dirs = [os.path.join(fs.mp, str(i)) for i in range(th)]
+        s0 = fs.sectors_written()
+        cmd = ["fs_mark", "-S", "0", "-s", "0", "-L", "1", "-D", "100", "-N", str(max(1, per // 100)), "-n", str(per)]
+        for d in dirs:
+            cmd += ["-d", d]
+        r = run(cmd, capture_output=True, text=True, cwd=fs.scratch.path)
+        rows = [ln.split() for ln in r.stdout.splitlines() if re.match(r"^\s*\d+\s+\d+\s+\d+\s+[\d.]+", ln)]
+        if not rows:
+            raise RuntimeError("fs_mark printed no result row:\n" + r.stdout[-2000:] + r.stderr[-2000:])
+        res = {"create": float(rows[-1][3])}
+        if fs.name != "tmpfs":
+            fs.unmount()
+            res["bytes_per_file"] = bytes_per(fs, s0, n)
+        fs.remount_cold()
+        t0 = time.time()
+        procs = [subprocess.Popen(["find", d, "-printf", "%y %s\n"], stdout=subprocess.DEVNULL) for d in dirs]
+        for p in procs:
+            p.wait()
+        walked = n + th * 101
+        res["walk"] = walked / (time.time() - t0)
+        t0 = time.time()
+        procs = [subprocess.Popen(["rm", "-rf", d]) for d in dirs]
+        for p in procs:
+            p.wait()
+        res["unlink"] = n / (time.time() - t0)
+        return res
+
+
+# ------------------------------------------------------------ seed 000
+
+
+class XattrBench(Experiment):
+    name = "xattr"
+    seed = "000 (mbcache: shared xattr blocks)"
+    title = "xattr-bench: P processes x F files x V values"
+    tools = [("setfattr", "attr")]
+    metrics = [Metric("ops", "setxattr/s", True, "setxattr rate")]
+
+    def variants(self, quick):
+        ops = 2_000 if quick else 20_000
+        grid = [(2, 100, 100)] if quick else [(1, 100, 10), (2, 100, 10), (2, 100, 10_000), (2, 1000, 100)]
+        return [{"label": f"P={p} F={f} V={val}", "p": p, "f": f, "v": val, "ops": ops} for p, f, val in grid]
+
+    def describe(self, quick):
+        v = self.variants(quick)[0]
+        return (
+            f"`bench/xattr_bench.py`: P processes each set `user.bench` on one of its F files to one of "
+            f"V values (200 bytes each, too big for ext4's in-inode space), chosen at random, "
+            f"{v['ops']:,} times per process; setxattr calls per second over all processes. "
+            "The seed ran 50,000 per process with P up to 64 on 24 CPUs."
+        )
+
+    def run(self, fs, v):
+        r = run(
+            ["python3", XATTR_TOOL, fs.mp, str(v["p"]), str(v["f"]), str(v["v"]), str(v["ops"])],
+            capture_output=True,
+            text=True,
+        )
+        return {"ops": json.loads(r.stdout)["ops_per_s"]}
+
+
+# ------------------------------------------------------------ seed 002
+
+
+class Fragmented(Experiment):
+    name = "frag"
+    seed = "002 (mballoc optimized scan)"
+    title = "2 MiB writes on a fragmented file system"
+    tools = []
+    metrics = [
+        Metric("mbps", "MB/s", True, "2 MiB write rate"),
+        Metric("groups_scanned_per_alloc", "groups", False, "groups scanned per allocation (cairn)"),
+    ]
+
+    def variants(self, quick):
+        return [{"label": "-", "files": 50 if quick else 200}]
+
+    def describe(self, quick):
+        v = self.variants(quick)[0]
+        return (
+            "Fill the file system to ~85% with 1 MiB files, delete every other one (free space is then "
+            f"in ~1 MiB holes, no free 2 MiB run), then write {v['files']} files of 2 MiB, each with one "
+            "`write` and an `fsync`; MB/s. For cairn also the allocator's groups scanned per allocation "
+            "(`alloc.groups_scanned` / `alloc.calls` during the 2 MiB writes)."
+        )
+
+    def run(self, fs, v):
+        st = os.statvfs(fs.mp)
+        n1 = int(st.f_bavail * st.f_frsize * 0.85) // (1 << 20)
+        blob = os.urandom(2 << 20)
+        d = os.path.join(fs.mp, "fill")
+        os.mkdir(d)
+        for i in range(n1):
+            with open(os.path.join(d, str(i)), "wb") as f:
+                f.write(blob[: 1 << 20])
+        subprocess.run(["sync"])
+        for i in range(0, n1, 2):
+            os.unlink(os.path.join(d, str(i)))
+        subprocess.run(["sync"])
+        c0 = fs.cairn_counters()
+        t0 = time.time()
+        for i in range(v["files"]):
+            fd = os.open(os.path.join(fs.mp, f"big{i}"), os.O_CREAT | os.O_WRONLY, 0o644)
+            os.write(fd, blob)
+            os.fsync(fd)
+            os.close(fd)
+        res = {"mbps": v["files"] * 2 / (time.time() - t0)}
+        c1 = fs.cairn_counters()
+        if c0 and c1:
+            calls = c1["alloc.calls"] - c0["alloc.calls"]
+            res["groups_scanned_per_alloc"] = (c1["alloc.groups_scanned"] - c0["alloc.groups_scanned"]) / max(1, calls)
+        return res
+
+
+# ------------------------------------------------------------ seed 004
+
+
+class FioOverwrite(Experiment):
+    name = "fio"
+    seed = "004 (overwrite fast path)"
+    title = "fio 4 KiB random overwrite, O_DIRECT, psync"
+    tools = [("fio", "fio")]
+    metrics = [Metric("iops", "IOPS", True, "IOPS")]
+
+    def params(self, quick):
+        return {"size": "256M" if quick else "1G", "runtime": 4 if quick else 10, "ramp": 1 if quick else 3}
+
+    def variants(self, quick):
+        jobs = [1, 2] if quick else [1, 2, 4]
+        return [{"label": f"{j} job{'s' if j > 1 else ''}", "jobs": j, **self.params(quick)} for j in jobs]
+
+    def describe(self, quick):
+        p = self.params(quick)
+        return (
+            f"32 files, {p['size']} in all, written in full first (so every write is an overwrite), then "
+            f"`fio --rw=randwrite --bs=4k --ioengine=psync --direct=1 --norandommap --invalidate=0 "
+            f"--nrfiles=32 --file_service_type=random --size={p['size']} --time_based "
+            f"--ramp_time={p['ramp']} --runtime={p['runtime']} --numjobs=N --group_reporting` "
+            "(all jobs share the 32 files). The seed ran 16 GiB, 1-16 jobs, 60 s."
+        )
+
+    def run(self, fs, v):
+        common = [
+            f"--directory={fs.mp}",
+            "--nrfiles=32",
+            f"--size={v['size']}",
+            "--filename_format=f.$filenum",
+        ]
+        run(["fio", "--name=prefill", "--rw=write", "--bs=1M", "--end_fsync=1", *common], capture_output=True)
+        r = run(
+            [
+                "fio",
+                "--name=overwrite",
+                "--rw=randwrite",
+                "--bs=4k",
+                "--ioengine=psync",
+                "--direct=1",
+                "--norandommap",
+                "--invalidate=0",
+                "--file_service_type=random",
+                "--time_based",
+                f"--ramp_time={v['ramp']}",
+                f"--runtime={v['runtime']}",
+                f"--numjobs={v['jobs']}",
+                "--group_reporting",
+                "--output-format=json",
+                *common,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        j = json.loads(r.stdout[r.stdout.index("{") :])
+        return {"iops": j["jobs"][0]["write"]["iops"]}
+
+
+# ------------------------------------------------------------ extras
+
+
+class Sequential(Experiment):
+    name = "seq"
+    seed = "-"
+    title = "sequential write and cold read"
+    metrics = [
+        Metric("write", "MB/s", True, "write (with final fsync)"),
+        Metric("read", "MB/s", True, "cold read"),
+    ]
+
+    def variants(self, quick):
+        return [{"label": "1 MiB I/O", "mib": 256 if quick else 1024}]
+
+    def describe(self, quick):
+        v = self.variants(quick)[0]
+        return (
+            f"`dd if=/dev/zero of=MP/seq bs=1M count={v['mib']} conv=fsync`, then every cache "
+            "dropped (unmount, drop_caches, mount) and `dd if=MP/seq of=/dev/null bs=1M`."
+        )
+
+    def run(self, fs, v):
+        p = os.path.join(fs.mp, "seq")
+        t0 = time.time()
+        run(["dd", "if=/dev/zero", f"of={p}", "bs=1M", f"count={v['mib']}", "conv=fsync"], capture_output=True)
+        res = {"write": v["mib"] * 1.048576 / (time.time() - t0)}
+        fs.remount_cold()
+        t0 = time.time()
+        run(["dd", f"if={p}", "of=/dev/null", "bs=1M"], capture_output=True)
+        res["read"] = v["mib"] * 1.048576 / (time.time() - t0)
+        return res
+
+
+class MetaLatency(Experiment):
+    name = "metalat"
+    seed = "-"
+    title = "metadata latency (one process, one directory)"
+    metrics = [
+        Metric("create_us", "µs", False, "create+close p50"),
+        Metric("stat_us", "µs", False, "stat p50"),
+        Metric("rename_us", "µs", False, "rename p50"),
+        Metric("unlink_us", "µs", False, "unlink p50"),
+        Metric("create_p99_us", "µs", False, "create+close p99"),
+    ]
+
+    def variants(self, quick):
+        return [{"label": "-", "n": 1000 if quick else 5000}]
+
+    def describe(self, quick):
+        n = self.variants(quick)[0]["n"]
+        return (
+            f"Python, {n} files in one directory: `open(O_CREAT)`+`close`, `stat` (a different, "
+            "uncached name each time is not possible: this is the warm-cache stat), `rename` to a "
+            "new name, `unlink`; median and 99th percentile per call in µs."
+        )
+
+    def run(self, fs, v):
+        n = v["n"]
+        d = os.path.join(fs.mp, "lat")
+        os.mkdir(d)
+
+        def timed(fn):
+            lat = []
+            for i in range(n):
+                t = time.perf_counter_ns()
+                fn(i)
+                lat.append((time.perf_counter_ns() - t) / 1000)
+            lat.sort()
+            return lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+
+        c50, c99 = timed(lambda i: os.close(os.open(f"{d}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644)))
+        s50, _ = timed(lambda i: os.stat(f"{d}/f{i}"))
+        r50, _ = timed(lambda i: os.rename(f"{d}/f{i}", f"{d}/g{i}"))
+        u50, _ = timed(lambda i: os.unlink(f"{d}/g{i}"))
+        return {"create_us": c50, "stat_us": s50, "rename_us": r50, "unlink_us": u50, "create_p99_us": c99}
+
+
+ALL = [DbenchSync(), FsMark(), XattrBench(), Fragmented(), FioOverwrite(), Sequential(), MetaLatency()]
+BY_NAME = {e.name: e for e in ALL}

@@ -1,0 +1,197 @@
+"""The file systems under test: how to make, mount, unmount and measure each.
+
+Every file system lives in RAM, as in the seeds' runs: one private tmpfs (the
+scratch) holds a backing file per file system, and each block-based file
+system (cairn, ext4, XFS, btrfs, fuse2fs) sits on its own loop device over
+its file, so the loop device's written-sectors counter measures what each one
+writes, journal and home locations alike. tmpfs is the ceiling.
+
+cairn is mounted the way a user mounts it as root (fuseblk, so `sync` reaches
+it); fuse2fs serves the same loop device from user space. Every mount made
+here is undone by `FileSystem.teardown`, which the runner calls on success,
+failure and Ctrl-C alike.
+"""
+
+import os
+import shutil
+import subprocess
+import time
+
+ALL_FS = ["cairn", "tmpfs", "ext4", "xfs", "btrfs", "fuse2fs"]
+KERNEL_FS = {"tmpfs", "ext4", "xfs", "btrfs"}
+
+# What each file system needs on this machine: (command, Debian package).
+NEEDS = {
+    "cairn": [],
+    "tmpfs": [],
+    "ext4": [("mkfs.ext4", "e2fsprogs")],
+    "xfs": [("mkfs.xfs", "xfsprogs")],
+    "btrfs": [("mkfs.btrfs", "btrfs-progs")],
+    "fuse2fs": [("fuse2fs", "fuse2fs"), ("mkfs.ext4", "e2fsprogs")],
+}
+
+
+def run(cmd, check=True, **kw):
+    """Runs a command (a list), returning the CompletedProcess."""
+    return subprocess.run(cmd, check=check, stdin=subprocess.DEVNULL, **kw)
+
+
+def out(cmd):
+    return run(cmd, capture_output=True, text=True).stdout.strip()
+
+
+def missing_tools(fs_names):
+    """[(fs, command, package)] of what is not installed."""
+    miss = []
+    for fs in fs_names:
+        for cmd, pkg in NEEDS[fs]:
+            if shutil.which(cmd) is None and not os.path.exists(f"/usr/sbin/{cmd}"):
+                miss.append((fs, cmd, pkg))
+    return miss
+
+
+def is_mounted(mp):
+    mp = os.path.realpath(mp)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == mp for line in f)
+
+
+def wait_until(pred, timeout, what):
+    t0 = time.time()
+    while not pred():
+        if time.time() - t0 > timeout:
+            raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+class Scratch:
+    """A private tmpfs for backing files and mount points."""
+
+    def __init__(self, size):
+        self.path = run(["mktemp", "-d", "/tmp/cairn-bench.XXXXXX"], capture_output=True, text=True).stdout.strip()
+        run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=755", "tmpfs", self.path])
+
+    def teardown(self):
+        for line in reversed(open("/proc/self/mountinfo").read().splitlines()):
+            mp = line.split()[4]
+            if mp.startswith(self.path + "/"):
+                run(["umount", "-l", mp], check=False, capture_output=True)
+        run(["umount", "-l", self.path], check=False, capture_output=True)
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+
+class FileSystem:
+    """One file system under test, made fresh by `make()` for every cell."""
+
+    def __init__(self, name, scratch, cairn_bin, size_bytes):
+        self.name = name
+        self.scratch = scratch
+        self.cairn = cairn_bin
+        self.size = size_bytes
+        self.image = os.path.join(scratch.path, f"{name}.img")
+        self.mp = os.path.join(scratch.path, name)
+        self.dev = None
+        self.pid = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def make(self):
+        """Formats a fresh file system and mounts it."""
+        self.teardown()
+        os.makedirs(self.mp, exist_ok=True)
+        if self.name == "tmpfs":
+            run(["mount", "-t", "tmpfs", "-o", f"size={self.size},mode=755", "tmpfs", self.mp])
+            return
+        with open(self.image, "wb") as f:
+            f.truncate(self.size)
+        self.dev = out(["losetup", "--find", "--show", self.image])
+        q = dict(capture_output=True)
+        if self.name == "cairn":
+            run([self.cairn, "mkfs", self.dev, "--force", "--quiet"], **q)
+        elif self.name in ("ext4", "fuse2fs"):
+            run(["mkfs.ext4", "-q", "-F", self.dev], **q)
+        elif self.name == "xfs":
+            run(["mkfs.xfs", "-q", "-f", self.dev], **q)
+        elif self.name == "btrfs":
+            run(["mkfs.btrfs", "-q", "-f", self.dev], **q)
+        self.mount()
+
+    def mount(self):
+        """Mounts the already formatted file system (also after `unmount`)."""
+        if self.name == "cairn":
+            run([self.cairn, "mount", self.dev, self.mp, "-o", "allow_other"], capture_output=True)
+            self.pid = int(out(["pgrep", "-n", "-f", f"cairn mount {self.dev} {self.mp}"]))
+        elif self.name == "fuse2fs":
+            run(["fuse2fs", self.dev, self.mp, "-o", "allow_other"], capture_output=True)
+            wait_until(lambda: is_mounted(self.mp), 30, "fuse2fs to mount")
+        elif self.name == "tmpfs":
+            raise RuntimeError("tmpfs cannot be remounted with its contents")
+        else:
+            run(["mount", self.dev, self.mp])
+        os.chmod(self.mp, 0o777)
+
+    def unmount(self):
+        """Unmounts and waits until everything has reached the device (for
+        cairn and fuse2fs: until the daemon has exited)."""
+        if not is_mounted(self.mp):
+            return
+        if self.name == "fuse2fs":
+            daemon = out(["pgrep", "-n", "-f", f"fuse2fs {self.dev} "]) if self.dev else ""
+        run(["umount", self.mp])
+        if self.name == "cairn" and self.pid:
+            wait_until(lambda: not os.path.exists(f"/proc/{self.pid}"), 120, "the cairn daemon to exit")
+            self.pid = None
+        if self.name == "fuse2fs" and daemon:
+            wait_until(lambda: not os.path.exists(f"/proc/{daemon}"), 120, "fuse2fs to exit")
+
+    def remount_cold(self):
+        """Empties every cache the file system keeps: unmount (the daemons
+        exit), drop the kernel's caches, mount again. tmpfs has no cold state:
+        only the kernel's dentry/inode caches are dropped."""
+        if self.name != "tmpfs":
+            self.unmount()
+        drop_caches()
+        if self.name != "tmpfs":
+            self.mount()
+
+    def teardown(self):
+        try:
+            if is_mounted(self.mp):
+                if self.name in ("cairn", "fuse2fs"):
+                    self.unmount()
+                else:
+                    run(["umount", self.mp], check=False, capture_output=True)
+        except Exception:
+            run(["umount", "-l", self.mp], check=False, capture_output=True)
+        if self.dev:
+            run(["losetup", "-d", self.dev], check=False, capture_output=True)
+            self.dev = None
+        if os.path.exists(self.image):
+            os.unlink(self.image)
+
+    # ------------------------------------------------------------ measuring
+
+    def sectors_written(self):
+        """512-byte sectors written to the backing loop device so far (None
+        for tmpfs)."""
+        if not self.dev:
+            return None
+        with open(f"/sys/block/{os.path.basename(self.dev)}/stat") as f:
+            return int(f.read().split()[6])
+
+    def cairn_counters(self):
+        """cairn's live counters (`cairn stats --json`), or {}."""
+        if self.name != "cairn":
+            return {}
+        import json
+
+        return json.loads(out([self.cairn, "stats", self.mp, "--json"]))["counters"]
+
+
+def drop_caches():
+    run(["sync"])
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")

@@ -1,0 +1,145 @@
+"""Turning raw cells into the report: medians and spreads, Markdown tables,
+SVG bar charts (drawn here, no plotting library needed), and results.json
+with every raw number, the machine and the commands.
+
+A cell's spread is (max - min) / median over its repetitions; above
+`WIDE` the table marks the cell with a "~" so nobody trusts it blindly.
+"""
+
+import html
+import json
+import os
+import statistics
+
+WIDE = 0.25
+COLORS = {
+    "cairn": "#d95f02",
+    "tmpfs": "#999999",
+    "ext4": "#1b9e77",
+    "xfs": "#7570b3",
+    "btrfs": "#e7298a",
+    "fuse2fs": "#66a61e",
+}
+
+
+def summarize(values):
+    vals = [x for x in values if x is not None]
+    if not vals:
+        return None
+    med = statistics.median(vals)
+    spread = (max(vals) - min(vals)) / med if med and len(vals) > 1 else 0.0
+    return {"median": med, "min": min(vals), "max": max(vals), "n": len(vals), "spread": spread}
+
+
+def fmt(x):
+    if x is None:
+        return "—"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def cell_text(s):
+    if s is None:
+        return "—"
+    t = fmt(s["median"])
+    if s["n"] > 1:
+        t += f" ({fmt(s['min'])}–{fmt(s['max'])})"
+    if s["spread"] > WIDE:
+        t += " ~"
+    return t
+
+
+def bar_chart(title, unit, groups, fs_order, higher_better):
+    """groups: [(group label, {fs: value})] -> SVG text (grouped bars)."""
+    width, row_h, left, right = 760, 18, 150, 90
+    n_rows = sum(len([f for f in fs_order if v.get(f) is not None]) for _, v in groups)
+    height = 40 + n_rows * row_h + len(groups) * 22 + 20
+    vmax = max([x for _, v in groups for x in v.values() if x is not None] + [1e-9])
+    plot_w = width - left - right
+    y = 40
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="10" y="20" font-size="14" font-weight="bold">{html.escape(title)}</text>',
+        f'<text x="{width - 10}" y="20" text-anchor="end" fill="#555">{html.escape(unit)}, '
+        f'{"higher" if higher_better else "lower"} is better</text>',
+    ]
+    for label, vals in groups:
+        parts.append(f'<text x="10" y="{y + 14}" font-weight="bold">{html.escape(label)}</text>')
+        y += 20
+        for fs in fs_order:
+            x = vals.get(fs)
+            if x is None:
+                continue
+            w = max(1.0, plot_w * x / vmax)
+            parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{fs}</text>')
+            parts.append(
+                f'<rect x="{left}" y="{y + 2}" width="{w:.1f}" height="{row_h - 4}" fill="{COLORS.get(fs, "#333")}"/>'
+            )
+            parts.append(f'<text x="{left + w + 4:.1f}" y="{y + 13}">{fmt(x)}</text>')
+            y += row_h
+        y += 2
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def write(outdir, meta, experiments, cells, fs_order, quick):
+    """cells: {(exp, variant_label, fs): [metric dicts per repetition]}."""
+    os.makedirs(outdir, exist_ok=True)
+    raw = {
+        "meta": meta,
+        "cells": [
+            {"experiment": e, "variant": v, "fs": f, "runs": runs} for (e, v, f), runs in sorted(cells.items())
+        ],
+    }
+    with open(os.path.join(outdir, "results.json"), "w") as fh:
+        json.dump(raw, fh, indent=1)
+    md = [
+        f"# cairn benchmark report{' (quick mode)' if quick else ''}",
+        "",
+        f"{meta['date']}, {meta['machine']}; {meta['reps']} run(s) per cell, file systems interleaved "
+        f"in each round; every cell on a freshly made file system; all images in RAM (loop devices "
+        f"over files on a tmpfs). cairn {meta['cairn_version']}. Cells read `median (min–max)`; a `~` "
+        f"marks a spread above {int(WIDE * 100)}% of the median: do not trust that cell.",
+        "",
+    ]
+    if meta.get("notes"):
+        md += [f"- {n}" for n in meta["notes"]] + [""]
+    for exp in experiments:
+        variants = [v["label"] for v in exp.variants(quick)]
+        md += [f"## {exp.title}", "", f"Seed {exp.seed}. {exp.describe(quick)}", ""]
+        failed = [
+            f"{f} ({v}): {runs[-1]['error']}"
+            for (e, v, f), runs in sorted(cells.items())
+            if e == exp.name and runs and "error" in runs[-1]
+        ]
+        for m in exp.metrics:
+            rows = []
+            for fs in fs_order:
+                vals = [summarize([r.get(m.key) for r in cells.get((exp.name, v, fs), []) if "error" not in r])
+                        for v in variants]
+                if any(s is not None for s in vals):
+                    rows.append((fs, vals))
+            if not rows:
+                continue
+            head = f"| {m.label} ({m.unit}, {'higher' if m.higher_better else 'lower'} is better) | " + " | ".join(
+                variants
+            ) + " |"
+            md += [head, "|---" * (len(variants) + 1) + "|"]
+            md += [f"| {fs} | " + " | ".join(cell_text(s) for s in vals) + " |" for fs, vals in rows]
+            md.append("")
+            groups = [(v, {fs: (vals[i] or {}).get("median") for fs, vals in rows}) for i, v in enumerate(variants)]
+            svg_name = f"{exp.name}-{m.key}.svg"
+            with open(os.path.join(outdir, svg_name), "w") as fh:
+                fh.write(bar_chart(f"{exp.title}: {m.label}", m.unit, groups, fs_order, m.higher_better))
+            md += [f"![{exp.title}: {m.label}]({svg_name})", ""]
+        if failed:
+            md += ["Cells that failed: " + "; ".join(failed), ""]
+    md += ["## Commands and machine", "", "```", json.dumps(meta, indent=1), "```", ""]
+    with open(os.path.join(outdir, "report.md"), "w") as fh:
+        fh.write("\n".join(md))
+    return os.path.join(outdir, "report.md")
