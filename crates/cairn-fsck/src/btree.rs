@@ -47,8 +47,8 @@ pub struct TreeWalk {
     pub complete: bool,
 }
 
-struct Walker<'a> {
-    img: &'a mut Image,
+struct Walker<'a, 'i> {
+    img: &'a mut Image<'i>,
     report: &'a mut Report,
     geo: &'a Geometry,
     seed: u32,
@@ -60,7 +60,7 @@ struct Walker<'a> {
     out: TreeWalk,
 }
 
-impl Walker<'_> {
+impl Walker<'_, '_> {
     fn bad(&mut self, msg: String) {
         self.out.complete = false;
         self.report.problem(self.pass, format!("{}: {msg}", self.label));

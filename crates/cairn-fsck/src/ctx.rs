@@ -167,8 +167,8 @@ pub enum DirentFix {
 }
 
 /// The state of one check.
-pub struct Ctx {
-    pub img: Image,
+pub struct Ctx<'a> {
+    pub img: Image<'a>,
     pub sb: Superblock,
     pub geo: Geometry,
     pub seed: u32,
@@ -192,7 +192,7 @@ pub struct Ctx {
     pub orphan_removals: Vec<(u64, u64)>,
 }
 
-impl Ctx {
+impl Ctx<'_> {
     /// The fix record of `ino`, created on first use.
     pub fn fix(&mut self, ino: u64) -> &mut InodeFix {
         self.inode_fixes.entry(ino).or_default()

@@ -5,48 +5,193 @@
 //! Every other module sees the image only through [`Image`], so that three
 //! rules hold everywhere without each pass having to remember them:
 //!
-//! * **Bounds.** Every read is checked against the image size before the
-//!   `pread`; a block number taken from a damaged structure can make a read
-//!   fail with a clear error, never read past the end or allocate a buffer
-//!   sized by disk data (callers pass block counts that the geometry bounded).
+//! * **Bounds.** Every read is checked against the image size before it
+//!   reaches the source; a block number taken from a damaged structure can
+//!   make a read fail with a clear error, never read past the end or allocate
+//!   a buffer sized by disk data (callers pass block counts that the geometry
+//!   bounded).
 //! * **Replay overlay.** When the journal holds committed checkpoints that were
 //!   never written home, fsck checks the image *as if replayed* (as e2fsck
 //!   replays first). Without `--repair` nothing may be written, so the
 //!   replayed block images live in an in-memory overlay that every read
 //!   consults; with `--repair` the journal pass writes them home instead and
 //!   the overlay stays empty.
-//! * **Read-only unless repairing.** The file is opened read-only for a check;
-//!   [`Image::write_block`] refuses to write unless the image was opened for
-//!   repair.
+//! * **Read-only unless repairing.** [`Image::write_block`] refuses to write
+//!   unless the image was opened for repair.
+//!
+//! ## Sources
+//! The bytes come from an [`ImageSource`]: an image file or block device
+//! ([`ImageFile`], read with `pread`), or an image held in memory (`[u8]`,
+//! `Vec<u8>`, or any type a caller implements the trait for, such as a test
+//! harness's crash-state overlay). Memory sources are read-only: they can be
+//! checked, not repaired.
 //!
 //! ## Mount detection
 //! The engine holds an exclusive `flock` on the image while it is mounted
-//! (`FileDevice::lock_exclusive`). fsck takes the same lock, non-blocking,
-//! on its own descriptor: if that fails the image is in use and fsck refuses
-//! to look at it (its contents change under our feet). The lock is held until
-//! the [`Image`] is dropped, so a mount cannot start during a repair.
+//! (`FileDevice::lock_exclusive`). [`ImageFile::open`] takes the same lock,
+//! non-blocking, on its own descriptor: if that fails the image is in use and
+//! fsck refuses to look at it (its contents change under our feet). The lock
+//! is held until the [`ImageFile`] is dropped, so a mount cannot start during
+//! a repair or the check that verifies it.
 //!
 //! ## What it concludes
 //! Nothing about consistency: it only moves bytes and reports I/O failures.
 
+use crate::FsckError;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// Why the image could not be opened.
-#[derive(Debug)]
-pub enum OpenError {
-    /// open(2) or stat failed.
-    Io(io::Error),
-    /// Another process holds the image's lock (it is mounted, or being checked).
-    Locked,
+/// Where the bytes of an image come from.
+///
+/// fsck checks every access against [`size`](ImageSource::size) before it
+/// calls [`read_at`](ImageSource::read_at) or
+/// [`write_at`](ImageSource::write_at), so implementations may assume the
+/// range lies inside the image. Only a source that says it is
+/// [`writable`](ImageSource::writable) can be repaired.
+pub trait ImageSource {
+    /// Size of the image in bytes.
+    fn size(&self) -> u64;
+
+    /// Fills `buf` from byte offset `off`.
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()>;
+
+    /// True when [`write_at`](ImageSource::write_at) works (a repair needs it).
+    fn writable(&self) -> bool {
+        false
+    }
+
+    /// Writes `buf` at byte offset `off` (repair only).
+    fn write_at(&self, _buf: &[u8], _off: u64) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    /// Makes every write durable.
+    fn sync(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
-/// The image file, with the journal overlay.
-pub struct Image {
+/// The error of a write to an image that is not open for writing.
+pub(crate) fn read_only() -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, "image opened read-only")
+}
+
+impl ImageSource for [u8] {
+    fn size(&self) -> u64 {
+        self.len() as u64
+    }
+
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        let range = usize::try_from(off).ok().and_then(|s| Some(s..s.checked_add(buf.len())?));
+        match range.and_then(|r| self.get(r)) {
+            Some(src) => {
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+            None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the image")),
+        }
+    }
+}
+
+impl ImageSource for Vec<u8> {
+    fn size(&self) -> u64 {
+        self.as_slice().size()
+    }
+
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        self.as_slice().read_at(buf, off)
+    }
+}
+
+impl<T: ImageSource + ?Sized> ImageSource for &T {
+    fn size(&self) -> u64 {
+        (**self).size()
+    }
+
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        (**self).read_at(buf, off)
+    }
+
+    fn writable(&self) -> bool {
+        (**self).writable()
+    }
+
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        (**self).write_at(buf, off)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        (**self).sync()
+    }
+}
+
+/// An image file or block device, locked like a mount while it is open.
+pub struct ImageFile {
     file: File,
+    size: u64,
+    writable: bool,
+}
+
+impl ImageFile {
+    /// Opens `path` (read-write only when `writable`, i.e. to repair it) and
+    /// takes the exclusive lock; fails with [`FsckError::Mounted`] when another
+    /// process holds it.
+    pub fn open(path: &Path, writable: bool) -> Result<ImageFile, FsckError> {
+        let fail = |source| FsckError::Open { path: path.to_path_buf(), source };
+        let file = OpenOptions::new().read(true).write(writable).open(path).map_err(fail)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(FsckError::Mounted(path.to_path_buf())),
+            Err(std::fs::TryLockError::Error(e)) => {
+                // Locks unsupported (some network file systems): go on unlocked.
+                if e.kind() != io::ErrorKind::Unsupported {
+                    return Err(fail(e));
+                }
+            }
+        }
+        let meta = file.metadata().map_err(fail)?;
+        let size = if meta.file_type().is_file() {
+            meta.len()
+        } else {
+            use std::io::Seek;
+            let mut f = &file;
+            f.seek(io::SeekFrom::End(0)).map_err(fail)?
+        };
+        Ok(ImageFile { file, size, writable })
+    }
+}
+
+impl ImageSource for ImageFile {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, off)
+    }
+
+    fn writable(&self) -> bool {
+        self.writable
+    }
+
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.file.write_all_at(buf, off)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        if self.writable {
+            self.file.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+/// The image under check, with the journal overlay.
+pub struct Image<'a> {
+    src: &'a dyn ImageSource,
     size: u64,
     block_size: u64,
     writable: bool,
@@ -57,37 +202,18 @@ pub struct Image {
     pub blocks_written: u64,
 }
 
-impl Image {
-    /// Opens `path` (read-write only for `repair`) and takes the exclusive lock.
-    pub fn open(path: &Path, repair: bool) -> Result<Image, OpenError> {
-        let file = OpenOptions::new().read(true).write(repair).open(path).map_err(OpenError::Io)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(OpenError::Locked),
-            Err(std::fs::TryLockError::Error(e)) => {
-                // Locks unsupported (some network file systems): go on unlocked.
-                if e.kind() != io::ErrorKind::Unsupported {
-                    return Err(OpenError::Io(e));
-                }
-            }
-        }
-        let meta = file.metadata().map_err(OpenError::Io)?;
-        let size = if meta.file_type().is_file() {
-            meta.len()
-        } else {
-            use std::io::Seek;
-            let mut f = &file;
-            f.seek(io::SeekFrom::End(0)).map_err(OpenError::Io)?
-        };
-        Ok(Image {
-            file,
-            size,
+impl<'a> Image<'a> {
+    /// The image in `src`; `repair` allows writes (the source must be writable).
+    pub fn new(src: &'a dyn ImageSource, repair: bool) -> Image<'a> {
+        Image {
+            src,
+            size: src.size(),
             block_size: 4096,
             writable: repair,
             overlay: BTreeMap::new(),
             bytes_read: 0,
             blocks_written: 0,
-        })
+        }
     }
 
     /// Size of the image in bytes.
@@ -119,7 +245,7 @@ impl Image {
                 format!("read of {} bytes at offset {off} past the end of the image ({} bytes)", buf.len(), self.size),
             ));
         }
-        self.file.read_exact_at(buf, off)?;
+        self.src.read_at(buf, off)?;
         self.bytes_read += buf.len() as u64;
         Ok(())
     }
@@ -158,13 +284,13 @@ impl Image {
     /// Writes one whole block (repair only).
     pub fn write_block(&mut self, blk: u64, data: &[u8]) -> io::Result<()> {
         if !self.writable {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "image opened read-only"));
+            return Err(read_only());
         }
         let bs = self.block_size;
         if data.len() as u64 != bs || blk.checked_add(1).and_then(|e| e.checked_mul(bs)).is_none_or(|e| e > self.size) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad write of block {blk}")));
         }
-        self.file.write_all_at(data, blk * bs)?;
+        self.src.write_at(data, blk * bs)?;
         self.overlay.remove(&blk);
         self.blocks_written += 1;
         Ok(())
@@ -173,7 +299,7 @@ impl Image {
     /// Makes every write durable (fsync).
     pub fn sync(&mut self) -> io::Result<()> {
         if self.writable {
-            self.file.sync_all()?;
+            self.src.sync()?;
         }
         Ok(())
     }

@@ -51,15 +51,15 @@ struct Pos {
     off: u64,
 }
 
-struct Ring<'a> {
-    img: &'a mut Image,
+struct Ring<'a, 'i> {
+    img: &'a mut Image<'i>,
     start: u64,
     blocks: u64,
     seed: u32,
     total_blocks: u64,
 }
 
-impl Ring<'_> {
+impl Ring<'_, '_> {
     fn next(&self, off: u64, n: u64) -> u64 {
         let ring = self.blocks - 1;
         (off - 1 + n) % ring + 1

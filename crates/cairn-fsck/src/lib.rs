@@ -10,7 +10,7 @@
 //!
 //! ## Organisation (e2fsck's passes)
 //! ```text
-//! image       open read-only (read-write to repair), flock like a mount
+//! image       a file (read-only, read-write to repair, flock like a mount) or memory
 //! superblock  pass 0: magic, checksum, geometry, fits the image
 //! journal     replay committed checkpoints (in memory unless repairing)
 //! groups      descriptors: checksums, locations, flags
@@ -50,6 +50,7 @@ mod repair;
 mod report;
 mod superblock;
 
+pub use image::{ImageFile, ImageSource};
 pub use report::{Pass, Problem, Report};
 
 use ctx::Ctx;
@@ -114,9 +115,21 @@ impl FsckError {
 /// found the image clean, and otherwise lists the remaining problems too
 /// (marked not fixed).
 pub fn check(path: &Path, opts: &Options) -> Result<Report, FsckError> {
-    let mut report = check_once(path, opts.repair)?;
+    check_image(&ImageFile::open(path, opts.repair)?, opts)
+}
+
+/// Checks (and with `opts.repair`, repairs) the image that `source` holds:
+/// an [`ImageFile`], an image in memory (`[u8]`, `Vec<u8>`), or any other
+/// [`ImageSource`]. Repair needs a [writable](ImageSource::writable) source;
+/// asking it of a read-only one fails with a permission error and reads
+/// nothing. Otherwise exactly as [`check`].
+pub fn check_image(source: &dyn ImageSource, opts: &Options) -> Result<Report, FsckError> {
+    if opts.repair && !source.writable() {
+        return Err(FsckError::Io(image::read_only()));
+    }
+    let mut report = check_once(source, opts.repair)?;
     if opts.repair && (report.fixed() > 0 || report.blocks_written > 0) {
-        let verify = check_once(path, false)?;
+        let verify = check_once(source, false)?;
         if verify.is_clean() {
             report.verified_after_repair = true;
         } else {
@@ -133,11 +146,8 @@ pub fn check(path: &Path, opts: &Options) -> Result<Report, FsckError> {
     Ok(report)
 }
 
-fn check_once(path: &Path, repair: bool) -> Result<Report, FsckError> {
-    let mut img = image::Image::open(path, repair).map_err(|e| match e {
-        image::OpenError::Io(source) => FsckError::Open { path: path.to_path_buf(), source },
-        image::OpenError::Locked => FsckError::Mounted(path.to_path_buf()),
-    })?;
+fn check_once(source: &dyn ImageSource, repair: bool) -> Result<Report, FsckError> {
+    let mut img = image::Image::new(source, repair);
     let (mut sb, mut geo) = superblock::load(&mut img)?;
     let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
     let mut report = Report::default();

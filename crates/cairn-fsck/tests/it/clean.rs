@@ -72,6 +72,27 @@ fn unreplayed_journal_with_orphans_is_clean() {
 }
 
 #[test]
+fn in_memory_check_equals_file_check() {
+    let opts = cairn_fsck::Options::default();
+    for bytes in [populated_image().0, unreplayed_image()] {
+        let f = to_file(&bytes);
+        let from_file = cairn_fsck::check(f.path(), &opts).unwrap();
+        assert!(from_file.is_clean(), "{from_file:#?}");
+        let from_vec = cairn_fsck::check_image(&bytes, &opts).unwrap();
+        let from_slice = cairn_fsck::check_image(&bytes.as_slice(), &opts).unwrap();
+        let opened = cairn_fsck::ImageFile::open(f.path(), false).unwrap();
+        let from_image_file = cairn_fsck::check_image(&opened, &opts).unwrap();
+        for r in [from_vec, from_slice, from_image_file] {
+            assert_eq!(format!("{r:?}"), format!("{from_file:?}"));
+        }
+    }
+    // Memory is read-only: no repair there (and nothing is read).
+    let repair = cairn_fsck::Options { repair: true };
+    let e = cairn_fsck::check_image(&unreplayed_image(), &repair).unwrap_err();
+    assert!(matches!(&e, cairn_fsck::FsckError::Io(io) if io.kind() == std::io::ErrorKind::PermissionDenied), "{e:?}");
+}
+
+#[test]
 fn crash_states_are_clean() {
     let base = new_image(32, &small_groups()).snapshot();
     let rec = Arc::new(RecordingDevice::new(base));

@@ -11,6 +11,10 @@ fn expect(bytes: &[u8], code: i32, want: &str) {
     assert!(out.contains(want), "expected {want:?} in {out:?}");
     let (c, out) = fsck(f.path(), true);
     assert_eq!(c, code, "{out}");
+    // The same image in memory fails the same way.
+    let e = cairn_fsck::check_image(&bytes, &cairn_fsck::Options::default()).unwrap_err();
+    assert_eq!(e.exit_code(), code, "{e}");
+    assert!(e.to_string().contains(want), "expected {want:?} in {e:?}");
 }
 
 #[test]
