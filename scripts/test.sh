@@ -17,7 +17,7 @@
 #   sigkill    tests/external/sigkill.sh 50 (50 cycles: a workload of fsync'd files and
 #              atomic renames, the daemon SIGKILLed at a random moment, remount, every
 #              fsync'd byte checked, fsck clean)
-#   bench      bench/run --quick (every benchmark experiment on cairn and its peers, small
+#   bench      cairn bench --quick = bench/run --quick (every benchmark experiment on cairn and its peers, small
 #              sizes, one run per cell; fails if any cell fails; report in the log dir)
 # Every external suite ends with an unmount, a wait for the daemon to exit and a clean
 # `cairn fsck`. Must run as root (mounts, loop devices, pjdfstest's user switching).
@@ -126,7 +126,7 @@ run_suite pjdfstest 20 bash tests/external/pjdfstest.sh --compare
 run_suite stress-ng 20 bash tests/external/stress-ng.sh
 run_suite survival 15 bash tests/external/survival.sh
 run_suite sigkill 20 bash tests/external/sigkill.sh 50
-run_suite bench 20 python3 bench/run --quick --out "$LOGS/bench-report"
+run_suite bench 20 "$CAIRN" bench --quick --out "$LOGS/bench-report"
 
 # Anything left mounted by a suite that was killed by its timeout?
 leftover=$(findmnt -rn -o TARGET | grep '^/tmp/cairn-test\.' || true)

@@ -1,6 +1,6 @@
 //! # cairn: the command
 //!
-//! `cairn mkfs | mount | fsck | stats`. Each subcommand lives in its own
+//! `cairn mkfs | mount | fsck | stats | bench`. Each subcommand lives in its own
 //! module; this file parses the command line and maps outcomes to exit
 //! codes: 0 success, 1 failure with a message on stderr, 2 bad usage (clap),
 //! and for `fsck` the fsck(8) codes (0 clean, 1 corrected, 4 uncorrected,
@@ -82,6 +82,14 @@ enum Cmd {
         #[arg(long, short = 'y')]
         repair: bool,
     },
+    /// Run the benchmark suite (bench/run in the source tree): cairn beside tmpfs, ext4, XFS,
+    /// btrfs and fuse2fs. Arguments go to bench/run: [EXPERIMENT...] [--quick] [--fs LIST]
+    /// [--reps N] [--out DIR].
+    #[command(disable_help_flag = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Live counters of a mounted file system, or the figures of an image.
     Stats {
         /// A cairn mount point or an image file.
@@ -97,6 +105,27 @@ fn init_logging(verbose_default: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(verbose_default));
     let _ =
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}
+
+/// `cairn bench`: runs `bench/run` from the source tree this binary was built
+/// in (`target/release/cairn` → `bench/run`), or `$CAIRN_BENCH`.
+fn bench_cmd(args: &[String]) -> Result<ExitCode, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let script = match std::env::var_os("CAIRN_BENCH") {
+        Some(p) => PathBuf::from(p),
+        None => exe
+            .ancestors()
+            .map(|d| d.join("bench/run"))
+            .find(|p| p.is_file())
+            .ok_or("cannot find bench/run above this binary: run it from the source tree, or set CAIRN_BENCH")?,
+    };
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(&script);
+    if !args.iter().any(|a| a == "--cairn") {
+        cmd.arg("--cairn").arg(&exe);
+    }
+    let status = cmd.args(args).status().map_err(|e| format!("python3 {}: {e}", script.display()))?;
+    Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
 }
 
 fn fail(cmd: &str, msg: &str) -> ExitCode {
@@ -154,6 +183,10 @@ fn main() -> ExitCode {
             let code = cairn_fsck::run(&image, &cairn_fsck::Options { repair }, &mut out);
             ExitCode::from(u8::try_from(code).unwrap_or(8))
         }
+        Cmd::Bench { args } => match bench_cmd(&args) {
+            Ok(code) => code,
+            Err(m) => fail("bench", &m),
+        },
         Cmd::Stats { target, json } => {
             init_logging("warn");
             match stats_cmd::run(&target, json) {
