@@ -14,7 +14,7 @@
 
 use crate::error::Result;
 use crate::meta::Meta;
-use cairn_format::btree::{Node, NodeBody, MAX_LEVEL};
+use cairn_format::btree::{Node, NodeBody, NodeView, MAX_LEVEL};
 use cairn_format::FormatError;
 
 /// A handle on one tree: which kind, whose, and where new nodes go.
@@ -68,22 +68,31 @@ impl<'a> Tree<'a> {
     }
 
     fn floor_in(&self, blk: u64, key: u64, level: Option<u8>) -> Result<Option<(u64, Vec<u8>)>> {
-        let (_, node) = self.load(blk, level)?;
-        match node.body {
-            NodeBody::Leaf(e) => {
-                let i = e.partition_point(|x| x.0 <= key);
-                Ok(if i == 0 { None } else { Some(e[i - 1].clone()) })
+        let buf = self.meta.read_node(blk, self.kind, self.owner)?;
+        let (children, child_level) = {
+            let data = buf.data.read();
+            let v = self.view(blk, &data, level)?;
+            let i = v.count_le(key);
+            if v.level() == 0 {
+                return Ok(if i == 0 { None } else { Some((v.key(i - 1), v.value(i - 1).to_vec())) });
             }
-            NodeBody::Internal(c) => {
-                let i = c.partition_point(|(k, _)| *k <= key);
-                for j in (0..i.max(1)).rev() {
-                    if let Some(r) = self.floor_in(c[j].1, key, Some(node.level - 1))? {
-                        return Ok(Some(r));
-                    }
-                }
-                Ok(None)
+            ((0..i.max(1)).rev().map(|j| v.child(j)).collect::<Vec<u64>>(), v.level() - 1)
+        };
+        for c in children {
+            if let Some(r) = self.floor_in(c, key, Some(child_level))? {
+                return Ok(Some(r));
             }
         }
+        Ok(None)
+    }
+
+    /// A checked view of a cached node (no copy of its entries).
+    fn view<'d>(&self, blk: u64, data: &'d [u8], want_level: Option<u8>) -> Result<NodeView<'d>> {
+        let v = NodeView::parse(blk, data)?;
+        if want_level.is_some_and(|l| l != v.level()) {
+            return Err(FormatError::corrupt("tree node", blk, "child level does not match its parent").into());
+        }
+        Ok(v)
     }
 
     /// Calls `f(key, value)` for every entry with key `>= from`, in order,
@@ -96,26 +105,29 @@ impl<'a> Tree<'a> {
     }
 
     fn scan_in(&self, blk: u64, from: u64, level: Option<u8>, f: &mut dyn FnMut(u64, &[u8]) -> bool) -> Result<bool> {
-        let (_, node) = self.load(blk, level)?;
-        match node.body {
-            NodeBody::Leaf(e) => {
-                let i = e.partition_point(|x| x.0 < from);
-                for (k, v) in &e[i..] {
-                    if !f(*k, v) {
+        let buf = self.meta.read_node(blk, self.kind, self.owner)?;
+        let (children, child_level) = {
+            let data = buf.data.read();
+            let v = self.view(blk, &data, level)?;
+            if v.level() == 0 {
+                // The callback runs under this leaf's read lock: the tree's
+                // owner is locked by the caller, so no writer can be waiting.
+                for i in v.count_lt(from)..v.len() {
+                    if !f(v.key(i), v.value(i)) {
                         return Ok(false);
                     }
                 }
-                Ok(true)
+                return Ok(true);
             }
-            NodeBody::Internal(c) => {
-                for &(_, child) in &c[child_index(&c, from)..] {
-                    if !self.scan_in(child, from, Some(node.level - 1), f)? {
-                        return Ok(false);
-                    }
-                }
-                Ok(true)
+            let first = v.count_le(from).saturating_sub(1);
+            ((first..v.len()).map(|i| v.child(i)).collect::<Vec<u64>>(), v.level() - 1)
+        };
+        for child in children {
+            if !self.scan_in(child, from, Some(child_level), f)? {
+                return Ok(false);
             }
         }
+        Ok(true)
     }
 
     /// Inserts (or replaces) `key`; `root` is updated when the tree grows.

@@ -122,15 +122,18 @@ impl Node {
 
     /// Decodes and validates the node stored in block `blocknr`.
     pub fn decode(seed: u32, blocknr: u64, b: &[u8]) -> Result<Node> {
+        verify_checksum(seed, blocknr, b)?;
+        Node::parse(blocknr, b)
+    }
+
+    /// Decodes a node whose checksum was already verified (a block in the
+    /// engine's buffer cache, checked when it was read and re-stamped by every
+    /// encode); every bound is still checked.
+    pub fn parse(blocknr: u64, b: &[u8]) -> Result<Node> {
         const W: &str = "tree node";
         let bad = |d: String| Err(FormatError::corrupt(W, blocknr, d));
         if b.len() < 1024 || get_u32(b, 0) != NODE_MAGIC {
             return Err(FormatError::BadMagic { what: W });
-        }
-        let stored = get_u32(b, 28);
-        let computed = crc_skipping(seed, b, 28);
-        if stored != computed {
-            return Err(FormatError::Checksum { what: W, at: blocknr, stored, computed });
         }
         if get_u64(b, 16) != blocknr {
             return bad(format!("node claims to be block {}", get_u64(b, 16)));
@@ -171,14 +174,133 @@ impl Node {
             )
         };
         let node = Node { kind, level, owner: get_u64(b, 8), body };
-        let keys: Vec<u64> = match &node.body {
-            NodeBody::Leaf(e) => e.iter().map(|x| x.0).collect(),
-            NodeBody::Internal(e) => e.iter().map(|x| x.0).collect(),
+        let ascending = match &node.body {
+            NodeBody::Leaf(e) => e.windows(2).all(|w| w[0].0 < w[1].0),
+            NodeBody::Internal(e) => e.windows(2).all(|w| w[0].0 < w[1].0),
         };
-        if keys.windows(2).any(|w| w[0] >= w[1]) {
+        if !ascending {
             return bad("keys not strictly ascending".into());
         }
         Ok(node)
+    }
+}
+
+/// Checks the crc32c of the node in block `blocknr`.
+pub fn verify_checksum(seed: u32, blocknr: u64, b: &[u8]) -> Result<()> {
+    const W: &str = "tree node";
+    if b.len() < 1024 || get_u32(b, 0) != NODE_MAGIC {
+        return Err(FormatError::BadMagic { what: W });
+    }
+    let stored = get_u32(b, 28);
+    let computed = crc_skipping(seed, b, 28);
+    if stored != computed {
+        return Err(FormatError::Checksum { what: W, at: blocknr, stored, computed });
+    }
+    Ok(())
+}
+
+/// A read-only view of an encoded node, for searches that should not copy
+/// every entry out of the block (lookups, scans). Built by [`NodeView::parse`],
+/// which checks the same bounds and key order as [`Node::parse`] (not the
+/// checksum: use it on blocks already verified).
+#[derive(Debug, Clone, Copy)]
+pub struct NodeView<'a> {
+    b: &'a [u8],
+    level: u8,
+    n: usize,
+}
+
+impl<'a> NodeView<'a> {
+    /// Validates the node in `b` (block `blocknr`) and returns a view of it.
+    pub fn parse(blocknr: u64, b: &'a [u8]) -> Result<NodeView<'a>> {
+        const W: &str = "tree node";
+        let bad = |d: String| Err(FormatError::corrupt(W, blocknr, d));
+        if b.len() < 1024 || get_u32(b, 0) != NODE_MAGIC {
+            return Err(FormatError::BadMagic { what: W });
+        }
+        if get_u64(b, 16) != blocknr {
+            return bad(format!("node claims to be block {}", get_u64(b, 16)));
+        }
+        let (kind, level, n) = (b[4], b[5], usize::from(get_u16(b, 6)));
+        if !(KIND_EXTENTS..=KIND_ORPHANS).contains(&kind) || level > MAX_LEVEL {
+            return bad(format!("kind {kind} level {level} invalid"));
+        }
+        let v = NodeView { b, level, n };
+        if level == 0 {
+            let slots_end = NODE_HEADER + n * LEAF_SLOT;
+            if slots_end > b.len() {
+                return bad(format!("{n} leaf slots overflow the block"));
+            }
+            for i in 0..n {
+                let s = NODE_HEADER + i * LEAF_SLOT;
+                let (off, len) = (usize::from(get_u16(b, s + 8)), usize::from(get_u16(b, s + 10)));
+                if off < slots_end || off + len > b.len() {
+                    return bad(format!("value {i} at {off}+{len} out of bounds"));
+                }
+            }
+        } else if n == 0 || NODE_HEADER + n * INTERNAL_ENTRY > b.len() {
+            return bad(format!("internal node with {n} entries"));
+        }
+        if (1..n).any(|i| v.key(i - 1) >= v.key(i)) {
+            return bad("keys not strictly ascending".into());
+        }
+        Ok(v)
+    }
+
+    /// Level (0 = leaf).
+    pub fn level(&self) -> u8 {
+        self.level
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// True when the node has no keys.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Key `i` (`i < len()`).
+    pub fn key(&self, i: usize) -> u64 {
+        let size = if self.level == 0 { LEAF_SLOT } else { INTERNAL_ENTRY };
+        get_u64(self.b, NODE_HEADER + i * size)
+    }
+
+    /// Value `i` of a leaf.
+    pub fn value(&self, i: usize) -> &'a [u8] {
+        let s = NODE_HEADER + i * LEAF_SLOT;
+        let (off, len) = (usize::from(get_u16(self.b, s + 8)), usize::from(get_u16(self.b, s + 10)));
+        &self.b[off..off + len]
+    }
+
+    /// Child block `i` of an internal node.
+    pub fn child(&self, i: usize) -> u64 {
+        get_u64(self.b, NODE_HEADER + i * INTERNAL_ENTRY + 8)
+    }
+
+    /// Number of keys `<= key` (leaf or internal), by binary search.
+    pub fn count_le(&self, key: u64) -> usize {
+        let (mut lo, mut hi) = (0, self.n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.key(mid) <= key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// Number of keys `< key`, by binary search.
+    pub fn count_lt(&self, key: u64) -> usize {
+        if key == 0 {
+            0
+        } else {
+            self.count_le(key - 1)
+        }
     }
 }
 
@@ -201,6 +323,29 @@ mod tests {
         let int = Node { kind: KIND_EXTENTS, level: 2, owner: 5, body: NodeBody::Internal(vec![(0, 4), (100, 5)]) };
         int.encode(11, 3, &mut blk);
         assert_eq!(Node::decode(11, 3, &blk).unwrap(), int);
+    }
+
+    #[test]
+    fn view_agrees_with_decode() {
+        let entries: Vec<(u64, Vec<u8>)> = (0..50u64).map(|i| (i * 3 + 1, vec![i as u8; (i % 7) as usize])).collect();
+        let leaf = Node { kind: KIND_DIRENTS, level: 0, owner: 5, body: NodeBody::Leaf(entries.clone()) };
+        let mut blk = vec![0u8; 4096];
+        leaf.encode(11, 77, &mut blk);
+        let v = NodeView::parse(77, &blk).unwrap();
+        assert_eq!(v.len(), 50);
+        for (i, (k, val)) in entries.iter().enumerate() {
+            assert_eq!((v.key(i), v.value(i)), (*k, &val[..]));
+        }
+        for key in 0..160u64 {
+            assert_eq!(v.count_le(key), entries.partition_point(|e| e.0 <= key), "count_le {key}");
+            assert_eq!(v.count_lt(key), entries.partition_point(|e| e.0 < key), "count_lt {key}");
+        }
+        let int = Node { kind: KIND_EXTENTS, level: 1, owner: 5, body: NodeBody::Internal(vec![(0, 4), (100, 5)]) };
+        int.encode(11, 3, &mut blk);
+        let v = NodeView::parse(3, &blk).unwrap();
+        assert_eq!((v.level(), v.key(1), v.child(1), v.count_le(99)), (1, 100, 5, 1));
+        put_u64(&mut blk, NODE_HEADER, 200);
+        assert!(NodeView::parse(3, &blk).is_err(), "descending keys accepted");
     }
 
     #[test]
