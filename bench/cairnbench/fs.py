@@ -18,6 +18,8 @@ import subprocess
 import time
 
 ALL_FS = ["cairn", "tmpfs", "ext4", "xfs", "btrfs", "fuse2fs"]
+USER_FS = ["cairn", "fuse2fs"]
+ROOT = os.geteuid() == 0
 KERNEL_FS = {"tmpfs", "ext4", "xfs", "btrfs"}
 
 # What each file system needs on this machine: (command, Debian package).
@@ -69,9 +71,13 @@ class Scratch:
 
     def __init__(self, size):
         self.path = run(["mktemp", "-d", "/tmp/cairn-bench.XXXXXX"], capture_output=True, text=True).stdout.strip()
-        run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=755", "tmpfs", self.path])
+        if ROOT:
+            run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=755", "tmpfs", self.path])
 
     def teardown(self):
+        if not ROOT:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
         for line in reversed(open("/proc/self/mountinfo").read().splitlines()):
             mp = line.split()[4]
             if mp.startswith(self.path + "/"):
@@ -84,7 +90,11 @@ class Scratch:
 
 
 class FileSystem:
-    """One file system under test, made fresh by `make()` for every cell."""
+    """One file system under test, made fresh by `make()` for every cell.
+
+    As root each block file system gets a loop device; without root (only
+    cairn and fuse2fs can run then) they serve the image file directly,
+    through fusermount3, and there is no written-sectors counter."""
 
     def __init__(self, name, scratch, cairn_bin, size_bytes):
         self.name = name
@@ -94,6 +104,7 @@ class FileSystem:
         self.image = os.path.join(scratch.path, f"{name}.img")
         self.mp = os.path.join(scratch.path, name)
         self.dev = None
+        self.src = None
         self.pid = None
 
     # ------------------------------------------------------------ lifecycle
@@ -107,12 +118,15 @@ class FileSystem:
             return
         with open(self.image, "wb") as f:
             f.truncate(self.size)
-        self.dev = out(["losetup", "--find", "--show", self.image])
+        self.dev = out(["losetup", "--find", "--show", self.image]) if ROOT else None
+        self.src = self.dev or self.image
         q = dict(capture_output=True)
         if self.name == "cairn":
-            run([self.cairn, "mkfs", self.dev, "--force", "--quiet"], **q)
+            run([self.cairn, "mkfs", self.src, "--force", "--quiet"], **q)
         elif self.name in ("ext4", "fuse2fs"):
-            run(["mkfs.ext4", "-q", "-F", self.dev], **q)
+            # Without root, the root directory must belong to the caller.
+            owner = [] if ROOT else ["-E", "root_owner"]
+            run(["mkfs.ext4", "-q", "-F", *owner, self.src], **q)
         elif self.name == "xfs":
             run(["mkfs.xfs", "-q", "-f", self.dev], **q)
         elif self.name == "btrfs":
@@ -122,16 +136,19 @@ class FileSystem:
     def mount(self):
         """Mounts the already formatted file system (also after `unmount`)."""
         if self.name == "cairn":
-            run([self.cairn, "mount", self.dev, self.mp, "-o", "allow_other"], capture_output=True)
-            self.pid = int(out(["pgrep", "-n", "-f", f"cairn mount {self.dev} {self.mp}"]))
+            opts = ["-o", "allow_other"] if ROOT else []
+            run([self.cairn, "mount", self.src, self.mp, *opts], capture_output=True)
+            self.pid = int(out(["pgrep", "-n", "-f", f"cairn mount {self.src} {self.mp}"]))
         elif self.name == "fuse2fs":
-            run(["fuse2fs", self.dev, self.mp, "-o", "allow_other"], capture_output=True)
+            opts = ["-o", "allow_other"] if ROOT else []
+            run(["fuse2fs", self.src, self.mp, *opts], capture_output=True)
             wait_until(lambda: is_mounted(self.mp), 30, "fuse2fs to mount")
         elif self.name == "tmpfs":
             raise RuntimeError("tmpfs cannot be remounted with its contents")
         else:
             run(["mount", self.dev, self.mp])
-        os.chmod(self.mp, 0o777)
+        if ROOT:
+            os.chmod(self.mp, 0o777)
 
     def unmount(self):
         """Unmounts and waits until everything has reached the device (for
@@ -139,8 +156,8 @@ class FileSystem:
         if not is_mounted(self.mp):
             return
         if self.name == "fuse2fs":
-            daemon = out(["pgrep", "-n", "-f", f"fuse2fs {self.dev} "]) if self.dev else ""
-        run(["umount", self.mp])
+            daemon = out(["pgrep", "-n", "-f", f"fuse2fs {self.src} "])
+        run(["umount", self.mp] if ROOT else ["fusermount3", "-u", self.mp])
         if self.name == "cairn" and self.pid:
             wait_until(lambda: not os.path.exists(f"/proc/{self.pid}"), 120, "the cairn daemon to exit")
             self.pid = None
@@ -165,7 +182,7 @@ class FileSystem:
                 else:
                     run(["umount", self.mp], check=False, capture_output=True)
         except Exception:
-            run(["umount", "-l", self.mp], check=False, capture_output=True)
+            run(["umount", "-l", self.mp] if ROOT else ["fusermount3", "-uz", self.mp], check=False, capture_output=True)
         if self.dev:
             run(["losetup", "-d", self.dev], check=False, capture_output=True)
             self.dev = None
@@ -192,6 +209,9 @@ class FileSystem:
 
 
 def drop_caches():
+    """Drops the kernel's page, dentry and inode caches (root only; without
+    root the remount alone empties the FUSE daemon's and mount's caches)."""
     run(["sync"])
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
+    if ROOT:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
