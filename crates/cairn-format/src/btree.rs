@@ -130,58 +130,13 @@ impl Node {
     /// engine's buffer cache, checked when it was read and re-stamped by every
     /// encode); every bound is still checked.
     pub fn parse(blocknr: u64, b: &[u8]) -> Result<Node> {
-        const W: &str = "tree node";
-        let bad = |d: String| Err(FormatError::corrupt(W, blocknr, d));
-        if b.len() < 1024 || get_u32(b, 0) != NODE_MAGIC {
-            return Err(FormatError::BadMagic { what: W });
-        }
-        if get_u64(b, 16) != blocknr {
-            return bad(format!("node claims to be block {}", get_u64(b, 16)));
-        }
-        let kind = b[4];
-        let level = b[5];
-        let n = usize::from(get_u16(b, 6));
-        if !(KIND_EXTENTS..=KIND_ORPHANS).contains(&kind) || level > MAX_LEVEL {
-            return bad(format!("kind {kind} level {level} invalid"));
-        }
-        let body = if level == 0 {
-            if NODE_HEADER + n * LEAF_SLOT > b.len() {
-                return bad(format!("{n} leaf slots overflow the block"));
-            }
-            let slots_end = NODE_HEADER + n * LEAF_SLOT;
-            let mut entries = Vec::with_capacity(n);
-            for i in 0..n {
-                let s = NODE_HEADER + i * LEAF_SLOT;
-                let off = usize::from(get_u16(b, s + 8));
-                let len = usize::from(get_u16(b, s + 10));
-                if off < slots_end || off + len > b.len() {
-                    return bad(format!("value {i} at {off}+{len} out of bounds"));
-                }
-                entries.push((get_u64(b, s), b[off..off + len].to_vec()));
-            }
-            NodeBody::Leaf(entries)
+        let v = NodeView::parse(blocknr, b)?;
+        let body = if v.level() == 0 {
+            NodeBody::Leaf((0..v.len()).map(|i| (v.key(i), v.value(i).to_vec())).collect())
         } else {
-            if n == 0 || NODE_HEADER + n * INTERNAL_ENTRY > b.len() {
-                return bad(format!("internal node with {n} entries"));
-            }
-            NodeBody::Internal(
-                (0..n)
-                    .map(|i| {
-                        let s = NODE_HEADER + i * INTERNAL_ENTRY;
-                        (get_u64(b, s), get_u64(b, s + 8))
-                    })
-                    .collect(),
-            )
+            NodeBody::Internal((0..v.len()).map(|i| (v.key(i), v.child(i))).collect())
         };
-        let node = Node { kind, level, owner: get_u64(b, 8), body };
-        let ascending = match &node.body {
-            NodeBody::Leaf(e) => e.windows(2).all(|w| w[0].0 < w[1].0),
-            NodeBody::Internal(e) => e.windows(2).all(|w| w[0].0 < w[1].0),
-        };
-        if !ascending {
-            return bad("keys not strictly ascending".into());
-        }
-        Ok(node)
+        Ok(Node { kind: b[4], level: v.level(), owner: get_u64(b, 8), body })
     }
 }
 

@@ -116,6 +116,20 @@ impl CairnFuse {
         }
     }
 
+    /// Answers a create-and-open (CREATE, TMPFILE).
+    fn created(&self, reply: ReplyCreate, r: cairn_core::Result<cairn_core::Attr>) {
+        match r {
+            Ok(a) => reply.created(
+                &self.opts.timeouts.entry,
+                &file_attr(&a),
+                Generation(u64::from(a.generation)),
+                FileHandle(0),
+                self.file_open_flags(),
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
     fn empty(reply: ReplyEmpty, r: cairn_core::Result<()>) {
         match r {
             Ok(()) => reply.ok(),
@@ -451,16 +465,7 @@ impl Filesystem for CairnFuse {
         reply: ReplyCreate,
     ) {
         let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
-        match self.fs.mknod(&ctx(req), parent.0, name_bytes(name), mode, 0) {
-            Ok(a) => reply.created(
-                &self.opts.timeouts.entry,
-                &file_attr(&a),
-                Generation(u64::from(a.generation)),
-                FileHandle(0),
-                self.file_open_flags(),
-            ),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.created(reply, self.fs.mknod(&ctx(req), parent.0, name_bytes(name), mode, 0));
     }
 
     fn ioctl(
@@ -509,15 +514,6 @@ impl Filesystem for CairnFuse {
     }
 
     fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
-        match self.fs.tmpfile(&ctx(req), parent.0, mode) {
-            Ok(a) => reply.created(
-                &self.opts.timeouts.entry,
-                &file_attr(&a),
-                Generation(u64::from(a.generation)),
-                FileHandle(0),
-                self.file_open_flags(),
-            ),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.created(reply, self.fs.tmpfile(&ctx(req), parent.0, mode));
     }
 }
