@@ -126,6 +126,9 @@ fn open_engine(image: &Path, settings: &cairn_fuse::Settings) -> Result<Arc<Fs>,
     dev.lock_exclusive()
         .map_err(|_| format!("{} is already in use: mounted (or being checked) by another process", image.display()))?;
     Fs::mount(Arc::new(dev), settings.engine.clone()).map_err(|e| match e {
+        cairn_core::FsError::Corrupt(cairn_format::FormatError::Incompatible(why)) => {
+            format!("cannot mount {}: {why}", image.display())
+        }
         cairn_core::FsError::Corrupt(c) => {
             format!("{} is not a usable cairn file system: {c} (run `cairn fsck {}`)", image.display(), image.display())
         }

@@ -257,3 +257,48 @@ fn a_real_mount_keeps_data_across_unmount_and_refuses_a_second_mount() {
     let o = run(&["fsck", p(&img)]);
     assert_eq!(o.status.code(), Some(0), "fsck after remount: {}{}", stdout(&o), stderr(&o));
 }
+
+#[test]
+fn a_killed_daemon_leaves_a_journal_that_the_next_mount_replays() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("k.img");
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    mkfs(&img, "128M");
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let _g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    std::fs::write(mp.join("kept"), b"fsync'd before the kill").unwrap();
+    let f = std::fs::File::open(mp.join("kept")).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    let t0 = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "killed daemon still there");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = Command::new("umount").arg(&mp).status();
+    // fsck checks it as if replayed: not corrupt.
+    let o = run(&["fsck", p(&img)]);
+    assert_eq!(o.status.code(), Some(0), "fsck of an unreplayed image: {}{}", stdout(&o), stderr(&o));
+    // A read-only mount cannot replay: refused with the reason.
+    let o = run(&["mount", p(&img), p(&mp), "-o", "ro"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("need replay"), "{}", stderr(&o));
+    // A read-write mount replays, and the fsync'd file is there.
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "remount: {}", stderr(&o));
+    let pid = daemon_pid(&mp);
+    assert_eq!(std::fs::read(mp.join("kept")).unwrap(), b"fsync'd before the kill");
+    let o = run(&["stats", p(&mp), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["counters"]["journal.replays_at_mount"].as_u64(), Some(1), "{v}");
+    unmount(&mp, pid);
+    let o = run(&["fsck", p(&img)]);
+    assert_eq!(o.status.code(), Some(0), "fsck after replay: {}{}", stdout(&o), stderr(&o));
+}
