@@ -44,6 +44,18 @@ class Experiment:
         raise NotImplementedError
 
 
+def run_parallel(cmds):
+    """Runs the commands at once; returns the seconds until all have ended.
+    A command that fails fails the cell (its rate would mean nothing)."""
+    t0 = time.time()
+    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL) for c in cmds]
+    codes = [p.wait() for p in procs]
+    elapsed = time.time() - t0
+    if any(codes):
+        raise RuntimeError(f"{cmds[0][0]} exited {codes}")
+    return elapsed
+
+
 def bytes_per(fs, s0, n):
     s1 = fs.sectors_written()
     return None if s0 is None or s1 is None else (s1 - s0) * 512 / n
@@ -142,17 +154,9 @@ class FsMark(Experiment):
             fs.unmount()
             res["bytes_per_file"] = bytes_per(fs, s0, n)
         fs.remount_cold()
-        t0 = time.time()
-        procs = [subprocess.Popen(["find", d, "-printf", "%y %s\n"], stdout=subprocess.DEVNULL) for d in dirs]
-        for p in procs:
-            p.wait()
         walked = n + th * 101
-        res["walk"] = walked / (time.time() - t0)
-        t0 = time.time()
-        procs = [subprocess.Popen(["rm", "-rf", d]) for d in dirs]
-        for p in procs:
-            p.wait()
-        res["unlink"] = n / (time.time() - t0)
+        res["walk"] = walked / run_parallel([["find", d, "-printf", "%y %s\n"] for d in dirs])
+        res["unlink"] = n / run_parallel([["rm", "-rf", d] for d in dirs])
         return res
 
 

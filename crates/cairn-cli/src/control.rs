@@ -30,7 +30,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 fn runtime_dir() -> PathBuf {
-    let uid = current_uid();
+    let uid = crate::whoami::ids().map_or(u32::MAX, |(uid, _)| uid);
     if uid == 0 {
         return PathBuf::from("/run/cairn");
     }
@@ -38,13 +38,6 @@ fn runtime_dir() -> PathBuf {
         Some(d) if !d.is_empty() => PathBuf::from(d).join("cairn"),
         _ => PathBuf::from(format!("/tmp/cairn-{uid}")),
     }
-}
-
-fn current_uid() -> u32 {
-    use std::os::unix::fs::MetadataExt;
-    // The owner of a file we just made is our effective uid; /proc/self is
-    // simpler: its owner is the process's uid.
-    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
 }
 
 /// The socket path for a canonical mount point.

@@ -54,9 +54,3 @@ impl LoopDevice {
         }
     }
 }
-
-/// True when this process may mount fuseblk (root).
-pub fn privileged() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}

@@ -12,6 +12,7 @@ mod mkfs_cmd;
 mod mount_cmd;
 mod size;
 mod stats_cmd;
+mod whoami;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -64,12 +64,6 @@ fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(head)
 }
 
-/// The effective uid and gid of this process (the owner of `/proc/self`).
-fn whoami() -> (u32, u32) {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").map(|m| (m.uid(), m.gid())).unwrap_or((0, 0))
-}
-
 /// Runs `cairn mkfs`.
 pub fn run(a: &MkfsArgs) -> Result<(), String> {
     let shown = a.image.display();
@@ -100,7 +94,7 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
     }
     // The root directory belongs to whoever makes the file system (as
     // mke2fs does), so an ordinary user can use an image they formatted.
-    let (uid, gid) = whoami();
+    let (uid, gid) = crate::whoami::ids().unwrap_or((0, 0));
     let mut opts = MkfsOptions { block_size: a.block_size, root_uid: uid, root_gid: gid, ..MkfsOptions::default() };
     if let Some(g) = a.group_size {
         let bytes = parse_size(g).map_err(|e| format!("--group-size: {e}"))?;

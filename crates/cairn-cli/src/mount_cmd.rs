@@ -13,7 +13,7 @@
 //! `fusermount3 -u`) *and* the engine has committed, checkpointed and marked
 //! the image clean; SIGTERM, SIGINT and SIGHUP unmount the mount point first.
 
-use crate::{control, loopdev};
+use crate::{control, loopdev, whoami};
 use cairn_core::dev::FileDevice;
 use cairn_core::Fs;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -87,9 +87,8 @@ fn start_daemon(a: &MountArgs) -> Result<(), String> {
         ),
         None => Stdio::null(),
     };
-    if a.log.is_some() {
-        cmd.arg("--log").arg(a.log.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())).unwrap());
-    }
+    // The log file is the daemon's stderr, opened here: the daemon itself
+    // needs no --log.
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).process_group(0).current_dir("/");
     let mut child = cmd.spawn().map_err(|e| format!("cannot start the cairn daemon: {e}"))?;
     let out = child.stdout.take().expect("stdout is piped");
@@ -143,7 +142,7 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
     let fs = open_engine(&image, &settings)?;
     let mut settings = settings;
     let is_file = std::fs::metadata(&image).is_ok_and(|m| m.is_file());
-    let want_blk = settings.fuseblk.unwrap_or_else(loopdev::privileged);
+    let want_blk = settings.fuseblk.unwrap_or_else(whoami::is_root);
     let lo = if want_blk && is_file {
         match loopdev::LoopDevice::attach(&image) {
             Ok(lo) => {

@@ -170,9 +170,14 @@ fn is_mounted(mp: &Path) -> bool {
 fn unmount(mp: &Path, pid: u64) {
     let o = Command::new("umount").arg(mp).output().unwrap();
     assert!(o.status.success(), "umount: {}", stderr(&o));
+    wait_gone(pid, Duration::from_secs(60), "after unmount");
+}
+
+/// Waits until process `pid` has exited; fails the test after `limit`.
+fn wait_gone(pid: u64, limit: Duration, what: &str) {
     let t0 = Instant::now();
     while Path::new(&format!("/proc/{pid}")).exists() {
-        assert!(t0.elapsed() < Duration::from_secs(60), "daemon {pid} did not exit after unmount");
+        assert!(t0.elapsed() < limit, "daemon {pid} still running {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -277,11 +282,7 @@ fn a_killed_daemon_leaves_a_journal_that_the_next_mount_replays() {
     f.sync_all().unwrap();
     drop(f);
     Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
-    let t0 = Instant::now();
-    while Path::new(&format!("/proc/{pid}")).exists() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "killed daemon still there");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_gone(pid, Duration::from_secs(30), "after SIGKILL");
     let _ = Command::new("umount").arg(&mp).status();
     // fsck checks it as if replayed: not corrupt.
     let o = run(&["fsck", p(&img)]);

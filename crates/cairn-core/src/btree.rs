@@ -28,6 +28,14 @@ pub struct Tree<'a> {
     pub nodes_delta: i64,
 }
 
+/// A child must sit exactly one level below its parent.
+fn check_level(blk: u64, want: Option<u8>, got: u8) -> Result<()> {
+    if want.is_some_and(|l| l != got) {
+        return Err(FormatError::corrupt("tree node", blk, "child level does not match its parent").into());
+    }
+    Ok(())
+}
+
 fn child_index(children: &[(u64, u64)], key: u64) -> usize {
     children.partition_point(|(k, _)| *k <= key).saturating_sub(1)
 }
@@ -41,9 +49,7 @@ impl<'a> Tree<'a> {
     fn load(&self, blk: u64, want_level: Option<u8>) -> Result<(std::sync::Arc<crate::buffer::Buf>, Node)> {
         let buf = self.meta.read_node(blk, self.kind, self.owner)?;
         let node = self.meta.decode_node(&buf)?;
-        if want_level.is_some_and(|l| l != node.level) {
-            return Err(FormatError::corrupt("tree node", blk, "child level does not match its parent").into());
-        }
+        check_level(blk, want_level, node.level)?;
         Ok((buf, node))
     }
 
@@ -89,9 +95,7 @@ impl<'a> Tree<'a> {
     /// A checked view of a cached node (no copy of its entries).
     fn view<'d>(&self, blk: u64, data: &'d [u8], want_level: Option<u8>) -> Result<NodeView<'d>> {
         let v = NodeView::parse(blk, data)?;
-        if want_level.is_some_and(|l| l != v.level()) {
-            return Err(FormatError::corrupt("tree node", blk, "child level does not match its parent").into());
-        }
+        check_level(blk, want_level, v.level())?;
         Ok(v)
     }
 

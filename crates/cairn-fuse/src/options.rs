@@ -131,7 +131,11 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                     s.engine.read_only = true;
                     s.fuse.push(MountOption::RO);
                 }
-                "rw" => s.engine.read_only = false,
+                "rw" => {
+                    // The last of `ro`/`rw` wins, for the engine and the kernel alike.
+                    s.engine.read_only = false;
+                    s.fuse.retain(|o| *o != MountOption::RO);
+                }
                 "dev" => s.fuse.push(MountOption::Dev),
                 "nodev" => s.fuse.push(MountOption::NoDev),
                 "suid" => s.fuse.push(MountOption::Suid),
@@ -153,9 +157,6 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 _ => return Err(format!("unknown mount option '{opt}' (see `cairn mount --help`)")),
             }
         }
-    }
-    if s.engine.read_only && s.fuse.contains(&MountOption::RO) {
-        s.fuse.retain(|o| *o != MountOption::RW);
     }
     s.adapter.timeouts = timeouts;
     Ok(s)
@@ -182,6 +183,16 @@ mod tests {
         assert!(s.engine.read_only);
         assert!(s.fuse.contains(&MountOption::RO));
         assert!(s.fuse.contains(&MountOption::NoAtime));
+    }
+
+    #[test]
+    fn the_last_of_ro_and_rw_wins() {
+        let s = parse(&["ro,rw"]).unwrap();
+        assert!(!s.engine.read_only);
+        assert!(!s.fuse.contains(&MountOption::RO));
+        let s = parse(&["rw", "ro"]).unwrap();
+        assert!(s.engine.read_only);
+        assert!(s.fuse.contains(&MountOption::RO));
     }
 
     #[test]
