@@ -31,6 +31,7 @@
 
 use crate::buffer::BufferCache;
 use crate::error::{FsError, Result};
+use crate::journal::Tx;
 use cairn_format::checksum::crc;
 use cairn_format::group_desc::*;
 use cairn_format::layout::Geometry;
@@ -184,16 +185,16 @@ impl Allocator {
     }
 
     /// Reads, changes and rewrites group `g`'s descriptor in the transaction.
-    fn update_gd(&self, bufs: &BufferCache, g: u64, f: impl FnOnce(&mut GroupDesc)) -> Result<()> {
+    fn update_gd(&self, tx: &Tx<'_>, g: u64, f: impl FnOnce(&mut GroupDesc)) -> Result<()> {
         let (blk, off) = self.gd_loc(g);
-        let buf = bufs.get(blk, |_, _| Ok(()))?;
+        let buf = tx.bufs.get(blk, |_, _| Ok(()))?;
         {
             let mut d = buf.data.write();
             let mut gd = GroupDesc::decode(self.seed, g, &d[off..off + GD_SIZE])?;
             f(&mut gd);
             gd.encode(self.seed, g, &mut d[off..off + GD_SIZE]);
         }
-        bufs.mark_dirty(&buf);
+        tx.dirty(&buf);
         Ok(())
     }
 
@@ -281,35 +282,35 @@ impl Allocator {
     /// needed), then stores its checksum and free-count delta in the descriptor.
     fn change_disk_bitmap(
         &self,
-        bufs: &BufferCache,
+        tx: &Tx<'_>,
         g: u64,
         inode_map: bool,
         f: impl FnOnce(&mut [u8]),
         free_delta: i64,
         dirs_delta: i64,
     ) -> Result<()> {
-        let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, bufs, g)?;
+        let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, &tx.bufs, g)?;
         let (blk, uninit_flag) =
             if inode_map { (gd.inode_bitmap, GD_INODE_UNINIT) } else { (gd.block_bitmap, GD_BLOCK_UNINIT) };
         let buf = if gd.flags & uninit_flag != 0 {
-            let b = bufs.get_new(blk);
+            let b = tx.bufs.get_new(blk);
             let init = if inode_map {
-                self.synth_inode_bitmap(bufs.block_size())
+                self.synth_inode_bitmap(tx.bufs.block_size())
             } else {
-                self.synth_block_bitmap(g, bufs.block_size())
+                self.synth_block_bitmap(g, tx.bufs.block_size())
             };
             b.data.write().copy_from_slice(&init);
             b
         } else {
-            bufs.get(blk, |_, _| Ok(()))?
+            tx.bufs.get(blk, |_, _| Ok(()))?
         };
         let csum = {
             let mut d = buf.data.write();
             f(&mut d);
             crc(self.seed, &d)
         };
-        bufs.mark_dirty(&buf);
-        self.update_gd(bufs, g, |gd| {
+        tx.dirty(&buf);
+        self.update_gd(tx, g, |gd| {
             gd.flags &= !uninit_flag;
             if inode_map {
                 gd.inode_bitmap_csum = csum;
@@ -324,19 +325,19 @@ impl Allocator {
 
     /// Allocates up to `want` contiguous blocks for file data, as near
     /// `goal` as possible, leaving the metadata reserve alone.
-    pub fn alloc_data(&self, bufs: &BufferCache, goal: u64, want: u32) -> Result<(u64, u32)> {
+    pub fn alloc_data(&self, tx: &Tx<'_>, goal: u64, want: u32) -> Result<(u64, u32)> {
         let free = self.alloc_free.load(Ordering::Relaxed);
         if free <= self.reserve {
             self.stats.enospc.fetch_add(1, Ordering::Relaxed);
             return Err(FsError::Errno(libc::ENOSPC));
         }
         let want = u64::from(want).min(free - self.reserve) as u32;
-        self.alloc_blocks(bufs, goal, want)
+        self.alloc_blocks(tx, goal, want)
     }
 
     /// Allocates up to `want` contiguous blocks, as near `goal` as possible
     /// (metadata may use the reserve). Returns (first block, count >= 1) or ENOSPC.
-    pub fn alloc_blocks(&self, bufs: &BufferCache, goal: u64, want: u32) -> Result<(u64, u32)> {
+    pub fn alloc_blocks(&self, tx: &Tx<'_>, goal: u64, want: u32) -> Result<(u64, u32)> {
         self.stats.alloc_calls.fetch_add(1, Ordering::Relaxed);
         let n = self.geo.group_count;
         let goal = if goal >= self.geo.total_blocks { 0 } else { goal };
@@ -349,7 +350,7 @@ impl Allocator {
             }
             self.stats.groups_scanned.fetch_add(1, Ordering::Relaxed);
             let mut ga = gm.lock.lock();
-            self.load_blocks(bufs, g, &mut ga)?;
+            self.load_blocks(&tx.bufs, g, &mut ga)?;
             let map = ga.blocks.as_mut().expect("loaded above");
             let len = self.geo.group_len(g);
             let from = if i == 0 { goal - self.geo.group_start(g) } else { 0 };
@@ -364,7 +365,7 @@ impl Allocator {
             gm.free.fetch_sub(cnt as u32, Ordering::Relaxed);
             self.alloc_free.fetch_sub(cnt, Ordering::Relaxed);
             self.change_disk_bitmap(
-                bufs,
+                tx,
                 g,
                 false,
                 |d| {
@@ -389,7 +390,7 @@ impl Allocator {
     }
 
     /// Frees `[start, start+len)` in checkpoint `seq` (see the module essay).
-    pub fn free_blocks(&self, bufs: &BufferCache, seq: u64, start: u64, len: u64) -> Result<()> {
+    pub fn free_blocks(&self, tx: &Tx<'_>, seq: u64, start: u64, len: u64) -> Result<()> {
         if !self.geo.valid_data_range(start, len) {
             return Err(FormatError::corrupt("extent", start, format!("freeing invalid range {start}+{len}")).into());
         }
@@ -404,7 +405,7 @@ impl Allocator {
             let base = self.geo.group_start(g);
             let mut double = false;
             self.change_disk_bitmap(
-                bufs,
+                tx,
                 g,
                 false,
                 |d| {
@@ -451,13 +452,36 @@ impl Allocator {
         }
     }
 
+    /// Checks the allocator's in-memory invariants; panics with what is
+    /// wrong: free blocks as the disk counts them = allocatable + pending;
+    /// the groups' allocatable counts add up; a loaded group's map has as
+    /// many clear bits as its count says.
+    pub fn debug_check_consistency(&self) {
+        let pending = self.pending_blocks();
+        let alloc_free = self.alloc_free.load(Ordering::Relaxed);
+        let disk_free = self.disk_free_blocks.load(Ordering::Relaxed);
+        assert_eq!(alloc_free + pending, disk_free, "allocatable {alloc_free} + pending {pending} != free {disk_free}");
+        let mut sum = 0u64;
+        for (g, gm) in self.groups.iter().enumerate() {
+            let ga = gm.lock.lock();
+            let free = gm.free.load(Ordering::Relaxed);
+            sum += u64::from(free);
+            if let Some(map) = &ga.blocks {
+                let len = self.geo.group_len(g as u64);
+                let clear = (0..len).filter(|&i| !test_bit(map, i)).count() as u32;
+                assert_eq!(clear, free, "group {g}: {clear} clear bits in the allocatable map, count says {free}");
+            }
+        }
+        assert_eq!(sum, alloc_free, "groups' allocatable counts add up to {sum}, total says {alloc_free}");
+    }
+
     /// Blocks waiting for the journal before they can be reused.
     pub fn pending_blocks(&self) -> u64 {
         self.pending.lock().iter().map(|e| u64::from(e.2)).sum()
     }
 
     /// Allocates an inode number (near the next-inode hint).
-    pub fn alloc_inode(&self, bufs: &BufferCache, is_dir: bool) -> Result<u64> {
+    pub fn alloc_inode(&self, tx: &Tx<'_>, is_dir: bool) -> Result<u64> {
         let n = self.geo.group_count;
         let hint = self.next_ino.load(Ordering::Relaxed).max(cairn_format::FIRST_INO);
         let hint = if hint > self.geo.total_inodes() { cairn_format::FIRST_INO } else { hint };
@@ -469,14 +493,14 @@ impl Allocator {
                 continue;
             }
             let mut ga = gm.lock.lock();
-            self.load_inodes(bufs, g, &mut ga)?;
+            self.load_inodes(&tx.bufs, g, &mut ga)?;
             let map = ga.inodes.as_mut().expect("loaded above");
             let from = if i == 0 { self.geo.index_in_group(hint) } else { 0 };
             let ipg = self.geo.inodes_per_group;
             let Some(idx) = find_zero(map, from, ipg).or_else(|| find_zero(map, 0, ipg)) else { continue };
             set_bit(map, idx);
             gm.free_inodes.fetch_sub(1, Ordering::Relaxed);
-            self.change_disk_bitmap(bufs, g, true, |d| disk_set(d, idx, true), -1, i64::from(is_dir))?;
+            self.change_disk_bitmap(tx, g, true, |d| disk_set(d, idx, true), -1, i64::from(is_dir))?;
             drop(ga);
             let ino = g * ipg + idx + 1;
             self.next_ino.store(ino + 1, Ordering::Relaxed);
@@ -497,12 +521,12 @@ impl Allocator {
     }
 
     /// Frees inode number `ino`.
-    pub fn free_inode(&self, bufs: &BufferCache, ino: u64, was_dir: bool) -> Result<()> {
+    pub fn free_inode(&self, tx: &Tx<'_>, ino: u64, was_dir: bool) -> Result<()> {
         let g = self.geo.group_of_ino(ino);
         let idx = self.geo.index_in_group(ino);
         let gm = &self.groups[g as usize];
         let mut ga = gm.lock.lock();
-        self.load_inodes(bufs, g, &mut ga)?;
+        self.load_inodes(&tx.bufs, g, &mut ga)?;
         if let Some(map) = ga.inodes.as_mut() {
             // Freeing a free inode (a damaged orphan list, a stale entry) must
             // not inflate the free counters: refuse it as corruption.
@@ -513,7 +537,7 @@ impl Allocator {
             }
             clear_bit(map, idx);
         }
-        self.change_disk_bitmap(bufs, g, true, |d| disk_set(d, idx, false), 1, -i64::from(was_dir))?;
+        self.change_disk_bitmap(tx, g, true, |d| disk_set(d, idx, false), 1, -i64::from(was_dir))?;
         gm.free_inodes.fetch_add(1, Ordering::Relaxed);
         self.free_inodes.fetch_add(1, Ordering::Relaxed);
         self.stats.inodes_freed.fetch_add(1, Ordering::Relaxed);

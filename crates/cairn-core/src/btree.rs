@@ -13,6 +13,7 @@
 //! touched under that owner's lock; callers hold the transaction gate.
 
 use crate::error::Result;
+use crate::journal::Tx;
 use crate::meta::Meta;
 use cairn_format::btree::{Node, NodeBody, NodeView, MAX_LEVEL};
 use cairn_format::FormatError;
@@ -53,16 +54,16 @@ impl<'a> Tree<'a> {
         Ok((buf, node))
     }
 
-    fn new_node(&mut self) -> Result<std::sync::Arc<crate::buffer::Buf>> {
-        let b = self.meta.alloc_meta(self.goal)?;
+    fn new_node(&mut self, tx: &Tx<'_>) -> Result<std::sync::Arc<crate::buffer::Buf>> {
+        let b = tx.alloc_meta(self.goal)?;
         self.nodes_delta += 1;
         self.goal = b.blk + 1;
         Ok(b)
     }
 
-    fn free_node(&mut self, blk: u64) -> Result<()> {
+    fn free_node(&mut self, tx: &Tx<'_>, blk: u64) -> Result<()> {
         self.nodes_delta -= 1;
-        self.meta.free(blk, 1)
+        tx.free(blk, 1)
     }
 
     /// The entry with the greatest key `<= key`.
@@ -135,20 +136,20 @@ impl<'a> Tree<'a> {
     }
 
     /// Inserts (or replaces) `key`; `root` is updated when the tree grows.
-    pub fn insert(&mut self, root: &mut u64, key: u64, value: &[u8]) -> Result<()> {
+    pub fn insert(&mut self, tx: &Tx<'_>, root: &mut u64, key: u64, value: &[u8]) -> Result<()> {
         if *root == 0 {
-            let b = self.new_node()?;
+            let b = self.new_node(tx)?;
             let node = Node {
                 kind: self.kind,
                 level: 0,
                 owner: self.owner,
                 body: NodeBody::Leaf(vec![(key, value.to_vec())]),
             };
-            self.meta.write_node(&b, &node);
+            tx.write_node(&b, &node);
             *root = b.blk;
             return Ok(());
         }
-        if let Some((sep, right)) = self.insert_in(*root, key, value, None)? {
+        if let Some((sep, right)) = self.insert_in(tx, *root, key, value, None)? {
             let (_, old) = self.load(*root, None)?;
             let left_min = match &old.body {
                 NodeBody::Leaf(e) => e[0].0,
@@ -157,20 +158,27 @@ impl<'a> Tree<'a> {
             if old.level >= MAX_LEVEL {
                 return Err(FormatError::corrupt("tree", self.owner, "would exceed the maximum depth").into());
             }
-            let b = self.new_node()?;
+            let b = self.new_node(tx)?;
             let node = Node {
                 kind: self.kind,
                 level: old.level + 1,
                 owner: self.owner,
                 body: NodeBody::Internal(vec![(left_min.min(key), *root), (sep, right)]),
             };
-            self.meta.write_node(&b, &node);
+            tx.write_node(&b, &node);
             *root = b.blk;
         }
         Ok(())
     }
 
-    fn insert_in(&mut self, blk: u64, key: u64, value: &[u8], level: Option<u8>) -> Result<Option<(u64, u64)>> {
+    fn insert_in(
+        &mut self,
+        tx: &Tx<'_>,
+        blk: u64,
+        key: u64,
+        value: &[u8],
+        level: Option<u8>,
+    ) -> Result<Option<(u64, u64)>> {
         let bs = self.meta.bs();
         let (buf, mut node) = self.load(blk, level)?;
         let lvl = node.level;
@@ -181,7 +189,7 @@ impl<'a> Tree<'a> {
                     Err(i) => e.insert(i, (key, value.to_vec())),
                 }
                 if Node::leaf_bytes(e) <= bs {
-                    self.meta.write_node(&buf, &node);
+                    tx.write_node(&buf, &node);
                     return Ok(None);
                 }
                 let half = Node::leaf_bytes(e) / 2;
@@ -195,14 +203,11 @@ impl<'a> Tree<'a> {
                     }
                 }
                 // Allocate first: if the file system is full nothing has changed yet.
-                let nb = self.new_node()?;
+                let nb = self.new_node(tx)?;
                 let right: Vec<_> = e.split_off(mid);
                 let sep = right[0].0;
-                self.meta.write_node(&buf, &node);
-                self.meta.write_node(
-                    &nb,
-                    &Node { kind: self.kind, level: 0, owner: self.owner, body: NodeBody::Leaf(right) },
-                );
+                tx.write_node(&buf, &node);
+                tx.write_node(&nb, &Node { kind: self.kind, level: 0, owner: self.owner, body: NodeBody::Leaf(right) });
                 Ok(Some((sep, nb.blk)))
             }
             NodeBody::Internal(c) => {
@@ -213,7 +218,7 @@ impl<'a> Tree<'a> {
                     changed = true;
                 }
                 let child = c[i].1;
-                if let Some((sep, nb)) = self.insert_in(child, key, value, Some(lvl - 1))? {
+                if let Some((sep, nb)) = self.insert_in(tx, child, key, value, Some(lvl - 1))? {
                     c.insert(i + 1, (sep, nb));
                     changed = true;
                 }
@@ -221,14 +226,14 @@ impl<'a> Tree<'a> {
                     return Ok(None);
                 }
                 if Node::internal_bytes(c.len()) <= bs {
-                    self.meta.write_node(&buf, &node);
+                    tx.write_node(&buf, &node);
                     return Ok(None);
                 }
-                let nb = self.new_node()?;
+                let nb = self.new_node(tx)?;
                 let right: Vec<_> = c.split_off(c.len() / 2);
                 let sep = right[0].0;
-                self.meta.write_node(&buf, &node);
-                self.meta.write_node(
+                tx.write_node(&buf, &node);
+                tx.write_node(
                     &nb,
                     &Node { kind: self.kind, level: lvl, owner: self.owner, body: NodeBody::Internal(right) },
                 );
@@ -238,11 +243,11 @@ impl<'a> Tree<'a> {
     }
 
     /// Removes `key`, returning its value; `root` becomes 0 when the tree empties.
-    pub fn remove(&mut self, root: &mut u64, key: u64) -> Result<Option<Vec<u8>>> {
+    pub fn remove(&mut self, tx: &Tx<'_>, root: &mut u64, key: u64) -> Result<Option<Vec<u8>>> {
         if *root == 0 {
             return Ok(None);
         }
-        let (v, empty) = self.remove_in(*root, key, None)?;
+        let (v, empty) = self.remove_in(tx, *root, key, None)?;
         if empty {
             *root = 0;
             return Ok(v);
@@ -254,7 +259,7 @@ impl<'a> Tree<'a> {
                 NodeBody::Internal(c) if c.len() == 1 => {
                     let old = *root;
                     *root = c[0].1;
-                    self.free_node(old)?;
+                    self.free_node(tx, old)?;
                 }
                 _ => break,
             }
@@ -262,7 +267,7 @@ impl<'a> Tree<'a> {
         Ok(v)
     }
 
-    fn remove_in(&mut self, blk: u64, key: u64, level: Option<u8>) -> Result<(Option<Vec<u8>>, bool)> {
+    fn remove_in(&mut self, tx: &Tx<'_>, blk: u64, key: u64, level: Option<u8>) -> Result<(Option<Vec<u8>>, bool)> {
         let (buf, mut node) = self.load(blk, level)?;
         let lvl = node.level;
         match &mut node.body {
@@ -270,40 +275,40 @@ impl<'a> Tree<'a> {
                 let Ok(i) = e.binary_search_by_key(&key, |x| x.0) else { return Ok((None, false)) };
                 let (_, v) = e.remove(i);
                 if e.is_empty() {
-                    self.free_node(blk)?;
+                    self.free_node(tx, blk)?;
                     return Ok((Some(v), true));
                 }
-                self.meta.write_node(&buf, &node);
+                tx.write_node(&buf, &node);
                 Ok((Some(v), false))
             }
             NodeBody::Internal(c) => {
                 let i = child_index(c, key);
-                let (v, empty) = self.remove_in(c[i].1, key, Some(lvl - 1))?;
+                let (v, empty) = self.remove_in(tx, c[i].1, key, Some(lvl - 1))?;
                 if !empty {
                     return Ok((v, false));
                 }
                 c.remove(i);
                 if c.is_empty() {
-                    self.free_node(blk)?;
+                    self.free_node(tx, blk)?;
                     return Ok((v, true));
                 }
-                self.meta.write_node(&buf, &node);
+                tx.write_node(&buf, &node);
                 Ok((v, false))
             }
         }
     }
 
     /// Frees every node of the tree (its entries must already be released).
-    pub fn destroy(&mut self, root: u64) -> Result<()> {
+    pub fn destroy(&mut self, tx: &Tx<'_>, root: u64) -> Result<()> {
         if root == 0 {
             return Ok(());
         }
         let (_, node) = self.load(root, None)?;
         if let NodeBody::Internal(c) = &node.body {
             for &(_, child) in c {
-                self.destroy(child)?;
+                self.destroy(tx, child)?;
             }
         }
-        self.free_node(root)
+        self.free_node(tx, root)
     }
 }

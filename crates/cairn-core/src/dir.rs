@@ -15,6 +15,7 @@
 use crate::btree::Tree;
 use crate::error::{FsError, Result};
 use crate::inode::InodeState;
+use crate::journal::Tx;
 use crate::meta::Meta;
 use cairn_format::btree::KIND_DIRENTS;
 use cairn_format::dirent::*;
@@ -63,11 +64,11 @@ pub fn lookup(meta: &Meta, dir: &InodeState, name: &[u8]) -> Result<Option<(u64,
 
 /// Adds an entry (the name must not exist). Updates the directory's root,
 /// entry count and block count in `dir.d`; the caller stores the inode.
-pub fn add(meta: &Meta, dir: &mut InodeState, name: &[u8], ino: u64, dtype: u8) -> Result<()> {
-    let h = name_hash(&meta.hash_seed, name);
+pub fn add(tx: &Tx<'_>, dir: &mut InodeState, name: &[u8], ino: u64, dtype: u8) -> Result<()> {
+    let h = name_hash(&tx.hash_seed, name);
     let (base, end) = (hash_key_base(h), hash_key_end(h));
     let mut root = root_of(dir)?;
-    let mut t = tree(meta, dir);
+    let mut t = tree(tx, dir);
     // First free key in this hash's run.
     let mut key = base;
     t.scan(root, base, &mut |k, _| {
@@ -80,7 +81,7 @@ pub fn add(meta: &Meta, dir: &mut InodeState, name: &[u8], ino: u64, dtype: u8) 
     if key >= end {
         return Err(FsError::Errno(libc::ENOSPC));
     }
-    t.insert(&mut root, key, &Dirent { ino, dtype, name: name.to_vec() }.encode())?;
+    t.insert(tx, &mut root, key, &Dirent { ino, dtype, name: name.to_vec() }.encode())?;
     let delta = t.nodes_delta;
     dir.d.data = DataArea::Tree(root);
     dir.d.entries += 1;
@@ -89,10 +90,10 @@ pub fn add(meta: &Meta, dir: &mut InodeState, name: &[u8], ino: u64, dtype: u8) 
 }
 
 /// Removes the entry at `key`.
-pub fn remove(meta: &Meta, dir: &mut InodeState, key: u64) -> Result<()> {
+pub fn remove(tx: &Tx<'_>, dir: &mut InodeState, key: u64) -> Result<()> {
     let mut root = root_of(dir)?;
-    let mut t = tree(meta, dir);
-    if t.remove(&mut root, key)?.is_none() {
+    let mut t = tree(tx, dir);
+    if t.remove(tx, &mut root, key)?.is_none() {
         return Err(FormatError::corrupt("directory", dir.ino, "entry vanished during removal").into());
     }
     let delta = t.nodes_delta;
@@ -103,10 +104,10 @@ pub fn remove(meta: &Meta, dir: &mut InodeState, key: u64) -> Result<()> {
 }
 
 /// Replaces the inode an entry at `key` points to (rename over an existing name).
-pub fn retarget(meta: &Meta, dir: &mut InodeState, key: u64, name: &[u8], ino: u64, dtype: u8) -> Result<()> {
+pub fn retarget(tx: &Tx<'_>, dir: &mut InodeState, key: u64, name: &[u8], ino: u64, dtype: u8) -> Result<()> {
     let mut root = root_of(dir)?;
-    let mut t = tree(meta, dir);
-    t.insert(&mut root, key, &Dirent { ino, dtype, name: name.to_vec() }.encode())?;
+    let mut t = tree(tx, dir);
+    t.insert(tx, &mut root, key, &Dirent { ino, dtype, name: name.to_vec() }.encode())?;
     let delta = t.nodes_delta;
     dir.d.data = DataArea::Tree(root);
     dir.d.blocks = dir.d.blocks.saturating_add_signed(delta);

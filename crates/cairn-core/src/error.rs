@@ -18,6 +18,10 @@ pub enum FsError {
     /// An earlier I/O error or corruption shut the file system down.
     #[error("file system shut down after an earlier error")]
     Shutdown,
+    /// The operation needs a transaction handle of this many log credits
+    /// (internal: the operation is restarted with them, never reported).
+    #[error("operation needs {0} log credits")]
+    NeedCredits(u64),
 }
 
 impl FsError {
@@ -28,6 +32,7 @@ impl FsError {
             FsError::Corrupt(_) => libc::EUCLEAN,
             FsError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             FsError::Shutdown => libc::EIO,
+            FsError::NeedCredits(_) => libc::EAGAIN,
         }
     }
 }

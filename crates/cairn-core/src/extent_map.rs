@@ -12,6 +12,7 @@
 use crate::btree::Tree;
 use crate::error::Result;
 use crate::inode::InodeState;
+use crate::journal::Tx;
 use crate::meta::Meta;
 use cairn_format::btree::KIND_EXTENTS;
 use cairn_format::extent::{Extent, MAX_EXTENT_LEN};
@@ -114,11 +115,51 @@ pub fn overlapping(meta: &Meta, st: &InodeState, start: u64, end: u64) -> Result
     }
 }
 
-fn to_tree(meta: &Meta, st: &mut InodeState, list: Vec<Extent>) -> Result<()> {
+/// Where a step that frees at most `k` extents of `[start, end)` should
+/// begin so that it takes the last ones: `None` when `k` or fewer overlap
+/// the range (free it all), else the first logical block of the `k`-th
+/// extent from the end. Walks backwards from `end`, so a step reads
+/// O(k log n) of a map however large.
+pub fn tail_cut(meta: &Meta, st: &InodeState, start: u64, end: u64, k: usize) -> Result<Option<u64>> {
+    let k = k.max(1);
+    match &st.d.data {
+        DataArea::Extents(list) => {
+            let over: Vec<&Extent> = list.iter().filter(|e| e.lblk < end && e.lend() > start).collect();
+            Ok((over.len() > k).then(|| over[over.len() - k].lblk.max(start)))
+        }
+        DataArea::Tree(root) => {
+            let t = tree(meta, st);
+            let mut key = end.saturating_sub(1);
+            let mut seen = 0;
+            while let Some((kk, v)) = t.floor(*root, key)? {
+                let e = check(meta, st.ino, &Extent::decode_value(kk, &v))?;
+                if e.lend() <= start {
+                    return Ok(None);
+                }
+                seen += 1;
+                if seen == k {
+                    if kk <= start {
+                        return Ok(None);
+                    }
+                    // More extents below? Only then is a cut useful.
+                    return Ok(t.floor(*root, kk - 1)?.map(|_| kk));
+                }
+                if kk == 0 {
+                    break;
+                }
+                key = kk - 1;
+            }
+            Ok(None)
+        }
+        DataArea::Inline(_) => Ok(None),
+    }
+}
+
+fn to_tree(tx: &Tx<'_>, st: &mut InodeState, list: Vec<Extent>) -> Result<()> {
     let mut root = 0;
-    let mut t = tree(meta, st);
+    let mut t = tree(tx, st);
     for e in &list {
-        t.insert(&mut root, e.lblk, &e.value_bytes())?;
+        t.insert(tx, &mut root, e.lblk, &e.value_bytes())?;
     }
     let delta = t.nodes_delta;
     st.d.blocks = st.d.blocks.saturating_add_signed(delta);
@@ -128,8 +169,8 @@ fn to_tree(meta: &Meta, st: &mut InodeState, list: Vec<Extent>) -> Result<()> {
 
 /// Unmaps `[start, end)` and returns the removed pieces (clipped); the
 /// caller frees or reuses their blocks.
-pub fn remove(meta: &Meta, st: &mut InodeState, start: u64, end: u64) -> Result<Vec<Extent>> {
-    let over = overlapping(meta, st, start, end)?;
+pub fn remove(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64) -> Result<Vec<Extent>> {
+    let over = overlapping(tx, st, start, end)?;
     if over.is_empty() {
         return Ok(over);
     }
@@ -158,17 +199,17 @@ pub fn remove(meta: &Meta, st: &mut InodeState, start: u64, end: u64) -> Result<
             list.sort_by_key(|e| e.lblk);
             if list.len() > INLINE_EXTENTS {
                 let l = std::mem::take(list);
-                to_tree(meta, st, l)?;
+                to_tree(tx, st, l)?;
             }
         }
         DataArea::Tree(root) => {
             let mut r = *root;
-            let mut t = tree(meta, st);
+            let mut t = tree(tx, st);
             for e in &over {
-                t.remove(&mut r, e.lblk)?;
+                t.remove(tx, &mut r, e.lblk)?;
             }
             for e in &keep {
-                t.insert(&mut r, e.lblk, &e.value_bytes())?;
+                t.insert(tx, &mut r, e.lblk, &e.value_bytes())?;
             }
             let delta = t.nodes_delta;
             st.d.blocks = st.d.blocks.saturating_add_signed(delta);
@@ -181,7 +222,7 @@ pub fn remove(meta: &Meta, st: &mut InodeState, start: u64, end: u64) -> Result<
 
 /// Maps `e` (its logical range must be unmapped), merging with the extent
 /// before it when they continue each other.
-pub fn insert(meta: &Meta, st: &mut InodeState, e: Extent) -> Result<()> {
+pub fn insert(tx: &Tx<'_>, st: &mut InodeState, e: Extent) -> Result<()> {
     let mergeable = |l: &Extent| {
         l.lend() == e.lblk
             && l.pblk + u64::from(l.len) == e.pblk
@@ -198,19 +239,19 @@ pub fn insert(meta: &Meta, st: &mut InodeState, e: Extent) -> Result<()> {
             list.sort_by_key(|x| x.lblk);
             if list.len() > INLINE_EXTENTS {
                 let l = std::mem::take(list);
-                to_tree(meta, st, l)?;
+                to_tree(tx, st, l)?;
             }
             Ok(())
         }
         DataArea::Tree(root) => {
             let mut r = *root;
-            let mut t = tree(meta, st);
+            let mut t = tree(tx, st);
             let left = if e.lblk > 0 { t.floor(r, e.lblk - 1)? } else { None };
             let merged = match left {
                 Some((k, v)) => {
                     let l = Extent::decode_value(k, &v);
                     if mergeable(&l) {
-                        t.insert(&mut r, l.lblk, &Extent { len: l.len + e.len, ..l }.value_bytes())?;
+                        t.insert(tx, &mut r, l.lblk, &Extent { len: l.len + e.len, ..l }.value_bytes())?;
                         true
                     } else {
                         false
@@ -219,7 +260,7 @@ pub fn insert(meta: &Meta, st: &mut InodeState, e: Extent) -> Result<()> {
                 None => false,
             };
             if !merged {
-                t.insert(&mut r, e.lblk, &e.value_bytes())?;
+                t.insert(tx, &mut r, e.lblk, &e.value_bytes())?;
             }
             let delta = t.nodes_delta;
             st.d.blocks = st.d.blocks.saturating_add_signed(delta);

@@ -16,6 +16,7 @@
 use crate::error::{FsError, Result};
 use crate::extent_map::{self, Mapping};
 use crate::inode::InodeState;
+use crate::journal::{credits, Tx};
 use crate::meta::Meta;
 use cairn_format::extent::{Extent, MAX_EXTENT_LEN};
 
@@ -66,53 +67,78 @@ fn alloc_goal(meta: &Meta, st: &InodeState, lblk: u64) -> Result<u64> {
     Ok(meta.geo.meta_start(g) + meta.geo.meta_blocks())
 }
 
-/// Writes `data` at `off`. Returns bytes written (short only on ENOSPC after
-/// some progress).
-pub fn write(meta: &Meta, st: &mut InodeState, off: u64, data: &[u8]) -> Result<u32> {
+/// Room for mapping one more extent in `tx`: `Ok(false)` when the handle's
+/// credits are spent and something was done already (the caller goes on in
+/// a new handle); asks for more credits when nothing was.
+fn room_for_extent(tx: &Tx<'_>, st: &InodeState, progressed: bool) -> Result<bool> {
+    let need = credits::map_extent(credits::extent_levels(tx, st)?) + credits::INODE;
+    if tx.left() >= need {
+        return Ok(true);
+    }
+    if progressed {
+        return Ok(false);
+    }
+    tx.require(tx.used() + need)?;
+    Ok(true)
+}
+
+/// Writes `data` at `off`. Returns the bytes written and whether the
+/// handle's credits ran out first (the caller writes the rest in a new
+/// handle); short without that only on ENOSPC after some progress.
+pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<(u32, bool)> {
     let end = off.checked_add(data.len() as u64).filter(|e| *e <= MAX_FILE_SIZE).ok_or(FsError::Errno(libc::EFBIG))?;
-    let b = bs(meta);
+    let b = bs(tx);
     if off > st.d.size {
-        zero_tail(meta, st, off)?;
+        zero_tail(tx, st, off)?;
     }
     let mut pos = off;
+    let mut out_of_credits = false;
     while pos < end {
         let lblk = pos / b;
         let inner = pos % b;
-        let res = (|| -> Result<u64> {
-            match extent_map::lookup(meta, st, lblk)? {
+        let res = (|| -> Result<Option<u64>> {
+            let mapping = extent_map::lookup(tx, st, lblk)?;
+            if !matches!(mapping, Mapping::Mapped { unwritten: false, .. }) && !room_for_extent(tx, st, pos > off)? {
+                return Ok(None);
+            }
+            match mapping {
                 Mapping::Mapped { pblk, len, unwritten: false } => {
                     let stop = end.min((lblk + len) * b);
                     let d = &data[(pos - off) as usize..(stop - off) as usize];
-                    meta.dev.write_at(d, pblk * b + inner)?;
-                    Ok(stop)
+                    tx.dev.write_at(d, pblk * b + inner)?;
+                    Ok(Some(stop))
                 }
                 Mapping::Mapped { pblk, len, unwritten: true } => {
                     let need = (end - lblk * b).div_ceil(b);
                     let k = need.min(len);
-                    fill_blocks(meta, pblk, lblk, k, off, data)?;
-                    extent_map::remove(meta, st, lblk, lblk + k)?;
-                    extent_map::insert(meta, st, Extent { lblk, pblk, len: k as u32, unwritten: false })?;
-                    Ok(end.min((lblk + k) * b))
+                    fill_blocks(tx, pblk, lblk, k, off, data)?;
+                    extent_map::remove(tx, st, lblk, lblk + k)?;
+                    extent_map::insert(tx, st, Extent { lblk, pblk, len: k as u32, unwritten: false })?;
+                    Ok(Some(end.min((lblk + k) * b)))
                 }
                 Mapping::Hole { len } => {
                     let need = (end - lblk * b).div_ceil(b);
                     let want = need.min(len).min(u64::from(MAX_EXTENT_LEN)).min(1 << 16) as u32;
-                    let goal = alloc_goal(meta, st, lblk)?;
-                    let (pblk, got) = meta.alloc.alloc_data(&meta.bufs, goal, want)?;
+                    let goal = alloc_goal(tx, st, lblk)?;
+                    let (pblk, got) = tx.alloc.alloc_data(tx, goal, want)?;
                     let k = u64::from(got);
-                    if let Err(e) = fill_blocks(meta, pblk, lblk, k, off, data) {
-                        let _ = meta.free(pblk, k);
+                    if let Err(e) = fill_blocks(tx, pblk, lblk, k, off, data) {
+                        let _ = tx.free(pblk, k);
                         return Err(e);
                     }
-                    extent_map::insert(meta, st, Extent { lblk, pblk, len: got, unwritten: false })?;
+                    extent_map::insert(tx, st, Extent { lblk, pblk, len: got, unwritten: false })?;
                     st.d.blocks += k;
-                    Ok(end.min((lblk + k) * b))
+                    Ok(Some(end.min((lblk + k) * b)))
                 }
             }
         })();
         match res {
-            Ok(next) => pos = next,
-            Err(e) if pos > off => {
+            Ok(Some(next)) => pos = next,
+            Ok(None) => {
+                out_of_credits = true;
+                break;
+            }
+            Err(e) if pos > off && !matches!(e, FsError::NeedCredits(_)) => {
                 tracing::debug!(error = %e, "short write");
                 break;
             }
@@ -122,7 +148,7 @@ pub fn write(meta: &Meta, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
     if pos > st.d.size {
         st.d.size = pos;
     }
-    Ok((pos - off) as u32)
+    Ok(((pos - off) as u32, out_of_credits))
 }
 
 /// Writes whole blocks `[lblk, lblk+k)` at `pblk`: the bytes of `data` (which
@@ -168,29 +194,51 @@ fn zero_written(meta: &Meta, st: &InodeState, from: u64, to: u64) -> Result<()> 
     Ok(())
 }
 
-/// Unmaps and frees logical blocks `[start, end)`.
-pub fn free_range(meta: &Meta, st: &mut InodeState, start: u64, end: u64) -> Result<()> {
-    for e in extent_map::remove(meta, st, start, end)? {
-        meta.free(e.pblk, u64::from(e.len))?;
+/// One step of unmapping and freeing `[start, end)`: frees the last extents
+/// of the range, as many as the handle's credits allow, and returns whether
+/// any are left (the caller commits and calls again, in a new handle).
+pub fn free_range_step(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64) -> Result<bool> {
+    let levels = credits::extent_levels(tx, st)?;
+    tx.require(credits::unmap_extent(levels) + credits::tree_insert(levels) + credits::INODE)?;
+    let per = credits::unmap_extent(levels);
+    let budget = tx.left().saturating_sub(credits::tree_insert(levels) + credits::INODE);
+    let k = (budget / per).clamp(1, 1024) as usize;
+    match extent_map::tail_cut(tx, st, start, end, k)? {
+        None => {
+            free_range(tx, st, start, end)?;
+            Ok(false)
+        }
+        Some(cut) => {
+            free_range(tx, st, cut, end)?;
+            Ok(true)
+        }
+    }
+}
+
+/// Unmaps and frees logical blocks `[start, end)` (the caller's credits must
+/// cover every extent in it: see [`free_range_step`]).
+pub fn free_range(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64) -> Result<()> {
+    for e in extent_map::remove(tx, st, start, end)? {
+        tx.free(e.pblk, u64::from(e.len))?;
         st.d.blocks = st.d.blocks.saturating_sub(u64::from(e.len));
     }
     Ok(())
 }
 
-/// Changes the file size (truncate or extend with a hole).
-pub fn set_size(meta: &Meta, st: &mut InodeState, size: u64) -> Result<()> {
+/// Changes the file size (truncate or extend with a hole); a shrink leaves
+/// the blocks past the new end to the caller.
+pub fn set_size(tx: &Tx<'_>, st: &mut InodeState, size: u64) -> Result<()> {
     if size > MAX_FILE_SIZE {
         return Err(FsError::Errno(libc::EFBIG));
     }
-    let b = bs(meta);
-    if size < st.d.size {
-        // The bytes past the new end in the last block stay on disk until
-        // the file grows again (`zero_tail`): zeroing them now, in place,
-        // would change the committed file before this truncate commits.
-        free_range(meta, st, size.div_ceil(b), u64::MAX)?;
-    } else {
-        zero_tail(meta, st, size)?;
+    if size >= st.d.size {
+        zero_tail(tx, st, size)?;
     }
+    // A shrink frees the blocks past the new end afterwards, in steps
+    // (`free_range_step`), with the inode on the orphan list meanwhile. The
+    // bytes past the new end in the last block stay on disk until the file
+    // grows again (`zero_tail`): zeroing them now, in place, would change the
+    // committed file before this truncate commits.
     st.d.size = size;
     Ok(())
 }
@@ -208,27 +256,35 @@ fn zero_tail(meta: &Meta, st: &InodeState, new_size: u64) -> Result<()> {
     zero_written(meta, st, old, new_size.min(old.div_ceil(b) * b))
 }
 
-/// Allocates unwritten extents over every hole in blocks `[s, e)`.
-fn allocate_unwritten(meta: &Meta, st: &mut InodeState, s: u64, e: u64) -> Result<()> {
+/// Allocates unwritten extents over the holes in blocks `[s, e)`, as many
+/// as the handle's credits allow; returns whether holes are left.
+pub fn allocate_unwritten(tx: &Tx<'_>, st: &mut InodeState, s: u64, e: u64) -> Result<bool> {
     let mut l = s;
+    let mut progressed = false;
     while l < e {
-        match extent_map::lookup(meta, st, l)? {
+        match extent_map::lookup(tx, st, l)? {
             Mapping::Mapped { len, .. } => l = e.min(l + len),
             Mapping::Hole { len } => {
+                if !room_for_extent(tx, st, progressed)? {
+                    return Ok(true);
+                }
+                progressed = true;
                 let want = (e - l).min(len).min(1 << 16) as u32;
-                let goal = alloc_goal(meta, st, l)?;
-                let (pblk, got) = meta.alloc.alloc_data(&meta.bufs, goal, want)?;
-                extent_map::insert(meta, st, Extent { lblk: l, pblk, len: got, unwritten: true })?;
+                let goal = alloc_goal(tx, st, l)?;
+                let (pblk, got) = tx.alloc.alloc_data(tx, goal, want)?;
+                extent_map::insert(tx, st, Extent { lblk: l, pblk, len: got, unwritten: true })?;
                 st.d.blocks += u64::from(got);
                 l += u64::from(got);
             }
         }
     }
-    Ok(())
+    Ok(false)
 }
 
-/// fallocate(2).
-pub fn fallocate(meta: &Meta, st: &mut InodeState, off: u64, len: u64, mode: i32) -> Result<()> {
+/// fallocate(2), one step: `phase` (0 at the first call) remembers where
+/// the operation is between steps. Returns whether more steps are needed
+/// (the caller runs each in a new handle, holding the inode's I/O lock).
+pub fn fallocate(tx: &Tx<'_>, st: &mut InodeState, off: u64, len: u64, mode: i32, phase: &mut u8) -> Result<bool> {
     use crate::types::{FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH, FALLOC_FL_ZERO_RANGE as ZERO};
     if len == 0 {
         return Err(FsError::Errno(libc::EINVAL));
@@ -237,38 +293,50 @@ pub fn fallocate(meta: &Meta, st: &mut InodeState, off: u64, len: u64, mode: i32
     if mode & !(KEEP | PUNCH | ZERO) != 0 {
         return Err(FsError::Errno(libc::EOPNOTSUPP));
     }
-    let b = bs(meta);
+    if mode & PUNCH != 0 && (mode & KEEP == 0 || mode & ZERO != 0) {
+        return Err(FsError::Errno(libc::EOPNOTSUPP));
+    }
+    let b = bs(tx);
     let keep = mode & KEEP != 0;
-    if mode & PUNCH != 0 {
-        if !keep || mode & ZERO != 0 {
-            return Err(FsError::Errno(libc::EOPNOTSUPP));
+    let (fs, fe) = (off.div_ceil(b), end / b);
+    let clears = mode & (PUNCH | ZERO) != 0;
+    loop {
+        match *phase {
+            // Punch and zero-range: free the whole blocks of the range.
+            0 if clears => {
+                if fs < fe && free_range_step(tx, st, fs, fe)? {
+                    return Ok(true);
+                }
+                *phase = 1;
+            }
+            0 => *phase = 2,
+            // Zero the partial edge blocks; zero-range re-maps the middle
+            // as unwritten first.
+            1 => {
+                if mode & ZERO != 0 && fs < fe && allocate_unwritten(tx, st, fs, fe)? {
+                    return Ok(true);
+                }
+                zero_written(tx, st, off, end.min(fs * b))?;
+                zero_written(tx, st, (fe * b).max(off), end)?;
+                if mode & PUNCH != 0 {
+                    return Ok(false);
+                }
+                *phase = 2;
+            }
+            // Allocate what is still a hole (zero-range: the partial edge
+            // blocks that were holes, as ext4 does), then the size.
+            _ => {
+                if allocate_unwritten(tx, st, off / b, end.div_ceil(b))? {
+                    return Ok(true);
+                }
+                if !keep && end > st.d.size {
+                    zero_tail(tx, st, end)?;
+                    st.d.size = end;
+                }
+                return Ok(false);
+            }
         }
-        let (fs, fe) = (off.div_ceil(b), end / b);
-        if fs < fe {
-            free_range(meta, st, fs, fe)?;
-        }
-        zero_written(meta, st, off, end.min(fs * b))?;
-        zero_written(meta, st, (fe * b).max(off), end)?;
-        return Ok(());
     }
-    if mode & ZERO != 0 {
-        let (fs, fe) = (off.div_ceil(b), end / b);
-        if fs < fe {
-            free_range(meta, st, fs, fe)?;
-            allocate_unwritten(meta, st, fs, fe)?;
-        }
-        zero_written(meta, st, off, end.min(fs * b))?;
-        zero_written(meta, st, (fe * b).max(off), end)?;
-        // Partial edge blocks that were holes: allocate them too (ext4 does).
-        allocate_unwritten(meta, st, off / b, end.div_ceil(b))?;
-    } else {
-        allocate_unwritten(meta, st, off / b, end.div_ceil(b))?;
-    }
-    if !keep && end > st.d.size {
-        zero_tail(meta, st, end)?;
-        st.d.size = end;
-    }
-    Ok(())
 }
 
 /// SEEK_DATA (3) / SEEK_HOLE (4). Unwritten extents count as data.

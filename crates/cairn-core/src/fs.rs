@@ -1,38 +1,36 @@
-//! The POSIX-shaped API of the engine ([`Fs`]) and its commit machinery.
+//! [`Fs`]: the POSIX-shaped facade of the engine.
 //!
-//! ## Operations and transactions
-//! Every changing operation runs inside the *transaction gate* (shared) and
-//! changes metadata only through the buffer cache, so each operation lands
-//! whole in one checkpoint. The backend thread commits every
-//! `commit_interval`, when dirty metadata passes a soft limit (a hard limit
-//! makes writers commit synchronously, as XFS stalls at its hard CIL limit),
-//! and on `fsync`/`syncfs`/unmount; concurrent `fsync`s wait on one commit
-//! (group commit). See `journal` for what is durable when.
+//! `Fs` owns the pieces and routes each request: reads go straight to the
+//! objects (`dir`, `file`, `xattr`); changes run inside a transaction
+//! handle through [`Fs::change`] (see `journal` for handles, credits, commit
+//! and the error latch). Namespace operations live in `namespace`, inode
+//! lifecycle (orphans, deferred and stepwise frees) in `lifecycle`, file
+//! data changes in `file_ops`, the commit thread in `backend`.
 //!
 //! ## Locking order
-//! commit mutex → transaction gate → inode locks (ascending inode number) →
-//! orphan-list mutex → group mutexes → buffer-cache shard → buffer bytes.
+//! inode I/O lock (one per inode, striped; held across the steps of a long
+//! operation) → commit mutex → transaction gate → inode locks (ascending
+//! inode number) → orphan-list mutex → group mutexes → buffer-cache shard →
+//! buffer bytes.
 
 use crate::alloc::Allocator;
-use crate::btree::Tree;
+use crate::backend::Backend;
 use crate::buffer::BufferCache;
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
-use crate::inode::{lock_many, InodeCache, InodeGuard, InodeRef, InodeState};
-use crate::journal::Journal;
+use crate::inode::{InodeCache, InodeGuard, InodeState};
+use crate::journal::{credits, ErrorPolicy, Journal, Latch, ReplayReport, Tx, TxManager};
 use crate::meta::Meta;
 use crate::types::*;
 use crate::{dir, file, xattr};
-use cairn_format::btree::KIND_ORPHANS;
-use cairn_format::dirent::{dtype_of_mode, DIRENT_MIN_LOW};
+use cairn_format::dirent::DIRENT_MIN_LOW;
 use cairn_format::inode::*;
 use cairn_format::layout::Geometry;
-use cairn_format::superblock::{Superblock, STATE_CLEAN};
+use cairn_format::superblock::{Superblock, STATE_CLEAN, STATE_ERRORS};
 use cairn_format::{FormatError, NAME_MAX, ROOT_INO, SYMLINK_MAX};
-use parking_lot::{Condvar, Mutex, RwLock};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Options for [`Fs::mount`].
@@ -44,41 +42,42 @@ pub struct MountOptions {
     pub commit_interval: Duration,
     /// Metadata buffer cache size, in blocks.
     pub cache_blocks: usize,
+    /// What corruption or an I/O error does (`-o errors=`).
+    pub errors: ErrorPolicy,
 }
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { read_only: false, commit_interval: Duration::from_secs(5), cache_blocks: 65536 }
+        MountOptions {
+            read_only: false,
+            commit_interval: Duration::from_secs(5),
+            cache_blocks: 65536,
+            errors: ErrorPolicy::default(),
+        }
     }
 }
 
-struct Backend {
-    kick: Mutex<bool>,
-    cv: Condvar,
-    stop: AtomicBool,
-}
+/// Stripes of the per-inode I/O lock.
+const IO_LOCKS: usize = 256;
 
 /// A mounted file system.
 pub struct Fs {
     pub(crate) meta: Meta,
-    journal: Journal,
-    icache: InodeCache,
-    gate: RwLock<()>,
-    commit_lock: Mutex<()>,
+    pub(crate) txm: TxManager,
+    pub(crate) icache: InodeCache,
     sb: Mutex<Superblock>,
-    orphan_root: Mutex<u64>,
+    pub(crate) orphan_root: Mutex<u64>,
     opts: MountOptions,
-    shutdown: AtomicBool,
     unmounted: AtomicBool,
-    generation: AtomicU32,
-    /// Commit snapshots taken, and those whose commit finished.
-    snapshots: AtomicU64,
-    committed_snapshots: AtomicU64,
-    /// Syncs that found their changes already committed by another caller.
-    pub(crate) group_joins: AtomicU64,
+    /// Set when unmount finished: later requests fail with `Shutdown`.
+    closed: AtomicBool,
+    pub(crate) generation: AtomicU32,
     backend: Backend,
-    backend_thread: Mutex<Option<JoinHandle<()>>>,
-    pub(crate) replayed: crate::journal::ReplayReport,
+    /// Inodes whose last link and reference are gone and whose blocks are
+    /// still to free, in steps (see `lifecycle`).
+    pub(crate) reap: Mutex<Vec<u64>>,
+    io_locks: Vec<Mutex<()>>,
+    pub(crate) replayed: ReplayReport,
 }
 
 pub(crate) fn now() -> Timestamp {
@@ -86,7 +85,7 @@ pub(crate) fn now() -> Timestamp {
     Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
 }
 
-fn check_name(name: &[u8]) -> Result<()> {
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
         return Err(FsError::Errno(libc::ENAMETOOLONG));
     }
@@ -105,7 +104,7 @@ impl Fs {
     // ---------------------------------------------------------------- mount
 
     /// Mounts the image on `dev`: verifies the superblock, replays the journal,
-    /// processes the orphan list and starts the backend (commit) thread.
+    /// finishes what the orphan list holds and starts the backend thread.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
         let size = dev.size();
         let mut head = vec![0u8; cairn_format::superblock::SB_SIZE];
@@ -123,7 +122,7 @@ impl Fs {
         // The superblock itself may have been replayed.
         dev.read_at(&mut head, 0)?;
         let mut sb = Superblock::decode(&head, size)?;
-        let bufs = BufferCache::new(dev.clone(), geo.block_size as usize, opts.cache_blocks.max(1024));
+        let bufs = BufferCache::new(dev.clone(), geo.block_size as usize, opts.cache_blocks.max(64));
         let alloc = Allocator::load(geo, seed, sb.gdt_start, &bufs, sb.next_ino)?;
         let meta =
             Meta { dev, bufs, alloc, geo, seed, hash_seed: sb.hash_seed, running_seq: journal.next_seq().into() };
@@ -134,6 +133,10 @@ impl Fs {
         if sb.orphan_root != 0 && !geo.valid_data_range(sb.orphan_root, 1) {
             return Err(FormatError::corrupt("superblock", 0, "orphan list root out of range").into());
         }
+        let had_errors = sb.state & STATE_ERRORS != 0;
+        if had_errors {
+            tracing::warn!("the image is marked as having errors; run `cairn fsck` to check and clear it");
+        }
         let t = now();
         if !opts.read_only {
             sb.state &= !STATE_CLEAN;
@@ -142,60 +145,30 @@ impl Fs {
         }
         let fs = Arc::new(Fs {
             meta,
-            journal,
+            txm: TxManager::new(journal, Latch::new(opts.errors, had_errors)),
             icache: InodeCache::default(),
-            gate: RwLock::new(()),
-            commit_lock: Mutex::new(()),
             orphan_root: Mutex::new(sb.orphan_root),
             sb: Mutex::new(sb),
             opts,
-            shutdown: AtomicBool::new(false),
             unmounted: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             generation: AtomicU32::new(rand::random()),
-            snapshots: AtomicU64::new(0),
-            committed_snapshots: AtomicU64::new(0),
-            group_joins: AtomicU64::new(0),
-            backend: Backend { kick: Mutex::new(false), cv: Condvar::new(), stop: AtomicBool::new(false) },
-            backend_thread: Mutex::new(None),
+            backend: Backend::default(),
+            reap: Mutex::new(Vec::new()),
+            io_locks: (0..IO_LOCKS).map(|_| Mutex::new(())).collect(),
             replayed,
         });
         if !fs.opts.read_only {
-            {
-                let _g = fs.gate.read();
-                fs.process_orphans()?;
-                fs.write_sb_buffer()?;
-            }
+            fs.change(credits::DEFAULT, |tx| fs.write_sb_buffer(tx))?;
+            fs.process_orphans()?;
             fs.commit()?;
-            let f2 = fs.clone();
-            let h = std::thread::Builder::new().name("cairn-backend".into()).spawn(move || f2.backend_loop())?;
-            *fs.backend_thread.lock() = Some(h);
+            Backend::start(&fs, fs.opts.commit_interval)?;
         }
         Ok(fs)
     }
 
-    fn backend_loop(&self) {
-        loop {
-            {
-                let mut k = self.backend.kick.lock();
-                if !*k && !self.backend.stop.load(Ordering::Acquire) {
-                    self.backend.cv.wait_for(&mut k, self.opts.commit_interval);
-                }
-                *k = false;
-            }
-            if self.backend.stop.load(Ordering::Acquire) {
-                return;
-            }
-            if let Err(e) = self.commit() {
-                tracing::error!(error = %e, "background commit failed; shutting the file system down");
-                self.shutdown.store(true, Ordering::Release);
-                return;
-            }
-        }
-    }
-
-    fn kick_backend(&self) {
-        *self.backend.kick.lock() = true;
-        self.backend.cv.notify_one();
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     /// Commits everything, checkpoints the journal, marks the image clean and
@@ -204,335 +177,118 @@ impl Fs {
         if self.unmounted.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.backend.stop.store(true, Ordering::Release);
-        self.kick_backend();
-        if let Some(h) = self.backend_thread.lock().take() {
-            let _ = h.join();
-        }
-        if self.opts.read_only || self.shutdown.load(Ordering::Acquire) {
+        self.backend.stop();
+        let r = self.unmount_commit();
+        self.closed.store(true, Ordering::Release);
+        r
+    }
+
+    fn unmount_commit(&self) -> Result<()> {
+        if self.opts.read_only || self.txm.latch.check_writable().is_err() {
             return Ok(());
         }
-        {
-            let _g = self.gate.read();
-            self.process_orphans()?;
-            self.sb.lock().state |= STATE_CLEAN;
-            self.write_sb_buffer()?;
-        }
+        self.reap_all();
+        self.process_orphans()?;
+        self.sb.lock().state |= STATE_CLEAN;
+        self.change(credits::DEFAULT, |tx| self.write_sb_buffer(tx))?;
         self.commit()?;
-        self.journal.checkpoint_all()?;
-        self.shutdown.store(true, Ordering::Release);
+        self.txm.log.checkpoint_all()?;
         Ok(())
     }
 
     // --------------------------------------------------------------- commit
 
-    fn write_sb_buffer(&self) -> Result<()> {
+    fn write_sb_buffer(&self, tx: &Tx<'_>) -> Result<()> {
         let mut sb = self.sb.lock();
         sb.free_blocks = self.meta.alloc.disk_free_blocks.load(Ordering::Relaxed);
         sb.free_inodes = self.meta.alloc.free_inodes.load(Ordering::Relaxed);
         sb.next_ino = self.meta.alloc.next_ino.load(Ordering::Relaxed);
         sb.orphan_root = *self.orphan_root.lock();
         sb.last_write_time = now().sec as u64;
+        if self.txm.latch.flagged() {
+            sb.state |= STATE_ERRORS;
+        }
         let buf = self.meta.bufs.get(0, |_, _| Ok(()))?;
         sb.encode(&mut buf.data.write());
-        self.meta.bufs.mark_dirty(&buf);
+        tx.dirty(&buf);
         Ok(())
     }
 
-    /// Makes everything changed before this call durable. Callers that
-    /// arrive while a commit is running wait for the next one, and callers
-    /// whose changes a commit started after their arrival already covered
-    /// return at once: concurrent `fsync`s share one commit (group commit).
-    fn commit(&self) -> Result<()> {
-        let arrived = self.snapshots.load(Ordering::Acquire);
-        let _c = self.commit_lock.lock();
-        if self.committed_snapshots.load(Ordering::Acquire) > arrived {
-            self.group_joins.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        }
-        let images = {
-            let _g = self.gate.write();
-            if self.meta.bufs.dirty_count() > 0 {
-                self.write_sb_buffer()?;
-            }
-            let imgs = self.meta.bufs.take_dirty();
-            if !imgs.is_empty() {
-                self.meta.running_seq.fetch_add(1, Ordering::AcqRel);
-            }
-            self.snapshots.fetch_add(1, Ordering::AcqRel);
-            imgs
-        };
-        let r = self.journal.commit(&images);
-        if let Err(e) = &r {
-            tracing::error!(error = %e, "commit failed; shutting down");
-            self.shutdown.store(true, Ordering::Release);
-        }
-        r?;
-        self.committed_snapshots.fetch_add(1, Ordering::AcqRel);
-        self.meta.alloc.release_pending(self.journal.durable_tail_seq());
-        Ok(())
+    /// Makes everything changed before this call durable; concurrent callers
+    /// share one commit (see `journal::manager`).
+    pub(crate) fn commit(&self) -> Result<()> {
+        self.txm.commit(&self.meta, &|tx| self.write_sb_buffer(tx))
     }
 
     fn alive(&self) -> Result<()> {
-        if self.shutdown.load(Ordering::Acquire) {
+        if self.closed.load(Ordering::Acquire) {
             return Err(FsError::Shutdown);
         }
-        Ok(())
+        self.txm.latch.check_alive()
     }
 
-    /// Runs a changing operation inside the transaction gate. An operation
-    /// that finds the file system full while freed blocks still wait for the
-    /// journal (see `alloc`) is retried once after two commits have made
-    /// them reusable; operations leave nothing half-done when they fail
-    /// with ENOSPC, so the retry is safe.
-    fn change<T>(&self, f: impl Fn() -> Result<T>) -> Result<T> {
-        match self.change_once(&f) {
-            Err(FsError::Errno(libc::ENOSPC)) if self.meta.alloc.pending_blocks() > 0 => {
-                self.commit()?;
-                self.commit()?;
-                self.change_once(&f)
-            }
-            r => r,
-        }
-    }
-
-    fn change_once<T>(&self, f: &impl Fn() -> Result<T>) -> Result<T> {
+    fn writable(&self) -> Result<()> {
         self.alive()?;
         if self.opts.read_only {
             return Err(FsError::Errno(libc::EROFS));
         }
-        let max = self.journal.max_record_images();
-        let dirty = self.meta.bufs.dirty_count();
-        if dirty > max * 3 / 4 {
-            self.commit()?;
-        } else if dirty > max / 2 {
-            self.kick_backend();
-        }
-        let r = {
-            let _g = self.gate.read();
-            f()
-        };
-        if let Err(e) = &r {
-            self.note_error(e);
-        }
-        r
+        self.txm.latch.check_writable()
     }
 
-    fn note_error(&self, e: &FsError) {
-        match e {
-            FsError::Corrupt(c) => tracing::error!(error = %c, "corrupt metadata"),
-            FsError::Io(io) => {
-                tracing::error!(error = %io, "I/O error on the image; shutting down");
-                self.shutdown.store(true, Ordering::Release);
+    /// Runs a changing operation in a transaction handle of `credits` log
+    /// credits (see `journal::handle`): restarts it with more credits when it
+    /// asks for them before changing anything, and retries once, after two
+    /// commits, an operation that found the file system full while freed
+    /// blocks still waited for the journal (operations leave nothing
+    /// half-done when they fail with ENOSPC). Corruption and I/O errors go
+    /// to the error latch.
+    pub(crate) fn change<T>(&self, credits: u64, f: impl Fn(&Tx<'_>) -> Result<T>) -> Result<T> {
+        let mut credits = credits;
+        let mut retried_enospc = false;
+        loop {
+            self.writable()?;
+            if self.meta.bufs.dirty_count() > self.txm.limit() / 2 {
+                self.backend.kick();
             }
-            _ => {}
+            let tx = self.txm.begin(&self.meta, credits, &|| self.commit())?;
+            let r = f(&tx);
+            let changed = tx.changed();
+            drop(tx);
+            match r {
+                Err(FsError::NeedCredits(n)) if !changed => credits = n,
+                Err(FsError::Errno(libc::ENOSPC)) if !retried_enospc && self.meta.alloc.pending_blocks() > 0 => {
+                    retried_enospc = true;
+                    self.commit()?;
+                    self.commit()?;
+                }
+                Err(e) => {
+                    self.txm.latch.note(&self.meta.dev, &e, changed);
+                    return Err(e);
+                }
+                Ok(v) => return Ok(v),
+            }
         }
     }
 
+    /// Runs a reading operation; corruption and I/O errors go to the latch.
     fn read_op<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         self.alive()?;
         let r = f();
         if let Err(e) = &r {
-            self.note_error(e);
+            self.txm.latch.note(&self.meta.dev, e, false);
         }
         r
     }
 
-    // --------------------------------------------------------------- inodes
-
-    fn iget(&self, ino: u64) -> Result<InodeRef> {
-        let r = self.icache.get(&self.meta, ino)?;
-        if r.read().freed {
-            return Err(FsError::Errno(libc::ENOENT));
-        }
-        Ok(r)
+    /// The I/O lock of inode `ino` (serialises writes, truncates, fallocate
+    /// and stepwise frees of one inode across their handles).
+    pub(crate) fn io_lock(&self, ino: u64) -> MutexGuard<'_, ()> {
+        self.io_locks[(ino as usize) % IO_LOCKS].lock()
     }
 
-    fn attr(&self, st: &InodeState) -> Attr {
-        let d = &st.d;
-        Attr {
-            ino: st.ino,
-            generation: d.generation,
-            size: d.size,
-            blocks: d.blocks * u64::from(self.meta.geo.block_size / 512),
-            atime: d.atime,
-            mtime: d.mtime,
-            ctime: d.ctime,
-            crtime: d.crtime,
-            mode: d.mode,
-            nlink: d.nlink,
-            uid: d.uid,
-            gid: d.gid,
-            rdev: d.rdev,
-            blksize: self.meta.geo.block_size,
-        }
-    }
-
-    fn store(&self, st: &InodeState) -> Result<()> {
-        self.meta.store_inode(st.ino, &st.d)
-    }
-
-    fn orphan_tree(&self) -> Tree<'_> {
-        Tree::new(&self.meta, KIND_ORPHANS, 0, 0)
-    }
-
-    fn orphan_add(&self, st: &mut InodeState) -> Result<()> {
-        if st.d.flags & INODE_FLAG_ORPHAN != 0 {
-            return Ok(());
-        }
-        let mut root = self.orphan_root.lock();
-        self.orphan_tree().insert(&mut root, st.ino, &[])?;
-        st.d.flags |= INODE_FLAG_ORPHAN;
-        Ok(())
-    }
-
-    fn orphan_remove(&self, st: &mut InodeState) -> Result<()> {
-        if st.d.flags & INODE_FLAG_ORPHAN == 0 {
-            return Ok(());
-        }
-        let mut root = self.orphan_root.lock();
-        self.orphan_tree().remove(&mut root, st.ino)?;
-        st.d.flags &= !INODE_FLAG_ORPHAN;
-        Ok(())
-    }
-
-    /// Frees an inode with no links: its blocks, xattrs and number.
-    fn free_inode(&self, st: &mut InodeState) -> Result<()> {
-        if st.d.file_type() != S_IFDIR {
-            file::free_range(&self.meta, st, 0, u64::MAX)?;
-        } else if let DataArea::Tree(root) = st.d.data {
-            let goal = 0;
-            let mut t = Tree::new(&self.meta, cairn_format::btree::KIND_DIRENTS, st.ino, goal);
-            t.destroy(root)?;
-        }
-        xattr::release(&self.meta, st)?;
-        self.orphan_remove(st)?;
-        self.meta.alloc.free_inode(&self.meta.bufs, st.ino, st.d.is_dir())?;
-        st.d.nlink = 0;
-        st.d.size = 0;
-        st.d.blocks = 0;
-        st.d.data = if st.d.is_dir() { DataArea::Tree(0) } else { DataArea::Extents(Vec::new()) };
-        self.store(st)?;
-        st.freed = true;
-        self.icache.remove(st.ino);
-        Ok(())
-    }
-
-    /// Frees orphans that nobody holds any more (mount and unmount).
-    fn process_orphans(&self) -> Result<()> {
-        let root = *self.orphan_root.lock();
-        let mut inos = Vec::new();
-        self.orphan_tree().scan(root, 0, &mut |k, _| {
-            inos.push(k);
-            true
-        })?;
-        for ino in inos {
-            if !self.meta.geo.valid_ino(ino) || !self.meta.alloc.inode_in_use(&self.meta.bufs, ino)? {
-                // A stale entry (a damaged list): drop it rather than free a
-                // free inode twice.
-                tracing::warn!(ino, "orphan list names an inode that is not in use; dropping the entry");
-                let mut root = self.orphan_root.lock();
-                self.orphan_tree().remove(&mut root, ino)?;
-                continue;
-            }
-            let r = self.icache.get(&self.meta, ino)?;
-            let mut st = r.write();
-            if st.freed {
-                continue;
-            }
-            if st.d.nlink == 0 {
-                self.free_inode(&mut st)?;
-            } else {
-                self.orphan_remove(&mut st)?;
-                self.store(&st)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn new_inode(&self, ctx: &Ctx, parent: &InodeState, mode: u32, rdev: u64) -> Result<(u64, DiskInode)> {
-        let is_dir = mode & S_IFMT == S_IFDIR;
-        let ino = self.meta.alloc.alloc_inode(&self.meta.bufs, is_dir)?;
-        let t = now();
-        let mut mode = mode;
-        let gid = if parent.d.mode & libc::S_ISGID != 0 {
-            if is_dir {
-                mode |= libc::S_ISGID;
-            }
-            parent.d.gid
-        } else {
-            ctx.gid
-        };
-        let d = DiskInode {
-            mode,
-            uid: ctx.uid,
-            gid,
-            nlink: if is_dir { 2 } else { 1 },
-            generation: self.generation.fetch_add(1, Ordering::Relaxed),
-            atime: t,
-            mtime: t,
-            ctime: t,
-            crtime: t,
-            rdev,
-            parent: if is_dir { parent.ino } else { 0 },
-            data: if is_dir { DataArea::Tree(0) } else { DataArea::Extents(Vec::new()) },
-            ..Default::default()
-        };
-        Ok((ino, d))
-    }
-
-    /// Shared body of mknod/mkdir/symlink.
-    fn create(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32, rdev: u64, target: Option<&[u8]>) -> Result<Attr> {
-        check_name(name)?;
-        self.change(|| {
-            let p = self.iget(parent)?;
-            let mut pg = p.write();
-            if !pg.d.is_dir() {
-                return Err(FsError::Errno(libc::ENOTDIR));
-            }
-            if pg.d.nlink == 0 {
-                return Err(FsError::Errno(libc::ENOENT));
-            }
-            if dir::lookup(&self.meta, &pg, name)?.is_some() {
-                return Err(FsError::Errno(libc::EEXIST));
-            }
-            let is_dir = mode & S_IFMT == S_IFDIR;
-            if is_dir && pg.d.nlink >= u32::MAX - 1 {
-                return Err(FsError::Errno(libc::EMLINK));
-            }
-            let (ino, d) = self.new_inode(ctx, &pg, mode, rdev)?;
-            let r = self.icache.insert(ino, d);
-            let mut st = r.write();
-            let filled = (|| {
-                if let Some(t) = target {
-                    if t.len() <= DATA_AREA {
-                        st.d.size = t.len() as u64;
-                        st.d.data = DataArea::Inline(t.to_vec());
-                    } else {
-                        file::write(&self.meta, &mut st, 0, t)?;
-                    }
-                }
-                self.store(&st)?;
-                dir::add(&self.meta, &mut pg, name, ino, dtype_of_mode(mode))
-            })();
-            if let Err(e) = filled {
-                // Undo: nothing may stay half-created (the caller may retry).
-                st.d.nlink = 0;
-                if let Err(e2) = self.free_inode(&mut st) {
-                    tracing::error!(ino, error = %e2, "could not undo a failed create");
-                }
-                return Err(e);
-            }
-            st.lookups += 1;
-            let t = now();
-            pg.d.mtime = t;
-            pg.d.ctime = t;
-            if is_dir {
-                pg.d.nlink += 1;
-            }
-            self.store(&pg)?;
-            Ok(self.attr(&st))
-        })
+    /// Whether changes are refused (read-only mount or aborted journal).
+    pub fn is_read_only(&self) -> bool {
+        self.opts.read_only || self.txm.latch.aborted()
     }
 
     // ---------------------------------------------------------- public API
@@ -586,30 +342,6 @@ impl Fs {
         })
     }
 
-    /// Drops `n` lookup references; an unlinked inode is freed at zero.
-    pub fn forget(&self, ino: u64, n: u64) {
-        let Ok(r) = self.icache.get(&self.meta, ino) else { return };
-        let free = {
-            let mut g = r.write();
-            g.lookups = g.lookups.saturating_sub(n);
-            g.lookups == 0 && g.d.nlink == 0 && !g.freed
-        };
-        if free && !self.opts.read_only && self.alive().is_ok() {
-            let res = self.change(|| {
-                let mut g = r.write();
-                if g.lookups == 0 && g.d.nlink == 0 && !g.freed {
-                    self.free_inode(&mut g)?;
-                }
-                Ok(())
-            });
-            if let Err(e) = res {
-                tracing::warn!(ino, error = %e, "freeing an unlinked inode failed; it stays on the orphan list");
-            }
-        }
-        drop(r);
-        self.icache.evict_if_unused(ino);
-    }
-
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         self.read_op(|| {
@@ -617,238 +349,6 @@ impl Fs {
             let g = r.read();
             Ok(self.attr(&g))
         })
-    }
-
-    /// Changes attributes (chmod, chown, truncate, utimens).
-    pub fn setattr(&self, _ctx: &Ctx, ino: u64, set: &SetAttr) -> Result<Attr> {
-        self.change(|| {
-            let r = self.iget(ino)?;
-            let mut g = r.write();
-            let t = now();
-            if let Some(size) = set.size {
-                match g.d.file_type() {
-                    S_IFREG => {}
-                    S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
-                    _ => return Err(FsError::Errno(libc::EINVAL)),
-                }
-                if size != g.d.size {
-                    file::set_size(&self.meta, &mut g, size)?;
-                }
-                g.d.mtime = t;
-            }
-            if let Some(m) = set.mode {
-                g.d.mode = (g.d.mode & S_IFMT) | (m & 0o7777);
-            }
-            if let Some(u) = set.uid {
-                g.d.uid = u;
-            }
-            if let Some(gid) = set.gid {
-                g.d.gid = gid;
-            }
-            let resolve = |ts: TimeSet| match ts {
-                TimeSet::Now => t,
-                TimeSet::At(x) => x,
-            };
-            if let Some(a) = set.atime {
-                g.d.atime = resolve(a);
-            }
-            if let Some(m) = set.mtime {
-                g.d.mtime = resolve(m);
-            }
-            g.d.ctime = set.ctime.unwrap_or(t);
-            self.store(&g)?;
-            Ok(self.attr(&g))
-        })
-    }
-
-    /// Creates a regular file, device node, FIFO or socket; `mode` includes
-    /// the `S_IF*` type (umask already applied). Increments the lookup count.
-    pub fn mknod(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32, rdev: u64) -> Result<Attr> {
-        let kind = mode & S_IFMT;
-        let mode = if kind == 0 { mode | S_IFREG } else { mode };
-        if !matches!(mode & S_IFMT, S_IFREG | S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK) {
-            return Err(FsError::Errno(libc::EINVAL));
-        }
-        self.create(ctx, parent, name, mode, rdev, None)
-    }
-
-    /// Creates a directory. Increments the lookup count.
-    pub fn mkdir(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        self.create(ctx, parent, name, S_IFDIR | (mode & 0o7777), 0, None)
-    }
-
-    /// Creates a symbolic link. Increments the lookup count.
-    pub fn symlink(&self, ctx: &Ctx, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
-        if target.len() > SYMLINK_MAX {
-            return Err(FsError::Errno(libc::ENAMETOOLONG));
-        }
-        if target.is_empty() {
-            return Err(FsError::Errno(libc::ENOENT));
-        }
-        self.create(ctx, parent, name, S_IFLNK | 0o777, 0, Some(target))
-    }
-
-    /// Creates an unnamed regular file (O_TMPFILE): an orphan until linked.
-    pub fn tmpfile(&self, ctx: &Ctx, parent: u64, mode: u32) -> Result<Attr> {
-        self.change(|| {
-            let p = self.iget(parent)?;
-            let pg = p.read();
-            if !pg.d.is_dir() {
-                return Err(FsError::Errno(libc::ENOTDIR));
-            }
-            let (ino, mut d) = self.new_inode(ctx, &pg, S_IFREG | (mode & 0o7777), 0)?;
-            d.nlink = 0;
-            let r = self.icache.insert(ino, d);
-            let mut st = r.write();
-            st.lookups = 1;
-            self.orphan_add(&mut st)?;
-            self.store(&st)?;
-            Ok(self.attr(&st))
-        })
-    }
-
-    /// Adds a hard link. Increments the lookup count.
-    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
-        check_name(newname)?;
-        self.change(|| {
-            let p = self.iget(newparent)?;
-            let c = self.iget(ino)?;
-            let mut gs = lock_many(&[&p, &c]);
-            {
-                let pg = find(&mut gs, newparent);
-                if !pg.d.is_dir() {
-                    return Err(FsError::Errno(libc::ENOTDIR));
-                }
-                if pg.d.nlink == 0 {
-                    return Err(FsError::Errno(libc::ENOENT));
-                }
-                if dir::lookup(&self.meta, pg, newname)?.is_some() {
-                    return Err(FsError::Errno(libc::EEXIST));
-                }
-            }
-            let (mode, nlink) = {
-                let cg = find(&mut gs, ino);
-                (cg.d.mode, cg.d.nlink)
-            };
-            if mode & S_IFMT == S_IFDIR {
-                return Err(FsError::Errno(libc::EPERM));
-            }
-            if nlink >= u32::MAX - 1 {
-                return Err(FsError::Errno(libc::EMLINK));
-            }
-            let t = now();
-            {
-                let pg = find(&mut gs, newparent);
-                dir::add(&self.meta, pg, newname, ino, dtype_of_mode(mode))?;
-                pg.d.mtime = t;
-                pg.d.ctime = t;
-                self.store(pg)?;
-            }
-            let cg = find(&mut gs, ino);
-            cg.d.nlink += 1;
-            cg.d.ctime = t;
-            if cg.d.nlink == 1 {
-                self.orphan_remove(cg)?;
-            }
-            cg.lookups += 1;
-            self.store(cg)?;
-            Ok(self.attr(cg))
-        })
-    }
-
-    /// Looks `name` up in `parent` and locks both, re-checking the entry.
-    fn lock_entry(&self, parent: u64, name: &[u8]) -> Result<(Vec<InodeGuard>, u64, u64)> {
-        let p = self.iget(parent)?;
-        for _ in 0..64 {
-            let (key, ino) = {
-                let pg = p.read();
-                if !pg.d.is_dir() {
-                    return Err(FsError::Errno(libc::ENOTDIR));
-                }
-                let (k, e) = dir::lookup(&self.meta, &pg, name)?.ok_or(FsError::Errno(libc::ENOENT))?;
-                (k, e.ino)
-            };
-            let c = self.iget(ino)?;
-            let mut gs = lock_many(&[&p, &c]);
-            let again = dir::lookup(&self.meta, find(&mut gs, parent), name)?;
-            if again.is_some_and(|(k, e)| k == key && e.ino == ino) {
-                return Ok((gs, key, ino));
-            }
-        }
-        Err(FsError::Errno(libc::EAGAIN))
-    }
-
-    /// Drops one link of `st`; frees or orphans it at zero.
-    fn drop_link(&self, st: &mut InodeState, all: bool) -> Result<()> {
-        st.d.nlink = if all { 0 } else { st.d.nlink.saturating_sub(1) };
-        st.d.ctime = now();
-        if st.d.nlink == 0 {
-            if st.lookups > 0 {
-                self.orphan_add(st)?;
-            } else {
-                return self.free_inode(st);
-            }
-        }
-        self.store(st)
-    }
-
-    fn remove_entry(&self, parent: u64, name: &[u8], want_dir: bool) -> Result<()> {
-        if name.len() > NAME_MAX {
-            return Err(FsError::Errno(libc::ENAMETOOLONG));
-        }
-        if want_dir && name == b"." {
-            return Err(FsError::Errno(libc::EINVAL));
-        }
-        if want_dir && name == b".." {
-            return Err(FsError::Errno(libc::ENOTEMPTY));
-        }
-        self.change(|| {
-            let (mut gs, key, ino) = self.lock_entry(parent, name)?;
-            if ino == parent {
-                return Err(FsError::Errno(libc::EINVAL));
-            }
-            {
-                let cg = find(&mut gs, ino);
-                match (want_dir, cg.d.is_dir()) {
-                    (false, true) => return Err(FsError::Errno(libc::EISDIR)),
-                    (true, false) => return Err(FsError::Errno(libc::ENOTDIR)),
-                    (true, true) if cg.d.entries > 0 => return Err(FsError::Errno(libc::ENOTEMPTY)),
-                    _ => {}
-                }
-            }
-            let t = now();
-            {
-                let pg = find(&mut gs, parent);
-                dir::remove(&self.meta, pg, key)?;
-                pg.d.mtime = t;
-                pg.d.ctime = t;
-                if want_dir {
-                    pg.d.nlink = pg.d.nlink.saturating_sub(1);
-                }
-                self.store(pg)?;
-            }
-            self.drop_link(find(&mut gs, ino), want_dir)
-        })
-    }
-
-    /// Removes a non-directory entry.
-    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
-        self.remove_entry(parent, name, false)
-    }
-
-    /// Removes an empty directory.
-    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
-        self.remove_entry(parent, name, true)
-    }
-
-    /// Renames, with `RENAME_NOREPLACE` / `RENAME_EXCHANGE` flags.
-    pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: u32) -> Result<()> {
-        check_name(name)?;
-        check_name(newname)?;
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 || flags == RENAME_NOREPLACE | RENAME_EXCHANGE {
-            return Err(FsError::Errno(libc::EINVAL));
-        }
-        self.change(|| crate::rename::rename(self, parent, name, newparent, newname, flags))
     }
 
     /// Target of a symbolic link.
@@ -876,45 +376,6 @@ impl Fs {
                 S_IFDIR => Err(FsError::Errno(libc::EISDIR)),
                 _ => Err(FsError::Errno(libc::EINVAL)),
             }
-        })
-    }
-
-    /// Writes `data` at `off`; returns the bytes written.
-    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
-        self.change(|| {
-            let r = self.iget(ino)?;
-            let mut g = r.write();
-            match g.d.file_type() {
-                S_IFREG => {}
-                S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
-                _ => return Err(FsError::Errno(libc::EINVAL)),
-            }
-            let n = file::write(&self.meta, &mut g, off, data)?;
-            let t = now();
-            g.d.mtime = t;
-            g.d.ctime = t;
-            self.store(&g)?;
-            Ok(n)
-        })
-    }
-
-    /// fallocate(2): `mode` is 0 or a combination of `FALLOC_FL_*`.
-    pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
-        self.change(|| {
-            let r = self.iget(ino)?;
-            let mut g = r.write();
-            match g.d.file_type() {
-                S_IFREG => {}
-                S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
-                _ => return Err(FsError::Errno(libc::ENODEV)),
-            }
-            file::fallocate(&self.meta, &mut g, off, len, mode)?;
-            let t = now();
-            if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 {
-                g.d.mtime = t;
-            }
-            g.d.ctime = t;
-            self.store(&g)
         })
     }
 
@@ -959,20 +420,6 @@ impl Fs {
         })
     }
 
-    /// Makes the file's data and metadata durable (fsync / fdatasync).
-    pub fn fsync(&self, _ino: u64, _datasync: bool) -> Result<()> {
-        self.sync_fs()
-    }
-
-    /// Commits everything (syncfs / sync).
-    pub fn sync_fs(&self) -> Result<()> {
-        self.alive()?;
-        if self.opts.read_only {
-            return Ok(());
-        }
-        self.commit()
-    }
-
     /// statfs(2).
     pub fn statfs(&self) -> Result<StatFs> {
         self.alive()?;
@@ -989,17 +436,6 @@ impl Fs {
         })
     }
 
-    /// Sets an extended attribute (`flags`: `XATTR_CREATE` / `XATTR_REPLACE`).
-    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
-        self.change(|| {
-            let r = self.iget(ino)?;
-            let mut g = r.write();
-            xattr::set(&self.meta, &mut g, name, value, flags)?;
-            g.d.ctime = now();
-            self.store(&g)
-        })
-    }
-
     /// Value of an extended attribute (ENODATA if absent).
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
         self.read_op(|| xattr::get(&self.meta, &self.iget(ino)?.read(), name))
@@ -1010,14 +446,39 @@ impl Fs {
         self.read_op(|| xattr::list(&self.meta, &self.iget(ino)?.read()))
     }
 
-    /// Removes an extended attribute (ENODATA if absent).
-    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
-        self.change(|| {
+    /// Makes the file's data and metadata durable (fsync / fdatasync).
+    pub fn fsync(&self, _ino: u64, _datasync: bool) -> Result<()> {
+        self.sync_fs()
+    }
+
+    /// Commits everything (syncfs / sync).
+    pub fn sync_fs(&self) -> Result<()> {
+        self.alive()?;
+        if self.is_read_only() {
+            return Ok(());
+        }
+        self.commit()
+    }
+
+    /// Sets an extended attribute (`flags`: `XATTR_CREATE` / `XATTR_REPLACE`).
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        self.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();
-            xattr::remove(&self.meta, &mut g, name)?;
+            xattr::set(tx, &mut g, name, value, flags)?;
             g.d.ctime = now();
-            self.store(&g)
+            self.store(tx, &g)
+        })
+    }
+
+    /// Removes an extended attribute (ENODATA if absent).
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        self.change(credits::DEFAULT, |tx| {
+            let r = self.iget(ino)?;
+            let mut g = r.write();
+            xattr::remove(tx, &mut g, name)?;
+            g.d.ctime = now();
+            self.store(tx, &g)
         })
     }
 
@@ -1027,24 +488,22 @@ impl Fs {
         crate::stats::collect(self)
     }
 
-    pub(crate) fn journal(&self) -> &Journal {
-        &self.journal
+    /// Checks the engine's in-memory invariants (buffer cache, allocator);
+    /// panics with what is wrong. For tests and debugging: it walks every
+    /// cached buffer.
+    pub fn debug_check_consistency(&self) {
+        self.meta.bufs.debug_check_consistency();
+        self.meta.alloc.debug_check_consistency();
     }
 
-    pub(crate) fn icache(&self) -> &InodeCache {
-        &self.icache
+    /// The error policy in force (`-o errors=`).
+    pub fn error_policy(&self) -> ErrorPolicy {
+        self.txm.latch.policy()
     }
 
-    pub(crate) fn iget_pub(&self, ino: u64) -> Result<InodeRef> {
-        self.iget(ino)
-    }
-
-    pub(crate) fn store_pub(&self, st: &InodeState) -> Result<()> {
-        self.store(st)
-    }
-
-    pub(crate) fn drop_link_pub(&self, st: &mut InodeState, all: bool) -> Result<()> {
-        self.drop_link(st, all)
+    /// The first error latched since mount (see `-o errors=`), if any.
+    pub fn first_error(&self) -> Option<String> {
+        self.txm.latch.first_error()
     }
 }
 

@@ -18,6 +18,7 @@
 //! ascending inode-number order ([`lock_many`]). The cache map is sharded.
 
 use crate::error::{FsError, Result};
+use crate::journal::Tx;
 use crate::meta::Meta;
 use cairn_format::inode::{DataArea, DiskInode};
 use cairn_format::FormatError;
@@ -139,13 +140,15 @@ impl Meta {
         }
         Ok(d)
     }
+}
 
+impl Tx<'_> {
     /// Writes inode `ino` into its inode-table buffer (running transaction).
     pub fn store_inode(&self, ino: u64, d: &DiskInode) -> Result<()> {
         let (blk, off) = self.geo.inode_location(ino);
         let buf = self.bufs.get(blk, |_, _| Ok(()))?;
         d.encode(self.seed, ino, &mut buf.data.write()[off..off + cairn_format::inode::INODE_SIZE]);
-        self.bufs.mark_dirty(&buf);
+        self.dirty(&buf);
         Ok(())
     }
 }

@@ -29,19 +29,25 @@ pub mod mkfs;
 pub mod types;
 
 mod alloc;
+mod backend;
 mod btree;
 mod buffer;
 mod dir;
 mod file;
 mod fs;
 mod inode;
-mod journal;
+pub(crate) mod journal;
 mod stats;
 mod xattr;
 
+pub use buffer::BufState;
 pub use error::{FsError, Result};
 pub use fs::{Fs, MountOptions};
+pub use journal::ErrorPolicy;
 pub use types::*;
 mod extent_map;
+mod file_ops;
+mod lifecycle;
 mod meta;
+mod namespace;
 mod rename;

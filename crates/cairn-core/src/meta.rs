@@ -5,6 +5,7 @@ use crate::alloc::Allocator;
 use crate::buffer::{Buf, BufferCache};
 use crate::dev::BlockDevice;
 use crate::error::Result;
+use crate::journal::Tx;
 use cairn_format::btree::Node;
 use cairn_format::layout::Geometry;
 use cairn_format::FormatError;
@@ -60,21 +61,29 @@ impl Meta {
     pub fn decode_node(&self, buf: &Buf) -> Result<Node> {
         Ok(Node::parse(buf.blk, &buf.data.read())?)
     }
+}
+
+/// Changing metadata: only through a transaction handle.
+impl Tx<'_> {
+    /// Marks `buf` changed in the running checkpoint.
+    pub fn dirty(&self, buf: &Arc<Buf>) {
+        self.bufs.mark_dirty(self, buf);
+    }
 
     /// Encodes `node` into `buf` and marks it dirty.
     pub fn write_node(&self, buf: &Arc<Buf>, node: &Node) {
         node.encode(self.seed, buf.blk, &mut buf.data.write());
-        self.bufs.mark_dirty(buf);
+        self.dirty(buf);
     }
 
     /// Allocates one metadata block near `goal` and returns a zeroed buffer.
     pub fn alloc_meta(&self, goal: u64) -> Result<Arc<Buf>> {
-        let (blk, _) = self.alloc.alloc_blocks(&self.bufs, goal, 1)?;
+        let (blk, _) = self.alloc.alloc_blocks(self, goal, 1)?;
         Ok(self.bufs.get_new(blk))
     }
 
     /// Frees blocks in the running checkpoint.
     pub fn free(&self, start: u64, len: u64) -> Result<()> {
-        self.alloc.free_blocks(&self.bufs, self.running_seq.load(Ordering::Acquire), start, len)
+        self.alloc.free_blocks(self, self.running_seq.load(Ordering::Acquire), start, len)
     }
 }

@@ -10,15 +10,24 @@ use crate::dir;
 use crate::error::{FsError, Result};
 use crate::fs::{find, now as now_ts, Fs};
 use crate::inode::lock_many;
+use crate::journal::{credits, Tx};
 use crate::types::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 use cairn_format::dirent::dtype_of_mode;
 use cairn_format::ROOT_INO;
 
-/// Renames `parent/name` to `newparent/newname` (gate already held).
-pub fn rename(fs: &Fs, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: u32) -> Result<()> {
-    let meta = &fs.meta;
-    let p1 = fs.iget_pub(parent)?;
-    let p2 = fs.iget_pub(newparent)?;
+/// Renames `parent/name` to `newparent/newname` inside `tx`.
+pub fn rename(
+    fs: &Fs,
+    tx: &Tx<'_>,
+    parent: u64,
+    name: &[u8],
+    newparent: u64,
+    newname: &[u8],
+    flags: u32,
+) -> Result<()> {
+    let meta = tx;
+    let p1 = fs.iget(parent)?;
+    let p2 = fs.iget(newparent)?;
     for _ in 0..64 {
         let look = |p: &crate::inode::InodeRef, n: &[u8]| -> Result<Option<(u64, u64)>> {
             let g = p.read();
@@ -29,9 +38,9 @@ pub fn rename(fs: &Fs, parent: u64, name: &[u8], newparent: u64, newname: &[u8],
         };
         let (k1, src) = look(&p1, name)?.ok_or(FsError::Errno(libc::ENOENT))?;
         let dst = look(&p2, newname)?;
-        let s = fs.iget_pub(src)?;
+        let s = fs.iget(src)?;
         let d = match dst {
-            Some((_, ino)) => Some(fs.iget_pub(ino)?),
+            Some((_, ino)) => Some(fs.iget(ino)?),
             None => None,
         };
         let mut refs = vec![&p1, &p2, &s];
@@ -48,6 +57,15 @@ pub fn rename(fs: &Fs, parent: u64, name: &[u8], newparent: u64, newname: &[u8],
         if find(&mut gs, parent).d.nlink == 0 || find(&mut gs, newparent).d.nlink == 0 {
             return Err(FsError::Errno(libc::ENOENT));
         }
+        // Worst case: two entry removals and two inserts, four inodes, and
+        // the overwritten target's last link.
+        let levels =
+            credits::dir_levels(meta, find(&mut gs, parent))?.max(credits::dir_levels(meta, find(&mut gs, newparent))?);
+        let target = match dst {
+            Some((_, dino)) => fs.drop_link_credits(find(&mut gs, dino))?,
+            None => 0,
+        };
+        tx.require(2 * credits::tree_remove(levels) + 2 * credits::tree_insert(levels) + 4 * credits::INODE + target)?;
         let src_mode = find(&mut gs, src).d.mode;
         let src_dir = src_mode & libc::S_IFMT == libc::S_IFDIR;
         if let Some((_, dino)) = dst {
@@ -70,7 +88,7 @@ pub fn rename(fs: &Fs, parent: u64, name: &[u8], newparent: u64, newname: &[u8],
                     cur = if gs.iter().any(|g| g.ino == cur) {
                         find(gs, cur).d.parent
                     } else {
-                        fs.iget_pub(cur)?.read().d.parent
+                        fs.iget(cur)?.read().d.parent
                     };
                 }
                 Err(FsError::Errno(libc::ELOOP))
@@ -106,7 +124,7 @@ pub fn rename(fs: &Fs, parent: u64, name: &[u8], newparent: u64, newname: &[u8],
             for ino in [src, dino] {
                 let g = find(&mut gs, ino);
                 g.d.ctime = t;
-                fs.store_pub(g)?;
+                fs.store(tx, g)?;
             }
         } else {
             if let Some((k2, dino)) = dst {
@@ -126,7 +144,7 @@ pub fn rename(fs: &Fs, parent: u64, name: &[u8], newparent: u64, newname: &[u8],
                     let np = find(&mut gs, newparent);
                     np.d.nlink = np.d.nlink.saturating_sub(1);
                 }
-                fs.drop_link_pub(find(&mut gs, dino), dst_dir)?;
+                fs.drop_link(tx, find(&mut gs, dino), dst_dir)?;
             } else {
                 dir::add(meta, find(&mut gs, newparent), newname, src, dtype_of_mode(src_mode))?;
             }
@@ -139,13 +157,13 @@ pub fn rename(fs: &Fs, parent: u64, name: &[u8], newparent: u64, newname: &[u8],
             }
             let sg = find(&mut gs, src);
             sg.d.ctime = t;
-            fs.store_pub(sg)?;
+            fs.store(tx, sg)?;
         }
         for ino in [parent, newparent] {
             let g = find(&mut gs, ino);
             g.d.mtime = t;
             g.d.ctime = t;
-            fs.store_pub(g)?;
+            fs.store(tx, g)?;
         }
         return Ok(());
     }

@@ -11,6 +11,7 @@
 
 use crate::error::{FsError, Result};
 use crate::inode::InodeState;
+use crate::journal::Tx;
 use crate::meta::Meta;
 use crate::types::{XATTR_CREATE, XATTR_REPLACE};
 use cairn_format::xattr::*;
@@ -56,41 +57,41 @@ pub fn list(meta: &Meta, st: &InodeState) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn store(meta: &Meta, st: &mut InodeState, list: Vec<XattrEntry>) -> Result<()> {
+fn store(tx: &Tx<'_>, st: &mut InodeState, list: Vec<XattrEntry>) -> Result<()> {
     let old = st.d.xattr_block;
-    let old_ref = if old != 0 { load(meta, old)?.refcount } else { 0 };
+    let old_ref = if old != 0 { load(tx, old)?.refcount } else { 0 };
     if list.is_empty() {
-        release(meta, st)?;
+        release(tx, st)?;
         return Ok(());
     }
-    if XattrBlock::bytes_needed(&list) > meta.bs() {
+    if XattrBlock::bytes_needed(&list) > tx.bs() {
         return Err(FsError::Errno(libc::ENOSPC));
     }
     let blk = if old != 0 && old_ref == 1 {
         old
     } else {
         if old != 0 {
-            release(meta, st)?;
+            release(tx, st)?;
         }
-        let goal = meta.geo.group_start(meta.geo.group_of_ino(st.ino));
-        let (b, _) = meta.alloc.alloc_blocks(&meta.bufs, goal, 1)?;
+        let goal = tx.geo.group_start(tx.geo.group_of_ino(st.ino));
+        let (b, _) = tx.alloc.alloc_blocks(tx, goal, 1)?;
         st.d.blocks += 1;
         b
     };
-    let buf = if blk == old { meta.bufs.get(blk, |_, _| Ok(()))? } else { meta.bufs.get_new(blk) };
-    XattrBlock { refcount: 1, entries: list }.encode(meta.seed, blk, &mut buf.data.write());
-    meta.bufs.mark_dirty(&buf);
+    let buf = if blk == old { tx.bufs.get(blk, |_, _| Ok(()))? } else { tx.bufs.get_new(blk) };
+    XattrBlock { refcount: 1, entries: list }.encode(tx.seed, blk, &mut buf.data.write());
+    tx.dirty(&buf);
     st.d.xattr_block = blk;
     Ok(())
 }
 
 /// Sets attribute `name` (`flags`: XATTR_CREATE / XATTR_REPLACE).
-pub fn set(meta: &Meta, st: &mut InodeState, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+pub fn set(tx: &Tx<'_>, st: &mut InodeState, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
     let (ns, n) = parse_name(name)?;
-    if value.len() > usize::from(u16::MAX) || value.len() + n.len() + XATTR_HEADER + 4 > meta.bs() {
+    if value.len() > usize::from(u16::MAX) || value.len() + n.len() + XATTR_HEADER + 4 > tx.bs() {
         return Err(FsError::Errno(libc::E2BIG));
     }
-    let mut list = entries(meta, st)?;
+    let mut list = entries(tx, st)?;
     let pos = list.iter().position(|e| e.namespace == ns && e.name == n);
     match (pos, flags & (XATTR_CREATE | XATTR_REPLACE)) {
         (Some(_), XATTR_CREATE) => return Err(FsError::Errno(libc::EEXIST)),
@@ -106,35 +107,35 @@ pub fn set(meta: &Meta, st: &mut InodeState, name: &[u8], value: &[u8], flags: i
             list.sort();
         }
     }
-    store(meta, st, list)
+    store(tx, st, list)
 }
 
 /// Removes attribute `name`.
-pub fn remove(meta: &Meta, st: &mut InodeState, name: &[u8]) -> Result<()> {
+pub fn remove(tx: &Tx<'_>, st: &mut InodeState, name: &[u8]) -> Result<()> {
     let (ns, n) = parse_name(name)?;
-    let mut list = entries(meta, st)?;
+    let mut list = entries(tx, st)?;
     let before = list.len();
     list.retain(|e| !(e.namespace == ns && e.name == n));
     if list.len() == before {
         return Err(FsError::Errno(libc::ENODATA));
     }
-    store(meta, st, list)
+    store(tx, st, list)
 }
 
 /// Drops the inode's reference to its xattr block (freeing it at zero).
-pub fn release(meta: &Meta, st: &mut InodeState) -> Result<()> {
+pub fn release(tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
     let blk = st.d.xattr_block;
     if blk == 0 {
         return Ok(());
     }
-    let mut xb = load(meta, blk)?;
+    let mut xb = load(tx, blk)?;
     if xb.refcount <= 1 {
-        meta.free(blk, 1)?;
+        tx.free(blk, 1)?;
     } else {
         xb.refcount -= 1;
-        let buf = meta.bufs.get(blk, |_, _| Ok(()))?;
-        xb.encode(meta.seed, blk, &mut buf.data.write());
-        meta.bufs.mark_dirty(&buf);
+        let buf = tx.bufs.get(blk, |_, _| Ok(()))?;
+        xb.encode(tx.seed, blk, &mut buf.data.write());
+        tx.dirty(&buf);
     }
     st.d.xattr_block = 0;
     st.d.blocks = st.d.blocks.saturating_sub(1);

@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | `commit=SECONDS` | journal commit interval | 5 |
 //! | `cache_mb=N` | metadata buffer cache size, MiB | 256 |
+//! | `errors=continue\|remount-ro\|shutdown` | what corruption or an I/O error does (ext4's names) | remount-ro |
 //! | `threads=N` | FUSE worker threads (1..64) | 2 |
 //! | `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S` | kernel cache lifetimes (seconds, fractions allowed) | 60 |
 //! | `writeback_cache` / `no_writeback_cache` | kernel writeback cache (see below) | off |
@@ -116,6 +117,11 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "cache_mb" => {
                     let mb = number(key, need()?, 4, 1 << 20)?;
                     s.engine.cache_blocks = (mb << 20) as usize / 4096;
+                }
+                "errors" => {
+                    let v = need()?;
+                    s.engine.errors = cairn_core::ErrorPolicy::parse(v)
+                        .ok_or_else(|| format!("option errors={v}: expected continue, remount-ro or shutdown"))?;
                 }
                 "threads" => s.threads = number(key, need()?, 1, 64)? as usize,
                 "entry_timeout" => timeouts.entry = seconds(key, need()?)?,

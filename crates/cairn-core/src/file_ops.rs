@@ -1,0 +1,152 @@
+//! Changes to file data and size: write, fallocate, setattr (truncate).
+//!
+//! Each may need more blocks of log than one handle may hold — a write or
+//! fallocate that maps thousands of extents in a fragmented file system, a
+//! truncate that frees a million — so each runs in steps: a step does what
+//! its handle's credits cover (see `file`: the budget is checked before
+//! every extent) and the next step continues in a new handle, after a commit
+//! if the log needs one. The inode's I/O lock is held across the steps, so
+//! no other write, truncate or fallocate of the file interleaves.
+//!
+//! What a crash between steps leaves: a write or fallocate partly done (as
+//! in any file system: neither is atomic); a truncate with the new size and
+//! the inode on the orphan list, which the next mount finishes.
+
+use crate::error::{FsError, Result};
+use crate::file;
+use crate::fs::{now, Fs};
+use crate::journal::credits;
+use crate::types::*;
+use cairn_format::inode::*;
+use std::sync::atomic::Ordering;
+
+impl Fs {
+    /// Writes `data` at `off`; returns the bytes written.
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
+        let _io = self.io_lock(ino);
+        let mut done = 0usize;
+        loop {
+            let (n, more) = self.change(credits::DEFAULT, |tx| {
+                let r = self.iget(ino)?;
+                let mut g = r.write();
+                match g.d.file_type() {
+                    S_IFREG => {}
+                    S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
+                    _ => return Err(FsError::Errno(libc::EINVAL)),
+                }
+                let (n, more) = match file::write(tx, &mut g, off + done as u64, &data[done..]) {
+                    Ok(x) => x,
+                    // A later step that fails keeps what the earlier wrote.
+                    Err(e) if done > 0 && !matches!(e, FsError::NeedCredits(_)) => {
+                        tracing::debug!(error = %e, "short write");
+                        (0, false)
+                    }
+                    Err(e) => return Err(e),
+                };
+                let t = now();
+                g.d.mtime = t;
+                g.d.ctime = t;
+                self.store(tx, &g)?;
+                Ok((n as usize, more))
+            })?;
+            done += n;
+            if !more || done >= data.len() {
+                return Ok(done as u32);
+            }
+            self.txm.stats.steps.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// fallocate(2): `mode` is 0 or a combination of `FALLOC_FL_*`.
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
+        let _io = self.io_lock(ino);
+        let mut phase = 0u8;
+        loop {
+            let more = self.change(credits::DEFAULT, |tx| {
+                let r = self.iget(ino)?;
+                let mut g = r.write();
+                match g.d.file_type() {
+                    S_IFREG => {}
+                    S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
+                    _ => return Err(FsError::Errno(libc::ENODEV)),
+                }
+                let mut p = phase;
+                let more = file::fallocate(tx, &mut g, off, len, mode, &mut p)?;
+                let t = now();
+                if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 {
+                    g.d.mtime = t;
+                }
+                g.d.ctime = t;
+                self.store(tx, &g)?;
+                Ok((more, p))
+            })?;
+            phase = more.1;
+            if !more.0 {
+                return Ok(());
+            }
+            self.txm.stats.steps.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Changes attributes (chmod, chown, truncate, utimens). A truncate that
+    /// frees more than one handle covers finishes in steps (see the module
+    /// essay).
+    pub fn setattr(&self, _ctx: &Ctx, ino: u64, set: &SetAttr) -> Result<Attr> {
+        let _io = set.size.map(|_| self.io_lock(ino));
+        let (attr, more) = self.change(credits::DEFAULT, |tx| {
+            let r = self.iget(ino)?;
+            let mut g = r.write();
+            let t = now();
+            let mut more = false;
+            if let Some(size) = set.size {
+                match g.d.file_type() {
+                    S_IFREG => {}
+                    S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
+                    _ => return Err(FsError::Errno(libc::EINVAL)),
+                }
+                tx.require(credits::INODE + self.orphan_credits()? + credits::DEFAULT / 2)?;
+                if size != g.d.size {
+                    let shrink = size < g.d.size;
+                    file::set_size(tx, &mut g, size)?;
+                    if shrink {
+                        let from = size.div_ceil(u64::from(self.meta.geo.block_size));
+                        // The new size and the orphan entry first, then as
+                        // many extents as this handle covers.
+                        more = file::free_range_step(tx, &mut g, from, u64::MAX)?;
+                        if more {
+                            self.orphan_add(tx, &mut g)?;
+                        }
+                    }
+                }
+                g.d.mtime = t;
+            }
+            if let Some(m) = set.mode {
+                g.d.mode = (g.d.mode & S_IFMT) | (m & 0o7777);
+            }
+            if let Some(u) = set.uid {
+                g.d.uid = u;
+            }
+            if let Some(gid) = set.gid {
+                g.d.gid = gid;
+            }
+            let resolve = |ts: TimeSet| match ts {
+                TimeSet::Now => t,
+                TimeSet::At(x) => x,
+            };
+            if let Some(a) = set.atime {
+                g.d.atime = resolve(a);
+            }
+            if let Some(m) = set.mtime {
+                g.d.mtime = resolve(m);
+            }
+            g.d.ctime = set.ctime.unwrap_or(t);
+            self.store(tx, &g)?;
+            Ok((self.attr(&g), more))
+        })?;
+        if more {
+            self.finish_truncate(ino)?;
+            return self.getattr(ino);
+        }
+        Ok(attr)
+    }
+}

@@ -1,0 +1,115 @@
+//! The transaction handle, [`Tx`].
+//!
+//! A handle is what an operation holds while it changes metadata: the
+//! transaction gate (shared; a commit takes it exclusively, so it snapshots
+//! only whole operations) and a reservation of log credits. It derefs to
+//! [`Meta`], so reading code takes `&Meta` and changing code takes `&Tx`;
+//! the only ways to dirty a buffer, allocate or free go through a `Tx`.
+//!
+//! Credits: [`Tx::require`] states the operation's worst case once it knows
+//! it (tree depths are known only after the inode is locked). If that is
+//! more than the handle reserved, the reservation grows when the log has
+//! room; otherwise, if nothing was changed yet, the operation fails with
+//! [`FsError::NeedCredits`] and is restarted with the larger reservation
+//! after a commit. Every newly dirtied buffer is charged; charging past the
+//! reservation is an accounting bug, counted in `journal.credit_overruns`.
+
+use super::manager::TxManager;
+use crate::error::{FsError, Result};
+use crate::meta::Meta;
+use parking_lot::RwLockReadGuard;
+use std::cell::Cell;
+use std::ops::Deref;
+use std::sync::atomic::Ordering;
+
+/// A transaction handle (see the module essay).
+pub struct Tx<'a> {
+    meta: &'a Meta,
+    mgr: &'a TxManager,
+    /// `None` only for the commit's own handle, which runs under the
+    /// exclusive gate and holds no reservation.
+    _gate: Option<RwLockReadGuard<'a, ()>>,
+    credits: Cell<u64>,
+    used: Cell<u64>,
+    touched: Cell<bool>,
+}
+
+impl<'a> Tx<'a> {
+    pub(super) fn new(
+        meta: &'a Meta,
+        mgr: &'a TxManager,
+        gate: Option<RwLockReadGuard<'a, ()>>,
+        credits: u64,
+    ) -> Tx<'a> {
+        Tx { meta, mgr, _gate: gate, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false) }
+    }
+
+    /// Buffers this handle newly dirtied so far.
+    pub fn used(&self) -> u64 {
+        self.used.get()
+    }
+
+    /// Whether this handle changed any buffer (newly dirtied or not).
+    pub fn changed(&self) -> bool {
+        self.touched.get()
+    }
+
+    /// Notes a change to a buffer that was already dirty.
+    pub(crate) fn touch(&self) {
+        self.touched.set(true);
+    }
+
+    /// Charges `n` newly dirtied buffers to the handle.
+    pub(crate) fn charge(&self, n: u64) {
+        self.touched.set(true);
+        let used = self.used.get() + n;
+        self.used.set(used);
+        if used > self.credits.get() {
+            self.mgr.note_overrun(used, self.credits.get());
+        }
+    }
+
+    /// States that the operation may newly dirty up to `total` buffers in
+    /// all (counting what it already dirtied). Fails with
+    /// [`FsError::NeedCredits`] (restart after a commit) when the log has no
+    /// room for the difference and nothing was changed yet.
+    pub fn require(&self, total: u64) -> Result<()> {
+        let have = self.credits.get();
+        if total <= have {
+            return Ok(());
+        }
+        if self._gate.is_none() || self.mgr.try_extend(self.meta, total - have) {
+            self.credits.set(total);
+            return Ok(());
+        }
+        if !self.changed() {
+            self.mgr.stats.restarts.fetch_add(1, Ordering::Relaxed);
+            return Err(FsError::NeedCredits(total));
+        }
+        // Changes are made and cannot be undone: go on, and let the overrun
+        // counter show it (the limit keeps a margin for this).
+        tracing::warn!(total, have, "a handle needs more credits than the log has room for");
+        self.credits.set(total);
+        Ok(())
+    }
+
+    /// Room left in the reservation.
+    pub fn left(&self) -> u64 {
+        self.credits.get().saturating_sub(self.used.get())
+    }
+}
+
+impl Deref for Tx<'_> {
+    type Target = Meta;
+    fn deref(&self) -> &Meta {
+        self.meta
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if self._gate.is_some() {
+            self.mgr.release(self.credits.get());
+        }
+    }
+}

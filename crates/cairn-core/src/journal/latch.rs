@@ -1,0 +1,189 @@
+//! The error latch: what happens after corruption or an I/O error.
+//!
+//! The first corruption found in metadata, or the first failed read, write or
+//! flush of the image, is *latched*: the on-disk superblock gets
+//! `STATE_ERRORS` (written in place at once, outside the journal, as ext4's
+//! `ext4_handle_error` does — so `cairn fsck` sees it even if nothing is ever
+//! committed again), one clear log line names the error and the policy, and
+//! the file system then behaves as `-o errors=`:
+//! * `continue` — go on (the flag stays set until fsck clears it);
+//! * `remount-ro` (the default, as ext4's) — the journal is aborted: changes
+//!   not yet committed are dropped, every later change fails with `EROFS`,
+//!   reads go on;
+//! * `shutdown` — every later request fails with `EIO`.
+//!
+//! Whatever the policy, an error inside an operation that had already
+//! changed buffers aborts the journal: the running checkpoint holds half an
+//! operation and must never be committed. A failed commit does the same.
+
+use crate::dev::BlockDevice;
+use crate::error::{FsError, Result};
+use cairn_format::superblock::{Superblock, SB_SIZE, STATE_ERRORS};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// `-o errors=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorPolicy {
+    Continue,
+    #[default]
+    RemountRo,
+    Shutdown,
+}
+
+impl ErrorPolicy {
+    /// Parses `continue`, `remount-ro` or `shutdown` (ext4's names; ext4's
+    /// `panic` is not offered: a user-space daemon has nothing to panic).
+    pub fn parse(s: &str) -> Option<ErrorPolicy> {
+        match s {
+            "continue" => Some(ErrorPolicy::Continue),
+            "remount-ro" => Some(ErrorPolicy::RemountRo),
+            "shutdown" => Some(ErrorPolicy::Shutdown),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorPolicy::Continue => "continue",
+            ErrorPolicy::RemountRo => "remount-ro",
+            ErrorPolicy::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// See the module essay.
+pub struct Latch {
+    policy: ErrorPolicy,
+    /// Errors latched (corruption and I/O), and whether the image had the
+    /// flag already at mount.
+    errors: AtomicU64,
+    had_errors_at_mount: bool,
+    aborted: AtomicBool,
+    shut: AtomicBool,
+    first: Mutex<Option<String>>,
+}
+
+impl Latch {
+    pub fn new(policy: ErrorPolicy, had_errors_at_mount: bool) -> Latch {
+        Latch {
+            policy,
+            errors: AtomicU64::new(0),
+            had_errors_at_mount,
+            aborted: AtomicBool::new(false),
+            shut: AtomicBool::new(false),
+            first: Mutex::new(None),
+        }
+    }
+
+    pub fn policy(&self) -> ErrorPolicy {
+        self.policy
+    }
+
+    /// Errors latched since mount.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Whether the superblock carries `STATE_ERRORS` (from before the mount
+    /// or since).
+    pub fn flagged(&self) -> bool {
+        self.had_errors_at_mount || self.errors() > 0
+    }
+
+    /// The first error latched since mount.
+    pub fn first_error(&self) -> Option<String> {
+        self.first.lock().clone()
+    }
+
+    /// Whether the journal was aborted (no more commits, changes refused).
+    pub fn aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
+    /// Fails when no request may be served at all.
+    pub fn check_alive(&self) -> Result<()> {
+        if self.shut.load(Ordering::Acquire) {
+            return Err(FsError::Shutdown);
+        }
+        Ok(())
+    }
+
+    /// Fails when changes are refused.
+    pub fn check_writable(&self) -> Result<()> {
+        self.check_alive()?;
+        if self.aborted() {
+            return Err(FsError::Errno(libc::EROFS));
+        }
+        Ok(())
+    }
+
+    /// Fails when the journal was aborted.
+    pub fn check_commit(&self) -> Result<()> {
+        if self.aborted() {
+            return Err(FsError::Errno(libc::EROFS));
+        }
+        Ok(())
+    }
+
+    /// Looks at an operation's error: corruption and I/O errors are latched.
+    /// `changed` says whether the failing operation had dirtied buffers.
+    pub fn note(&self, dev: &Arc<dyn BlockDevice>, e: &FsError, changed: bool) {
+        if !matches!(e, FsError::Corrupt(_) | FsError::Io(_)) {
+            return;
+        }
+        let abort = changed || self.policy != ErrorPolicy::Continue;
+        self.latch(dev, e, abort, changed);
+    }
+
+    /// A commit failed: the journal is aborted whatever the policy.
+    pub fn commit_failed(&self, dev: &Arc<dyn BlockDevice>, e: &FsError) {
+        self.latch(dev, e, true, true);
+    }
+
+    fn latch(&self, dev: &Arc<dyn BlockDevice>, e: &FsError, abort: bool, half_done: bool) {
+        let n = self.errors.fetch_add(1, Ordering::AcqRel);
+        let was_aborted = self.aborted.swap(abort || self.aborted(), Ordering::AcqRel);
+        if self.policy == ErrorPolicy::Shutdown {
+            self.shut.store(true, Ordering::Release);
+        }
+        if n == 0 {
+            *self.first.lock() = Some(e.to_string());
+            let then = match (self.policy, abort) {
+                (ErrorPolicy::Shutdown, _) => "shutting down: every request now fails with EIO",
+                (_, true) if half_done => {
+                    "aborting the journal (the failed operation was half done): the file system is now read-only"
+                }
+                (_, true) => "aborting the journal: the file system is now read-only",
+                (_, false) => "continuing (errors=continue)",
+            };
+            tracing::error!(
+                error = %e,
+                policy = self.policy.name(),
+                "cairn: {e}; the image is marked as having errors (run `cairn fsck`); {then}"
+            );
+            mark_errors_on_disk(dev);
+        } else if abort && !was_aborted {
+            tracing::error!(error = %e, "cairn: {e}; aborting the journal: the file system is now read-only");
+        }
+    }
+}
+
+/// Sets `STATE_ERRORS` in the on-disk superblock, in place (best effort: the
+/// device may be what failed).
+fn mark_errors_on_disk(dev: &Arc<dyn BlockDevice>) {
+    let mut head = vec![0u8; SB_SIZE];
+    let res = (|| -> Result<()> {
+        dev.read_at(&mut head, 0)?;
+        let mut sb = Superblock::decode(&head, dev.size())?;
+        sb.state |= STATE_ERRORS;
+        sb.encode(&mut head);
+        dev.write_at(&head, 0)?;
+        dev.flush()?;
+        Ok(())
+    })();
+    if let Err(e) = res {
+        tracing::error!(error = %e, "could not record the error state in the superblock");
+    }
+}

@@ -1,0 +1,197 @@
+//! The transaction manager: admission of handles against the log's room,
+//! group commit, snapshot and pinning of dirty buffers.
+//!
+//! ## Limits
+//! One checkpoint is one log record, and a record may fill at most a third
+//! of the ring (`log`). The manager keeps the invariant
+//! `dirty buffers + outstanding reservations <= limit`, with
+//! `limit = max record images - MARGIN`: a handle is admitted only if its
+//! credits fit; otherwise the caller commits (emptying the running
+//! checkpoint) and tries again, waiting for other handles to finish if
+//! their reservations alone fill the record. A reservation therefore waits
+//! for log space and never fails, and no record larger than the log can be
+//! built while handles keep within their credits.
+//!
+//! ## Commit
+//! [`TxManager::commit`] takes the gate exclusively only to let the caller
+//! rewrite the superblock buffer and to snapshot the dirty buffers (a
+//! memcpy); the log write, the barriers and the home writes run with the
+//! gate released, so operations go on meanwhile. The snapshotted buffers
+//! stay pinned (in flight) until their home writes are done. Commits are
+//! serialised by the commit mutex, which also groups concurrent syncs: a
+//! caller whose changes a commit started after its arrival already covered
+//! returns at once.
+//!
+//! ## Locking order
+//! commit mutex → gate → inode locks → buffer-cache shards.
+
+use super::handle::Tx;
+use super::latch::Latch;
+use super::log::Journal;
+use crate::error::{FsError, Result};
+use crate::meta::Meta;
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Record room kept outside the reservations: the superblock that every
+/// commit rewrites, and slack for one overrun.
+pub const MARGIN: u64 = 4;
+
+/// Transaction counters.
+#[derive(Default)]
+pub struct TxStats {
+    pub handles: AtomicU64,
+    /// Handles that found no room and committed (or waited) first.
+    pub reserve_waits: AtomicU64,
+    /// Operations restarted with a larger reservation (`NeedCredits`).
+    pub restarts: AtomicU64,
+    /// Buffers dirtied beyond a handle's credits (an accounting bug if > 0).
+    pub credit_overruns: AtomicU64,
+    /// Largest reservation granted.
+    pub max_credits: AtomicU64,
+    /// Syncs that found their changes already committed by another caller.
+    pub group_joins: AtomicU64,
+    /// Steps of long operations (truncate, delete, large writes).
+    pub steps: AtomicU64,
+}
+
+/// See the module essay.
+pub struct TxManager {
+    pub log: Journal,
+    pub latch: Latch,
+    gate: RwLock<()>,
+    commit_lock: Mutex<()>,
+    reserved: AtomicU64,
+    limit: u64,
+    /// Commit snapshots taken, and those whose commit finished.
+    snapshots: AtomicU64,
+    committed_snapshots: AtomicU64,
+    pub stats: TxStats,
+}
+
+impl TxManager {
+    pub fn new(log: Journal, latch: Latch) -> TxManager {
+        let limit = log.max_record_images().saturating_sub(MARGIN).max(1);
+        TxManager {
+            log,
+            latch,
+            gate: RwLock::new(()),
+            commit_lock: Mutex::new(()),
+            reserved: AtomicU64::new(0),
+            limit,
+            snapshots: AtomicU64::new(0),
+            committed_snapshots: AtomicU64::new(0),
+            stats: TxStats::default(),
+        }
+    }
+
+    /// Buffers one checkpoint may hold, over all its handles.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Credits reserved by running handles.
+    pub fn reserved(&self) -> u64 {
+        self.reserved.load(Ordering::Relaxed)
+    }
+
+    fn try_reserve(&self, meta: &Meta, credits: u64) -> bool {
+        let mut r = self.reserved.load(Ordering::Acquire);
+        loop {
+            if meta.bufs.dirty_count() + r + credits > self.limit {
+                return false;
+            }
+            match self.reserved.compare_exchange_weak(r, r + credits, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(now) => r = now,
+            }
+        }
+    }
+
+    /// Grows a running handle's reservation by `extra` if the log has room
+    /// now (never waits: the caller holds the gate).
+    pub(super) fn try_extend(&self, meta: &Meta, extra: u64) -> bool {
+        let ok = self.try_reserve(meta, extra);
+        if ok {
+            self.stats.max_credits.fetch_max(extra, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    pub(super) fn release(&self, credits: u64) {
+        self.reserved.fetch_sub(credits, Ordering::AcqRel);
+    }
+
+    pub(super) fn note_overrun(&self, used: u64, credits: u64) {
+        if self.stats.credit_overruns.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(used, credits, "a transaction handle dirtied more buffers than it reserved");
+        }
+    }
+
+    /// Starts a handle of `credits` credits. Waits for log room: when the
+    /// running checkpoint and the outstanding reservations leave too little,
+    /// calls `commit` (which empties the checkpoint) and tries again.
+    /// Must not be called while holding a handle (the gate is not reentrant
+    /// once a commit waits for it).
+    pub fn begin<'a>(&'a self, meta: &'a Meta, credits: u64, commit: &dyn Fn() -> Result<()>) -> Result<Tx<'a>> {
+        if credits > self.limit {
+            tracing::error!(credits, limit = self.limit, "an operation needs more log room than the journal has");
+            return Err(FsError::Errno(libc::ENOSPC));
+        }
+        let mut tries = 0u32;
+        while !self.try_reserve(meta, credits) {
+            if tries == 0 {
+                self.stats.reserve_waits.fetch_add(1, Ordering::Relaxed);
+            }
+            tries += 1;
+            if meta.bufs.dirty_count() > 0 {
+                commit()?;
+            } else {
+                // Other handles' reservations fill the record: they finish soon.
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        self.stats.handles.fetch_add(1, Ordering::Relaxed);
+        self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
+        let gate = self.gate.read();
+        Ok(Tx::new(meta, self, Some(gate), credits))
+    }
+
+    /// Makes everything changed before this call durable (see the module
+    /// essay). `prepare` runs under the exclusive gate before the snapshot,
+    /// when there is anything to commit (it rewrites the superblock buffer).
+    pub fn commit(&self, meta: &Meta, prepare: &dyn Fn(&Tx) -> Result<()>) -> Result<()> {
+        let arrived = self.snapshots.load(Ordering::Acquire);
+        let _c = self.commit_lock.lock();
+        if self.committed_snapshots.load(Ordering::Acquire) > arrived {
+            self.stats.group_joins.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        self.latch.check_commit()?;
+        let snap = {
+            let _g = self.gate.write();
+            if meta.bufs.dirty_count() > 0 {
+                let tx = Tx::new(meta, self, None, MARGIN);
+                prepare(&tx)?;
+            }
+            let snap = meta.bufs.take_dirty(self.log.next_seq());
+            if !snap.images.is_empty() {
+                meta.running_seq.fetch_add(1, Ordering::AcqRel);
+            }
+            self.snapshots.fetch_add(1, Ordering::AcqRel);
+            snap
+        };
+        if let Err(e) = self.log.commit(&snap.images) {
+            // Not unpinned: the buffers stay in flight, so they are never
+            // re-read from stale homes; nothing more is committed.
+            drop(snap);
+            self.latch.commit_failed(&meta.dev, &e);
+            return Err(e);
+        }
+        meta.bufs.unpin(snap);
+        self.committed_snapshots.fetch_add(1, Ordering::AcqRel);
+        meta.alloc.release_pending(self.log.durable_tail_seq());
+        Ok(())
+    }
+}

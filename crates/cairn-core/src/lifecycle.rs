@@ -1,0 +1,369 @@
+//! Inode lifecycle: loading and storing in-core inodes, new inodes, the
+//! orphan list, and freeing — in steps when a file is large.
+//!
+//! ## The orphan list
+//! A B+tree keyed by inode number (empty values), rooted in the superblock.
+//! An inode is on it while
+//! * it has no links but is still open (FUSE lookups > 0): freed at the last
+//!   `forget`, or at the next mount after a crash;
+//! * a delete is in progress (no links, no references): its blocks are being
+//!   freed in steps, each its own transaction;
+//! * a truncate is in progress (links > 0): its size is already the new one
+//!   and the blocks past it are being freed in steps.
+//!
+//! Mount (and unmount) finishes all three ([`Fs::process_orphans`]): a crash
+//! in the middle of deleting a file of a million extents leaves a consistent
+//! image whose next mount completes the delete.
+//!
+//! ## Small and large
+//! Freeing a file whose extents fit in the inode (most files) happens in the
+//! transaction that drops its last link. A larger one is put on the orphan
+//! list there and queued on `Fs::reap`; the operation that dropped the link
+//! then frees it in steps once its own handle is closed ([`Fs::reap_all`]).
+//!
+//! ## Locking
+//! Steps of one inode run under its I/O lock (`Fs::io_lock`), taken before
+//! each step's handle, so writes and truncates of the inode wait for them.
+
+use crate::btree::Tree;
+use crate::error::{FsError, Result};
+use crate::file;
+use crate::fs::{now, Fs};
+use crate::inode::{InodeRef, InodeState};
+use crate::journal::{credits, Tx};
+use crate::types::*;
+use cairn_format::btree::KIND_ORPHANS;
+use cairn_format::inode::*;
+use std::sync::atomic::Ordering;
+
+impl Fs {
+    /// The in-core inode `ino` (ENOENT once freed).
+    pub(crate) fn iget(&self, ino: u64) -> Result<InodeRef> {
+        let r = self.icache.get(&self.meta, ino)?;
+        if r.read().freed {
+            return Err(FsError::Errno(libc::ENOENT));
+        }
+        Ok(r)
+    }
+
+    pub(crate) fn attr(&self, st: &InodeState) -> Attr {
+        let d = &st.d;
+        Attr {
+            ino: st.ino,
+            generation: d.generation,
+            size: d.size,
+            blocks: d.blocks * u64::from(self.meta.geo.block_size / 512),
+            atime: d.atime,
+            mtime: d.mtime,
+            ctime: d.ctime,
+            crtime: d.crtime,
+            mode: d.mode,
+            nlink: d.nlink,
+            uid: d.uid,
+            gid: d.gid,
+            rdev: d.rdev,
+            blksize: self.meta.geo.block_size,
+        }
+    }
+
+    /// Writes the in-core inode into its inode-table buffer.
+    pub(crate) fn store(&self, tx: &Tx<'_>, st: &InodeState) -> Result<()> {
+        tx.store_inode(st.ino, &st.d)
+    }
+
+    fn orphan_tree(&self) -> Tree<'_> {
+        Tree::new(&self.meta, KIND_ORPHANS, 0, 0)
+    }
+
+    fn orphan_levels(&self) -> Result<u64> {
+        let root = *self.orphan_root.lock();
+        credits::tree_levels(&self.meta, root, KIND_ORPHANS, 0)
+    }
+
+    /// Credits of adding to (or removing from) the orphan list.
+    pub(crate) fn orphan_credits(&self) -> Result<u64> {
+        Ok(credits::tree_insert(self.orphan_levels()?))
+    }
+
+    pub(crate) fn orphan_add(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
+        if st.d.flags & INODE_FLAG_ORPHAN != 0 {
+            return Ok(());
+        }
+        let mut root = self.orphan_root.lock();
+        self.orphan_tree().insert(tx, &mut root, st.ino, &[])?;
+        st.d.flags |= INODE_FLAG_ORPHAN;
+        Ok(())
+    }
+
+    pub(crate) fn orphan_remove(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
+        if st.d.flags & INODE_FLAG_ORPHAN == 0 {
+            return Ok(());
+        }
+        let mut root = self.orphan_root.lock();
+        self.orphan_tree().remove(tx, &mut root, st.ino)?;
+        st.d.flags &= !INODE_FLAG_ORPHAN;
+        Ok(())
+    }
+
+    /// Whether freeing `st` fits in one small transaction: its extents live
+    /// in the inode, or it is a directory (empty when it is freed).
+    fn frees_at_once(st: &InodeState) -> bool {
+        !matches!(st.d.data, DataArea::Tree(_)) || st.d.is_dir()
+    }
+
+    /// Credits of freeing `st` at once ([`Fs::frees_at_once`]).
+    pub(crate) fn free_now_credits(&self, st: &InodeState) -> Result<u64> {
+        let blocks = match &st.d.data {
+            DataArea::Extents(list) => list.len() as u64 * credits::FREE,
+            DataArea::Tree(root) if st.d.is_dir() => {
+                let kind = cairn_format::btree::KIND_DIRENTS;
+                credits::tree_levels(&self.meta, *root, kind, st.ino)? * credits::FREE
+            }
+            DataArea::Tree(_) => credits::FREE,
+            DataArea::Inline(_) => 0,
+        };
+        let xattr = if st.d.xattr_block != 0 { credits::INODE + credits::FREE } else { 0 };
+        let orphan = if st.d.flags & INODE_FLAG_ORPHAN != 0 { credits::tree_remove(self.orphan_levels()?) } else { 0 };
+        Ok(blocks + xattr + orphan + credits::ALLOC + credits::INODE)
+    }
+
+    /// Credits of dropping a link of `st` ([`Fs::drop_link`]).
+    pub(crate) fn drop_link_credits(&self, st: &InodeState) -> Result<u64> {
+        let free = if Self::frees_at_once(st) { self.free_now_credits(st)? } else { 0 };
+        Ok(free.max(self.orphan_credits()?) + credits::INODE)
+    }
+
+    /// Frees a small inode with no links: blocks, xattrs, orphan entry, number.
+    fn free_now(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
+        if st.d.file_type() != S_IFDIR {
+            file::free_range(tx, st, 0, u64::MAX)?;
+            if let DataArea::Tree(root) = st.d.data {
+                // An extent tree left with no extents (a damaged map).
+                Tree::new(&self.meta, cairn_format::btree::KIND_EXTENTS, st.ino, 0).destroy(tx, root)?;
+            }
+        } else if let DataArea::Tree(root) = st.d.data {
+            let mut t = Tree::new(&self.meta, cairn_format::btree::KIND_DIRENTS, st.ino, 0);
+            t.destroy(tx, root)?;
+        }
+        xattr_release(tx, st)?;
+        self.orphan_remove(tx, st)?;
+        self.meta.alloc.free_inode(tx, st.ino, st.d.is_dir())?;
+        st.d.nlink = 0;
+        st.d.size = 0;
+        st.d.blocks = 0;
+        st.d.data = if st.d.is_dir() { DataArea::Tree(0) } else { DataArea::Extents(Vec::new()) };
+        self.store(tx, st)?;
+        st.freed = true;
+        self.icache.remove(st.ino);
+        Ok(())
+    }
+
+    /// Frees `st` (no links) now if it is small and unreferenced, else puts
+    /// it on the orphan list: freed at the last `forget`, or in steps by
+    /// [`Fs::reap_all`] once the caller's handle is closed.
+    pub(crate) fn release_unlinked(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
+        if st.lookups == 0 && Self::frees_at_once(st) {
+            return self.free_now(tx, st);
+        }
+        self.orphan_add(tx, st)?;
+        if st.lookups == 0 {
+            self.reap.lock().push(st.ino);
+        }
+        self.store(tx, st)
+    }
+
+    /// Drops one link of `st` (all of a directory's); releases it at zero.
+    pub(crate) fn drop_link(&self, tx: &Tx<'_>, st: &mut InodeState, all: bool) -> Result<()> {
+        st.d.nlink = if all { 0 } else { st.d.nlink.saturating_sub(1) };
+        st.d.ctime = now();
+        if st.d.nlink == 0 {
+            return self.release_unlinked(tx, st);
+        }
+        self.store(tx, st)
+    }
+
+    /// Frees, in steps, every inode queued by [`Fs::release_unlinked`].
+    /// Call with no handle held. Failures leave the inode on the orphan
+    /// list (the next mount finishes it).
+    pub(crate) fn reap_all(&self) {
+        loop {
+            let Some(ino) = self.reap.lock().pop() else { return };
+            if let Err(e) = self.finish_delete(ino) {
+                tracing::warn!(ino, error = %e, "freeing a deleted file failed; it stays on the orphan list");
+            }
+        }
+    }
+
+    /// Frees an unlinked, unreferenced inode in steps: each step unmaps and
+    /// frees the last extents that its handle's credits cover; the last one
+    /// frees the rest (xattrs, orphan entry, inode number).
+    pub(crate) fn finish_delete(&self, ino: u64) -> Result<()> {
+        let _io = self.io_lock(ino);
+        loop {
+            let more = self.change(credits::DEFAULT, |tx| {
+                let r = self.icache.get(&self.meta, ino)?;
+                let mut st = r.write();
+                if st.freed || st.d.nlink > 0 || st.lookups > 0 {
+                    return Ok(false);
+                }
+                if !Self::frees_at_once(&st) {
+                    file::free_range_step(tx, &mut st, 0, u64::MAX)?;
+                    if tx.changed() {
+                        self.txm.stats.steps.fetch_add(1, Ordering::Relaxed);
+                        self.store(tx, &st)?;
+                        return Ok(true);
+                    }
+                }
+                tx.require(self.free_now_credits(&st)?)?;
+                self.free_now(tx, &mut st)?;
+                Ok(false)
+            })?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Frees the blocks of `ino` past its size, in steps, the inode on the
+    /// orphan list meanwhile (a truncate; see the module essay). The caller
+    /// holds the inode's I/O lock and has set the new size.
+    pub(crate) fn finish_truncate(&self, ino: u64) -> Result<()> {
+        loop {
+            let more = self.change(credits::DEFAULT, |tx| {
+                let r = self.iget(ino)?;
+                let mut st = r.write();
+                let from = st.d.size.div_ceil(u64::from(self.meta.geo.block_size));
+                let more = file::free_range_step(tx, &mut st, from, u64::MAX)?;
+                if tx.changed() {
+                    self.txm.stats.steps.fetch_add(1, Ordering::Relaxed);
+                    if more {
+                        self.orphan_add(tx, &mut st)?;
+                    }
+                    self.store(tx, &st)?;
+                    return Ok(true);
+                }
+                if st.d.flags & INODE_FLAG_ORPHAN != 0 && st.d.nlink > 0 {
+                    tx.require(self.orphan_credits()? + credits::INODE)?;
+                    self.orphan_remove(tx, &mut st)?;
+                }
+                self.store(tx, &st)?;
+                Ok(false)
+            })?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Finishes what the orphan list holds (mount and unmount): frees
+    /// unlinked inodes nobody holds, completes interrupted truncates.
+    pub(crate) fn process_orphans(&self) -> Result<()> {
+        let root = *self.orphan_root.lock();
+        let mut inos = Vec::new();
+        self.orphan_tree().scan(root, 0, &mut |k, _| {
+            inos.push(k);
+            true
+        })?;
+        for ino in inos {
+            let valid = self.meta.geo.valid_ino(ino) && self.meta.alloc.inode_in_use(&self.meta.bufs, ino)?;
+            if !valid {
+                // A stale entry (a damaged list): drop it rather than free a
+                // free inode twice.
+                tracing::warn!(ino, "orphan list names an inode that is not in use; dropping the entry");
+                self.change(credits::DEFAULT, |tx| {
+                    tx.require(self.orphan_credits()?)?;
+                    let mut root = self.orphan_root.lock();
+                    self.orphan_tree().remove(tx, &mut root, ino)?;
+                    Ok(())
+                })?;
+                continue;
+            }
+            let (nlink, lookups, freed) = {
+                let r = self.icache.get(&self.meta, ino)?;
+                let st = r.read();
+                (st.d.nlink, st.lookups, st.freed)
+            };
+            if freed || lookups > 0 {
+                continue;
+            }
+            if nlink == 0 {
+                self.finish_delete(ino)?;
+            } else {
+                let _io = self.io_lock(ino);
+                self.finish_truncate(ino)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn new_inode(
+        &self,
+        tx: &Tx<'_>,
+        ctx: &Ctx,
+        parent: &InodeState,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<(u64, DiskInode)> {
+        let is_dir = mode & S_IFMT == S_IFDIR;
+        let ino = self.meta.alloc.alloc_inode(tx, is_dir)?;
+        let t = now();
+        let mut mode = mode;
+        let gid = if parent.d.mode & libc::S_ISGID != 0 {
+            if is_dir {
+                mode |= libc::S_ISGID;
+            }
+            parent.d.gid
+        } else {
+            ctx.gid
+        };
+        let d = DiskInode {
+            mode,
+            uid: ctx.uid,
+            gid,
+            nlink: if is_dir { 2 } else { 1 },
+            generation: self.generation.fetch_add(1, Ordering::Relaxed),
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            rdev,
+            parent: if is_dir { parent.ino } else { 0 },
+            data: if is_dir { DataArea::Tree(0) } else { DataArea::Extents(Vec::new()) },
+            ..Default::default()
+        };
+        Ok((ino, d))
+    }
+
+    /// Drops `n` lookup references; an unlinked inode is freed at zero.
+    pub fn forget(&self, ino: u64, n: u64) {
+        let Ok(r) = self.icache.get(&self.meta, ino) else { return };
+        let free = {
+            let mut g = r.write();
+            g.lookups = g.lookups.saturating_sub(n);
+            g.lookups == 0 && g.d.nlink == 0 && !g.freed
+        };
+        drop(r);
+        if free && !self.is_read_only() {
+            let res = self.change(credits::DEFAULT, |tx| {
+                let r = self.icache.get(&self.meta, ino)?;
+                let mut g = r.write();
+                tx.require(self.drop_link_credits(&g)?)?;
+                if g.lookups == 0 && g.d.nlink == 0 && !g.freed {
+                    self.release_unlinked(tx, &mut g)?;
+                }
+                Ok(())
+            });
+            match res {
+                Ok(()) => self.reap_all(),
+                Err(e) => {
+                    tracing::warn!(ino, error = %e, "freeing an unlinked inode failed; it stays on the orphan list")
+                }
+            }
+        }
+        self.icache.evict_if_unused(ino);
+    }
+}
+
+fn xattr_release(tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
+    crate::xattr::release(tx, st)
+}

@@ -1,0 +1,276 @@
+//! Namespace operations: create (files, directories, symlinks, nodes,
+//! O_TMPFILE), link, unlink, rmdir and rename (`rename.rs`).
+//!
+//! Each runs in one transaction handle. Once its locks are held (and so
+//! its trees' depths are known) it states its worst case with
+//! `Tx::require`: directory-entry insert or remove, the inodes it stores,
+//! inode allocation, orphan-list changes, and for a last link the release of
+//! the inode (`lifecycle`). A large file that loses its last link is freed
+//! in steps after the handle closes (`Fs::reap_all`).
+//!
+//! Locking: the parent and child inodes are locked in inode-number order
+//! (`inode::lock_many`); an entry found before locking is looked up again
+//! under the locks.
+
+use crate::dir;
+use crate::error::{FsError, Result};
+use crate::file;
+use crate::fs::{check_name, find, now, Fs};
+use crate::inode::{lock_many, InodeGuard, InodeState};
+use crate::journal::credits;
+use crate::types::*;
+use cairn_format::dirent::dtype_of_mode;
+use cairn_format::inode::*;
+use cairn_format::{NAME_MAX, SYMLINK_MAX};
+
+impl Fs {
+    /// Credits of adding an entry to `dir`.
+    fn entry_add_credits(&self, dir: &InodeState) -> Result<u64> {
+        Ok(credits::tree_insert(credits::dir_levels(&self.meta, dir)?))
+    }
+
+    /// Shared body of mknod/mkdir/symlink.
+    fn create(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32, rdev: u64, target: Option<&[u8]>) -> Result<Attr> {
+        check_name(name)?;
+        self.change(credits::DEFAULT, |tx| {
+            let p = self.iget(parent)?;
+            let mut pg = p.write();
+            if !pg.d.is_dir() {
+                return Err(FsError::Errno(libc::ENOTDIR));
+            }
+            if pg.d.nlink == 0 {
+                return Err(FsError::Errno(libc::ENOENT));
+            }
+            if dir::lookup(&self.meta, &pg, name)?.is_some() {
+                return Err(FsError::Errno(libc::EEXIST));
+            }
+            let is_dir = mode & S_IFMT == S_IFDIR;
+            if is_dir && pg.d.nlink >= u32::MAX - 1 {
+                return Err(FsError::Errno(libc::EMLINK));
+            }
+            // Inode number, the new inode and its parent, the entry, a
+            // symlink's block, and the undo of a failed create.
+            let undo = credits::ALLOC + credits::INODE + credits::FREE;
+            tx.require(credits::ALLOC + 2 * credits::INODE + self.entry_add_credits(&pg)? + credits::ALLOC + undo)?;
+            let (ino, d) = self.new_inode(tx, ctx, &pg, mode, rdev)?;
+            let r = self.icache.insert(ino, d);
+            let mut st = r.write();
+            let filled = (|| {
+                if let Some(t) = target {
+                    if t.len() <= DATA_AREA {
+                        st.d.size = t.len() as u64;
+                        st.d.data = DataArea::Inline(t.to_vec());
+                    } else {
+                        file::write(tx, &mut st, 0, t)?;
+                    }
+                }
+                self.store(tx, &st)?;
+                dir::add(tx, &mut pg, name, ino, dtype_of_mode(mode))
+            })();
+            if let Err(e) = filled {
+                // Undo: nothing may stay half-created (the caller may retry).
+                st.d.nlink = 0;
+                if let Err(e2) = self.release_unlinked(tx, &mut st) {
+                    tracing::error!(ino, error = %e2, "could not undo a failed create");
+                }
+                return Err(e);
+            }
+            st.lookups += 1;
+            let t = now();
+            pg.d.mtime = t;
+            pg.d.ctime = t;
+            if is_dir {
+                pg.d.nlink += 1;
+            }
+            self.store(tx, &pg)?;
+            Ok(self.attr(&st))
+        })
+    }
+
+    /// Creates a regular file, device node, FIFO or socket; `mode` includes
+    /// the `S_IF*` type (umask already applied). Increments the lookup count.
+    pub fn mknod(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32, rdev: u64) -> Result<Attr> {
+        let kind = mode & S_IFMT;
+        let mode = if kind == 0 { mode | S_IFREG } else { mode };
+        if !matches!(mode & S_IFMT, S_IFREG | S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK) {
+            return Err(FsError::Errno(libc::EINVAL));
+        }
+        self.create(ctx, parent, name, mode, rdev, None)
+    }
+
+    /// Creates a directory. Increments the lookup count.
+    pub fn mkdir(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        self.create(ctx, parent, name, S_IFDIR | (mode & 0o7777), 0, None)
+    }
+
+    /// Creates a symbolic link. Increments the lookup count.
+    pub fn symlink(&self, ctx: &Ctx, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
+        if target.len() > SYMLINK_MAX {
+            return Err(FsError::Errno(libc::ENAMETOOLONG));
+        }
+        if target.is_empty() {
+            return Err(FsError::Errno(libc::ENOENT));
+        }
+        self.create(ctx, parent, name, S_IFLNK | 0o777, 0, Some(target))
+    }
+
+    /// Creates an unnamed regular file (O_TMPFILE): an orphan until linked.
+    pub fn tmpfile(&self, ctx: &Ctx, parent: u64, mode: u32) -> Result<Attr> {
+        self.change(credits::DEFAULT, |tx| {
+            let p = self.iget(parent)?;
+            let pg = p.read();
+            if !pg.d.is_dir() {
+                return Err(FsError::Errno(libc::ENOTDIR));
+            }
+            tx.require(credits::ALLOC + credits::INODE + self.orphan_credits()?)?;
+            let (ino, mut d) = self.new_inode(tx, ctx, &pg, S_IFREG | (mode & 0o7777), 0)?;
+            d.nlink = 0;
+            let r = self.icache.insert(ino, d);
+            let mut st = r.write();
+            st.lookups = 1;
+            self.orphan_add(tx, &mut st)?;
+            self.store(tx, &st)?;
+            Ok(self.attr(&st))
+        })
+    }
+
+    /// Adds a hard link. Increments the lookup count.
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
+        check_name(newname)?;
+        self.change(credits::DEFAULT, |tx| {
+            let p = self.iget(newparent)?;
+            let c = self.iget(ino)?;
+            let mut gs = lock_many(&[&p, &c]);
+            {
+                let pg = find(&mut gs, newparent);
+                if !pg.d.is_dir() {
+                    return Err(FsError::Errno(libc::ENOTDIR));
+                }
+                if pg.d.nlink == 0 {
+                    return Err(FsError::Errno(libc::ENOENT));
+                }
+                if dir::lookup(&self.meta, pg, newname)?.is_some() {
+                    return Err(FsError::Errno(libc::EEXIST));
+                }
+            }
+            let (mode, nlink) = {
+                let cg = find(&mut gs, ino);
+                (cg.d.mode, cg.d.nlink)
+            };
+            if mode & S_IFMT == S_IFDIR {
+                return Err(FsError::Errno(libc::EPERM));
+            }
+            if nlink >= u32::MAX - 1 {
+                return Err(FsError::Errno(libc::EMLINK));
+            }
+            let add = self.entry_add_credits(find(&mut gs, newparent))?;
+            tx.require(add + 2 * credits::INODE + self.orphan_credits()?)?;
+            let t = now();
+            {
+                let pg = find(&mut gs, newparent);
+                dir::add(tx, pg, newname, ino, dtype_of_mode(mode))?;
+                pg.d.mtime = t;
+                pg.d.ctime = t;
+                self.store(tx, pg)?;
+            }
+            let cg = find(&mut gs, ino);
+            cg.d.nlink += 1;
+            cg.d.ctime = t;
+            if cg.d.nlink == 1 {
+                self.orphan_remove(tx, cg)?;
+            }
+            cg.lookups += 1;
+            self.store(tx, cg)?;
+            Ok(self.attr(cg))
+        })
+    }
+
+    /// Looks `name` up in `parent` and locks both, re-checking the entry.
+    fn lock_entry(&self, parent: u64, name: &[u8]) -> Result<(Vec<InodeGuard>, u64, u64)> {
+        let p = self.iget(parent)?;
+        for _ in 0..64 {
+            let (key, ino) = {
+                let pg = p.read();
+                if !pg.d.is_dir() {
+                    return Err(FsError::Errno(libc::ENOTDIR));
+                }
+                let (k, e) = dir::lookup(&self.meta, &pg, name)?.ok_or(FsError::Errno(libc::ENOENT))?;
+                (k, e.ino)
+            };
+            let c = self.iget(ino)?;
+            let mut gs = lock_many(&[&p, &c]);
+            let again = dir::lookup(&self.meta, find(&mut gs, parent), name)?;
+            if again.is_some_and(|(k, e)| k == key && e.ino == ino) {
+                return Ok((gs, key, ino));
+            }
+        }
+        Err(FsError::Errno(libc::EAGAIN))
+    }
+
+    fn remove_entry(&self, parent: u64, name: &[u8], want_dir: bool) -> Result<()> {
+        if name.len() > NAME_MAX {
+            return Err(FsError::Errno(libc::ENAMETOOLONG));
+        }
+        if want_dir && name == b"." {
+            return Err(FsError::Errno(libc::EINVAL));
+        }
+        if want_dir && name == b".." {
+            return Err(FsError::Errno(libc::ENOTEMPTY));
+        }
+        self.change(credits::DEFAULT, |tx| {
+            let (mut gs, key, ino) = self.lock_entry(parent, name)?;
+            if ino == parent {
+                return Err(FsError::Errno(libc::EINVAL));
+            }
+            {
+                let cg = find(&mut gs, ino);
+                match (want_dir, cg.d.is_dir()) {
+                    (false, true) => return Err(FsError::Errno(libc::EISDIR)),
+                    (true, false) => return Err(FsError::Errno(libc::ENOTDIR)),
+                    (true, true) if cg.d.entries > 0 => return Err(FsError::Errno(libc::ENOTEMPTY)),
+                    _ => {}
+                }
+            }
+            let levels = credits::dir_levels(&self.meta, find(&mut gs, parent))?;
+            tx.require(credits::tree_remove(levels) + credits::INODE + self.drop_link_credits(find(&mut gs, ino))?)?;
+            let t = now();
+            {
+                let pg = find(&mut gs, parent);
+                dir::remove(tx, pg, key)?;
+                pg.d.mtime = t;
+                pg.d.ctime = t;
+                if want_dir {
+                    pg.d.nlink = pg.d.nlink.saturating_sub(1);
+                }
+                self.store(tx, pg)?;
+            }
+            self.drop_link(tx, find(&mut gs, ino), want_dir)
+        })
+    }
+
+    /// Removes a non-directory entry.
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.remove_entry(parent, name, false)?;
+        self.reap_all();
+        Ok(())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.remove_entry(parent, name, true)?;
+        self.reap_all();
+        Ok(())
+    }
+
+    /// Renames, with `RENAME_NOREPLACE` / `RENAME_EXCHANGE` flags.
+    pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: u32) -> Result<()> {
+        check_name(name)?;
+        check_name(newname)?;
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 || flags == RENAME_NOREPLACE | RENAME_EXCHANGE {
+            return Err(FsError::Errno(libc::EINVAL));
+        }
+        self.change(credits::DEFAULT, |tx| crate::rename::rename(self, tx, parent, name, newparent, newname, flags))?;
+        self.reap_all();
+        Ok(())
+    }
+}
