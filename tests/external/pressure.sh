@@ -99,6 +99,27 @@ fail() {
     SUITE_FAILED=1
 }
 
+# _stop_helpers: exit path: tell the walker and the fsync-er to stop, then make sure.
+_stop_helpers() {
+    local p i
+    [[ -n ${STOP:-} ]] && : >"$STOP"
+    for p in ${walker:-} ${fsyncer:-}; do
+        for ((i = 0; i < 50; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$p" 2>/dev/null || true
+    done
+}
+
+# reap PID NAME: wait (at most 60 s, then SIGKILL) for a helper told to stop; its status.
+reap() {
+    local pid=$1 name=$2 i
+    for ((i = 0; i < 600; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        warn "the $name did not stop within 60 s of being told to (hung in the mount?): killing it"
+        kill -9 "$pid" 2>/dev/null || true
+    fi
+    wait "$pid"
+}
+
 # pressure_fsck LABEL: `cairn fsck` must exit 0; its output is kept in the log dir.
 pressure_fsck() {
     local label=$1 out rc=0 t0
@@ -120,11 +141,15 @@ pressure_fsck() {
 
 # The walker: readdir + lstat of every entry of DIR, again and again, dropping the
 # kernel's caches (dentries, inodes, page cache: the image's pages too) after every
-# pass and every 5000 entries (at most twice a second), until STOP exists.
+# pass and every 5000 entries (at most twice a second), until STOP exists (or the
+# script is gone).
 WALKER=$(cat <<'PY'
 import os, sys, time
 d, stop, log = sys.argv[1], sys.argv[2], sys.argv[3]
 out = open(log, "w", buffering=1)
+ppid = os.getppid()
+def running():
+    return not os.path.exists(stop) and os.getppid() == ppid
 passes = stats = errors = drops = 0
 last_drop = 0.0
 def drop():
@@ -140,7 +165,7 @@ def error(what, e):
     errors += 1
     if errors <= 50:
         out.write(f"ERROR {what}: {e}\n")
-while not os.path.exists(stop):
+while running():
     try:
         with os.scandir(d) as it:
             for n, ent in enumerate(it):
@@ -151,7 +176,7 @@ while not os.path.exists(stop):
                     error(f"lstat {ent.name}", e)
                 if n % 5000 == 4999:
                     drop()
-                if os.path.exists(stop):
+                if n % 1000 == 999 and not running():
                     break
     except OSError as e:
         error(f"readdir {d}", e)
@@ -164,17 +189,18 @@ PY
 )
 
 # The fsync-er: creates DIR/fsync-I with known bytes, fsyncs it, closes it, and only
-# then appends the name to LOG; until STOP exists.
+# then appends the name to LOG; until STOP exists (or the script is gone).
 FSYNCER=$(cat <<'PY'
 import os, sys, time
 d, stop, log, summary = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 out = open(log, "w", buffering=1)
 summ = open(summary, "w", buffering=1)
+ppid = os.getppid()
 i = errors = 0
 worst = 0.0
 def content(i):
     return (f"fsync-{i} " * (1 + i % 40)).encode()
-while not os.path.exists(stop):
+while not os.path.exists(stop) and os.getppid() == ppid:
     name = f"fsync-{i}"
     try:
         fd = os.open(os.path.join(d, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -251,6 +277,9 @@ STOP=$WORK/phase1.stop
 log "phase 1: seq $FILES | xargs touch in many/, a walker with drop_caches, an fsync-er"
 walker=""
 fsyncer=""
+walked=0
+fsynced=0
+on_exit _stop_helpers
 : >"$LOGS/fsynced.log"
 if [[ $WALK -eq 1 ]]; then
     python3 -c "$WALKER" "$MP/many" "$STOP" "$LOGS/walker.log" &
@@ -267,8 +296,9 @@ T_CREATE=$(($(now_s) - t0))
 : >"$STOP"
 walker_rc=0
 fsyncer_rc=0
-if [[ -n $walker ]]; then wait "$walker" || walker_rc=$?; fi
-if [[ -n $fsyncer ]]; then wait "$fsyncer" || fsyncer_rc=$?; fi
+# (reaped: forget the pids so that the exit path never signals a reused one)
+if [[ -n $walker ]]; then reap "$walker" walker || walker_rc=$?; walked=1; walker=""; fi
+if [[ -n $fsyncer ]]; then reap "$fsyncer" fsync-er || fsyncer_rc=$?; fsynced=1; fsyncer=""; fi
 log "phase 1: creates took $(fmt_dur "$T_CREATE") ($((FILES / (T_CREATE > 0 ? T_CREATE : 1))) files/s), exit $rc"
 nerr=$(grep -c . "$LOGS/touch-errors.log" || true)
 if [[ $rc -eq 124 || $rc -eq 137 ]]; then
@@ -279,11 +309,11 @@ elif [[ $rc -ne 0 || $nerr -gt 0 ]]; then
         sort | uniq -c | sort -rn | head -n 10 >&2
     head -n 5 "$LOGS/touch-errors.log" >&2
 fi
-if [[ -n $walker ]]; then
+if [[ $walked -eq 1 ]]; then
     tail -n 50 "$LOGS/walker.log" >&2
     [[ $walker_rc -eq 0 ]] || fail "the walker's readdir/lstat failed (exit $walker_rc; $LOGS/walker.log)"
 fi
-if [[ -n $fsyncer ]]; then
+if [[ $fsynced -eq 1 ]]; then
     cat "$LOGS/fsyncer.log" >&2
     [[ $fsyncer_rc -eq 0 ]] || fail "the fsync-er failed (exit $fsyncer_rc; $LOGS/fsyncer.log)"
 fi
