@@ -17,6 +17,10 @@
 #   sigkill    tests/external/sigkill.sh 50 (50 cycles: a workload of fsync'd files and
 #              atomic renames, the daemon SIGKILLed at a random moment, remount, every
 #              fsync'd byte checked, fsck clean)
+#   pressure   tests/external/pressure.sh (cache_mb=4 on a disk-backed image under /var/tmp:
+#              60,000 creates in one directory while a walker stats it and drops the
+#              kernel caches and an fsync-er creates files; no error, no fsync'd file
+#              lost, fsck clean)
 #   bench      cairn bench --quick = bench/run --quick (every benchmark experiment on cairn and its peers, small
 #              sizes, one run per cell; fails if any cell fails; report in the log dir)
 # Every external suite ends with an unmount, a wait for the daemon to exit and a clean
@@ -30,7 +34,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
 
-ALL=(lint build unit pjdfstest stress-ng survival sigkill bench)
+ALL=(lint build unit pjdfstest stress-ng survival sigkill pressure bench)
 only=""
 skip=""
 quick=0
@@ -41,7 +45,7 @@ while [[ $# -gt 0 ]]; do
     --skip) skip=$2; shift ;;
     --quick) quick=1 ;;
     --no-deps) deps=0 ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -126,6 +130,7 @@ run_suite pjdfstest 20 bash tests/external/pjdfstest.sh --compare
 run_suite stress-ng 20 bash tests/external/stress-ng.sh
 run_suite survival 15 bash tests/external/survival.sh
 run_suite sigkill 20 bash tests/external/sigkill.sh 50
+run_suite pressure 10 bash tests/external/pressure.sh
 run_suite bench 20 "$CAIRN" bench --quick --out "$LOGS/bench-report"
 
 # Anything left mounted by a suite that was killed by its timeout?
@@ -148,7 +153,7 @@ for s in "${ALL[@]}"; do
     esac
 done
 # The suites' own one-line results, for the record.
-grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on |sigkill: |crash harness: .* from )' "$LOGS"/*.log 2>/dev/null || true
+grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on |sigkill: |pressure: |crash harness: .* from )' "$LOGS"/*.log 2>/dev/null || true
 line="suites: $passed passed, $failed failed"
 [[ $skipped -gt 0 ]] && line="$line, $skipped skipped"
 echo "$line" >"$LOGS/summary.txt"
