@@ -26,6 +26,7 @@ pub mod crashdev;
 pub mod dev;
 pub mod error;
 pub mod mkfs;
+pub mod testdev;
 pub mod types;
 
 mod alloc;
