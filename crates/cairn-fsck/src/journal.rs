@@ -140,7 +140,7 @@ pub fn replay(img: &mut Image, sb: &Superblock, seed: u32, report: &mut Report) 
     let mut ring =
         Ring { start: sb.journal_start, blocks: sb.journal_blocks, seed, total_blocks: sb.total_blocks, img };
     let jb = ring.img.read_block(ring.start)?;
-    let jsb = match JournalSuper::decode(seed, &jb, ring.blocks) {
+    let jsb = match JournalSuper::decode(seed, ring.start, &jb, ring.blocks) {
         Ok(j) => j,
         Err(e) => {
             let msg =
