@@ -1,4 +1,10 @@
 //! Errors of the format layer: only "this is corrupt" or "this is not ours".
+//!
+//! Every corruption error names the structure (`what`) and where it was
+//! found (`at`): the block number for block-sized structures (superblock 0,
+//! tree nodes, xattr blocks, the journal superblock, bitmaps), the inode
+//! number for inodes and for directory entries (the directory's), and the
+//! group number for group descriptors.
 
 use thiserror::Error;
 
@@ -10,7 +16,7 @@ pub enum FormatError {
     BadMagic {
         /// Which structure was being decoded.
         what: &'static str,
-        /// Block number where it was expected (0 for the superblock).
+        /// Block number where the structure was expected (0 for the superblock).
         at: u64,
     },
     /// The stored checksum does not match the contents.
