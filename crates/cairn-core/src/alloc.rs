@@ -5,7 +5,8 @@
 //! `i` = byte `i/8`, bit `i%8`; bits past the group's end are set), whose
 //! crc32c sits in the group descriptor, and the descriptor's free counters.
 //! A group whose descriptor says `GD_BLOCK_UNINIT`/`GD_INODE_UNINIT` has never
-//! had that bitmap written: it is synthesised from the layout on first use.
+//! had that bitmap written: it is synthesised from the layout on first use
+//! (`cairn_format::bitmap`, the definition fsck checks against too).
 //! Every bitmap and descriptor change goes through the buffer cache inside the
 //! running transaction.
 //!
@@ -32,6 +33,7 @@
 use crate::buffer::BufferCache;
 use crate::error::{FsError, Result};
 use crate::journal::Tx;
+use cairn_format::bitmap::{synth_block_bitmap, synth_inode_bitmap};
 use cairn_format::checksum::crc;
 use cairn_format::group_desc::*;
 use cairn_format::layout::Geometry;
@@ -165,11 +167,11 @@ impl Allocator {
     }
 
     fn gd_loc(&self, g: u64) -> (u64, usize) {
-        gd_loc(self.geo, self.gdt_start, g)
+        gd_loc(self.gdt_start, self.geo.block_size, g)
     }
 
     fn read_gd(geo: Geometry, seed: u32, gdt_start: u64, bufs: &BufferCache, g: u64) -> Result<GroupDesc> {
-        let (blk, off) = gd_loc(geo, gdt_start, g);
+        let (blk, off) = gd_loc(gdt_start, geo.block_size, g);
         let buf = bufs.get(blk, |_, _| Ok(()))?;
         let d = buf.data.read();
         let gd = GroupDesc::decode(seed, g, &d[off..off + GD_SIZE])?;
@@ -198,25 +200,6 @@ impl Allocator {
         Ok(())
     }
 
-    fn synth_block_bitmap(&self, g: u64, bs: usize) -> Vec<u8> {
-        let mut b = vec![0u8; bs];
-        for i in 0..self.geo.initially_used(g) {
-            disk_set(&mut b, i, true);
-        }
-        for i in self.geo.group_len(g)..(bs as u64 * 8) {
-            disk_set(&mut b, i, true);
-        }
-        b
-    }
-
-    fn synth_inode_bitmap(&self, bs: usize) -> Vec<u8> {
-        let mut b = vec![0u8; bs];
-        for i in self.geo.inodes_per_group..(bs as u64 * 8) {
-            disk_set(&mut b, i, true);
-        }
-        b
-    }
-
     /// Makes sure group `g`'s allocatable block map is loaded.
     fn load_blocks(&self, bufs: &BufferCache, g: u64, ga: &mut GroupAlloc) -> Result<()> {
         if ga.blocks.is_some() {
@@ -224,7 +207,7 @@ impl Allocator {
         }
         let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, bufs, g)?;
         let bytes = if gd.flags & GD_BLOCK_UNINIT != 0 {
-            self.synth_block_bitmap(g, bufs.block_size())
+            synth_block_bitmap(&self.geo, g)
         } else {
             let seed = self.seed;
             let want = gd.block_bitmap_csum;
@@ -258,7 +241,7 @@ impl Allocator {
         }
         let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, bufs, g)?;
         let bytes = if gd.flags & GD_INODE_UNINIT != 0 {
-            self.synth_inode_bitmap(bufs.block_size())
+            synth_inode_bitmap(&self.geo)
         } else {
             let seed = self.seed;
             let want = gd.inode_bitmap_csum;
@@ -294,11 +277,8 @@ impl Allocator {
             if inode_map { (gd.inode_bitmap, GD_INODE_UNINIT) } else { (gd.block_bitmap, GD_BLOCK_UNINIT) };
         let buf = if gd.flags & uninit_flag != 0 {
             let b = tx.bufs.get_new(blk);
-            let init = if inode_map {
-                self.synth_inode_bitmap(tx.bufs.block_size())
-            } else {
-                self.synth_block_bitmap(g, tx.bufs.block_size())
-            };
+            let init = if inode_map { synth_inode_bitmap(&self.geo) } else { synth_block_bitmap(&self.geo, g) };
+            debug_assert_eq!(init.len(), tx.bufs.block_size());
             b.data.write().copy_from_slice(&init);
             b
         } else {
@@ -543,10 +523,4 @@ impl Allocator {
         self.stats.inodes_freed.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
-}
-
-/// Block and byte offset of group `g`'s descriptor.
-pub fn gd_loc(geo: Geometry, gdt_start: u64, g: u64) -> (u64, usize) {
-    let byte = g * GD_SIZE as u64;
-    (gdt_start + byte / u64::from(geo.block_size), (byte % u64::from(geo.block_size)) as usize)
 }

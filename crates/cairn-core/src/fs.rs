@@ -110,7 +110,7 @@ impl Fs {
         let mut head = vec![0u8; cairn_format::superblock::SB_SIZE];
         dev.read_at(&mut head, 0).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                FsError::Corrupt(FormatError::BadMagic { what: "superblock" })
+                FsError::Corrupt(FormatError::BadMagic { what: "superblock", at: 0 })
             } else {
                 e.into()
             }

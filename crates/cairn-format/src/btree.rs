@@ -37,6 +37,24 @@ pub const INTERNAL_ENTRY: usize = 16;
 /// Deepest tree accepted (bounds recursion on corrupt images).
 pub const MAX_LEVEL: u8 = 8;
 
+/// Offset of the node's crc32c.
+const CSUM_OFF: usize = 28;
+
+const _: () = {
+    // Header: blocknr (16..24) and 4 reserved bytes, then the checksum,
+    // which ends the header.
+    assert!(16 + 8 + 4 == CSUM_OFF && CSUM_OFF + 4 == NODE_HEADER);
+    // Leaf slot: key u64 + value offset u16 + value length u16.
+    assert!(LEAF_SLOT == 8 + 2 + 2);
+    // Internal entry: key u64 + child u64.
+    assert!(INTERNAL_ENTRY == 8 + 8);
+    // Value offsets are u16: every offset inside the largest block fits,
+    // except the block's end itself (see `Node::encode`).
+    assert!(crate::MAX_BLOCK_SIZE as usize - 1 == u16::MAX as usize);
+    // An internal node of the smallest block holds enough children to be a tree.
+    assert!((crate::MIN_BLOCK_SIZE as usize - NODE_HEADER) / INTERNAL_ENTRY >= 3);
+};
+
 /// Tree of file extents.
 pub const KIND_EXTENTS: u8 = 1;
 /// Tree of directory entries.
@@ -87,8 +105,16 @@ impl Node {
     }
 
     /// Encodes into a whole block `out`, stamping `blocknr` and the checksum.
-    /// The caller guarantees the entries fit (see [`Node::leaf_bytes`]).
+    ///
+    /// # Panics
+    /// If the entries do not fit the block (see [`Node::leaf_bytes`],
+    /// [`Node::internal_bytes`]): the caller must split first.
     pub fn encode(&self, seed: u32, blocknr: u64, out: &mut [u8]) {
+        let need = match &self.body {
+            NodeBody::Leaf(e) => Node::leaf_bytes(e),
+            NodeBody::Internal(e) => Node::internal_bytes(e.len()),
+        };
+        assert!(need <= out.len(), "encoder bug: node of {need} bytes in a {}-byte block", out.len());
         out.fill(0);
         put_u32(out, 0, NODE_MAGIC);
         out[4] = self.kind;
@@ -104,7 +130,11 @@ impl Node {
                     out[vend..vend + v.len()].copy_from_slice(v);
                     let s = NODE_HEADER + i * LEAF_SLOT;
                     put_u64(out, s, *k);
-                    put_u16(out, s + 8, vend as u16);
+                    // Only an empty value can start at the end of a 64 KiB
+                    // block, and offset 65536 does not fit a u16: any offset
+                    // past the slots is valid for an empty value, so store
+                    // the last byte's.
+                    put_u16(out, s + 8, vend.min(usize::from(u16::MAX)) as u16);
                     put_u16(out, s + 10, v.len() as u16);
                 }
             }
@@ -116,8 +146,8 @@ impl Node {
                 }
             }
         }
-        let c = crc_skipping(seed, out, 28);
-        put_u32(out, 28, c);
+        let c = crc_skipping(seed, out, CSUM_OFF);
+        put_u32(out, CSUM_OFF, c);
     }
 
     /// Decodes and validates the node stored in block `blocknr`.
@@ -144,10 +174,10 @@ impl Node {
 pub fn verify_checksum(seed: u32, blocknr: u64, b: &[u8]) -> Result<()> {
     const W: &str = "tree node";
     if b.len() < 1024 || get_u32(b, 0) != NODE_MAGIC {
-        return Err(FormatError::BadMagic { what: W });
+        return Err(FormatError::bad_magic(W, blocknr));
     }
-    let stored = get_u32(b, 28);
-    let computed = crc_skipping(seed, b, 28);
+    let stored = get_u32(b, CSUM_OFF);
+    let computed = crc_skipping(seed, b, CSUM_OFF);
     if stored != computed {
         return Err(FormatError::Checksum { what: W, at: blocknr, stored, computed });
     }
@@ -171,7 +201,7 @@ impl<'a> NodeView<'a> {
         const W: &str = "tree node";
         let bad = |d: String| Err(FormatError::corrupt(W, blocknr, d));
         if b.len() < 1024 || get_u32(b, 0) != NODE_MAGIC {
-            return Err(FormatError::BadMagic { what: W });
+            return Err(FormatError::bad_magic(W, blocknr));
         }
         if get_u64(b, 16) != blocknr {
             return bad(format!("node claims to be block {}", get_u64(b, 16)));
@@ -301,6 +331,34 @@ mod tests {
         assert_eq!((v.level(), v.key(1), v.child(1), v.count_le(99)), (1, 100, 5, 1));
         put_u64(&mut blk, NODE_HEADER, 200);
         assert!(NodeView::parse(3, &blk).is_err(), "descending keys accepted");
+    }
+
+    #[test]
+    fn empty_values_in_the_largest_block() {
+        // The orphan tree stores empty values; in a 64 KiB block the first
+        // one starts at offset 65536, which a u16 cannot hold.
+        let leaf =
+            Node { kind: KIND_ORPHANS, level: 0, owner: 0, body: NodeBody::Leaf(vec![(9, vec![]), (12, vec![])]) };
+        let mut blk = vec![0u8; 65536];
+        leaf.encode(1, 5, &mut blk);
+        assert_eq!(Node::decode(1, 5, &blk).unwrap(), leaf);
+        let leaf = Node { body: NodeBody::Leaf(vec![(9, vec![]), (12, vec![1, 2])]), ..leaf };
+        leaf.encode(1, 5, &mut blk);
+        assert_eq!(Node::decode(1, 5, &blk).unwrap(), leaf);
+    }
+
+    #[test]
+    fn bad_magic_names_the_block() {
+        let blk = vec![0u8; 1024];
+        assert_eq!(Node::decode(1, 42, &blk), Err(FormatError::BadMagic { what: "tree node", at: 42 }));
+        assert_eq!(NodeView::parse(42, &blk).unwrap_err(), FormatError::BadMagic { what: "tree node", at: 42 });
+    }
+
+    #[test]
+    #[should_panic(expected = "encoder bug: node of")]
+    fn overfull_node_is_a_bug() {
+        let int = Node { kind: KIND_EXTENTS, level: 1, owner: 5, body: NodeBody::Internal(vec![(0, 1); 63]) };
+        int.encode(1, 1, &mut [0u8; 1024]);
     }
 
     #[test]

@@ -16,6 +16,15 @@ use crate::error::{FormatError, Result};
 /// Lowest collision index value (keeps every key above the `.`/`..` cookies).
 pub const DIRENT_MIN_LOW: u64 = 16;
 
+/// Bytes of a value before the name: ino u64, type u8, name length u8.
+pub const DIRENT_HEADER: usize = 10;
+
+const _: () = {
+    assert!(DIRENT_HEADER == 8 + 1 + 1);
+    // The name length is a u8.
+    assert!(crate::NAME_MAX <= u8::MAX as usize);
+};
+
 /// `DT_*` values as in `<dirent.h>`.
 pub const DT_UNKNOWN: u8 = 0;
 
@@ -45,7 +54,16 @@ pub struct Dirent {
 
 impl Dirent {
     /// Encodes the value.
+    ///
+    /// # Panics
+    /// If the name is empty or longer than [`crate::NAME_MAX`] (callers
+    /// return `ENAMETOOLONG` first).
     pub fn encode(&self) -> Vec<u8> {
+        assert!(
+            (1..=crate::NAME_MAX).contains(&self.name.len()),
+            "encoder bug: directory entry name of {} bytes",
+            self.name.len()
+        );
         let mut v = vec![0u8; 10 + self.name.len()];
         put_u64(&mut v, 0, self.ino);
         v[8] = self.dtype;

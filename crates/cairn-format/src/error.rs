@@ -1,4 +1,10 @@
 //! Errors of the format layer: only "this is corrupt" or "this is not ours".
+//!
+//! Every corruption error names the structure (`what`) and where it was
+//! found (`at`): the block number for block-sized structures (superblock 0,
+//! tree nodes, xattr blocks, the journal superblock, bitmaps), the inode
+//! number for inodes and for directory entries (the directory's), and the
+//! group number for group descriptors.
 
 use thiserror::Error;
 
@@ -6,10 +12,12 @@ use thiserror::Error;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum FormatError {
     /// The bytes do not start with the expected magic number.
-    #[error("{what}: bad magic number (not a cairn structure)")]
+    #[error("{what} at {at}: bad magic number (not a cairn structure)")]
     BadMagic {
         /// Which structure was being decoded.
         what: &'static str,
+        /// Block number where the structure was expected (0 for the superblock).
+        at: u64,
     },
     /// The stored checksum does not match the contents.
     #[error("{what} at {at}: checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
@@ -39,6 +47,11 @@ pub enum FormatError {
 }
 
 impl FormatError {
+    /// Shorthand for a [`FormatError::BadMagic`] at block `at`.
+    pub fn bad_magic(what: &'static str, at: u64) -> Self {
+        FormatError::BadMagic { what, at }
+    }
+
     /// Shorthand for a [`FormatError::Corrupt`].
     pub fn corrupt(what: &'static str, at: u64, detail: impl Into<String>) -> Self {
         FormatError::Corrupt { what, at, detail: detail.into() }

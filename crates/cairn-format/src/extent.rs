@@ -20,6 +20,12 @@ pub const EXTENT_UNWRITTEN: u32 = 1;
 /// Longest extent, in blocks.
 pub const MAX_EXTENT_LEN: u32 = 1 << 30;
 
+const _: () = {
+    // Tree value: pblk u64, len u32, flags u32; inline form: lblk u64 + value.
+    assert!(EXTENT_VALUE_SIZE == 8 + 4 + 4 && EXTENT_DISK_SIZE == 8 + EXTENT_VALUE_SIZE);
+    assert!(MAX_EXTENT_LEN as u64 <= u32::MAX as u64);
+};
+
 /// One extent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Extent {

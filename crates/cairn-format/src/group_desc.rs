@@ -29,6 +29,26 @@ pub const GD_BLOCK_UNINIT: u32 = 1;
 /// The inode bitmap has never been written; it is all zero.
 pub const GD_INODE_UNINIT: u32 = 2;
 
+/// Offset of the descriptor's crc32c.
+const CSUM_OFF: usize = 60;
+
+const _: () = {
+    // itable_unused (48..52) and 8 reserved bytes, then the checksum, which
+    // ends the descriptor.
+    assert!(48 + 4 + 8 == CSUM_OFF && CSUM_OFF + 4 == GD_SIZE);
+    // Descriptors never straddle a table block.
+    assert!((crate::MIN_BLOCK_SIZE as usize).is_multiple_of(GD_SIZE));
+};
+
+/// Where group `group`'s descriptor lives: (block, byte offset in it), for a
+/// table starting at block `gdt_start` on a file system with `block_size`-byte
+/// blocks. Descriptors are packed [`GD_SIZE`] bytes apart, never straddling a
+/// block.
+pub fn gd_loc(gdt_start: u64, block_size: u32, group: u64) -> (u64, usize) {
+    let per_block = u64::from(block_size) / GD_SIZE as u64;
+    (gdt_start + group / per_block, (group % per_block) as usize * GD_SIZE)
+}
+
 /// One decoded group descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GroupDesc {
@@ -59,8 +79,8 @@ impl GroupDesc {
         put_u32(b, 40, self.block_bitmap_csum);
         put_u32(b, 44, self.inode_bitmap_csum);
         put_u32(b, 48, self.itable_unused);
-        let c = crc_skipping(seed ^ group as u32, b, 60);
-        put_u32(b, 60, c);
+        let c = crc_skipping(seed ^ group as u32, b, CSUM_OFF);
+        put_u32(b, CSUM_OFF, c);
     }
 
     /// Decodes and verifies the descriptor of `group` from `buf[..64]`.
@@ -69,8 +89,8 @@ impl GroupDesc {
             return Err(FormatError::corrupt("group descriptor", group, "short buffer"));
         }
         let b = &buf[..GD_SIZE];
-        let stored = get_u32(b, 60);
-        let computed = crc_skipping(seed ^ group as u32, b, 60);
+        let stored = get_u32(b, CSUM_OFF);
+        let computed = crc_skipping(seed ^ group as u32, b, CSUM_OFF);
         if stored != computed {
             return Err(FormatError::Checksum { what: "group descriptor", at: group, stored, computed });
         }
@@ -92,6 +112,15 @@ impl GroupDesc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn descriptor_location() {
+        assert_eq!(gd_loc(1, 1024, 0), (1, 0));
+        assert_eq!(gd_loc(1, 1024, 15), (1, 960));
+        assert_eq!(gd_loc(1, 1024, 16), (2, 0));
+        assert_eq!(gd_loc(1, 4096, 100), (2, 36 * 64));
+        assert_eq!(gd_loc(1, 65536, (1 << 32) + 3), (1 + (1 << 22), 192));
+    }
 
     #[test]
     fn roundtrip_and_group_binding() {

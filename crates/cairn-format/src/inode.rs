@@ -42,6 +42,8 @@ pub const INODE_SIZE: usize = 256;
 /// Bytes of the data area.
 pub const DATA_AREA: usize = 120;
 const DATA_OFF: usize = 128;
+/// Offset of the inode's crc32c.
+const CSUM_OFF: usize = 252;
 /// Extents that fit inline in the data area.
 pub const INLINE_EXTENTS: usize = (DATA_AREA - 8) / EXTENT_DISK_SIZE;
 /// Data area holds an inline symlink target.
@@ -50,6 +52,16 @@ pub const INODE_FLAG_INLINE_DATA: u32 = 1;
 pub const INODE_FLAG_TREE: u32 = 2;
 /// Inode is on the orphan list (unlinked while open, or being truncated).
 pub const INODE_FLAG_ORPHAN: u32 = 4;
+
+const _: () = {
+    // Fixed fields end at 120 (entries, 112..120) + 8 reserved; the data area
+    // follows, then 4 reserved bytes and the checksum, which ends the inode.
+    assert!(112 + 8 + 8 == DATA_OFF && DATA_OFF + DATA_AREA + 4 == CSUM_OFF && CSUM_OFF + 4 == INODE_SIZE);
+    // Inline extents: a u16 count padded to 8 bytes, then the records.
+    assert!(INLINE_EXTENTS == 4 && 8 + INLINE_EXTENTS * EXTENT_DISK_SIZE <= DATA_AREA);
+    // Inode tables hold whole inodes in the smallest block.
+    assert!((crate::MIN_BLOCK_SIZE as usize).is_multiple_of(INODE_SIZE));
+};
 
 /// File type bits (as in `<sys/stat.h>`).
 pub const S_IFMT: u32 = 0o170000;
@@ -119,6 +131,11 @@ impl DiskInode {
     }
 
     /// Encodes into `out[..256]` with the checksum for `ino`.
+    ///
+    /// # Panics
+    /// If the data area holds more than [`INLINE_EXTENTS`] extents or an
+    /// inline target longer than [`DATA_AREA`] (the caller must move them to
+    /// a tree or a block first).
     pub fn encode(&self, seed: u32, ino: u64, out: &mut [u8]) {
         let b = &mut out[..INODE_SIZE];
         b.fill(0);
@@ -126,8 +143,9 @@ impl DiskInode {
         let area = &mut b[DATA_OFF..DATA_OFF + DATA_AREA];
         match &self.data {
             DataArea::Extents(list) => {
-                put_u16(area, 0, list.len().min(INLINE_EXTENTS) as u16);
-                for (i, e) in list.iter().take(INLINE_EXTENTS).enumerate() {
+                assert!(list.len() <= INLINE_EXTENTS, "encoder bug: {} inline extents in inode {ino}", list.len());
+                put_u16(area, 0, list.len() as u16);
+                for (i, e) in list.iter().enumerate() {
                     e.encode(&mut area[8 + i * EXTENT_DISK_SIZE..8 + (i + 1) * EXTENT_DISK_SIZE]);
                 }
             }
@@ -137,8 +155,8 @@ impl DiskInode {
             }
             DataArea::Inline(bytes) => {
                 flags |= INODE_FLAG_INLINE_DATA;
-                let n = bytes.len().min(DATA_AREA);
-                area[..n].copy_from_slice(&bytes[..n]);
+                assert!(bytes.len() <= DATA_AREA, "encoder bug: {}-byte inline data in inode {ino}", bytes.len());
+                area[..bytes.len()].copy_from_slice(bytes);
             }
         }
         put_u32(b, 0, self.mode);
@@ -161,8 +179,8 @@ impl DiskInode {
         put_u64(b, 96, self.xattr_block);
         put_u64(b, 104, self.parent);
         put_u64(b, 112, self.entries);
-        let c = crc_skipping(seed ^ ino as u32 ^ (ino >> 32) as u32, b, 252);
-        put_u32(b, 252, c);
+        let c = crc_skipping(seed ^ ino as u32 ^ (ino >> 32) as u32, b, CSUM_OFF);
+        put_u32(b, CSUM_OFF, c);
     }
 
     /// Decodes and verifies inode `ino` from `buf[..256]`. Checks the
@@ -174,8 +192,8 @@ impl DiskInode {
             return Err(FormatError::corrupt(W, ino, "short buffer"));
         }
         let b = &buf[..INODE_SIZE];
-        let stored = get_u32(b, 252);
-        let computed = crc_skipping(seed ^ ino as u32 ^ (ino >> 32) as u32, b, 252);
+        let stored = get_u32(b, CSUM_OFF);
+        let computed = crc_skipping(seed ^ ino as u32 ^ (ino >> 32) as u32, b, CSUM_OFF);
         if stored != computed {
             return Err(FormatError::Checksum { what: W, at: ino, stored, computed });
         }

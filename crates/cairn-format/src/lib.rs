@@ -33,10 +33,29 @@
 //! * Every metadata block and every inode carries a crc32c seeded with the
 //!   file-system UUID ([`checksum`]); decoders verify it and every bound before
 //!   returning, so nothing read from disk is trusted unchecked.
-//! * Decoders never panic on any input: they return [`FormatError`].
+//! * Decoders never panic on any input: they return [`FormatError`], which
+//!   names the structure and where it was found (block or inode number).
+//! * Encoders panic on a value the format cannot hold (a field written out
+//!   of its buffer, too many entries for a block): that is a bug in the
+//!   caller, never something to write silently wrong.
+//! * Every fixed size and offset is checked at compile time, and a golden
+//!   test per structure pins its bytes (`golden.rs`): a format change shows
+//!   up as a failing test, not as images that older builds misread.
 //! * Group bitmaps and inode tables may be *uninitialised* (flags in the group
-//!   descriptor) so that `mkfs` of a 16 TiB sparse image writes only megabytes.
+//!   descriptor) so that `mkfs` of a 16 TiB sparse image writes only megabytes;
+//!   their implied content is defined once, in [`bitmap`].
+//!
+//! ## Rules shared by the engine and the checker
+//! Beyond the encodings, the rules that say *where* things are and *how* a
+//! sequence of blocks is read live here too, so that `cairn-fsck` stays
+//! independent of the engine in policy without copying the format:
+//! group-descriptor location ([`group_desc::gd_loc`]), the implied bitmaps of
+//! uninitialised groups ([`bitmap::synth_block_bitmap`],
+//! [`bitmap::synth_inode_bitmap`]), journal ring arithmetic
+//! ([`journal::ring_next`], [`journal::ring_used`]) and the journal record
+//! walk ([`journal::read_record`]).
 
+pub mod bitmap;
 pub mod btree;
 pub mod checksum;
 pub mod codec;
@@ -49,6 +68,9 @@ pub mod journal;
 pub mod layout;
 pub mod superblock;
 pub mod xattr;
+
+#[cfg(test)]
+mod golden;
 
 pub use error::FormatError;
 

@@ -38,6 +38,13 @@ pub const VERSION: u32 = 1;
 pub const SB_SIZE: usize = 512;
 const CSUM_OFF: usize = 508;
 const CSUM_SEED: u32 = 0xffff_ffff;
+
+const _: () = {
+    // The last field (label, 184..216) ends before the reserved area and the
+    // checksum, which ends the structure; the superblock fits the smallest block.
+    assert!(184 + 32 <= CSUM_OFF && CSUM_OFF + 4 == SB_SIZE);
+    assert!(SB_SIZE <= crate::MIN_BLOCK_SIZE as usize);
+};
 /// The file system was unmounted cleanly (journal empty, counters exact).
 pub const STATE_CLEAN: u32 = 1;
 /// An error was detected while mounted; fsck should run.
@@ -130,7 +137,7 @@ impl Superblock {
     pub fn decode(buf: &[u8], image_bytes: u64) -> Result<Superblock> {
         const W: &str = "superblock";
         if buf.len() < SB_SIZE || !Self::has_magic(buf) {
-            return Err(FormatError::BadMagic { what: W });
+            return Err(FormatError::bad_magic(W, 0));
         }
         let b = &buf[..SB_SIZE];
         let stored = get_u32(b, CSUM_OFF);
@@ -277,6 +284,6 @@ mod tests {
         assert!(Superblock::decode(&buf, 4096).is_err(), "truncated image accepted");
         buf[50] ^= 1;
         assert!(matches!(Superblock::decode(&buf, u64::MAX), Err(FormatError::Checksum { .. })));
-        assert!(matches!(Superblock::decode(&[0u8; 512], u64::MAX), Err(FormatError::BadMagic { .. })));
+        assert_eq!(Superblock::decode(&[0u8; 512], u64::MAX), Err(FormatError::BadMagic { what: "superblock", at: 0 }));
     }
 }

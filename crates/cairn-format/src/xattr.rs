@@ -25,6 +25,17 @@ pub const XATTR_HEADER: usize = 32;
 /// Most inodes that may share one block.
 pub const XATTR_REFCOUNT_MAX: u32 = 1024;
 
+/// Offset of the block's crc32c.
+const CSUM_OFF: usize = 28;
+
+const _: () = {
+    // Header: blocknr (16..24) and 4 reserved bytes, then the checksum,
+    // which ends the header.
+    assert!(16 + 8 + 4 == CSUM_OFF && CSUM_OFF + 4 == XATTR_HEADER);
+    // Entry lengths: name u8, value u16; a value never exceeds a block.
+    assert!(crate::MAX_BLOCK_SIZE as usize - XATTR_HEADER - 4 <= u16::MAX as usize);
+};
+
 /// Namespace prefixes, indexed by namespace number - 1.
 pub const NAMESPACES: [&str; 4] = ["user.", "trusted.", "security.", "system."];
 
@@ -87,8 +98,25 @@ impl XattrBlock {
         h.max(1)
     }
 
-    /// Encodes into a whole block (entries must be sorted and fit).
+    /// Encodes into a whole block.
+    ///
+    /// # Panics
+    /// If the entries do not fit the block ([`XattrBlock::bytes_needed`]), or
+    /// one has a namespace outside 1..=4, an empty name or one longer than
+    /// 255 bytes: callers check all of these first (a name or value the format
+    /// cannot hold is an `ERANGE`/`ENOSPC` for the user, not something to
+    /// write truncated).
     pub fn encode(&self, seed: u32, blocknr: u64, out: &mut [u8]) {
+        let need = Self::bytes_needed(&self.entries);
+        assert!(need <= out.len(), "encoder bug: xattr block of {need} bytes in a {}-byte block", out.len());
+        for e in &self.entries {
+            assert!(
+                (1..=4).contains(&e.namespace) && (1..=255).contains(&e.name.len()),
+                "encoder bug: xattr entry namespace {} name of {} bytes",
+                e.namespace,
+                e.name.len()
+            );
+        }
         out.fill(0);
         put_u32(out, 0, XATTR_MAGIC);
         put_u32(out, 4, self.refcount);
@@ -105,8 +133,8 @@ impl XattrBlock {
             out[v..v + e.value.len()].copy_from_slice(&e.value);
             p += e.disk_len();
         }
-        let c = crc_skipping(seed, out, 28);
-        put_u32(out, 28, c);
+        let c = crc_skipping(seed, out, CSUM_OFF);
+        put_u32(out, CSUM_OFF, c);
     }
 
     /// Decodes and validates the xattr block at `blocknr`.
@@ -114,10 +142,10 @@ impl XattrBlock {
         const W: &str = "xattr block";
         let bad = |d: &str| Err(FormatError::corrupt(W, blocknr, d));
         if b.len() < 1024 || get_u32(b, 0) != XATTR_MAGIC {
-            return Err(FormatError::BadMagic { what: W });
+            return Err(FormatError::bad_magic(W, blocknr));
         }
-        let stored = get_u32(b, 28);
-        let computed = crc_skipping(seed, b, 28);
+        let stored = get_u32(b, CSUM_OFF);
+        let computed = crc_skipping(seed, b, CSUM_OFF);
         if stored != computed {
             return Err(FormatError::Checksum { what: W, at: blocknr, stored, computed });
         }

@@ -40,9 +40,10 @@
 
 use crate::blocks::claim_live;
 use crate::ctx::Ctx;
-use crate::groups::{self, bit, set_range, synth_block_bitmap, synth_inode_bitmap};
+use crate::groups;
 use crate::report::{block_range, num, Pass};
 use crate::FsckError;
+use cairn_format::bitmap::{bit, set_bit, set_range, synth_block_bitmap, synth_inode_bitmap};
 use cairn_format::checksum::crc;
 use cairn_format::group_desc::{GD_BLOCK_UNINIT, GD_INODE_UNINIT};
 use cairn_format::FIRST_INO;
@@ -246,7 +247,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                 set_range(&mut expected, 0, FIRST_INO - 1);
             }
             for x in ginodes {
-                groups::set_bit(&mut expected, x.0 - lo);
+                set_bit(&mut expected, x.0 - lo);
             }
             let (actual, csum_ok) = groups::read_inode_bitmap(ctx, g)?.unwrap_or_else(|| (synth.clone(), true));
             if !csum_ok {

@@ -25,8 +25,10 @@
 //!   of the group is free (padding bits past `inodes_per_group` set). The
 //!   inode table may never have been written either, so it is not read.
 //!
-//! [`synth_block_bitmap`] and [`synth_inode_bitmap`] build those implied
-//! bitmaps; pass 5 compares against them.
+//! These rules are the format's, not fsck's: `cairn_format::bitmap`'s
+//! `synth_block_bitmap` and `synth_inode_bitmap` build the implied bitmaps
+//! (the engine materialises the same bytes), and pass 5 compares against
+//! them. Descriptor locations come from `cairn_format::group_desc::gd_loc`.
 //!
 //! ## What it concludes
 //! A [`Group`] per group: the descriptor as decoded (or, when its checksum
@@ -38,7 +40,7 @@ use crate::report::{Pass, Report};
 use crate::FsckError;
 use cairn_format::checksum::crc;
 use cairn_format::codec::get_u32;
-use cairn_format::group_desc::*;
+use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_INODE_UNINIT, GD_SIZE};
 use cairn_format::layout::Geometry;
 
 /// One group's descriptor and what pass 0 concluded about it.
@@ -59,57 +61,6 @@ impl Group {
     pub fn inode_uninit(&self) -> bool {
         self.gd.flags & GD_INODE_UNINIT != 0
     }
-}
-
-/// Block and byte offset of group `g`'s descriptor.
-pub fn gd_loc(geo: &Geometry, gdt_start: u64, g: u64) -> (u64, usize) {
-    let byte = g * GD_SIZE as u64;
-    (gdt_start + byte / u64::from(geo.block_size), (byte % u64::from(geo.block_size)) as usize)
-}
-
-/// Sets bit `i` of a bitmap.
-pub fn set_bit(b: &mut [u8], i: u64) {
-    if let Some(x) = b.get_mut((i / 8) as usize) {
-        *x |= 1 << (i % 8);
-    }
-}
-
-/// Bit `i` of a bitmap.
-pub fn bit(b: &[u8], i: u64) -> bool {
-    b.get((i / 8) as usize).is_some_and(|x| x >> (i % 8) & 1 == 1)
-}
-
-/// Sets bits `[from, to)`, a byte at a time where possible.
-pub fn set_range(b: &mut [u8], from: u64, to: u64) {
-    let mut i = from;
-    while i < to {
-        if i.is_multiple_of(8) && i + 8 <= to {
-            if let Some(x) = b.get_mut((i / 8) as usize) {
-                *x = 0xff;
-            }
-            i += 8;
-        } else {
-            set_bit(b, i);
-            i += 1;
-        }
-    }
-}
-
-/// The implied block bitmap of a `GD_BLOCK_UNINIT` group.
-pub fn synth_block_bitmap(geo: &Geometry, g: u64) -> Vec<u8> {
-    let bs = geo.block_size as usize;
-    let mut b = vec![0u8; bs];
-    set_range(&mut b, 0, geo.initially_used(g));
-    set_range(&mut b, geo.group_len(g), bs as u64 * 8);
-    b
-}
-
-/// The implied inode bitmap of a `GD_INODE_UNINIT` group.
-pub fn synth_inode_bitmap(geo: &Geometry) -> Vec<u8> {
-    let bs = geo.block_size as usize;
-    let mut b = vec![0u8; bs];
-    set_range(&mut b, geo.inodes_per_group, bs as u64 * 8);
-    b
 }
 
 fn check_one(geo: &Geometry, g: u64, raw: &[u8], seed: u32, repair: bool, report: &mut Report) -> Group {
@@ -230,7 +181,7 @@ pub fn write_dirty(ctx: &mut Ctx) -> Result<u64, FsckError> {
     let mut blocks: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
     for (g, grp) in ctx.groups.iter().enumerate() {
         if grp.gd_dirty {
-            blocks.insert(gd_loc(&ctx.geo, ctx.sb.gdt_start, g as u64).0);
+            blocks.insert(gd_loc(ctx.sb.gdt_start, ctx.geo.block_size, g as u64).0);
         }
     }
     let per_block = ctx.geo.block_size as u64 / GD_SIZE as u64;
@@ -238,14 +189,11 @@ pub fn write_dirty(ctx: &mut Ctx) -> Result<u64, FsckError> {
     for blk in blocks {
         let mut buf = ctx.img.read_block(blk)?;
         let first = (blk - ctx.sb.gdt_start) * per_block;
-        for i in 0..per_block {
-            let g = first + i;
-            if g >= ctx.geo.group_count {
-                break;
-            }
+        for g in first..(first + per_block).min(ctx.geo.group_count) {
             let grp = &ctx.groups[g as usize];
             if grp.gd_dirty {
-                let off = (i as usize) * GD_SIZE;
+                let (b, off) = gd_loc(ctx.sb.gdt_start, ctx.geo.block_size, g);
+                debug_assert_eq!(b, blk);
                 grp.gd.encode(ctx.seed, g, &mut buf[off..off + GD_SIZE]);
             }
         }

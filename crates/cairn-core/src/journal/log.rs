@@ -128,7 +128,7 @@ impl Journal {
         let bs = sb.block_size() as usize;
         let mut jb = vec![0u8; bs];
         dev.read_at(&mut jb, sb.journal_start * bs as u64)?;
-        let jsb = JournalSuper::decode(seed, &jb, sb.journal_blocks)?;
+        let jsb = JournalSuper::decode(seed, sb.journal_start, &jb, sb.journal_blocks)?;
         let tail = Pos { seq: jsb.tail_seq, off: jsb.tail_off };
         let j = Journal {
             dev,
