@@ -160,7 +160,7 @@ impl BufferCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             dirty: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(),
             dirty_count: AtomicU64::new(0),
-            per_shard_cap: (capacity / SHARDS).max(4),
+            per_shard_cap: (capacity / SHARDS).max(1),
             stats: CacheStats::default(),
         }
     }

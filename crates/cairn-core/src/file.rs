@@ -199,9 +199,18 @@ fn zero_written(meta: &Meta, st: &InodeState, from: u64, to: u64) -> Result<()> 
 /// any are left (the caller commits and calls again, in a new handle).
 pub fn free_range_step(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64) -> Result<bool> {
     let levels = credits::extent_levels(tx, st)?;
-    tx.require(credits::unmap_extent(levels) + credits::tree_insert(levels) + credits::INODE)?;
     let per = credits::unmap_extent(levels);
-    let budget = tx.left().saturating_sub(credits::tree_insert(levels) + credits::INODE);
+    let fixed = credits::tree_insert(levels) + credits::INODE;
+    // Ask for up to half a record (a step of many extents), at least one.
+    let want = (tx.log_limit() / 2).clamp(per + fixed, 1024 * per + fixed);
+    if tx.left() < want && !tx.changed() {
+        tx.require(tx.used() + want)?;
+    }
+    if tx.left() < per + fixed {
+        // Changed already and out of room: the next handle goes on.
+        return Ok(true);
+    }
+    let budget = tx.left().saturating_sub(fixed);
     let k = (budget / per).clamp(1, 1024) as usize;
     match extent_map::tail_cut(tx, st, start, end, k)? {
         None => {

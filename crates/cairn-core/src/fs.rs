@@ -121,7 +121,11 @@ impl Fs {
         let (journal, replayed) = Journal::open(dev.clone(), &sb, seed, !opts.read_only)?;
         // The superblock itself may have been replayed.
         dev.read_at(&mut head, 0)?;
+        let errors_before_replay = sb.state & STATE_ERRORS;
         let mut sb = Superblock::decode(&head, size)?;
+        // STATE_ERRORS is written in place, outside the journal (see
+        // `journal::latch`): a replayed superblock image must not clear it.
+        sb.state |= errors_before_replay;
         let bufs = BufferCache::new(dev.clone(), geo.block_size as usize, opts.cache_blocks.max(64));
         let alloc = Allocator::load(geo, seed, sb.gdt_start, &bufs, sb.next_ino)?;
         let meta =

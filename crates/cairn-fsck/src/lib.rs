@@ -152,7 +152,11 @@ fn check_once(source: &dyn ImageSource, repair: bool) -> Result<Report, FsckErro
     let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
     let mut report = Report::default();
     if journal::replay(&mut img, &sb, seed, &mut report)? {
+        // The error state is set in place, outside the journal (as ext4's):
+        // a replayed superblock image must not clear it.
+        let errors = sb.state & cairn_format::superblock::STATE_ERRORS;
         (sb, geo) = superblock::reload(&mut img)?;
+        sb.state |= errors;
     }
     let sb_dirty = superblock::check_fields(&mut sb, &geo, repair, &mut report);
     report.block_size = sb.block_size();

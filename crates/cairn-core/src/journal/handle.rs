@@ -86,11 +86,15 @@ impl<'a> Tx<'a> {
             self.mgr.stats.restarts.fetch_add(1, Ordering::Relaxed);
             return Err(FsError::NeedCredits(total));
         }
-        // Changes are made and cannot be undone: go on, and let the overrun
-        // counter show it (the limit keeps a margin for this).
+        // Changes are made and cannot be undone: go on within the margin the
+        // limit keeps; `journal.credit_overruns` shows it if it was needed.
         tracing::warn!(total, have, "a handle needs more credits than the log has room for");
-        self.credits.set(total);
         Ok(())
+    }
+
+    /// The most credits all handles of one checkpoint may hold together.
+    pub fn log_limit(&self) -> u64 {
+        self.mgr.limit()
     }
 
     /// Room left in the reservation.

@@ -22,3 +22,34 @@ pub fn mount(dev: &Arc<MemDevice>) -> Arc<Fs> {
     let d: Arc<dyn BlockDevice> = dev.clone();
     Fs::mount(d, MountOptions::default()).expect("mount")
 }
+
+/// A live counter of `fs` by name (panics if there is no such counter).
+pub fn stat(fs: &Fs, name: &str) -> u64 {
+    fs.stats().into_iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no counter {name}")).1
+}
+
+/// Any device, seen by fsck.
+struct DevView<'a>(&'a dyn BlockDevice);
+
+impl cairn_fsck::ImageSource for DevView<'_> {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+
+    fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+        self.0.read_at(buf, off)
+    }
+}
+
+/// Runs the independent checker on `dev` (not mounted) and panics with its
+/// findings unless it is clean. Returns the report.
+pub fn fsck_clean_mem(dev: &dyn BlockDevice, what: &str) -> cairn_fsck::Report {
+    let report = cairn_fsck::check_image(&DevView(dev), &cairn_fsck::Options::default())
+        .unwrap_or_else(|e| panic!("{what}: fsck cannot check it: {e}"));
+    if !report.is_clean() {
+        let problems: Vec<String> =
+            report.problems.iter().take(30).map(|p| format!("  [{}] {}", p.pass, p.message)).collect();
+        panic!("{what}: fsck finds {} problem(s):\n{}", report.errors_left(), problems.join("\n"));
+    }
+    report
+}

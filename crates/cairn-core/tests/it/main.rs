@@ -5,4 +5,6 @@ mod common;
 mod concurrency;
 mod crash;
 mod full;
+mod latch;
 mod model;
+mod pressure;
