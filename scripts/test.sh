@@ -8,7 +8,8 @@
 #   lint       scripts/lint.sh: shellcheck of scripts/, tests/external/, .ci/run;
 #              cargo fmt --check; cargo clippy --all-targets -D warnings
 #   build      cargo build --release --workspace
-#   unit       cargo test --release --workspace (unit, property and FUSE integration tests)
+#   unit       cargo test --release --workspace -- --include-ignored (unit, property and FUSE
+#              integration tests, and the heavy ones: 1.3 M-extent delete, 100,000-file fsck)
 #   pjdfstest  tests/external/pjdfstest.sh --compare (POSIX conformance on a cairn mount;
 #              kernel ext4 alongside for reference)
 #   stress-ng  tests/external/stress-ng.sh (29 file-system stressors, 5 s each)
@@ -125,7 +126,7 @@ elif [[ ${RESULT[build]} == skipped && ! -x $CAIRN ]]; then
     echo "build skipped and no binary at $CAIRN" >&2
     build_ok=0
 fi
-run_suite unit 30 cargo test --release --workspace -- --show-output
+run_suite unit 30 cargo test --release --workspace -- --show-output --include-ignored
 run_suite pjdfstest 20 bash tests/external/pjdfstest.sh --compare
 run_suite stress-ng 20 bash tests/external/stress-ng.sh
 run_suite survival 15 bash tests/external/survival.sh

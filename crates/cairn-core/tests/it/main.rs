@@ -1,6 +1,7 @@
 //! Engine integration tests: one binary, one module per scenario.
 
 mod basic;
+mod big_delete;
 mod common;
 mod concurrency;
 mod crash;
