@@ -1,4 +1,8 @@
-//! The write-ahead journal: commit of checkpoints and replay at mount.
+//! The write-ahead log of a mounted file system: the [`Journal`] (its ring
+//! positions, counters) and the commit writer. Opening the journal and
+//! replaying it at mount is in [`recovery`](super::recovery); the record
+//! format, the ring arithmetic and the record walk are the format crate's
+//! (`cairn_format::journal`), shared with the checker.
 //!
 //! ## What a commit writes, in order (the barrier points)
 //! Transactions are aggregated in memory: all operations between two commits
@@ -16,14 +20,15 @@
 //!    with `tail` = this record (the previous record's homes became durable
 //!    at step 2). Both become durable at the next commit's step 2.
 //!
-//! Replay starts at the durable tail and applies whole records while each has
-//! the expected sequence number and a matching checksum; the first that does
-//! not ends the log. Replaying a record twice is harmless (images are whole
-//! blocks). Because the durable tail can lag the written tail by one commit,
-//! the ring must hold three records: each record is limited to a third of it,
-//! and blocks freed by checkpoint N are reused only after the durable tail has
-//! passed N (see `alloc`), so an old image can never be replayed over a block
-//! that now holds file data.
+//! Replay (see [`recovery`](super::recovery)) starts at the durable tail and
+//! applies whole records while each has the expected sequence number and a
+//! matching checksum; the first that does not ends the log. Replaying a
+//! record twice is harmless (images are whole blocks). Because the durable
+//! tail can lag the written tail by one commit, the ring must hold three
+//! records: each record is limited to a third of it, and blocks freed by
+//! checkpoint N are reused only after the durable tail has passed N (see
+//! `alloc`), so an old image can never be replayed over a block that now
+//! holds file data.
 //!
 //! All I/O is plain `pwrite`/`fdatasync` on the image through
 //! [`BlockDevice`], so `strace` or `blktrace` on a loop device show it.
@@ -34,27 +39,27 @@
 
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
-use cairn_format::journal::*;
-use cairn_format::superblock::Superblock;
-use cairn_format::FormatError;
+use cairn_format::journal::{
+    body_crc_append, body_seed, desc_capacity, encode_commit, encode_descriptor, JournalRegion, JournalSuper, LogPos,
+};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Position in the ring: (sequence number, ring offset).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Pos {
-    seq: u64,
-    off: u64,
-}
-
 struct State {
-    head: Pos,
-    written_tail: Pos,
-    durable_tail: Pos,
+    head: LogPos,
+    written_tail: LogPos,
+    durable_tail: LogPos,
     /// Sequence of the newest checkpoint whose commit block is durable.
     committed_seq: u64,
+}
+
+impl State {
+    /// An empty log whose next record goes at `pos`.
+    fn empty_at(pos: LogPos) -> State {
+        State { head: pos, written_tail: pos, durable_tail: pos, committed_seq: pos.seq.saturating_sub(1) }
+    }
 }
 
 /// Journal counters.
@@ -74,157 +79,51 @@ pub struct JournalStats {
 
 /// The journal of one mounted file system.
 pub struct Journal {
-    dev: Arc<dyn BlockDevice>,
-    start: u64,
-    blocks: u64,
-    bs: usize,
-    seed: u32,
-    total_blocks: u64,
+    pub(super) dev: Arc<dyn BlockDevice>,
+    pub(super) region: JournalRegion,
+    pub(super) bs: usize,
+    pub(super) seed: u32,
     state: Mutex<State>,
     pub stats: JournalStats,
 }
 
-/// A verified record: (home block, image) pairs and the position after it.
-type Record = (Vec<(u64, Vec<u8>)>, Pos);
-
-/// What replay found.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ReplayReport {
-    pub records: u64,
-    pub blocks: u64,
-}
-
 impl Journal {
-    fn ring_next(&self, off: u64, n: u64) -> u64 {
-        let ring = self.blocks - 1;
-        (off - 1 + n) % ring + 1
+    /// A journal over `region` whose log is empty from `tail` on (what the
+    /// journal superblock says before replay, where replay ended after it).
+    pub(super) fn at_tail(
+        dev: Arc<dyn BlockDevice>,
+        region: JournalRegion,
+        bs: usize,
+        seed: u32,
+        tail: LogPos,
+    ) -> Journal {
+        Journal { dev, region, bs, seed, state: Mutex::new(State::empty_at(tail)), stats: JournalStats::default() }
     }
 
-    fn ring_used(&self, from: u64, to: u64) -> u64 {
-        let ring = self.blocks - 1;
-        (to + ring - from) % ring
+    /// Forgets every position and starts an empty log at `pos` (after
+    /// replay, once the journal superblock says so durably).
+    pub(super) fn restart_at(&self, pos: LogPos) {
+        *self.state.lock() = State::empty_at(pos);
     }
 
-    fn addr(&self, off: u64) -> u64 {
-        (self.start + off) * self.bs as u64
+    /// Byte address of ring position `off`.
+    pub(super) fn addr(&self, off: u64) -> u64 {
+        self.region.block_of(off) * self.bs as u64
     }
 
     /// Largest number of home blocks one checkpoint may carry.
     pub fn max_record_images(&self) -> u64 {
-        let per = (self.blocks - 1) / 3;
+        let per = (self.region.blocks - 1) / 3;
         let cap = desc_capacity(self.bs) as u64;
         // images + descriptors + commit <= per
         (per.saturating_sub(2)) * cap / (cap + 1)
     }
 
-    /// Opens the journal of `sb`, replaying committed checkpoints into their
-    /// home locations when `replay` is true (else fails if any are pending).
-    pub fn open(
-        dev: Arc<dyn BlockDevice>,
-        sb: &Superblock,
-        seed: u32,
-        replay: bool,
-    ) -> Result<(Journal, ReplayReport)> {
-        let bs = sb.block_size() as usize;
-        let mut jb = vec![0u8; bs];
-        dev.read_at(&mut jb, sb.journal_start * bs as u64)?;
-        let jsb = JournalSuper::decode(seed, sb.journal_start, &jb, sb.journal_blocks)?;
-        let tail = Pos { seq: jsb.tail_seq, off: jsb.tail_off };
-        let j = Journal {
-            dev,
-            start: sb.journal_start,
-            blocks: sb.journal_blocks,
-            bs,
-            seed,
-            total_blocks: sb.total_blocks,
-            state: Mutex::new(State {
-                head: tail,
-                written_tail: tail,
-                durable_tail: tail,
-                committed_seq: tail.seq.saturating_sub(1),
-            }),
-            stats: JournalStats::default(),
-        };
-        let mut report = ReplayReport::default();
-        let mut pos = tail;
-        while let Some((images, next)) = j.read_record(pos)? {
-            if !replay {
-                return Err(FsError::Corrupt(FormatError::Incompatible(
-                    "the journal holds committed changes that need replay; mount read-write once or run `cairn fsck --repair`".into(),
-                )));
-            }
-            for (home, img) in &images {
-                j.dev.write_at(img, home * bs as u64)?;
-            }
-            report.records += 1;
-            report.blocks += images.len() as u64;
-            pos = next;
-        }
-        if report.records > 0 {
-            j.dev.flush()?;
-            j.write_jsb(pos)?;
-            j.dev.flush()?;
-            let mut st = j.state.lock();
-            *st = State { head: pos, written_tail: pos, durable_tail: pos, committed_seq: pos.seq - 1 };
-        }
-        j.stats.replayed_records.store(report.records, Ordering::Relaxed);
-        j.stats.replayed_blocks.store(report.blocks, Ordering::Relaxed);
-        Ok((j, report))
-    }
-
-    fn read_block(&self, off: u64) -> Result<Vec<u8>> {
-        let mut b = vec![0u8; self.bs];
-        self.dev.read_at(&mut b, self.addr(off))?;
-        Ok(b)
-    }
-
-    /// Reads and verifies the record at `pos`; `None` at the end of the log.
-    fn read_record(&self, pos: Pos) -> Result<Option<Record>> {
-        let limit = self.blocks - 1;
-        let mut off = pos.off;
-        let mut used = 0u64;
-        let mut crc = body_seed(self.seed, pos.seq);
-        let mut images = Vec::new();
-        loop {
-            if used >= limit {
-                return Ok(None);
-            }
-            let blk = self.read_block(off)?;
-            if !images.is_empty() {
-                if let Some((total, body)) = decode_commit(self.seed, pos.seq, &blk) {
-                    if u64::from(total) != used + 1 || body != crc {
-                        return Ok(None);
-                    }
-                    let next = Pos { seq: pos.seq + 1, off: self.ring_next(off, 1) };
-                    return Ok(Some((images, next)));
-                }
-            }
-            let Some(homes) = decode_descriptor(self.seed, pos.seq, &blk) else { return Ok(None) };
-            crc = body_crc_append(crc, &blk);
-            off = self.ring_next(off, 1);
-            used += 1;
-            for home in homes {
-                if used >= limit {
-                    return Ok(None);
-                }
-                let img = self.read_block(off)?;
-                crc = body_crc_append(crc, &img);
-                off = self.ring_next(off, 1);
-                used += 1;
-                let in_journal = home >= self.start && home < self.start + self.blocks;
-                if home >= self.total_blocks || in_journal {
-                    tracing::warn!(home, "journal record names an impossible home block; ending replay");
-                    return Ok(None);
-                }
-                images.push((home, img));
-            }
-        }
-    }
-
-    fn write_jsb(&self, tail: Pos) -> Result<()> {
+    /// Writes the journal superblock with the log starting at `tail`.
+    pub(super) fn write_jsb(&self, tail: LogPos) -> Result<()> {
         let mut b = vec![0u8; self.bs];
         JournalSuper { tail_seq: tail.seq, tail_off: tail.off }.encode(self.seed, &mut b);
-        self.dev.write_at(&b, self.start * self.bs as u64)?;
+        self.dev.write_at(&b, self.region.start * self.bs as u64)?;
         Ok(())
     }
 
@@ -236,7 +135,7 @@ impl Journal {
     /// Writes `data` at ring offset `off`, splitting at the wrap.
     fn write_ring(&self, off: u64, data: &[u8]) -> Result<()> {
         let nblocks = (data.len() / self.bs) as u64;
-        let room = self.blocks - off;
+        let room = self.region.blocks - off;
         if nblocks <= room {
             self.dev.write_at(data, self.addr(off))?;
         } else {
@@ -255,12 +154,12 @@ impl Journal {
     /// Ring blocks between the durable tail and the head (log space in use).
     pub fn used_blocks(&self) -> u64 {
         let st = self.state.lock();
-        self.ring_used(st.durable_tail.off, st.head.off)
+        self.region.used(st.durable_tail.off, st.head.off)
     }
 
     /// Size of the journal region in blocks.
     pub fn size_blocks(&self) -> u64 {
-        self.blocks
+        self.region.blocks
     }
 
     /// The checkpoint sequence that the durable tail has passed: images of
@@ -293,11 +192,11 @@ impl Journal {
         let total = (images.len() + ndesc + 1) as u64;
         let seq = st.head.seq;
         // Room: the ring must not overwrite anything from the durable tail on.
-        let ring = self.blocks - 1;
-        if self.ring_used(st.durable_tail.off, st.head.off) + total >= ring {
+        let ring = self.region.blocks - 1;
+        if self.region.used(st.durable_tail.off, st.head.off) + total >= ring {
             self.flush()?;
             st.durable_tail = st.written_tail;
-            if self.ring_used(st.durable_tail.off, st.head.off) + total >= ring {
+            if self.region.used(st.durable_tail.off, st.head.off) + total >= ring {
                 self.write_jsb(st.head)?;
                 self.flush()?;
                 st.written_tail = st.head;
@@ -329,11 +228,11 @@ impl Journal {
         // 3-4. commit block, barrier
         let mut cb = vec![0u8; self.bs];
         encode_commit(self.seed, seq, total as u32, crc, &mut cb);
-        let commit_off = self.ring_next(st.head.off, total - 1);
+        let commit_off = self.region.next(st.head.off, total - 1);
         self.dev.write_at(&cb, self.addr(commit_off))?;
         self.flush()?;
         let record_start = st.head;
-        st.head = Pos { seq: seq + 1, off: self.ring_next(commit_off, 1) };
+        st.head = LogPos { seq: seq + 1, off: self.region.next(commit_off, 1) };
         st.committed_seq = seq;
         // 5. home writes (coalesced runs) and the journal tail
         let mut i = 0;

@@ -16,7 +16,12 @@
 //!   and keeps them pinned in the cache until their home writes are done.
 //! * [`latch`] — the error latch: corruption or an I/O error marks the
 //!   superblock `STATE_ERRORS` and applies `-o errors=`.
-//! * [`log`] — the on-disk log: commit of checkpoints, replay at mount.
+//! * [`log`] — the on-disk log: the [`Journal`], its positions and counters,
+//!   and the commit of checkpoints (the barrier points).
+//! * [`recovery`] — [`Journal::open`]: reading the journal superblock and
+//!   replaying committed checkpoints at mount. The record format, the ring
+//!   arithmetic and the record walk are `cairn_format::journal`'s, shared
+//!   with `cairn-fsck`.
 //!
 //! ## Long operations
 //! An operation whose worst case does not fit one record (deleting or
@@ -36,8 +41,10 @@ pub mod handle;
 pub mod latch;
 pub mod log;
 pub mod manager;
+pub mod recovery;
 
 pub use handle::Tx;
 pub use latch::{ErrorPolicy, Latch};
-pub use log::{Journal, ReplayReport};
+pub use log::Journal;
 pub use manager::TxManager;
+pub use recovery::ReplayReport;

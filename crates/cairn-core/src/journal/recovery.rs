@@ -1,0 +1,272 @@
+//! Opening the journal at mount, and replay.
+//!
+//! ## Purpose
+//! A crash (or a process that exits without unmounting) can leave committed
+//! checkpoints in the log whose images have not all reached their home
+//! locations. [`Journal::open`] reads the journal superblock and, starting at
+//! its tail, writes every committed record's images home again, in log order.
+//!
+//! ## Which records are applied
+//! The walk is the format's ([`read_record`], shared with `cairn-fsck`):
+//! records are applied whole, in order, while each has the expected sequence
+//! number and a commit block whose length and body checksum match; the first
+//! record that does not ends the log (it was torn by the crash), and nothing
+//! of it is written. A record naming a home block inside the journal or past
+//! the end of the image ([`LogEnd::ImpossibleHome`]) also ends the log, with
+//! a warning: it cannot be one the engine wrote. Replaying a record twice is
+//! harmless (its images are whole blocks).
+//!
+//! ## What is durable when
+//! Replay writes the images home, then **flush**: they are durable; then the
+//! journal superblock with the tail just past the last replayed record, then
+//! **flush**: the log is empty. A crash before the second flush leaves the old
+//! tail, and the next mount replays the same records again. A read-only mount
+//! (`replay == false`) writes nothing and refuses an image whose log is not
+//! empty.
+
+use super::log::Journal;
+use crate::dev::BlockDevice;
+use crate::error::{FsError, Result};
+use cairn_format::journal::{read_record, JournalRegion, JournalSuper, LogEnd, LogPos, Walk};
+use cairn_format::superblock::Superblock;
+use cairn_format::FormatError;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// What replay found.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReplayReport {
+    pub records: u64,
+    pub blocks: u64,
+}
+
+impl Journal {
+    /// Opens the journal of `sb`, replaying committed checkpoints into their
+    /// home locations when `replay` is true (else fails if any are pending).
+    pub fn open(
+        dev: Arc<dyn BlockDevice>,
+        sb: &Superblock,
+        seed: u32,
+        replay: bool,
+    ) -> Result<(Journal, ReplayReport)> {
+        let bs = sb.block_size() as usize;
+        let region = JournalRegion::of(sb);
+        let mut jb = vec![0u8; bs];
+        dev.read_at(&mut jb, region.start * bs as u64)?;
+        let jsb = JournalSuper::decode(seed, region.start, &jb, region.blocks)?;
+        let tail = LogPos { seq: jsb.tail_seq, off: jsb.tail_off };
+        let j = Journal::at_tail(dev, region, bs, seed, tail);
+        let mut report = ReplayReport::default();
+        let mut pos = tail;
+        loop {
+            let rec = match read_record(seed, &region, pos, |off| j.read_ring_block(off))? {
+                Walk::Record(rec) => rec,
+                Walk::End(LogEnd::ImpossibleHome { off, home }) => {
+                    tracing::warn!(
+                        seq = pos.seq,
+                        off,
+                        home,
+                        "journal record names an impossible home block; ending replay"
+                    );
+                    break;
+                }
+                Walk::End(end) => {
+                    tracing::debug!(seq = pos.seq, off = pos.off, ?end, "end of the journal");
+                    break;
+                }
+            };
+            if !replay {
+                return Err(FsError::Corrupt(FormatError::Incompatible(
+                    "the journal holds committed changes that need replay; mount read-write once or run `cairn fsck --repair`".into(),
+                )));
+            }
+            for (home, img) in &rec.images {
+                j.dev.write_at(img, home * bs as u64)?;
+            }
+            report.records += 1;
+            report.blocks += rec.images.len() as u64;
+            pos = rec.next;
+        }
+        if report.records > 0 {
+            j.dev.flush()?;
+            j.write_jsb(pos)?;
+            j.dev.flush()?;
+            j.restart_at(pos);
+        }
+        j.stats.replayed_records.store(report.records, Ordering::Relaxed);
+        j.stats.replayed_blocks.store(report.blocks, Ordering::Relaxed);
+        Ok((j, report))
+    }
+
+    /// Reads the whole block at ring position `off`.
+    fn read_ring_block(&self, off: u64) -> Result<Vec<u8>> {
+        let mut b = vec![0u8; self.bs];
+        self.dev.read_at(&mut b, self.addr(off))?;
+        Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dev::MemDevice;
+    use crate::mkfs::{format, MkfsOptions};
+    use cairn_format::checksum::seed_from_uuid;
+    use cairn_format::journal::{decode_commit, encode_commit, encode_descriptor};
+    use cairn_format::superblock::SB_SIZE;
+
+    /// A fresh 8 MiB image with a 64-block journal.
+    fn image() -> (Arc<MemDevice>, Superblock, u32) {
+        let dev = Arc::new(MemDevice::new(8 << 20));
+        format(dev.as_ref(), &MkfsOptions { journal_blocks: Some(64), ..Default::default() }, &mut |_, _| {})
+            .expect("mkfs");
+        let mut head = vec![0u8; SB_SIZE];
+        dev.read_at(&mut head, 0).unwrap();
+        let sb = Superblock::decode(&head, dev.size()).unwrap();
+        let seed = seed_from_uuid(&sb.uuid);
+        (dev, sb, seed)
+    }
+
+    fn open(dev: &Arc<MemDevice>, sb: &Superblock, seed: u32, replay: bool) -> Result<(Journal, ReplayReport)> {
+        let d: Arc<dyn BlockDevice> = dev.clone();
+        Journal::open(d, sb, seed, replay)
+    }
+
+    fn read(dev: &MemDevice, bs: usize, blk: u64) -> Vec<u8> {
+        let mut b = vec![0u8; bs];
+        dev.read_at(&mut b, blk * bs as u64).unwrap();
+        b
+    }
+
+    fn write(dev: &MemDevice, bs: usize, blk: u64, b: &[u8]) {
+        assert_eq!(b.len(), bs);
+        dev.write_at(b, blk * bs as u64).unwrap();
+    }
+
+    /// The tail the journal superblock records.
+    fn jsb_tail(dev: &MemDevice, sb: &Superblock, seed: u32) -> LogPos {
+        let b = read(dev, sb.block_size() as usize, sb.journal_start);
+        let j = JournalSuper::decode(seed, sb.journal_start, &b, sb.journal_blocks).unwrap();
+        LogPos { seq: j.tail_seq, off: j.tail_off }
+    }
+
+    /// How a test damages the second record of the log.
+    #[derive(Debug, Clone, Copy)]
+    enum Damage {
+        /// None: every record replays.
+        Nothing,
+        /// The commit block is self-consistent but its body checksum does
+        /// not match the record.
+        BodyChecksum,
+        /// The commit block's own checksum is wrong.
+        CommitChecksum,
+        /// The descriptor (valid checksum) names a block of the journal.
+        ImpossibleHome,
+    }
+
+    /// Commits three records A = {h0, h1}, B = {h2}, C = {h3, h0} (as the
+    /// engine does), then puts the image back in the state of a crash after
+    /// C's commit block but before any home write or journal superblock
+    /// update (homes old, tail at A), with B damaged as `damage` says. Returns
+    /// the image, the homes, their old contents and the images of A, B, C.
+    #[allow(clippy::type_complexity)]
+    fn crashed_log(
+        damage: Damage,
+    ) -> (Arc<MemDevice>, Superblock, u32, Vec<u64>, Vec<Vec<u8>>, [LogPos; 3], Vec<Vec<(u64, Vec<u8>)>>) {
+        let (dev, sb, seed) = image();
+        let bs = sb.block_size() as usize;
+        let region = JournalRegion::of(&sb);
+        let homes: Vec<u64> = (0..4).map(|i| sb.total_blocks - 10 + i).collect();
+        assert!(homes.iter().all(|h| region.valid_home(*h)));
+        let old: Vec<Vec<u8>> = homes.iter().map(|h| read(&dev, bs, *h)).collect();
+        let records: Vec<Vec<(u64, Vec<u8>)>> = vec![
+            vec![(homes[0], vec![0xa0; bs]), (homes[1], vec![0xa1; bs])],
+            vec![(homes[2], vec![0xb2; bs])],
+            vec![(homes[3], vec![0xc3; bs]), (homes[0], vec![0xc0; bs])],
+        ];
+        let (j, rep) = open(&dev, &sb, seed, true).unwrap();
+        assert_eq!(rep.records, 0, "a fresh image has nothing to replay");
+        let mut starts = Vec::new();
+        for rec in &records {
+            let imgs: Vec<(u64, Box<[u8]>)> = rec.iter().map(|(h, i)| (*h, i.clone().into_boxed_slice())).collect();
+            let seq = j.commit(&imgs).unwrap();
+            let start = jsb_tail(&dev, &sb, seed);
+            assert_eq!(start.seq, seq, "the journal superblock points at the record just committed");
+            starts.push(start);
+        }
+        drop(j);
+        // The crash: no home write, no journal superblock update after A's commit.
+        for (h, o) in homes.iter().zip(&old) {
+            write(&dev, bs, *h, o);
+        }
+        let mut jb = vec![0u8; bs];
+        JournalSuper { tail_seq: starts[0].seq, tail_off: starts[0].off }.encode(seed, &mut jb);
+        write(&dev, bs, region.start, &jb);
+        let b = starts[1];
+        let commit_blk = region.block_of(region.next(b.off, 2));
+        let mut cb = read(&dev, bs, commit_blk);
+        let (total, body) = decode_commit(seed, b.seq, &cb).expect("B's commit block");
+        assert_eq!(total, 3);
+        match damage {
+            Damage::Nothing => {}
+            Damage::BodyChecksum => encode_commit(seed, b.seq, total, body ^ 1, &mut cb),
+            Damage::CommitChecksum => cb[20] ^= 1,
+            Damage::ImpossibleHome => {
+                let mut d = vec![0u8; bs];
+                encode_descriptor(seed, b.seq, &[region.start + 1], &mut d);
+                write(&dev, bs, region.block_of(b.off), &d);
+            }
+        }
+        write(&dev, bs, commit_blk, &cb);
+        (dev, sb, seed, homes, old, [starts[0], starts[1], starts[2]], records)
+    }
+
+    #[test]
+    fn replay_applies_every_committed_record_in_order() {
+        let (dev, sb, seed, homes, _, starts, records) = crashed_log(Damage::Nothing);
+        let bs = sb.block_size() as usize;
+        let (j, rep) = open(&dev, &sb, seed, true).unwrap();
+        assert_eq!((rep.records, rep.blocks), (3, 5));
+        assert_eq!(j.stats.replayed_records.load(Ordering::Relaxed), 3);
+        assert_eq!(read(&dev, bs, homes[0]), records[2][1].1, "the later record wins");
+        assert_eq!(read(&dev, bs, homes[1]), records[0][1].1);
+        assert_eq!(read(&dev, bs, homes[2]), records[1][0].1);
+        assert_eq!(read(&dev, bs, homes[3]), records[2][0].1);
+        let region = JournalRegion::of(&sb);
+        let end = LogPos { seq: starts[2].seq + 1, off: region.next(starts[2].off, 4) };
+        assert_eq!(jsb_tail(&dev, &sb, seed), end, "the log is empty after replay");
+        assert_eq!(j.next_seq(), end.seq);
+        assert_eq!(j.used_blocks(), 0);
+        drop(j);
+        let (_, rep) = open(&dev, &sb, seed, true).unwrap();
+        assert_eq!(rep.records, 0, "a second mount finds nothing to replay");
+    }
+
+    #[test]
+    fn a_damaged_record_ends_replay_and_nothing_of_it_is_applied() {
+        for damage in [Damage::BodyChecksum, Damage::CommitChecksum, Damage::ImpossibleHome] {
+            let (dev, sb, seed, homes, old, starts, records) = crashed_log(damage);
+            let bs = sb.block_size() as usize;
+            let (j, rep) = open(&dev, &sb, seed, true).unwrap();
+            assert_eq!((rep.records, rep.blocks), (1, 2), "{damage:?}: only A replays");
+            assert_eq!(read(&dev, bs, homes[0]), records[0][0].1, "{damage:?}: A applied, C not");
+            assert_eq!(read(&dev, bs, homes[1]), records[0][1].1, "{damage:?}");
+            assert_eq!(read(&dev, bs, homes[2]), old[2], "{damage:?}: nothing of B");
+            assert_eq!(read(&dev, bs, homes[3]), old[3], "{damage:?}: nothing after B, though C verifies");
+            assert_eq!(jsb_tail(&dev, &sb, seed), starts[1], "{damage:?}: the log ends where B was");
+            assert_eq!(j.next_seq(), starts[1].seq, "{damage:?}: the next checkpoint reuses B's sequence");
+        }
+    }
+
+    #[test]
+    fn read_only_open_refuses_a_log_that_needs_replay_and_writes_nothing() {
+        let (dev, sb, seed, homes, old, starts, _) = crashed_log(Damage::Nothing);
+        let bs = sb.block_size() as usize;
+        let before = dev.snapshot();
+        let err = open(&dev, &sb, seed, false).err().expect("read-only open must fail");
+        assert!(matches!(err, FsError::Corrupt(FormatError::Incompatible(_))), "{err:?}");
+        assert!(dev.snapshot() == before, "a read-only open wrote to the image");
+        assert_eq!(read(&dev, bs, homes[0]), old[0]);
+        assert_eq!(jsb_tail(&dev, &sb, seed), starts[0]);
+    }
+}
