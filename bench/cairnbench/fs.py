@@ -18,13 +18,17 @@ import subprocess
 import time
 
 ALL_FS = ["cairn", "tmpfs", "ext4", "xfs", "btrfs", "fuse2fs"]
-USER_FS = ["cairn", "fuse2fs"]
+USER_FS = ["cairn", "fuse2fs", "cairn-baseline"]
+# `--baseline PATH` adds this file system: cairn built from another commit,
+# measured in the same run (before/after comparisons).
+BASELINE = "cairn-baseline"
 ROOT = os.geteuid() == 0
 KERNEL_FS = {"tmpfs", "ext4", "xfs", "btrfs"}
 
 # What each file system needs on this machine: (command, Debian package).
 NEEDS = {
     "cairn": [],
+    BASELINE: [],
     "tmpfs": [],
     "ext4": [("mkfs.ext4", "e2fsprogs")],
     "xfs": [("mkfs.xfs", "xfsprogs")],
@@ -100,6 +104,8 @@ class FileSystem:
         self.name = name
         self.scratch = scratch
         self.cairn = cairn_bin
+        # cairn itself, or cairn built from another commit (--baseline).
+        self.is_cairn = name in ("cairn", BASELINE)
         self.size = size_bytes
         self.image = os.path.join(scratch.path, f"{name}.img")
         self.mp = os.path.join(scratch.path, name)
@@ -121,7 +127,7 @@ class FileSystem:
         self.dev = out(["losetup", "--find", "--show", self.image]) if ROOT else None
         self.src = self.dev or self.image
         q = dict(capture_output=True)
-        if self.name == "cairn":
+        if self.is_cairn:
             run([self.cairn, "mkfs", self.src, "--force", "--quiet"], **q)
         elif self.name in ("ext4", "fuse2fs"):
             # Without root, the root directory must belong to the caller.
@@ -135,7 +141,7 @@ class FileSystem:
 
     def mount(self):
         """Mounts the already formatted file system (also after `unmount`)."""
-        if self.name == "cairn":
+        if self.is_cairn:
             opts = ["-o", "allow_other"] if ROOT else []
             run([self.cairn, "mount", self.src, self.mp, *opts], capture_output=True)
             self.pid = int(out(["pgrep", "-n", "-f", f"cairn mount {self.src} {self.mp}"]))
@@ -158,7 +164,7 @@ class FileSystem:
         if self.name == "fuse2fs":
             daemon = out(["pgrep", "-n", "-f", f"fuse2fs {self.src} "])
         run(["umount", self.mp] if ROOT else ["fusermount3", "-u", self.mp])
-        if self.name == "cairn" and self.pid:
+        if self.is_cairn and self.pid:
             wait_until(lambda: not os.path.exists(f"/proc/{self.pid}"), 120, "the cairn daemon to exit")
             self.pid = None
         if self.name == "fuse2fs" and daemon:
@@ -177,7 +183,7 @@ class FileSystem:
     def teardown(self):
         try:
             if is_mounted(self.mp):
-                if self.name in ("cairn", "fuse2fs"):
+                if self.is_cairn or self.name == "fuse2fs":
                     self.unmount()
                 else:
                     run(["umount", self.mp], check=False, capture_output=True)
@@ -201,7 +207,7 @@ class FileSystem:
 
     def cairn_counters(self):
         """cairn's live counters (`cairn stats --json`), or {}."""
-        if self.name != "cairn":
+        if not self.is_cairn:
             return {}
         import json
 

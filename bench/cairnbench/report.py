@@ -14,6 +14,7 @@ import statistics
 WIDE = 0.25
 COLORS = {
     "cairn": "#d95f02",
+    "cairn-baseline": "#fdae61",
     "tmpfs": "#999999",
     "ext4": "#1b9e77",
     "xfs": "#7570b3",

@@ -33,12 +33,14 @@
 use crate::buffer::BufferCache;
 use crate::error::{FsError, Result};
 use crate::journal::Tx;
+use crate::stats::Publish;
 use cairn_format::bitmap::{synth_block_bitmap, synth_inode_bitmap};
 use cairn_format::checksum::crc;
 use cairn_format::group_desc::*;
 use cairn_format::layout::Geometry;
 use cairn_format::FormatError;
 use parking_lot::Mutex;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 struct GroupAlloc {
@@ -522,5 +524,23 @@ impl Allocator {
         self.free_inodes.fetch_add(1, Ordering::Relaxed);
         self.stats.inodes_freed.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+impl Publish for Allocator {
+    fn publish(&self, put: &mut dyn FnMut(&str, u64)) {
+        let s = &self.stats;
+        put("alloc.calls", s.alloc_calls.load(Relaxed));
+        put("alloc.blocks_allocated", s.blocks_allocated.load(Relaxed));
+        put("alloc.blocks_freed", s.blocks_freed.load(Relaxed));
+        put("alloc.groups_scanned", s.groups_scanned.load(Relaxed));
+        put("alloc.goal_hits", s.goal_hits.load(Relaxed));
+        put("alloc.enospc", s.enospc.load(Relaxed));
+        put("alloc.pending_free_blocks", self.pending_blocks());
+        put("alloc.free_blocks", self.disk_free_blocks.load(Relaxed));
+        put("alloc.free_inodes", self.free_inodes.load(Relaxed));
+        put("alloc.inodes_allocated", s.inodes_allocated.load(Relaxed));
+        put("alloc.inodes_freed", s.inodes_freed.load(Relaxed));
+        put("alloc.next_ino", self.next_ino.load(Relaxed));
     }
 }

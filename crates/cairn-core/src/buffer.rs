@@ -43,8 +43,10 @@
 use crate::dev::BlockDevice;
 use crate::error::Result;
 use crate::journal::Tx;
+use crate::stats::Publish;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -337,5 +339,19 @@ impl BufferCache {
         for blk in &dirty_listed {
             assert!(cached.contains(blk), "dirty block {blk} was evicted");
         }
+    }
+}
+
+impl Publish for BufferCache {
+    fn publish(&self, put: &mut dyn FnMut(&str, u64)) {
+        let s = &self.stats;
+        put("cache.buffers", self.len() as u64);
+        put("cache.dirty_buffers", self.dirty_count());
+        put("cache.hits", s.hits.load(Relaxed));
+        put("cache.misses", s.misses.load(Relaxed));
+        put("cache.evictions", s.evictions.load(Relaxed));
+        put("cache.reread_races", s.reread_races.load(Relaxed));
+        put("cache.over_budget", s.over_budget.load(Relaxed));
+        put("journal.relogged_in_memory", s.relogged.load(Relaxed));
     }
 }

@@ -19,7 +19,7 @@ use crate::buffer::BufferCache;
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
 use crate::inode::{InodeCache, InodeGuard, InodeState};
-use crate::journal::{credits, ErrorPolicy, Journal, Latch, ReplayReport, Tx, TxManager};
+use crate::journal::{credits, ErrorPolicy, Journal, Latch, Tx, TxManager};
 use crate::meta::Meta;
 use crate::types::*;
 use crate::{dir, file, xattr};
@@ -77,7 +77,6 @@ pub struct Fs {
     /// still to free, in steps (see `lifecycle`).
     pub(crate) reap: Mutex<Vec<u64>>,
     io_locks: Vec<Mutex<()>>,
-    pub(crate) replayed: ReplayReport,
 }
 
 pub(crate) fn now() -> Timestamp {
@@ -118,7 +117,7 @@ impl Fs {
         let sb = Superblock::decode(&head, size)?;
         let geo = Geometry::new(&sb)?;
         let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
-        let (journal, replayed) = Journal::open(dev.clone(), &sb, seed, !opts.read_only)?;
+        let (journal, _replayed) = Journal::open(dev.clone(), &sb, seed, !opts.read_only)?;
         // The superblock itself may have been replayed.
         dev.read_at(&mut head, 0)?;
         let errors_before_replay = sb.state & STATE_ERRORS;
@@ -160,7 +159,6 @@ impl Fs {
             backend: Backend::default(),
             reap: Mutex::new(Vec::new()),
             io_locks: (0..IO_LOCKS).map(|_| Mutex::new(())).collect(),
-            replayed,
         });
         if !fs.opts.read_only {
             fs.change(credits::DEFAULT, |tx| fs.write_sb_buffer(tx))?;

@@ -20,6 +20,7 @@
 use crate::error::{FsError, Result};
 use crate::journal::Tx;
 use crate::meta::Meta;
+use crate::stats::Publish;
 use cairn_format::inode::{DataArea, DiskInode};
 use cairn_format::FormatError;
 use parking_lot::lock_api::ArcRwLockWriteGuard;
@@ -150,5 +151,11 @@ impl Tx<'_> {
         d.encode(self.seed, ino, &mut buf.data.write()[off..off + cairn_format::inode::INODE_SIZE]);
         self.dirty(&buf);
         Ok(())
+    }
+}
+
+impl Publish for InodeCache {
+    fn publish(&self, put: &mut dyn FnMut(&str, u64)) {
+        put("icache.inodes", self.len() as u64);
     }
 }

@@ -18,6 +18,7 @@
 
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
+use crate::stats::Publish;
 use cairn_format::superblock::{Superblock, SB_SIZE, STATE_ERRORS};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -185,5 +186,13 @@ fn mark_errors_on_disk(dev: &Arc<dyn BlockDevice>) {
     })();
     if let Err(e) = res {
         tracing::error!(error = %e, "could not record the error state in the superblock");
+    }
+}
+
+impl Publish for Latch {
+    fn publish(&self, put: &mut dyn FnMut(&str, u64)) {
+        put("errors.latched", self.errors());
+        put("errors.flagged", u64::from(self.flagged()));
+        put("errors.journal_aborted", u64::from(self.aborted()));
     }
 }

@@ -39,10 +39,13 @@
 
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
+use crate::stats::percentile;
+use crate::stats::Publish;
 use cairn_format::journal::{
     body_crc_append, body_seed, desc_capacity, encode_commit, encode_descriptor, JournalRegion, JournalSuper, LogPos,
 };
 use parking_lot::Mutex;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -279,5 +282,27 @@ impl Journal {
         st.written_tail = st.head;
         st.durable_tail = st.head;
         Ok(())
+    }
+}
+
+impl Publish for Journal {
+    fn publish(&self, put: &mut dyn FnMut(&str, u64)) {
+        let j = &self.stats;
+        put("journal.commits", j.commits.load(Relaxed));
+        put("journal.blocks_logged", j.blocks_logged.load(Relaxed));
+        put("journal.bytes_logged", j.bytes_logged.load(Relaxed));
+        put("journal.flushes", j.flushes.load(Relaxed));
+        put("journal.replayed_records_at_mount", j.replayed_records.load(Relaxed));
+        put("journal.replayed_blocks_at_mount", j.replayed_blocks.load(Relaxed));
+        put("journal.replays_at_mount", u64::from(j.replayed_records.load(Relaxed) > 0));
+        put("journal.commit_us_total", j.commit_us_total.load(Relaxed));
+        put("journal.commit_us_max", j.commit_us_max.load(Relaxed));
+        let mut recent = j.recent_us.lock().clone();
+        recent.sort_unstable();
+        put("journal.commit_us_p50", percentile(&recent, 0.5));
+        put("journal.commit_us_p99", percentile(&recent, 0.99));
+        put("journal.next_seq", self.next_seq());
+        put("journal.log_used_blocks", self.used_blocks());
+        put("journal.log_size_blocks", self.size_blocks());
     }
 }

@@ -30,7 +30,9 @@ use super::latch::Latch;
 use super::log::Journal;
 use crate::error::{FsError, Result};
 use crate::meta::Meta;
+use crate::stats::Publish;
 use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -171,6 +173,11 @@ impl TxManager {
         self.latch.check_commit()?;
         let snap = {
             let _g = self.gate.write();
+            if cfg!(debug_assertions) {
+                // No handle runs now: the in-memory invariants must hold.
+                meta.bufs.debug_check_consistency();
+                meta.alloc.debug_check_consistency();
+            }
             if meta.bufs.dirty_count() > 0 {
                 let tx = Tx::new(meta, self, None, MARGIN);
                 prepare(&tx)?;
@@ -193,5 +200,22 @@ impl TxManager {
         self.committed_snapshots.fetch_add(1, Ordering::AcqRel);
         meta.alloc.release_pending(self.log.durable_tail_seq());
         Ok(())
+    }
+}
+
+impl Publish for TxManager {
+    fn publish(&self, put: &mut dyn FnMut(&str, u64)) {
+        let t = &self.stats;
+        put("journal.group_commit_joins", t.group_joins.load(Relaxed));
+        put("tx.handles", t.handles.load(Relaxed));
+        put("tx.reserve_waits", t.reserve_waits.load(Relaxed));
+        put("tx.restarts", t.restarts.load(Relaxed));
+        put("tx.credit_overruns", t.credit_overruns.load(Relaxed));
+        put("tx.max_credits", t.max_credits.load(Relaxed));
+        put("tx.steps", t.steps.load(Relaxed));
+        put("tx.reserved_credits", self.reserved());
+        put("tx.record_limit_blocks", self.limit());
+        self.log.publish(put);
+        self.latch.publish(put);
     }
 }

@@ -47,4 +47,3 @@ pub use handle::Tx;
 pub use latch::{ErrorPolicy, Latch};
 pub use log::Journal;
 pub use manager::TxManager;
-pub use recovery::ReplayReport;
