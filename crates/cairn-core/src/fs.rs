@@ -162,7 +162,7 @@ impl Fs {
         });
         if !fs.opts.read_only {
             fs.change(credits::DEFAULT, |tx| fs.write_sb_buffer(tx))?;
-            fs.process_orphans()?;
+            fs.process_orphans(false)?;
             fs.commit()?;
             Backend::start(&fs, fs.opts.commit_interval)?;
         }
@@ -190,7 +190,7 @@ impl Fs {
             return Ok(());
         }
         self.reap_all();
-        self.process_orphans()?;
+        self.process_orphans(true)?;
         self.sb.lock().state |= STATE_CLEAN;
         self.change(credits::DEFAULT, |tx| self.write_sb_buffer(tx))?;
         self.commit()?;

@@ -45,61 +45,85 @@ pub type InodeGuard = ArcRwLockWriteGuard<RawRwLock, InodeState>;
 
 const SHARDS: usize = 64;
 
+#[derive(Default)]
+struct Shard {
+    map: HashMap<u64, InodeRef>,
+    /// Bumped whenever an inode leaves the map: a load that raced with it
+    /// is redone (it may have read the inode before its last store).
+    epoch: u64,
+}
+
 /// The sharded inode cache.
 pub struct InodeCache {
-    shards: Vec<Mutex<HashMap<u64, InodeRef>>>,
+    shards: Vec<Mutex<Shard>>,
 }
 
 impl Default for InodeCache {
     fn default() -> Self {
-        InodeCache { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        InodeCache { shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect() }
     }
 }
 
 impl InodeCache {
-    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, InodeRef>> {
+    fn shard(&self, ino: u64) -> &Mutex<Shard> {
         &self.shards[(ino as usize) % SHARDS]
     }
 
     /// The in-core inode `ino`, read from disk if needed.
     pub fn get(&self, meta: &Meta, ino: u64) -> Result<InodeRef> {
-        if let Some(i) = self.shard(ino).lock().get(&ino) {
-            return Ok(i.clone());
+        let mut epoch = {
+            let sh = self.shard(ino).lock();
+            if let Some(i) = sh.map.get(&ino) {
+                return Ok(i.clone());
+            }
+            sh.epoch
+        };
+        loop {
+            let d = meta.load_inode(ino)?;
+            let mut sh = self.shard(ino).lock();
+            if let Some(i) = sh.map.get(&ino) {
+                return Ok(i.clone());
+            }
+            if sh.epoch != epoch {
+                epoch = sh.epoch;
+                continue;
+            }
+            let r = Arc::new(RwLock::new(InodeState { ino, d, lookups: 0, freed: false }));
+            sh.map.insert(ino, r.clone());
+            return Ok(r);
         }
-        let d = meta.load_inode(ino)?;
-        let mut map = self.shard(ino).lock();
-        Ok(map
-            .entry(ino)
-            .or_insert_with(|| Arc::new(RwLock::new(InodeState { ino, d, lookups: 0, freed: false })))
-            .clone())
     }
 
     /// Inserts a freshly created inode.
     pub fn insert(&self, ino: u64, d: DiskInode) -> InodeRef {
         let r = Arc::new(RwLock::new(InodeState { ino, d, lookups: 0, freed: false }));
-        self.shard(ino).lock().insert(ino, r.clone());
+        self.shard(ino).lock().map.insert(ino, r.clone());
         r
     }
 
     /// Drops `ino` from the cache if nobody uses it.
     pub fn evict_if_unused(&self, ino: u64) {
-        let mut map = self.shard(ino).lock();
-        let unused = map
+        let mut sh = self.shard(ino).lock();
+        let unused = sh
+            .map
             .get(&ino)
             .is_some_and(|r| Arc::strong_count(r) == 1 && r.try_read().is_some_and(|g| g.lookups == 0 || g.freed));
         if unused {
-            map.remove(&ino);
+            sh.map.remove(&ino);
+            sh.epoch += 1;
         }
     }
 
     /// Removes `ino` unconditionally (it was freed).
     pub fn remove(&self, ino: u64) {
-        self.shard(ino).lock().remove(&ino);
+        let mut sh = self.shard(ino).lock();
+        sh.map.remove(&ino);
+        sh.epoch += 1;
     }
 
     /// Number of cached inodes.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.lock().map.len()).sum()
     }
 }
 

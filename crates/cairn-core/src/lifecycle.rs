@@ -256,8 +256,9 @@ impl Fs {
     }
 
     /// Finishes what the orphan list holds (mount and unmount): frees
-    /// unlinked inodes nobody holds, completes interrupted truncates.
-    pub(crate) fn process_orphans(&self) -> Result<()> {
+    /// unlinked inodes nobody holds, completes interrupted truncates. At
+    /// unmount the kernel's references are gone whatever their count says.
+    pub(crate) fn process_orphans(&self, unmounting: bool) -> Result<()> {
         let root = *self.orphan_root.lock();
         let mut inos = Vec::new();
         self.orphan_tree().scan(root, 0, &mut |k, _| {
@@ -280,7 +281,10 @@ impl Fs {
             }
             let (nlink, lookups, freed) = {
                 let r = self.icache.get(&self.meta, ino)?;
-                let st = r.read();
+                let mut st = r.write();
+                if unmounting {
+                    st.lookups = 0;
+                }
                 (st.d.nlink, st.lookups, st.freed)
             };
             if freed || lookups > 0 {
