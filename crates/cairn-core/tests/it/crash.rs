@@ -11,14 +11,17 @@ use cairn_core::crashdev::{CrashPlan, Op, OverlayDevice, RecordingDevice};
 use cairn_core::dev::{BlockDevice, MemDevice};
 use cairn_core::mkfs::{format, MkfsOptions};
 use cairn_core::{Ctx, Fs, MountOptions};
+use cairn_format::journal::MIN_JOURNAL_BLOCKS;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 type Snapshot = BTreeMap<String, (u32, Vec<u8>, Vec<u8>)>;
-/// One step of a workload.
-type Step = Box<dyn Fn(&Fs)>;
+/// One operation of a workload.
+type Action = Box<dyn Fn(&Fs)>;
+/// One step of a workload: operations, then a sync.
+type Step = Vec<Action>;
 
 /// A crash state as fsck sees it: the overlay's bytes, read in place (no
 /// copy of the whole image per state).
@@ -56,32 +59,137 @@ fn fsck_clean(img: &OverlayDevice, what: &str) -> bool {
     report.journal_records_replayed > 0
 }
 
-/// Whether `got` is a state a crash may leave when commit `k` is the last
-/// one known durable: exactly commit `k` or `k + 1`, or either of them with
-/// some bytes of the commit after it in their regular files (`k + 1` too: it
-/// is durable from its commit block's barrier on, before the sync that makes
-/// it returns, so the next step's overwrites can follow it). Overwrites of
-/// blocks already allocated and written go home in place before the commit
-/// that records them (the overwrite path of `file.rs`, as in ext4's
-/// data=ordered), so under commit `j`'s metadata a file may show any part of
-/// an overwrite in flight for `j + 1`; everything else — names, modes, sizes,
-/// xattrs, the data of newly mapped blocks — must be all of one commit.
-fn acceptable(got: &Snapshot, snaps: &[Snapshot], k: usize) -> bool {
-    got == &snaps[k]
-        || snaps.get(k + 1) == Some(got)
-        || (k..=k + 1).any(|j| snaps.get(j).is_some_and(|old| early_overwrites(got, old, snaps.get(j + 1))))
+/// A configuration of the harness: the image the workloads run on and how
+/// it is mounted.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Config {
+    name: &'static str,
+    block_size: u32,
+    pub(crate) journal_blocks: u64,
+    cache_blocks: usize,
+    /// Snapshot after every operation, not only after each step's sync: with
+    /// a journal this small, a handle that finds no room commits first (and
+    /// the backend commits once dirty metadata passes half a record), so a
+    /// commit may fall between two operations of a step and a crash state
+    /// may show any whole operation of it.
+    per_op: bool,
+    /// Empty files created in `/bulk` before recording starts: enough
+    /// inode-table and directory blocks that walking the tree (each
+    /// snapshot) overflows a tiny cache, so the workload's buffers are
+    /// evicted and read back between its commits.
+    preload: usize,
+}
+
+/// Today's configuration: a 256-block journal, the default cache.
+const NORMAL: Config =
+    Config { name: "normal", block_size: 4096, journal_blocks: 256, cache_blocks: 65536, per_op: false, preload: 0 };
+
+/// The smallest cache the engine allows (64 blocks): buffers are evicted
+/// during every commit.
+const TINY_CACHE: Config =
+    Config { cache_blocks: 64, name: "tiny cache", block_size: 1024, journal_blocks: 1024, preload: 600, ..NORMAL };
+
+/// The smallest journal the workloads can run on: commits inside steps,
+/// restarts and log-full waits. That is [`MIN_JOURNAL_BLOCKS`] once the
+/// engine can use every journal mkfs accepts; today it cannot (see
+/// [`min_journal_is_usable`]), so this is the smallest size from
+/// `MIN_JOURNAL_BLOCKS` on on which a fresh image mounts and a new file's
+/// first extent can be mapped.
+pub(crate) fn tiny_journal() -> Config {
+    static BLOCKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let blocks = *BLOCKS.get_or_init(|| {
+        (MIN_JOURNAL_BLOCKS..NORMAL.journal_blocks)
+            .find(|&jb| journal_usable(NORMAL.block_size, jb))
+            .expect("no journal smaller than the normal one is usable")
+    });
+    Config { name: "tiny journal", journal_blocks: blocks, per_op: true, ..NORMAL }
+}
+
+/// Whether a fresh image with a `journal_blocks`-block journal mounts and
+/// takes the workloads' operations: files with data and xattrs, a rename
+/// over (freeing) such a file, a hard link, a truncate, unlinks.
+fn journal_usable(block_size: u32, journal_blocks: u64) -> bool {
+    let mem = MemDevice::new(16 << 20);
+    let mk = MkfsOptions { block_size, journal_blocks: Some(journal_blocks), ..Default::default() };
+    if format(&mem, &mk, &mut |_, _| {}).is_err() {
+        return false;
+    }
+    let d: Arc<dyn BlockDevice> = Arc::new(mem);
+    let Ok(fs) = Fs::mount(d, opts(&NORMAL)) else { return false };
+    let c = Ctx::root();
+    let file = |name: &[u8]| -> cairn_core::Result<u64> {
+        let a = fs.mknod(&c, 1, name, libc::S_IFREG | 0o644, 0)?;
+        fs.write(a.ino, 0, &[1u8; 20_000])?;
+        Ok(a.ino)
+    };
+    let ok = (|| -> cairn_core::Result<()> {
+        let a = file(b"a")?;
+        fs.setxattr(a, b"user.x", &[2u8; 200], 0)?;
+        let b = file(b"b")?;
+        fs.setxattr(b, b"user.y", &[3u8; 200], 0)?;
+        fs.rename(1, b"b", 1, b"a", 0)?;
+        fs.link(b, 1, b"c")?;
+        fs.setattr(&c, b, &cairn_core::SetAttr { size: Some(100), ..Default::default() })?;
+        fs.unlink(1, b"c")?;
+        fs.unlink(1, b"a")
+    })()
+    .is_ok();
+    fs.unmount().unwrap();
+    ok
+}
+
+/// Engine bug (found by this harness): mkfs accepts a journal of
+/// `MIN_JOURNAL_BLOCKS` (64) blocks, but the engine cannot use it: an
+/// operation whose credits exceed the record limit (`tx.record_limit_blocks`
+/// = a third of the ring less 2 blocks and the 4-block margin: 14 for 64
+/// blocks) fails with ENOSPC instead of waiting or stepping. With 4 KiB
+/// blocks a journal below 96 blocks does not even mount (the 24 credits of
+/// `credits::DEFAULT` that every handle starts with), below 112 every write
+/// that maps a new extent fails (`map_extent(1) + INODE` = 29 credits), and
+/// below 139 a rename over a file with an xattr fails (the model test's
+/// minimal case at 124 blocks: create, setxattr, create, rename over).
+#[test]
+#[ignore = "engine bug: mkfs accepts a 64-block journal (MIN_JOURNAL_BLOCKS) but the image does not mount (ENOSPC); writes need >= 112 blocks, rename over a file with an xattr >= 139"]
+fn min_journal_is_usable() {
+    assert!(journal_usable(4096, MIN_JOURNAL_BLOCKS));
+}
+
+/// Whether `got` is a state a crash may leave: snapshot `j` for some `j` in
+/// `lo..=hi`, or such a snapshot with, in its regular files, some bytes of
+/// later snapshots up to `hi_bytes`. Returns the smallest such `j`.
+///
+/// `lo` is the newest snapshot known durable (a sync that returned before
+/// the crash point, or a crash state of an earlier flush). `hi` is the
+/// newest snapshot whose commit block may be in the state: a commit's
+/// record is written after the snapshot of its buffers and its commit block
+/// after a barrier, so it covers only operations that started before the
+/// state's last barrier. Overwrites of blocks already allocated and written
+/// go home in place before the commit that records them (the overwrite path
+/// of `file.rs`, as in ext4's data=ordered), so under commit `j`'s metadata
+/// a file may show any part of an overwrite issued before the crash
+/// (`hi_bytes`: operations that started before the last write of the state);
+/// everything else — names, modes, sizes, xattrs, the data of newly mapped
+/// blocks — must be exactly that of one snapshot, i.e. of a whole
+/// operation (or step).
+fn acceptable(got: &Snapshot, snaps: &[Snapshot], lo: usize, hi: usize, hi_bytes: usize) -> Option<usize> {
+    (lo..=hi.min(snaps.len() - 1)).find(|&j| {
+        got == &snaps[j] || early_overwrites(got, &snaps[j], &snaps[j + 1..=hi_bytes.min(snaps.len() - 1).max(j)])
+    })
 }
 
 /// Whether `got` is `old` with, in its regular files, some bytes of the
-/// same files (same path, same offset) in `new`.
-fn early_overwrites(got: &Snapshot, old: &Snapshot, new: Option<&Snapshot>) -> bool {
-    let Some(new) = new else { return false };
-    got.len() == old.len()
+/// same files (same path, same offset) in one of `newer`.
+fn early_overwrites(got: &Snapshot, old: &Snapshot, newer: &[Snapshot]) -> bool {
+    !newer.is_empty()
+        && got.len() == old.len()
         && got.iter().zip(old).all(|((path, (mode, body, xattrs)), (old_path, (old_mode, old_body, old_xattrs)))| {
             let overwritten = || {
-                let new_body = new.get(path).map_or(&[][..], |n| &n.1[..]);
+                let new_bodies: Vec<&[u8]> = newer.iter().map(|n| n.get(path).map_or(&[][..], |n| &n.1[..])).collect();
                 mode & libc::S_IFMT == libc::S_IFREG
-                    && body.iter().enumerate().all(|(i, b)| old_body[i] == *b || new_body.get(i) == Some(b))
+                    && body
+                        .iter()
+                        .enumerate()
+                        .all(|(i, b)| old_body[i] == *b || new_bodies.iter().any(|n| n.get(i) == Some(b)))
             };
             path == old_path
                 && mode == old_mode
@@ -100,8 +208,13 @@ struct Checked {
     replayed: usize,
 }
 
-fn opts() -> MountOptions {
-    MountOptions { commit_interval: Duration::from_secs(3600), ..Default::default() }
+fn opts(cfg: &Config) -> MountOptions {
+    MountOptions { commit_interval: Duration::from_secs(3600), cache_blocks: cfg.cache_blocks, ..Default::default() }
+}
+
+/// The engine's counters by name.
+fn stats(fs: &Fs) -> BTreeMap<String, u64> {
+    fs.stats().into_iter().collect()
 }
 
 /// The whole tree: path -> (mode, content or target, xattr list).
@@ -136,48 +249,96 @@ fn snapshot(fs: &Fs) -> Snapshot {
     out
 }
 
-/// Runs the workload, syncing after each step; returns the recorded plan, the
-/// snapshot after each sync and the op-log length at each sync.
-fn record(steps: &[Step]) -> (CrashPlan, Vec<Snapshot>, Vec<usize>) {
+/// A recorded workload.
+struct Recording {
+    plan: CrashPlan,
+    /// The tree after each unit (the start, then each step, or each
+    /// operation if the configuration says `per_op`).
+    snaps: Vec<Snapshot>,
+    /// The op-log length when each unit was done (and snapshotted): the next
+    /// unit's writes come after it.
+    marks: Vec<usize>,
+    /// Whether the unit ended with a sync (its state was durable at its mark).
+    synced: Vec<bool>,
+    /// The engine's counters before unmount.
+    stats: BTreeMap<String, u64>,
+}
+
+/// Runs the workload in `cfg`, syncing after each step, snapshotting after
+/// each unit and checking the engine's invariants at each unit boundary.
+fn record(cfg: &Config, label: &str, steps: &[Step]) -> Recording {
     let mem = MemDevice::new(16 << 20);
-    format(&mem, &MkfsOptions { journal_blocks: Some(256), ..Default::default() }, &mut |_, _| {}).unwrap();
+    let mk = MkfsOptions { block_size: cfg.block_size, journal_blocks: Some(cfg.journal_blocks), ..Default::default() };
+    format(&mem, &mk, &mut |_, _| {}).unwrap();
+    let mem = Arc::new(mem);
+    if cfg.preload > 0 {
+        let d: Arc<dyn BlockDevice> = mem.clone();
+        let fs = Fs::mount(d, opts(&NORMAL)).unwrap();
+        let c = Ctx::root();
+        let bulk = fs.mkdir(&c, 1, b"bulk", 0o755).unwrap().ino;
+        for i in 0..cfg.preload {
+            fs.mknod(&c, bulk, format!("b{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        }
+        fs.unmount().unwrap();
+    }
     let rec = Arc::new(RecordingDevice::new(mem.snapshot()));
     let d: Arc<dyn BlockDevice> = rec.clone();
-    let fs = Fs::mount(d, opts()).unwrap();
-    let mut snaps = vec![snapshot(&fs)];
-    let mut marks = vec![rec.ops().len()];
+    let fs = Fs::mount(d, opts(cfg)).unwrap();
+    let mut r = Recording {
+        plan: rec.plan(),
+        snaps: vec![snapshot(&fs)],
+        marks: vec![rec.ops().len()],
+        synced: vec![true],
+        stats: BTreeMap::new(),
+    };
     for step in steps {
-        step(&fs);
+        for (i, action) in step.iter().enumerate() {
+            action(&fs);
+            if cfg.per_op && i + 1 < step.len() {
+                fs.debug_check_consistency();
+                r.snaps.push(snapshot(&fs));
+                r.marks.push(rec.ops().len());
+                r.synced.push(false);
+            }
+        }
         fs.sync_fs().unwrap();
-        snaps.push(snapshot(&fs));
-        marks.push(rec.ops().len());
+        fs.debug_check_consistency();
+        r.snaps.push(snapshot(&fs));
+        r.marks.push(rec.ops().len());
+        r.synced.push(true);
     }
+    r.stats = stats(&fs);
+    assert_eq!(r.stats["tx.credit_overruns"], 0, "{label} ({}): handles dirtied more than their credits", cfg.name);
     fs.unmount().unwrap();
-    (rec.plan(), snaps, marks)
+    r.plan = rec.plan();
+    r
 }
 
 /// Checks the crash states of one recorded workload (named `label` in
-/// failures): each is fsck'd, mounted and compared.
-fn check_all(
-    label: &str,
-    plan: &CrashPlan,
-    snaps: &[Snapshot],
-    marks: &[usize],
-    rng: &mut rand::rngs::StdRng,
-    per_flush: usize,
-) -> Checked {
+/// failures): each is fsck'd, mounted and compared (see [`acceptable`]).
+fn check_all(label: &str, r: &Recording, cfg: &Config, rng: &mut rand::rngs::StdRng, per_flush: usize) -> Checked {
+    let plan = &r.plan;
+    let marks = &r.marks;
     let flushes = plan.flushes();
     let mut done = Checked::default();
     let mut points: Vec<usize> = flushes.iter().map(|f| f + 1).collect();
     points.insert(0, marks[0]);
     points.push(plan.ops.len());
+    // Snapshots that a crash state of an earlier barrier showed durable: the
+    // state never goes back before them.
+    let mut floor = 0usize;
     for (pi, &upto) in points.iter().enumerate() {
         if upto < marks[0] {
             continue;
         }
         let next_flush = points.get(pi + 1).map_or(plan.ops.len(), |n| n.saturating_sub(1));
         let inflight: Vec<usize> = (upto..next_flush).filter(|i| matches!(plan.ops[*i], Op::Write(..))).collect();
-        let k = marks.iter().rposition(|m| *m <= upto).unwrap();
+        // Synced before the crash point.
+        let lo = (0..marks.len()).rev().find(|&u| r.synced[u] && marks[u] <= upto).unwrap().max(floor);
+        // Units that started before the last barrier / the last write.
+        let started_before = |end: usize| marks.iter().rposition(|m| *m < end).map_or(0, |u| u + 1);
+        let hi = started_before(upto).max(lo);
+        let mut prefix_min = None;
         for trial in 0..=per_flush {
             let (extra, torn) = if trial == 0 || inflight.is_empty() {
                 (Vec::new(), None)
@@ -191,14 +352,23 @@ fn check_all(
                 };
                 (ex, torn)
             };
+            let last_write = extra.last().map_or(upto, |e| e + 1);
+            let hi_bytes = started_before(last_write).max(hi);
             let img = Arc::new(plan.image(upto, &extra, torn));
-            let what = format!("{label}: crash state at op {upto} (+{extra:?}, torn {torn:?})");
+            let what = format!("{label} ({}): crash state at op {upto} (+{extra:?}, torn {torn:?})", cfg.name);
             done.replayed += usize::from(fsck_clean(&img, &what));
             let d: Arc<dyn BlockDevice> = img.clone();
-            let fs = Fs::mount(d, opts()).unwrap_or_else(|e| panic!("{what} does not mount: {e}"));
+            let fs = Fs::mount(d, opts(cfg)).unwrap_or_else(|e| panic!("{what} does not mount: {e}"));
+            fs.debug_check_consistency();
             let got = snapshot(&fs);
-            let ok = acceptable(&got, snaps, k);
-            assert!(ok, "{what} matches neither commit {k} nor {}:\n{got:#?}\nexpected\n{:#?}", k + 1, snaps[k]);
+            let from = prefix_min.unwrap_or(lo);
+            let Some(j) = acceptable(&got, &r.snaps, from, hi, hi_bytes) else {
+                panic!("{what} matches no state from unit {from} to {hi}:\n{got:#?}\nexpected\n{:#?}", r.snaps[from]);
+            };
+            if trial == 0 {
+                prefix_min = Some(j);
+                floor = floor.max(j);
+            }
             fs.unmount().unwrap();
             done.states += 1;
         }
@@ -206,65 +376,115 @@ fn check_all(
     done
 }
 
-#[test]
-fn named_workloads_survive_every_crash_point() {
+/// Builds a step of operations.
+macro_rules! step {
+    ($($op:expr),+ $(,)?) => { vec![$(Box::new($op) as Action),+] };
+}
+
+/// The named workload: rename over, hard links, xattrs, a directory of 300
+/// entries, truncate, half of the entries unlinked.
+fn named_steps() -> Vec<Step> {
     let c = Ctx::root();
-    let steps: Vec<Step> = vec![
-        Box::new(move |fs: &Fs| {
-            let f = fs.mknod(&c, 1, b"a", libc::S_IFREG | 0o644, 0).unwrap();
-            fs.write(f.ino, 0, &[1u8; 5000]).unwrap();
-        }),
-        Box::new(move |fs: &Fs| {
-            // rename over: replace "a" atomically with a new file
-            let t = fs.mknod(&c, 1, b"a.tmp", libc::S_IFREG | 0o644, 0).unwrap();
-            fs.write(t.ino, 0, &[2u8; 7000]).unwrap();
-            fs.rename(1, b"a.tmp", 1, b"a", 0).unwrap();
-        }),
-        Box::new(move |fs: &Fs| {
-            let a = fs.lookup(1, b"a").unwrap();
-            fs.write(a.ino, 7000, &[3u8; 3000]).unwrap();
-            fs.link(a.ino, 1, b"a-link").unwrap();
-            fs.setxattr(a.ino, b"user.x", b"value", 0).unwrap();
-        }),
-        Box::new(move |fs: &Fs| {
-            let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap();
-            for i in 0..300 {
-                fs.mknod(&c, d.ino, format!("entry-{i}").as_bytes(), libc::S_IFREG | 0o600, 0).unwrap();
-            }
-            fs.symlink(&c, d.ino, b"s", b"../a").unwrap();
-        }),
-        Box::new(move |fs: &Fs| {
-            let a = fs.lookup(1, b"a").unwrap();
-            fs.setattr(&c, a.ino, &cairn_core::SetAttr { size: Some(100), ..Default::default() }).unwrap();
-            fs.unlink(1, b"a-link").unwrap();
-            let d = fs.lookup(1, b"d").unwrap();
-            for i in (0..300).step_by(2) {
-                fs.unlink(d.ino, format!("entry-{i}").as_bytes()).unwrap();
-            }
-        }),
+    let a = |fs: &Fs| fs.lookup(1, b"a").unwrap().ino;
+    let d = |fs: &Fs| fs.lookup(1, b"d").unwrap().ino;
+    let mut mkdir_fill: Step = step![move |fs: &Fs| {
+        fs.mkdir(&c, 1, b"d", 0o755).unwrap();
+    }];
+    for i in 0..300 {
+        mkdir_fill.push(Box::new(move |fs: &Fs| {
+            fs.mknod(&c, d(fs), format!("entry-{i}").as_bytes(), libc::S_IFREG | 0o600, 0).unwrap();
+        }));
+    }
+    mkdir_fill.push(Box::new(move |fs: &Fs| {
+        fs.symlink(&c, d(fs), b"s", b"../a").unwrap();
+    }));
+    let mut shrink: Step = step![
+        move |fs: &Fs| {
+            fs.setattr(&c, a(fs), &cairn_core::SetAttr { size: Some(100), ..Default::default() }).unwrap();
+        },
+        |fs: &Fs| fs.unlink(1, b"a-link").unwrap(),
     ];
-    let (plan, snaps, marks) = record(&steps);
+    for i in (0..300).step_by(2) {
+        shrink.push(Box::new(move |fs: &Fs| fs.unlink(d(fs), format!("entry-{i}").as_bytes()).unwrap()));
+    }
+    vec![
+        step![
+            move |fs: &Fs| {
+                fs.mknod(&c, 1, b"a", libc::S_IFREG | 0o644, 0).unwrap();
+            },
+            move |fs: &Fs| {
+                fs.write(a(fs), 0, &[1u8; 5000]).unwrap();
+            },
+        ],
+        // rename over: replace "a" atomically with a new file
+        step![
+            move |fs: &Fs| {
+                fs.mknod(&c, 1, b"a.tmp", libc::S_IFREG | 0o644, 0).unwrap();
+            },
+            |fs: &Fs| {
+                let t = fs.lookup(1, b"a.tmp").unwrap().ino;
+                fs.write(t, 0, &[2u8; 7000]).unwrap();
+            },
+            |fs: &Fs| fs.rename(1, b"a.tmp", 1, b"a", 0).unwrap(),
+        ],
+        step![
+            move |fs: &Fs| {
+                fs.write(a(fs), 7000, &[3u8; 3000]).unwrap();
+            },
+            move |fs: &Fs| {
+                fs.link(a(fs), 1, b"a-link").unwrap();
+            },
+            move |fs: &Fs| fs.setxattr(a(fs), b"user.x", b"value", 0).unwrap(),
+        ],
+        mkdir_fill,
+        shrink,
+    ]
+}
+
+fn named_workload(cfg: &Config) {
+    let r = record(cfg, "named workload", &named_steps());
     if std::env::var("CRASH_DUMP").is_ok() {
-        for (i, o) in plan.ops.iter().enumerate() {
+        for (i, o) in r.plan.ops.iter().enumerate() {
             match o {
                 Op::Write(off, d) => eprintln!("{i}: write blk {} +{} len {}", off / 4096, off % 4096, d.len()),
                 Op::Flush => eprintln!("{i}: flush"),
             }
         }
-        eprintln!("marks {marks:?}");
+        eprintln!("marks {:?}", r.marks);
     }
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
-    let n = check_all("named workload", &plan, &snaps, &marks, &mut rng, 12);
+    let n = check_all("named workload", &r, cfg, &mut rng, 12);
     eprintln!(
-        "crash harness: {} crash states of the named workload, each fsck'd clean ({} after fsck replayed the journal) and mounted consistent",
-        n.states, n.replayed
+        "crash harness ({}): {} crash states of the named workload ({} commits), each fsck'd clean ({} after fsck replayed the journal) and mounted consistent",
+        cfg.name, n.states, r.stats["journal.commits"], n.replayed
     );
     assert!(n.states > 50);
     assert!(n.replayed > 0, "no crash state left the journal to replay");
+    if cfg.per_op {
+        assert!(r.stats["tx.reserve_waits"] > 0, "the tiny journal never filled");
+    }
+    if cfg.cache_blocks == TINY_CACHE.cache_blocks {
+        assert!(r.stats["cache.evictions"] > 0, "the tiny cache never evicted");
+    }
 }
 
-/// One random step of the model workloads.
-fn random_step(rng: &mut rand::rngs::StdRng) -> Step {
+#[test]
+fn named_workload_survives_every_crash_point() {
+    named_workload(&NORMAL);
+}
+
+#[test]
+fn named_workload_survives_every_crash_point_tiny_cache() {
+    named_workload(&TINY_CACHE);
+}
+
+#[test]
+fn named_workload_survives_every_crash_point_tiny_journal() {
+    named_workload(&tiny_journal());
+}
+
+/// One random operation of the model workloads.
+fn random_op(rng: &mut rand::rngs::StdRng) -> Action {
     let c = Ctx::root();
     let n: u8 = rng.gen_range(0..12);
     let m: u8 = rng.gen_range(0..12);
@@ -313,23 +533,63 @@ fn random_step(rng: &mut rand::rngs::StdRng) -> Step {
 }
 
 /// Random workloads (the model's operation mix), each step followed by a
-/// sync: at least `CAIRN_CRASH_STATES` (default 10,000) crash states in all.
-#[test]
-fn random_workloads_survive_every_crash_point() {
+/// sync: at least `CAIRN_CRASH_STATES` (default 10,000) crash states in all
+/// over the three configurations, a third in each. Steps are single
+/// operations, except with the tiny journal, where a step is one to eight
+/// (commits inside steps; the oracle snapshots after every operation).
+fn random_workloads(cfg: &Config) {
     let want: usize = std::env::var("CAIRN_CRASH_STATES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let want = want.div_ceil(3);
     let mut total = Checked::default();
     let mut seed = 0u64;
+    let mut sum: BTreeMap<String, u64> = BTreeMap::new();
     while total.states < want {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let steps: Vec<Step> = (0..rng.gen_range(4..16)).map(|_| random_step(&mut rng)).collect();
-        let (plan, snaps, marks) = record(&steps);
-        let n = check_all(&format!("random workload seed {seed}"), &plan, &snaps, &marks, &mut rng, 8);
+        let steps: Vec<Step> = (0..rng.gen_range(4..16))
+            .map(|_| {
+                let ops = if cfg.per_op { rng.gen_range(1..=8) } else { 1 };
+                (0..ops).map(|_| random_op(&mut rng)).collect()
+            })
+            .collect();
+        let label = format!("random workload seed {seed}");
+        let r = record(cfg, &label, &steps);
+        let n = check_all(&label, &r, cfg, &mut rng, 8);
         total.states += n.states;
         total.replayed += n.replayed;
+        for (k, v) in r.stats {
+            *sum.entry(k).or_default() += v;
+        }
         seed += 1;
     }
     eprintln!(
-        "crash harness: {} crash states from {seed} random workloads, each fsck'd clean ({} after fsck replayed the journal) and mounted consistent",
-        total.states, total.replayed
+        "crash harness ({}): {} crash states from {seed} random workloads ({} commits, {} reserve waits, {} steps, {} evictions), each fsck'd clean ({} after fsck replayed the journal) and mounted consistent",
+        cfg.name,
+        total.states,
+        sum["journal.commits"],
+        sum["tx.reserve_waits"],
+        sum["tx.steps"],
+        sum["cache.evictions"],
+        total.replayed
     );
+    if cfg.per_op {
+        assert!(sum["tx.reserve_waits"] > 0, "the tiny journal never filled");
+    }
+    if cfg.cache_blocks == TINY_CACHE.cache_blocks {
+        assert!(sum["cache.evictions"] > 0, "the tiny cache never evicted");
+    }
+}
+
+#[test]
+fn random_workloads_survive_every_crash_point() {
+    random_workloads(&NORMAL);
+}
+
+#[test]
+fn random_workloads_survive_every_crash_point_tiny_cache() {
+    random_workloads(&TINY_CACHE);
+}
+
+#[test]
+fn random_workloads_survive_every_crash_point_tiny_journal() {
+    random_workloads(&tiny_journal());
 }
