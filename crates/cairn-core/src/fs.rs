@@ -494,8 +494,10 @@ impl Fs {
     /// panics with what is wrong. For tests and debugging: it walks every
     /// cached buffer.
     pub fn debug_check_consistency(&self) {
-        self.meta.bufs.debug_check_consistency();
-        self.meta.alloc.debug_check_consistency();
+        self.txm.quiesced(|| {
+            self.meta.bufs.debug_check_consistency();
+            self.meta.alloc.debug_check_consistency();
+        });
     }
 
     /// The error policy in force (`-o errors=`).

@@ -14,6 +14,15 @@ use cairn_format::checksum::{crc, seed_from_uuid};
 use cairn_format::group_desc::*;
 use cairn_format::inode::*;
 use cairn_format::journal::{JournalSuper, MIN_JOURNAL_BLOCKS};
+
+/// Smallest journal mkfs makes: a record (a third of the ring) must hold
+/// the worst case of any single operation's handle on realistic tree depths
+/// (see `journal::credits`); 256 blocks give about 78 credits per checkpoint.
+/// Images with smaller journals (down to the format's
+/// [`MIN_JOURNAL_BLOCKS`]) still mount; operations that need more than a
+/// record holds fail with ENOSPC and say so.
+pub const MKFS_MIN_JOURNAL_BLOCKS: u64 = 256;
+const _: () = assert!(MKFS_MIN_JOURNAL_BLOCKS >= MIN_JOURNAL_BLOCKS);
 use cairn_format::layout::Geometry;
 use cairn_format::superblock::{Superblock, STATE_CLEAN, VERSION};
 use cairn_format::{FIRST_INO, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, ROOT_INO};
@@ -95,9 +104,15 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     let g0_len = bpg.min(total);
     let room = g0_len.saturating_sub(1 + gdt_blocks + meta_blocks + 16);
     let journal = opts.journal_blocks.unwrap_or_else(|| (total / 64).clamp(1024, 32768)).min(room);
-    if journal < MIN_JOURNAL_BLOCKS || total < 64 {
+    if opts.journal_blocks.is_some_and(|j| j < MKFS_MIN_JOURNAL_BLOCKS) {
         return Err(invalid(format!(
-            "image too small: {size} bytes leave room for a {journal}-block journal (at least {MIN_JOURNAL_BLOCKS} needed)"
+            "a journal of {journal} blocks is too small: cairn needs at least {MKFS_MIN_JOURNAL_BLOCKS} (one record \
+             must hold the worst case of one operation)"
+        )));
+    }
+    if journal < MKFS_MIN_JOURNAL_BLOCKS || total < 64 {
+        return Err(invalid(format!(
+            "image too small: {size} bytes leave room for a {journal}-block journal (at least {MKFS_MIN_JOURNAL_BLOCKS} needed)"
         )));
     }
     let mut label = [0u8; 32];

@@ -57,15 +57,17 @@ pub fn rename(
         if find(&mut gs, parent).d.nlink == 0 || find(&mut gs, newparent).d.nlink == 0 {
             return Err(FsError::Errno(libc::ENOENT));
         }
-        // Worst case: two entry removals and two inserts, four inodes, and
-        // the overwritten target's last link.
+        // Worst case: an entry insert (or retarget, a replacing insert),
+        // then a second retarget (exchange) or the removal of the old entry
+        // and the overwritten target's last link; four inodes.
         let levels =
             credits::dir_levels(meta, find(&mut gs, parent))?.max(credits::dir_levels(meta, find(&mut gs, newparent))?);
         let target = match dst {
             Some((_, dino)) => fs.drop_link_credits(find(&mut gs, dino))?,
             None => 0,
         };
-        tx.require(2 * credits::tree_remove(levels) + 2 * credits::tree_insert(levels) + 4 * credits::INODE + target)?;
+        let second = credits::tree_insert(levels).max(credits::tree_remove(levels) + target);
+        tx.require(credits::tree_insert(levels) + second + 4 * credits::INODE)?;
         let src_mode = find(&mut gs, src).d.mode;
         let src_dir = src_mode & libc::S_IFMT == libc::S_IFDIR;
         if let Some((_, dino)) = dst {

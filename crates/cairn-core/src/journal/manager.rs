@@ -93,6 +93,14 @@ impl TxManager {
         self.limit
     }
 
+    /// Runs `f` with no handle and no commit running (the invariants of
+    /// the cache and the allocator hold then).
+    pub fn quiesced<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _c = self.commit_lock.lock();
+        let _g = self.gate.write();
+        f()
+    }
+
     /// Credits reserved by running handles.
     pub fn reserved(&self) -> u64 {
         self.reserved.load(Ordering::Relaxed)
@@ -137,6 +145,9 @@ impl TxManager {
     /// Must not be called while holding a handle (the gate is not reentrant
     /// once a commit waits for it).
     pub fn begin<'a>(&'a self, meta: &'a Meta, credits: u64, commit: &dyn Fn() -> Result<()>) -> Result<Tx<'a>> {
+        // A first guess larger than the log is trimmed: the operation states
+        // its real need with `Tx::require`.
+        let credits = if credits == super::credits::DEFAULT { credits.min(self.limit) } else { credits };
         if credits > self.limit {
             tracing::error!(credits, limit = self.limit, "an operation needs more log room than the journal has");
             return Err(FsError::Errno(libc::ENOSPC));

@@ -118,7 +118,7 @@ mod tests {
     /// A fresh 8 MiB image with a 64-block journal.
     fn image() -> (Arc<MemDevice>, Superblock, u32) {
         let dev = Arc::new(MemDevice::new(8 << 20));
-        format(dev.as_ref(), &MkfsOptions { journal_blocks: Some(64), ..Default::default() }, &mut |_, _| {})
+        format(dev.as_ref(), &MkfsOptions { journal_blocks: Some(256), ..Default::default() }, &mut |_, _| {})
             .expect("mkfs");
         let mut head = vec![0u8; SB_SIZE];
         dev.read_at(&mut head, 0).unwrap();

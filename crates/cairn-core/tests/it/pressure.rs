@@ -94,12 +94,16 @@ fn fragmented_file(fs: &Fs, name: &[u8], extents: u64, bs: u64) -> u64 {
 fn check_big_delete(mkfs: MkfsOptions, mib: u64, extents: u64) {
     let bs = u64::from(mkfs.block_size);
     let mem = image(mib, &mkfs);
-    let fs = mount_on(mem.clone(), 1024);
+    // A slow flush keeps the backend's commits in flight while the delete's
+    // steps go on, so the log fills and handles wait for room.
+    let slow = Arc::new(FaultDevice::new(mem.clone()));
+    let fs = mount_on(slow.clone(), 1024);
     let free_before = stat(&fs, "alloc.free_blocks");
     let f = fragmented_file(&fs, b"big", extents, bs);
     fs.sync_fs().unwrap();
     let used = free_before - stat(&fs, "alloc.free_blocks");
     assert!(used >= extents, "the file holds {extents} blocks, {used} used");
+    slow.set_flush_delay(Duration::from_micros(300));
     fs.unlink(ROOT, b"big").expect("unlink of a file larger than the log");
     fs.sync_fs().expect("sync after the big unlink");
     // Still open (the create's lookup reference): freed at the last forget.
@@ -107,6 +111,9 @@ fn check_big_delete(mkfs: MkfsOptions, mib: u64, extents: u64) {
     fs.sync_fs().expect("sync after the big delete");
     assert_eq!(stat(&fs, "tx.credit_overruns"), 0);
     assert!(stat(&fs, "tx.steps") > 1, "the delete should have run in steps");
+    if mkfs.journal_blocks.is_some() {
+        assert!(stat(&fs, "tx.reserve_waits") > 0, "the small log filled and handles waited for room");
+    }
     fs.sync_fs().unwrap();
     fs.debug_check_consistency();
     assert_eq!(stat(&fs, "alloc.free_blocks"), free_before, "every block of the file is free again");
