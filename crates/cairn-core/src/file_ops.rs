@@ -104,7 +104,11 @@ impl Fs {
                     S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
                     _ => return Err(FsError::Errno(libc::EINVAL)),
                 }
-                tx.require(credits::INODE + self.orphan_credits()? + credits::DEFAULT / 2)?;
+                if size < g.d.size {
+                    // All credits first: an operation restarted for more
+                    // credits must not have changed the in-core inode.
+                    tx.require(credits::INODE + self.orphan_credits()? + tx.log_limit() / 2)?;
+                }
                 if size != g.d.size {
                     let shrink = size < g.d.size;
                     file::set_size(tx, &mut g, size)?;

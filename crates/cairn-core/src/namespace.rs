@@ -51,7 +51,11 @@ impl Fs {
             // Inode number, the new inode and its parent, the entry, a
             // symlink's block, and the undo of a failed create.
             let undo = credits::ALLOC + credits::INODE + credits::FREE;
-            tx.require(credits::ALLOC + 2 * credits::INODE + self.entry_add_credits(&pg)? + credits::ALLOC + undo)?;
+            let symlink_block = match target {
+                Some(t) if t.len() > DATA_AREA => credits::map_extent(1) + credits::INODE,
+                _ => 0,
+            };
+            tx.require(credits::ALLOC + 2 * credits::INODE + self.entry_add_credits(&pg)? + symlink_block + undo)?;
             let (ino, d) = self.new_inode(tx, ctx, &pg, mode, rdev)?;
             let r = self.icache.insert(ino, d);
             let mut st = r.write();
