@@ -80,6 +80,8 @@ export PATH="$PATH:/usr/local/bin:${CARGO_HOME:-$HOME/.cargo}/bin"
 
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 export CAIRN=${CAIRN:-$TARGET_DIR/release/cairn}
+# `cairn bench` finds bench/run above its binary; a target dir elsewhere needs the path.
+export CAIRN_BENCH=${CAIRN_BENCH:-$ROOT/bench/run}
 [[ $quick -eq 1 ]] && export STRESS_TIME=2
 
 LOGS=${TEST_LOG_DIR:-/tmp/cairn-test-logs}
