@@ -400,7 +400,14 @@ impl Allocator {
                 0,
             )?;
             if double {
-                tracing::error!(start = s, len = n, "freeing blocks that were already free");
+                // The bitmap and counters just changed are wrong: the error
+                // (corruption) aborts the journal before they are committed.
+                return Err(FormatError::corrupt(
+                    "block bitmap",
+                    s,
+                    format!("freeing {n} block(s) of which some are already free"),
+                )
+                .into());
             }
             self.pending.lock().push((seq, s, n as u32));
             drop(ga);

@@ -98,7 +98,8 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
         let inner = pos % b;
         let res = (|| -> Result<Option<u64>> {
             let mapping = extent_map::lookup(tx, st, lblk)?;
-            if !matches!(mapping, Mapping::Mapped { unwritten: false, .. }) && !room_for_extent(tx, st, pos > off)? {
+            let progressed = pos > off || tx.changed();
+            if !matches!(mapping, Mapping::Mapped { unwritten: false, .. }) && !room_for_extent(tx, st, progressed)? {
                 return Ok(None);
             }
             match mapping {
@@ -138,8 +139,10 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
                 out_of_credits = true;
                 break;
             }
-            Err(e) if pos > off && !matches!(e, FsError::NeedCredits(_)) => {
-                tracing::debug!(error = %e, "short write");
+            // A full file system after some progress is a short write; any
+            // other error (I/O, corruption) goes up to the error latch.
+            Err(FsError::Errno(e @ (libc::ENOSPC | libc::EDQUOT))) if pos > off => {
+                tracing::debug!(errno = e, "short write");
                 break;
             }
             Err(e) => return Err(e),
@@ -197,10 +200,12 @@ fn zero_written(meta: &Meta, st: &InodeState, from: u64, to: u64) -> Result<()> 
 /// One step of unmapping and freeing `[start, end)`: frees the last extents
 /// of the range, as many as the handle's credits allow, and returns whether
 /// any are left (the caller commits and calls again, in a new handle).
-pub fn free_range_step(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64) -> Result<bool> {
+pub fn free_range_step(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64, reserve: u64) -> Result<bool> {
     let levels = credits::extent_levels(tx, st)?;
     let per = credits::unmap_extent(levels);
-    let fixed = credits::tree_insert(levels) + credits::INODE;
+    // Clipped pieces re-inserted at both ends, the inode, and what the
+    // caller does after the step (`reserve`).
+    let fixed = 2 * credits::tree_insert(levels) + credits::INODE + reserve;
     // Ask for up to half a record (a step of many extents), at least one.
     let want = (tx.log_limit() / 2).clamp(per + fixed, 1024 * per + fixed);
     if tx.left() < want && !tx.changed() {
@@ -269,7 +274,7 @@ fn zero_tail(meta: &Meta, st: &InodeState, new_size: u64) -> Result<()> {
 /// as the handle's credits allow; returns whether holes are left.
 pub fn allocate_unwritten(tx: &Tx<'_>, st: &mut InodeState, s: u64, e: u64) -> Result<bool> {
     let mut l = s;
-    let mut progressed = false;
+    let mut progressed = tx.changed();
     while l < e {
         match extent_map::lookup(tx, st, l)? {
             Mapping::Mapped { len, .. } => l = e.min(l + len),
@@ -313,7 +318,7 @@ pub fn fallocate(tx: &Tx<'_>, st: &mut InodeState, off: u64, len: u64, mode: i32
         match *phase {
             // Punch and zero-range: free the whole blocks of the range.
             0 if clears => {
-                if fs < fe && free_range_step(tx, st, fs, fe)? {
+                if fs < fe && free_range_step(tx, st, fs, fe, 0)? {
                     return Ok(true);
                 }
                 *phase = 1;

@@ -36,12 +36,17 @@ impl Fs {
                 }
                 let (n, more) = match file::write(tx, &mut g, off + done as u64, &data[done..]) {
                     Ok(x) => x,
-                    // A later step that fails keeps what the earlier wrote.
-                    Err(e) if done > 0 && !matches!(e, FsError::NeedCredits(_)) => {
-                        tracing::debug!(error = %e, "short write");
-                        (0, false)
+                    // A later step that finds the file system full keeps
+                    // what the earlier ones wrote.
+                    Err(FsError::Errno(libc::ENOSPC | libc::EDQUOT)) if done > 0 => (0, false),
+                    Err(e) => {
+                        if tx.changed() {
+                            // Keep the in-core and on-disk inode in step with
+                            // what the step mapped before it failed.
+                            self.store(tx, &g)?;
+                        }
+                        return Err(e);
                     }
-                    Err(e) => return Err(e),
                 };
                 let t = now();
                 g.d.mtime = t;
@@ -71,7 +76,17 @@ impl Fs {
                     _ => return Err(FsError::Errno(libc::ENODEV)),
                 }
                 let mut p = phase;
-                let more = file::fallocate(tx, &mut g, off, len, mode, &mut p)?;
+                let more = match file::fallocate(tx, &mut g, off, len, mode, &mut p) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        if tx.changed() {
+                            // What was allocated stays allocated (as ext4's
+                            // fallocate leaves it): the inode must record it.
+                            self.store(tx, &g)?;
+                        }
+                        return Err(e);
+                    }
+                };
                 let t = now();
                 if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 {
                     g.d.mtime = t;
@@ -105,22 +120,19 @@ impl Fs {
                     _ => return Err(FsError::Errno(libc::EINVAL)),
                 }
                 if size < g.d.size {
-                    // All credits first: an operation restarted for more
-                    // credits must not have changed the in-core inode.
-                    tx.require(credits::INODE + self.orphan_credits()? + tx.log_limit() / 2)?;
-                }
-                if size != g.d.size {
-                    let shrink = size < g.d.size;
+                    // The blocks past the new end first, as many as this
+                    // handle covers (its credits are asked for before
+                    // anything changes, so a restart finds the inode as it
+                    // was), then the new size and, if blocks are left, the
+                    // orphan entry that lets mount finish the job.
+                    let from = size.div_ceil(u64::from(self.meta.geo.block_size));
+                    more = file::free_range_step(tx, &mut g, from, u64::MAX, self.orphan_credits()?)?;
                     file::set_size(tx, &mut g, size)?;
-                    if shrink {
-                        let from = size.div_ceil(u64::from(self.meta.geo.block_size));
-                        // The new size and the orphan entry first, then as
-                        // many extents as this handle covers.
-                        more = file::free_range_step(tx, &mut g, from, u64::MAX)?;
-                        if more {
-                            self.orphan_add(tx, &mut g)?;
-                        }
+                    if more {
+                        self.orphan_add(tx, &mut g)?;
                     }
+                } else if size != g.d.size {
+                    file::set_size(tx, &mut g, size)?;
                 }
                 g.d.mtime = t;
             }

@@ -8,8 +8,8 @@
 //! data changes in `file_ops`, the commit thread in `backend`.
 //!
 //! ## Locking order
-//! inode I/O lock (one per inode, striped; held across the steps of a long
-//! operation) → commit mutex → transaction gate → inode locks (ascending
+//! rename mutex (moves between directories) → inode I/O lock (one per inode,
+//! striped; held across the steps of a long operation) → commit mutex → transaction gate → inode locks (ascending
 //! inode number) → orphan-list mutex → group mutexes → buffer-cache shard →
 //! buffer bytes.
 
@@ -77,6 +77,8 @@ pub struct Fs {
     /// still to free, in steps (see `lifecycle`).
     pub(crate) reap: Mutex<Vec<u64>>,
     io_locks: Vec<Mutex<()>>,
+    /// Serialises renames between directories (see `rename`).
+    pub(crate) rename_lock: Mutex<()>,
 }
 
 pub(crate) fn now() -> Timestamp {
@@ -159,6 +161,7 @@ impl Fs {
             backend: Backend::default(),
             reap: Mutex::new(Vec::new()),
             io_locks: (0..IO_LOCKS).map(|_| Mutex::new(())).collect(),
+            rename_lock: Mutex::new(()),
         });
         if !fs.opts.read_only {
             fs.change(credits::DEFAULT, |tx| fs.write_sb_buffer(tx))?;
@@ -255,6 +258,12 @@ impl Fs {
             let tx = self.txm.begin(&self.meta, credits, &|| self.commit())?;
             let r = f(&tx);
             let changed = tx.changed();
+            if let Err(e) = &r {
+                // Latch while the handle still holds the gate: a commit
+                // waiting for it must see the abort and not snapshot half an
+                // operation.
+                self.txm.latch.note(&self.meta.dev, e, changed);
+            }
             drop(tx);
             match r {
                 Err(FsError::NeedCredits(n)) if !changed => credits = n,
@@ -263,10 +272,7 @@ impl Fs {
                     self.commit()?;
                     self.commit()?;
                 }
-                Err(e) => {
-                    self.txm.latch.note(&self.meta.dev, &e, changed);
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
                 Ok(v) => return Ok(v),
             }
         }
@@ -399,27 +405,46 @@ impl Fs {
     /// first), calling `f` per entry until it returns false. Offsets are
     /// stable across concurrent creates and unlinks.
     pub fn readdir(&self, ino: u64, offset: u64, f: &mut dyn FnMut(&DirEntry) -> bool) -> Result<()> {
-        self.read_op(|| {
-            let r = self.iget(ino)?;
-            let g = r.read();
-            if !g.d.is_dir() {
-                return Err(FsError::Errno(libc::ENOTDIR));
-            }
-            let dt = (libc::S_IFDIR >> 12) as u8;
-            if offset == 0 && !f(&DirEntry { ino, next_offset: 1, dtype: dt, name: b".".to_vec() }) {
-                return Ok(());
-            }
-            if offset <= 1 {
-                let parent = if ino == ROOT_INO { ROOT_INO } else { g.d.parent };
-                if !f(&DirEntry { ino: parent, next_offset: 2, dtype: dt, name: b"..".to_vec() }) {
+        // Entries are gathered in batches under the directory's lock and
+        // handed to `f` with no lock held: `f` may look inodes up (FUSE
+        // readdirplus takes a lookup reference on each), including this
+        // directory and its parent, and must not wait on locks we hold.
+        const BATCH: usize = 128;
+        let mut next = offset;
+        loop {
+            let batch = self.read_op(|| {
+                let r = self.iget(ino)?;
+                let g = r.read();
+                if !g.d.is_dir() {
+                    return Err(FsError::Errno(libc::ENOTDIR));
+                }
+                let dt = (libc::S_IFDIR >> 12) as u8;
+                let mut out = Vec::new();
+                if next == 0 {
+                    out.push(DirEntry { ino, next_offset: 1, dtype: dt, name: b".".to_vec() });
+                }
+                if next <= 1 {
+                    let parent = if ino == ROOT_INO { ROOT_INO } else { g.d.parent };
+                    out.push(DirEntry { ino: parent, next_offset: 2, dtype: dt, name: b"..".to_vec() });
+                }
+                let from = if next <= 2 { DIRENT_MIN_LOW } else { next };
+                dir::list(&self.meta, &g, from, &mut |k, e| {
+                    out.push(DirEntry { ino: e.ino, next_offset: k + 1, dtype: e.dtype, name: e.name });
+                    out.len() < BATCH
+                })?;
+                Ok(out)
+            })?;
+            let full = batch.len() >= BATCH;
+            for e in &batch {
+                if !f(e) {
                     return Ok(());
                 }
+                next = e.next_offset;
             }
-            let from = if offset <= 2 { DIRENT_MIN_LOW } else { offset };
-            dir::list(&self.meta, &g, from, &mut |k, e| {
-                f(&DirEntry { ino: e.ino, next_offset: k + 1, dtype: e.dtype, name: e.name })
-            })
-        })
+            if !full {
+                return Ok(());
+            }
+        }
     }
 
     /// statfs(2).
@@ -456,9 +481,11 @@ impl Fs {
     /// Commits everything (syncfs / sync).
     pub fn sync_fs(&self) -> Result<()> {
         self.alive()?;
-        if self.is_read_only() {
+        if self.opts.read_only {
             return Ok(());
         }
+        // After an abort, changes made since the last commit are lost: say so.
+        self.txm.latch.check_commit()?;
         self.commit()
     }
 

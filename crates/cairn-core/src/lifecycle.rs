@@ -80,9 +80,10 @@ impl Fs {
         credits::tree_levels(&self.meta, root, KIND_ORPHANS, 0)
     }
 
-    /// Credits of adding to (or removing from) the orphan list.
+    /// Credits of adding to (or removing from) the orphan list (one level
+    /// more than now: another insert may deepen it before ours).
     pub(crate) fn orphan_credits(&self) -> Result<u64> {
-        Ok(credits::tree_insert(self.orphan_levels()?))
+        Ok(credits::tree_insert(self.orphan_levels()? + 1))
     }
 
     pub(crate) fn orphan_add(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
@@ -207,7 +208,7 @@ impl Fs {
                     return Ok(false);
                 }
                 if !Self::frees_at_once(&st) {
-                    file::free_range_step(tx, &mut st, 0, u64::MAX)?;
+                    file::free_range_step(tx, &mut st, 0, u64::MAX, 0)?;
                     if tx.changed() {
                         self.txm.stats.steps.fetch_add(1, Ordering::Relaxed);
                         self.store(tx, &st)?;
@@ -233,7 +234,7 @@ impl Fs {
                 let r = self.iget(ino)?;
                 let mut st = r.write();
                 let from = st.d.size.div_ceil(u64::from(self.meta.geo.block_size));
-                let more = file::free_range_step(tx, &mut st, from, u64::MAX)?;
+                let more = file::free_range_step(tx, &mut st, from, u64::MAX, self.orphan_credits()?)?;
                 if tx.changed() {
                     self.txm.stats.steps.fetch_add(1, Ordering::Relaxed);
                     if more {

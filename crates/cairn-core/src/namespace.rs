@@ -65,7 +65,12 @@ impl Fs {
                         st.d.size = t.len() as u64;
                         st.d.data = DataArea::Inline(t.to_vec());
                     } else {
-                        file::write(tx, &mut st, 0, t)?;
+                        let (n, _) = file::write(tx, &mut st, 0, t)?;
+                        if n as usize != t.len() {
+                            // A short write (a full file system): no
+                            // truncated link target, undo the create.
+                            return Err(FsError::Errno(libc::ENOSPC));
+                        }
                     }
                 }
                 self.store(tx, &st)?;
@@ -273,6 +278,9 @@ impl Fs {
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 || flags == RENAME_NOREPLACE | RENAME_EXCHANGE {
             return Err(FsError::Errno(libc::EINVAL));
         }
+        // Moves between directories are serialised (the VFS does the same
+        // with s_vfs_rename_mutex): the below-itself check walks ancestors.
+        let _cross = (parent != newparent).then(|| self.rename_lock.lock());
         self.change(credits::DEFAULT, |tx| crate::rename::rename(self, tx, parent, name, newparent, newname, flags))?;
         self.reap_all();
         Ok(())

@@ -43,6 +43,23 @@ pub fn rename(
             Some((_, ino)) => Some(fs.iget(ino)?),
             None => None,
         };
+        // A directory may not move below itself. The walk up from the
+        // target takes each inode's lock alone, before the locks below: the
+        // caller holds the rename mutex for moves between directories, so
+        // no other move changes the ancestry meanwhile (as the VFS's
+        // s_vfs_rename_mutex), and walking while holding inode locks could
+        // deadlock with a rename that holds an ancestor.
+        if parent != newparent {
+            let is_dir = |r: &crate::inode::InodeRef| r.read().d.is_dir();
+            if is_dir(&s) {
+                below_itself(fs, src, newparent)?;
+            }
+            if let (Some(d), Some((_, dino))) = (&d, dst) {
+                if flags & RENAME_EXCHANGE != 0 && is_dir(d) {
+                    below_itself(fs, dino, parent)?;
+                }
+            }
+        }
         let mut refs = vec![&p1, &p2, &s];
         if let Some(d) = &d {
             refs.push(d);
@@ -73,35 +90,6 @@ pub fn rename(
         if let Some((_, dino)) = dst {
             if dino == src {
                 return Ok(());
-            }
-        }
-        // A directory may not move below itself.
-        let moving_dirs = src_dir || (flags & RENAME_EXCHANGE != 0 && dst.is_some_and(|(_, i)| is_dir_ino(&mut gs, i)));
-        if moving_dirs && parent != newparent {
-            let check = |anc: u64, from: u64, gs: &mut Vec<crate::inode::InodeGuard>| -> Result<()> {
-                let mut cur = from;
-                for _ in 0..4096 {
-                    if cur == anc {
-                        return Err(FsError::Errno(libc::EINVAL));
-                    }
-                    if cur == ROOT_INO {
-                        return Ok(());
-                    }
-                    cur = if gs.iter().any(|g| g.ino == cur) {
-                        find(gs, cur).d.parent
-                    } else {
-                        fs.iget(cur)?.read().d.parent
-                    };
-                }
-                Err(FsError::Errno(libc::ELOOP))
-            };
-            if src_dir {
-                check(src, newparent, &mut gs)?;
-            }
-            if let Some((_, dino)) = dst {
-                if flags & RENAME_EXCHANGE != 0 && is_dir_ino(&mut gs, dino) {
-                    check(dino, parent, &mut gs)?;
-                }
             }
         }
         let t = now_ts();
@@ -172,6 +160,17 @@ pub fn rename(
     Err(FsError::Errno(libc::EAGAIN))
 }
 
-fn is_dir_ino(gs: &mut [crate::inode::InodeGuard], ino: u64) -> bool {
-    find(gs, ino).d.is_dir()
+/// Fails with EINVAL if `dir` is `from` or one of its ancestors.
+fn below_itself(fs: &Fs, dir: u64, from: u64) -> Result<()> {
+    let mut cur = from;
+    for _ in 0..4096 {
+        if cur == dir {
+            return Err(FsError::Errno(libc::EINVAL));
+        }
+        if cur == ROOT_INO {
+            return Ok(());
+        }
+        cur = fs.iget(cur)?.read().d.parent;
+    }
+    Err(FsError::Errno(libc::ELOOP))
 }

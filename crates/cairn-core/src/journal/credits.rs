@@ -68,9 +68,10 @@ pub fn dir_levels(meta: &Meta, st: &InodeState) -> Result<u64> {
 }
 
 /// Mapping one new extent (allocation + insert, or the conversion of an
-/// unwritten piece: remove + two inserts) in a map of `levels` levels.
+/// unwritten piece in the middle of an extent: remove + left, middle and
+/// right inserts) in a map of `levels` levels.
 pub fn map_extent(levels: u64) -> u64 {
-    ALLOC + tree_remove(levels) + 2 * tree_insert(levels + 1)
+    ALLOC + tree_remove(levels) + 3 * tree_insert(levels + 1)
 }
 
 /// Unmapping and freeing one extent, with the re-insert of a clipped piece

@@ -143,6 +143,12 @@ impl Latch {
         self.latch(dev, e, true, true);
     }
 
+    /// Sets the on-disk flag again (after a commit whose superblock image
+    /// may not carry it).
+    pub fn remark(&self, dev: &Arc<dyn BlockDevice>) {
+        mark_errors_on_disk(dev);
+    }
+
     fn latch(&self, dev: &Arc<dyn BlockDevice>, e: &FsError, abort: bool, half_done: bool) {
         let n = self.errors.fetch_add(1, Ordering::AcqRel);
         let was_aborted = self.aborted.swap(abort || self.aborted(), Ordering::AcqRel);

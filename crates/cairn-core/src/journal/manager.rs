@@ -184,6 +184,9 @@ impl TxManager {
         self.latch.check_commit()?;
         let snap = {
             let _g = self.gate.write();
+            // An operation that failed while we waited may have aborted the
+            // journal: its half-done changes must not be snapshotted.
+            self.latch.check_commit()?;
             if cfg!(debug_assertions) {
                 // No handle runs now: the in-memory invariants must hold.
                 meta.bufs.debug_check_consistency();
@@ -208,6 +211,11 @@ impl TxManager {
             return Err(e);
         }
         meta.bufs.unpin(snap);
+        if self.latch.errors() > 0 {
+            // This commit's superblock image may predate the error: its home
+            // write must not have cleared the flag set in place.
+            self.latch.remark(&meta.dev);
+        }
         self.committed_snapshots.fetch_add(1, Ordering::AcqRel);
         meta.alloc.release_pending(self.log.durable_tail_seq());
         Ok(())

@@ -54,6 +54,7 @@ fn failed_commit_aborts_the_journal_and_marks_the_superblock() {
     assert!(fs.first_error().unwrap().contains("injected write error"));
     let e = fs.mknod(&c, ROOT, b"after", libc::S_IFREG | 0o644, 0).unwrap_err();
     assert_eq!(e.errno(), libc::EROFS);
+    assert!(fs.fsync(kept.ino, false).is_err(), "fsync after an abort must not claim durability");
     assert_eq!(fs.read(kept.ino, 0, 100).unwrap(), b"durable", "reads go on");
     assert!(on_disk_sb(&mem).state & STATE_ERRORS != 0, "STATE_ERRORS is on disk");
     fs.unmount().unwrap();
