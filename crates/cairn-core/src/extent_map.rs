@@ -155,11 +155,17 @@ pub fn tail_cut(meta: &Meta, st: &InodeState, start: u64, end: u64, k: usize) ->
     }
 }
 
-fn to_tree(tx: &Tx<'_>, st: &mut InodeState, list: Vec<Extent>) -> Result<()> {
+/// Moves the inline `list` into a new tree. On failure the inode gets
+/// `before` back (its map before this change), so that a later store
+/// cannot lose the file's map.
+fn to_tree(tx: &Tx<'_>, st: &mut InodeState, list: Vec<Extent>, before: Vec<Extent>) -> Result<()> {
     let mut root = 0;
     let mut t = tree(tx, st);
     for e in &list {
-        t.insert(tx, &mut root, e.lblk, &e.value_bytes())?;
+        if let Err(err) = t.insert(tx, &mut root, e.lblk, &e.value_bytes()) {
+            st.d.data = DataArea::Extents(before);
+            return Err(err);
+        }
     }
     let delta = t.nodes_delta;
     st.d.blocks = st.d.blocks.saturating_add_signed(delta);
@@ -194,12 +200,13 @@ pub fn remove(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64) -> Result<
     }
     match &mut st.d.data {
         DataArea::Extents(list) => {
+            let before = list.clone();
             list.retain(|e| !(e.lblk < end && e.lend() > start));
             list.extend(keep);
             list.sort_by_key(|e| e.lblk);
             if list.len() > INLINE_EXTENTS {
                 let l = std::mem::take(list);
-                to_tree(tx, st, l)?;
+                to_tree(tx, st, l, before)?;
             }
         }
         DataArea::Tree(root) => {
@@ -235,11 +242,12 @@ pub fn insert(tx: &Tx<'_>, st: &mut InodeState, e: Extent) -> Result<()> {
                 l.len += e.len;
                 return Ok(());
             }
+            let before = list.clone();
             list.push(e);
             list.sort_by_key(|x| x.lblk);
             if list.len() > INLINE_EXTENTS {
                 let l = std::mem::take(list);
-                to_tree(tx, st, l)?;
+                to_tree(tx, st, l, before)?;
             }
             Ok(())
         }
