@@ -40,7 +40,17 @@ impl Fs {
     /// The in-core inode `ino` (ENOENT once freed).
     pub(crate) fn iget(&self, ino: u64) -> Result<InodeRef> {
         let r = self.icache.get(&self.meta, ino)?;
-        if r.read().freed {
+        let (freed, unlinked) = {
+            let g = r.read();
+            (g.freed, g.d.nlink == 0 && g.d.flags & INODE_FLAG_ORPHAN == 0)
+        };
+        if freed {
+            return Err(FsError::Errno(libc::ENOENT));
+        }
+        if unlinked && !self.meta.alloc.inode_in_use(&self.meta.bufs, ino)? {
+            // A freed inode read back from disk (the cache dropped it when
+            // it was freed): it is not a live file.
+            r.write().freed = true;
             return Err(FsError::Errno(libc::ENOENT));
         }
         Ok(r)
@@ -341,7 +351,7 @@ impl Fs {
 
     /// Drops `n` lookup references; an unlinked inode is freed at zero.
     pub fn forget(&self, ino: u64, n: u64) {
-        let Ok(r) = self.icache.get(&self.meta, ino) else { return };
+        let Ok(r) = self.iget(ino) else { return };
         let free = {
             let mut g = r.write();
             g.lookups = g.lookups.saturating_sub(n);
