@@ -12,6 +12,7 @@
 //! refused. It exits after the kernel ends the session (`umount`,
 //! `fusermount3 -u`) *and* the engine has committed, checkpointed and marked
 //! the image clean; SIGTERM, SIGINT and SIGHUP unmount the mount point first.
+//! `cairn umount` (`umount_cmd`) waits for that exit through the image lock.
 
 use crate::{control, loopdev, whoami};
 use cairn_core::dev::FileDevice;

@@ -329,11 +329,8 @@ fn fuse_requests(mp: &Path, f: impl FnOnce()) -> std::collections::BTreeMap<Stri
 
 fn per_op(what: &str, n: u64, d: &std::collections::BTreeMap<String, u64>) {
     let total = d.get("requests").copied().unwrap_or(0);
-    let parts: Vec<String> = d
-        .iter()
-        .filter(|(k, _)| *k != "requests")
-        .map(|(k, v)| format!("{k} {:.2}", *v as f64 / n as f64))
-        .collect();
+    let parts: Vec<String> =
+        d.iter().filter(|(k, _)| *k != "requests").map(|(k, v)| format!("{k} {:.2}", *v as f64 / n as f64)).collect();
     println!("requests per {what}: {:.2} ({})", total as f64 / n as f64, parts.join(", "));
 }
 

@@ -16,14 +16,18 @@
 //!   entries come and go.
 //!
 //! ## Locking
-//! None here: the adapter holds no state besides the engine handle and its
-//! settings. Requests arrive on several fuser threads at once and go straight
-//! into the engine, which has its own fine-grained locks.
+//! None here: the adapter holds no state besides the engine handle, its
+//! settings and the request counters ([`crate::metrics`], atomics only).
+//! Requests arrive on several fuser threads at once and go straight into the
+//! engine, which has its own fine-grained locks. Every handler starts a
+//! [`crate::metrics::Timer`] first and runs its engine call inside it.
 //!
 //! ## Durability
 //! `fsync`, `fsyncdir` and `syncfs` (FUSE_SYNCFS: `sync(1)`, `syncfs(2)`) commit
 //! the journal before replying. Everything else is durable at the next commit
-//! (timer, size limit) or at unmount (`destroy`).
+//! (timer, size limit) or at unmount: `destroy_request` on FUSE_DESTROY
+//! (fuseblk: before `umount(2)` returns), else `destroy` when the session
+//! ends.
 
 use crate::convert::{errno, file_attr, from_system_time, kind_of_dtype, negative_attr};
 use crate::metrics::{Metrics, Op};
