@@ -48,7 +48,7 @@ sectors_written() {
 
 declare -A PERFILE LOGPERFILE EXTRA
 run_one() {
-    local fs=$1 rep=$2 img=$SCRATCH/$1.img mp=$SCRATCH/$1 dev s0 s1 statjson pid
+    local fs=$1 rep=$2 img=$SCRATCH/$1.img mp=$SCRATCH/$1 dev s0 s1 statjson
     rm -f "$img"
     truncate -s 4G "$img"
     dev=$(losetup -f --show "$img")
@@ -68,9 +68,7 @@ run_one() {
         { cat "$SCRATCH/fsmark-$fs.log" >&2; die "fs_mark failed on $fs"; }
     if [[ $fs == cairn ]]; then
         statjson=$("$CAIRN" stats "$mp" --json)
-        pid=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])' <<<"$statjson")
-        umount "$mp"
-        while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+        "$CAIRN" umount "$mp"
         read -r logged commits relogged < <(python3 -c '
 import json, sys
 c = json.load(sys.stdin)["counters"]

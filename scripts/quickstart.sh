@@ -99,14 +99,12 @@ run ls -la "$MP"
 run df -h "$MP"
 run "$CAIRN" stats "$MP" || echo "(cairn stats failed)"
 
-if [[ $(id -u) -eq 0 ]]; then UMOUNT="umount $MP"; else UMOUNT="fusermount3 -u $MP"; fi
 cat <<EOF
 
 cairn is mounted at $MP (image: $IMG). The daemon runs in the background.
 
-  Unmount:         $UMOUNT
-                   (returns at once; the daemon finishes writing and exits a moment
-                   later: wait until 'pgrep -f "cairn mount .*$MP"' prints nothing)
+  Unmount:         $CAIRN umount $MP
+                   (returns once the daemon has written everything and released the image)
   Check the image: $CAIRN fsck $IMG        (after unmounting; 0 = clean)
   Mount again:     $CAIRN mount $IMG $MP
   Statistics:      $CAIRN stats $MP --json

@@ -84,8 +84,7 @@ fs_up() {
 fs_down() {
     case $1 in
     cairn)
-        umount "$MP"
-        wait_daemon_exit "$SCRATCH/cairn.img" "$MP" || die "cairn daemon did not exit"
+        "$CAIRN" umount "$MP" || die "cairn umount $MP failed"
         rm -f "$SCRATCH/cairn.img"
         ;;
     fuse2fs)

@@ -5,8 +5,9 @@
 #   - logging (log, warn, die) and a stage timer;
 #   - a cleanup stack run on EXIT (on_exit CMD...), so every mount, loop device and
 #     temp file a script makes is undone on success, failure or Ctrl-C;
-#   - cairn helpers: mkfs, mount, unmount that WAITS FOR THE DAEMON TO EXIT (a plain
-#     umount of a FUSE mount returns before the daemon has finished writing), fsck,
+#   - cairn helpers: mkfs, mount, unmount that WAITS FOR THE DAEMON TO EXIT (through
+#     `cairn umount`; a plain umount of a FUSE mount returns before the daemon has
+#     released the image), fsck,
 #     liveness checks;
 #   - scratch space on a private tmpfs, ext4 on a loop device over a tmpfs file,
 #     fuse2fs mounts (for the comparison runs).
@@ -203,11 +204,13 @@ cairn_unmount() {
     local img=$1 mp=$2
     log "unmount $mp"
     if is_mounted "$mp"; then
-        if ! timeout 60 umount "$mp"; then
-            warn "umount $mp failed; trying fusermount3 -u"
-            timeout 60 fusermount3 -u "$mp" || return 1
+        # cairn umount returns once the daemon has released the image.
+        if ! timeout $((DAEMON_EXIT_TIMEOUT + 30)) "$CAIRN" umount --timeout "$DAEMON_EXIT_TIMEOUT" "$mp"; then
+            warn "cairn umount $mp failed; trying umount, then fusermount3 -u"
+            timeout 60 umount "$mp" || timeout 60 fusermount3 -u "$mp" || return 1
         fi
     fi
+    # Normally already true; also covers a daemon whose mount was gone already.
     wait_daemon_exit "$img" "$mp"
 }
 

@@ -13,6 +13,7 @@
 //! find the daemon. The daemon removes it when it exits.
 
 use cairn_core::Fs;
+use cairn_fuse::Metrics;
 use serde_json::{json, Map, Value};
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -46,10 +47,11 @@ pub fn socket_path(canonical_mountpoint: &Path) -> PathBuf {
     runtime_dir().join(format!("{:016x}.sock", fnv1a(canonical_mountpoint.as_os_str().as_bytes())))
 }
 
-/// The stats document of a mounted file system.
-pub fn stats_document(fs: &Fs, image: &Path, mountpoint: &Path) -> Value {
+/// The stats document of a mounted file system: the engine's counters and
+/// the FUSE session's (`fuse.*`).
+pub fn stats_document(fs: &Fs, fuse: &Metrics, image: &Path, mountpoint: &Path) -> Value {
     let mut counters = Map::new();
-    for (k, v) in fs.stats() {
+    for (k, v) in fs.stats().into_iter().chain(fuse.counters()) {
         counters.insert(k, json!(v));
     }
     json!({
@@ -71,8 +73,8 @@ impl Drop for ControlSocket {
     }
 }
 
-/// Starts serving `fs`'s counters for `mountpoint` on a background thread.
-pub fn serve(fs: Arc<Fs>, image: PathBuf, mountpoint: PathBuf) -> std::io::Result<ControlSocket> {
+/// Starts serving `fs`'s and `fuse`'s counters for `mountpoint` on a background thread.
+pub fn serve(fs: Arc<Fs>, fuse: Arc<Metrics>, image: PathBuf, mountpoint: PathBuf) -> std::io::Result<ControlSocket> {
     let path = socket_path(&mountpoint);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
@@ -86,7 +88,7 @@ pub fn serve(fs: Arc<Fs>, image: PathBuf, mountpoint: PathBuf) -> std::io::Resul
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
             let _ = conn.set_write_timeout(Some(Duration::from_secs(5)));
-            let doc = stats_document(&fs, &image, &mountpoint);
+            let doc = stats_document(&fs, &fuse, &image, &mountpoint);
             let _ = conn.write_all(doc.to_string().as_bytes());
         }
     })?;

@@ -1,6 +1,6 @@
 //! # cairn: the command
 //!
-//! `cairn mkfs | mount | fsck | stats | bench`. Each subcommand lives in its own
+//! `cairn mkfs | mount | umount | fsck | stats | bench`. Each subcommand lives in its own
 //! module; this file parses the command line and maps outcomes to exit
 //! codes: 0 success, 1 failure with a message on stderr, 2 bad usage (clap),
 //! and for `fsck` the fsck(8) codes (0 clean, 1 corrected, 4 uncorrected,
@@ -12,6 +12,7 @@ mod mkfs_cmd;
 mod mount_cmd;
 mod size;
 mod stats_cmd;
+mod umount_cmd;
 mod whoami;
 
 use clap::{Parser, Subcommand};
@@ -75,6 +76,14 @@ enum Cmd {
         /// Internal: report readiness on stdout (used by the background start).
         #[arg(long, hide = true)]
         notify_ready: bool,
+    },
+    /// Unmount MOUNTPOINT and return once its daemon has committed, marked the image clean and
+    /// released it (then `cairn fsck`, a copy or a new mount can use the image at once).
+    Umount {
+        mountpoint: PathBuf,
+        /// Give up waiting for the daemon after SECONDS.
+        #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+        timeout: u64,
     },
     /// Check an unmounted image (exit codes as fsck(8): 0 clean, 1 corrected, 4 errors left, 8 operational error).
     Fsck {
@@ -176,6 +185,13 @@ fn main() -> ExitCode {
             match mount_cmd::run(&a) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(m) => fail("mount", &m),
+            }
+        }
+        Cmd::Umount { mountpoint, timeout } => {
+            init_logging("warn");
+            match umount_cmd::run(&mountpoint, std::time::Duration::from_secs(timeout)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(m) => fail("umount", &m),
             }
         }
         Cmd::Fsck { image, repair } => {

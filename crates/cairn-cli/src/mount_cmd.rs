@@ -12,6 +12,7 @@
 //! refused. It exits after the kernel ends the session (`umount`,
 //! `fusermount3 -u`) *and* the engine has committed, checkpointed and marked
 //! the image clean; SIGTERM, SIGINT and SIGHUP unmount the mount point first.
+//! `cairn umount` (`umount_cmd`) waits for that exit through the image lock.
 
 use crate::{control, loopdev, whoami};
 use cairn_core::dev::FileDevice;
@@ -164,7 +165,8 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
         }
         None
     };
-    let mounted = cairn_fuse::mount(fs.clone(), &mp, &settings, &image.display().to_string());
+    let metrics = Arc::new(cairn_fuse::Metrics::new());
+    let mounted = cairn_fuse::mount(fs.clone(), &mp, &settings, &image.display().to_string(), metrics.clone());
     // Mounted: the loop device detaches itself when the mount goes. Not
     // mounted: it detaches now.
     if let Some(lo) = lo {
@@ -177,7 +179,7 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
             return Err(format!("cannot mount on {}: {e}", mp.display()));
         }
     };
-    let _control = match control::serve(fs.clone(), image.clone(), mp.clone()) {
+    let _control = match control::serve(fs.clone(), metrics, image.clone(), mp.clone()) {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!(error = %e, "no control socket: `cairn stats {}` will not work", mp.display());

@@ -303,3 +303,171 @@ fn a_killed_daemon_leaves_a_journal_that_the_next_mount_replays() {
     let o = run(&["fsck", p(&img)]);
     assert_eq!(o.status.code(), Some(0), "fsck after replay: {}{}", stdout(&o), stderr(&o));
 }
+
+fn counters(mp: &Path) -> std::collections::BTreeMap<String, u64> {
+    let o = run(&["stats", p(mp), "--json"]);
+    assert!(o.status.success(), "stats: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    v["counters"].as_object().unwrap().iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect()
+}
+
+/// Runs `f` and returns the FUSE requests it caused, per opcode (only
+/// opcodes that grew), plus the total under "requests".
+fn fuse_requests(mp: &Path, f: impl FnOnce()) -> std::collections::BTreeMap<String, u64> {
+    let before = counters(mp);
+    f();
+    let after = counters(mp);
+    after
+        .iter()
+        .filter(|(k, _)| k.starts_with("fuse.") && (k.ends_with(".requests") || *k == "fuse.requests"))
+        .filter_map(|(k, v)| {
+            let d = v - before.get(k).copied().unwrap_or(0);
+            (d > 0).then(|| (k.trim_start_matches("fuse.").trim_end_matches(".requests").to_string(), d))
+        })
+        .collect()
+}
+
+fn per_op(what: &str, n: u64, d: &std::collections::BTreeMap<String, u64>) {
+    let total = d.get("requests").copied().unwrap_or(0);
+    let parts: Vec<String> =
+        d.iter().filter(|(k, _)| *k != "requests").map(|(k, v)| format!("{k} {:.2}", *v as f64 / n as f64)).collect();
+    println!("requests per {what}: {:.2} ({})", total as f64 / n as f64, parts.join(", "));
+}
+
+#[test]
+fn fuse_requests_are_counted_per_opcode() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("r.img");
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    mkfs(&img, "256M");
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let _g = Guard(mp.clone());
+    std::fs::create_dir(mp.join("d")).unwrap();
+
+    const N: u64 = 1000;
+    let d = fuse_requests(&mp, || {
+        for i in 0..N {
+            std::fs::File::create(mp.join(format!("d/f{i}"))).unwrap();
+        }
+    });
+    let creates = d.get("create").copied().unwrap_or(0) + d.get("mknod").copied().unwrap_or(0);
+    assert!(creates >= N, "{N} creates counted as {creates}: {d:?}");
+    per_op("create (File::create + close)", N, &d);
+
+    let d = fuse_requests(&mp, || {
+        for i in 0..N {
+            std::fs::metadata(mp.join(format!("d/f{i}"))).unwrap();
+        }
+    });
+    per_op("stat (attributes cached since create)", N, &d);
+
+    let d = fuse_requests(&mp, || {
+        for i in 0..N {
+            drop(std::fs::File::open(mp.join(format!("d/f{i}"))).unwrap());
+        }
+    });
+    assert!(d.get("open").copied().unwrap_or(0) >= N, "{d:?}");
+    per_op("open+close", N, &d);
+
+    let d = fuse_requests(&mp, || {
+        assert_eq!(std::fs::read_dir(mp.join("d")).unwrap().count() as u64, N);
+    });
+    per_op("readdir of 1000 entries (whole listing)", 1, &d);
+
+    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(mp.join("big"), &data).unwrap();
+    let f = std::fs::File::open(mp.join("big")).unwrap();
+    f.sync_all().unwrap();
+    // Drop this file's pages from the page cache, so that the reads reach cairn.
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: fadvise on an open descriptor touches no memory of ours.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0);
+    let d = fuse_requests(&mp, || {
+        use std::io::Read;
+        let mut f = &f;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = Vec::new();
+        loop {
+            let n = f.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(got == data);
+    });
+    assert!(d.get("read").copied().unwrap_or(0) >= 1, "{d:?}");
+    per_op("MiB read sequentially (cold cache)", 8, &d);
+    drop(f);
+
+    // Cold stats: after a remount nothing is in the kernel's caches.
+    let o = run(&["umount", p(&mp)]);
+    assert!(o.status.success(), "cairn umount: {}", stderr(&o));
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "remount: {}", stderr(&o));
+    let d = fuse_requests(&mp, || {
+        for i in 0..N {
+            std::fs::metadata(mp.join(format!("d/f{i}"))).unwrap();
+        }
+    });
+    assert!(d.get("lookup").copied().unwrap_or(0) >= N, "{d:?}");
+    per_op("stat (cold)", N, &d);
+    let c = counters(&mp);
+    assert!(c["fuse.lookup.us_p50"] <= c["fuse.lookup.us_p99"], "{c:?}");
+    assert!(c["fuse.lookup.us_total"] <= c["fuse.lookup.reply_us_total"], "{c:?}");
+    let o = run(&["umount", p(&mp)]);
+    assert!(o.status.success(), "cairn umount: {}", stderr(&o));
+}
+
+#[test]
+fn cairn_umount_returns_when_the_image_is_released() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("u.img");
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    mkfs(&img, "256M");
+    let data = vec![7u8; 20 << 20];
+    // fuseblk (root's default) and plain fuse: `cairn fsck` right after
+    // `cairn umount`, no wait in between.
+    for opts in [&[][..], &["-o", "nofuseblk"][..]] {
+        for round in 0..3 {
+            let mut args = vec!["mount", p(&img), p(&mp)];
+            args.extend_from_slice(opts);
+            let o = run(&args);
+            assert!(o.status.success(), "mount {opts:?}: {}", stderr(&o));
+            let _g = Guard(mp.clone());
+            std::fs::write(mp.join(format!("f{round}")), &data).unwrap();
+            for i in 0..200 {
+                std::fs::write(mp.join(format!("s{round}-{i}")), b"x").unwrap();
+            }
+            let o = run(&["umount", p(&mp)]);
+            assert!(o.status.success(), "cairn umount {opts:?}: {}", stderr(&o));
+            assert!(!is_mounted(&mp));
+            let o = run(&["fsck", p(&img)]);
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "fsck right after cairn umount {opts:?}: {}{}",
+                stdout(&o),
+                stderr(&o)
+            );
+            let o = run(&["stats", p(&img), "--json"]);
+            let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+            assert_eq!(v["state"], "clean", "{opts:?}");
+        }
+    }
+    // Not mounted: a clear error.
+    let o = run(&["umount", p(&mp)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not mounted"), "{}", stderr(&o));
+}

@@ -16,16 +16,21 @@
 //!   entries come and go.
 //!
 //! ## Locking
-//! None here: the adapter holds no state besides the engine handle and its
-//! settings. Requests arrive on several fuser threads at once and go straight
-//! into the engine, which has its own fine-grained locks.
+//! None here: the adapter holds no state besides the engine handle, its
+//! settings and the request counters ([`crate::metrics`], atomics only).
+//! Requests arrive on several fuser threads at once and go straight into the
+//! engine, which has its own fine-grained locks. Every handler starts a
+//! [`crate::metrics::Timer`] first and runs its engine call inside it.
 //!
 //! ## Durability
 //! `fsync`, `fsyncdir` and `syncfs` (FUSE_SYNCFS: `sync(1)`, `syncfs(2)`) commit
 //! the journal before replying. Everything else is durable at the next commit
-//! (timer, size limit) or at unmount (`destroy`).
+//! (timer, size limit) or at unmount: `destroy_request` on FUSE_DESTROY
+//! (fuseblk: before `umount(2)` returns), else `destroy` when the session
+//! ends.
 
 use crate::convert::{errno, file_attr, from_system_time, kind_of_dtype, negative_attr};
+use crate::metrics::{Metrics, Op};
 use cairn_core::{Ctx, Fs, SetAttr, TimeSet};
 use fuser::{
     Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, OpenFlags, RenameFlags,
@@ -76,6 +81,7 @@ impl Default for AdapterOptions {
 pub struct CairnFuse {
     fs: Arc<Fs>,
     opts: AdapterOptions,
+    metrics: Arc<Metrics>,
 }
 
 fn ctx(req: &Request) -> Ctx {
@@ -96,7 +102,17 @@ fn time_set(t: TimeOrNow) -> TimeSet {
 impl CairnFuse {
     /// Wraps a mounted engine.
     pub fn new(fs: Arc<Fs>, opts: AdapterOptions) -> CairnFuse {
-        CairnFuse { fs, opts }
+        CairnFuse::with_metrics(fs, opts, Arc::new(Metrics::new()))
+    }
+
+    /// Wraps a mounted engine, counting requests in `metrics`.
+    pub fn with_metrics(fs: Arc<Fs>, opts: AdapterOptions, metrics: Arc<Metrics>) -> CairnFuse {
+        CairnFuse { fs, opts, metrics }
+    }
+
+    /// The request counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The engine.
@@ -181,14 +197,24 @@ impl Filesystem for CairnFuse {
         Ok(())
     }
 
+    fn destroy_request(&self) {
+        let mut t = self.metrics.timer(Op::Destroy);
+        if let Err(e) = t.call(|| self.fs.unmount()) {
+            tracing::error!(error = %e, "unmount: final commit failed; the journal keeps the last committed state");
+        }
+    }
+
     fn destroy(&mut self) {
+        // Already done in `destroy_request` when the kernel sent FUSE_DESTROY
+        // (fuseblk mounts); this covers sessions that ended without it.
         if let Err(e) = self.fs.unmount() {
             tracing::error!(error = %e, "unmount: final commit failed; the journal keeps the last committed state");
         }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.fs.lookup(parent.0, name_bytes(name)) {
+        let mut t = self.metrics.timer(Op::Lookup);
+        match t.call(|| self.fs.lookup(parent.0, name_bytes(name))) {
             Err(cairn_core::FsError::Errno(libc::ENOENT)) if !self.opts.timeouts.negative.is_zero() => {
                 reply.entry(&self.opts.timeouts.negative, &negative_attr(), Generation(0))
             }
@@ -197,11 +223,13 @@ impl Filesystem for CairnFuse {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.fs.forget(ino.0, nlookup);
+        let mut t = self.metrics.timer(Op::Forget);
+        t.engine(|| self.fs.forget(ino.0, nlookup));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.getattr(ino.0) {
+        let mut t = self.metrics.timer(Op::Getattr);
+        match t.call(|| self.fs.getattr(ino.0)) {
             Ok(a) => reply.attr(&self.opts.timeouts.attr, &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -234,14 +262,16 @@ impl Filesystem for CairnFuse {
             mtime: mtime.map(time_set),
             ctime: ctime.map(from_system_time),
         };
-        match self.fs.setattr(&ctx(req), ino.0, &set) {
+        let mut t = self.metrics.timer(Op::Setattr);
+        match t.call(|| self.fs.setattr(&ctx(req), ino.0, &set)) {
             Ok(a) => reply.attr(&self.opts.timeouts.attr, &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink(ino.0) {
+        let mut t = self.metrics.timer(Op::Readlink);
+        match t.call(|| self.fs.readlink(ino.0)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
         }
@@ -257,23 +287,31 @@ impl Filesystem for CairnFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.entry(reply, self.fs.mknod(&ctx(req), parent.0, name_bytes(name), mode, u64::from(rdev)));
+        let mut t = self.metrics.timer(Op::Mknod);
+        self.entry(reply, t.call(|| self.fs.mknod(&ctx(req), parent.0, name_bytes(name), mode, u64::from(rdev))));
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
-        self.entry(reply, self.fs.mkdir(&ctx(req), parent.0, name_bytes(name), mode));
+        let mut t = self.metrics.timer(Op::Mkdir);
+        self.entry(reply, t.call(|| self.fs.mkdir(&ctx(req), parent.0, name_bytes(name), mode)));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.fs.unlink(parent.0, name_bytes(name)));
+        let mut t = self.metrics.timer(Op::Unlink);
+        Self::empty(reply, t.call(|| self.fs.unlink(parent.0, name_bytes(name))));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.fs.rmdir(parent.0, name_bytes(name)));
+        let mut t = self.metrics.timer(Op::Rmdir);
+        Self::empty(reply, t.call(|| self.fs.rmdir(parent.0, name_bytes(name))));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        self.entry(reply, self.fs.symlink(&ctx(req), parent.0, name_bytes(link_name), target.as_os_str().as_bytes()));
+        let mut t = self.metrics.timer(Op::Symlink);
+        self.entry(
+            reply,
+            t.call(|| self.fs.symlink(&ctx(req), parent.0, name_bytes(link_name), target.as_os_str().as_bytes())),
+        );
     }
 
     fn rename(
@@ -286,19 +324,25 @@ impl Filesystem for CairnFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let mut t = self.metrics.timer(Op::Rename);
         if flags.contains(RenameFlags::RENAME_WHITEOUT) {
             reply.error(Errno::EINVAL);
             return;
         }
-        Self::empty(reply, self.fs.rename(parent.0, name_bytes(name), newparent.0, name_bytes(newname), flags.bits()));
+        Self::empty(
+            reply,
+            t.call(|| self.fs.rename(parent.0, name_bytes(name), newparent.0, name_bytes(newname), flags.bits())),
+        );
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.entry(reply, self.fs.link(ino.0, newparent.0, name_bytes(newname)));
+        let mut t = self.metrics.timer(Op::Link);
+        self.entry(reply, t.call(|| self.fs.link(ino.0, newparent.0, name_bytes(newname))));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.getattr(ino.0) {
+        let mut t = self.metrics.timer(Op::Open);
+        match t.call(|| self.fs.getattr(ino.0)) {
             Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => reply.error(Errno::EISDIR),
             Ok(_) => reply.opened(FileHandle(0), self.file_open_flags()),
             Err(e) => reply.error(errno(&e)),
@@ -316,7 +360,8 @@ impl Filesystem for CairnFuse {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(ino.0, offset, size) {
+        let mut t = self.metrics.timer(Op::Read);
+        match t.call(|| self.fs.read(ino.0, offset, size)) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(&e)),
         }
@@ -334,22 +379,45 @@ impl Filesystem for CairnFuse {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(ino.0, offset, data) {
+        let mut t = self.metrics.timer(Op::Write);
+        match t.call(|| self.fs.write(ino.0, offset, data)) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: fuser::LockOwner, reply: ReplyEmpty) {
+        let _t = self.metrics.timer(Op::Flush);
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _t = self.metrics.timer(Op::Release);
+        reply.ok();
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let _t = self.metrics.timer(Op::Releasedir);
         reply.ok();
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        Self::empty(reply, self.fs.fsync(ino.0, datasync));
+        let mut t = self.metrics.timer(Op::Fsync);
+        Self::empty(reply, t.call(|| self.fs.fsync(ino.0, datasync)));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.getattr(ino.0) {
+        let mut t = self.metrics.timer(Op::Opendir);
+        match t.call(|| self.fs.getattr(ino.0)) {
             Ok(a) if a.mode & libc::S_IFMT != libc::S_IFDIR => reply.error(Errno::ENOTDIR),
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(errno(&e)),
@@ -357,8 +425,11 @@ impl Filesystem for CairnFuse {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let r = self.fs.readdir(ino.0, offset, &mut |e| {
-            !reply.add(INodeNo(e.ino), e.next_offset, kind_of_dtype(e.dtype), OsStr::from_bytes(&e.name))
+        let mut t = self.metrics.timer(Op::Readdir);
+        let r = t.call(|| {
+            self.fs.readdir(ino.0, offset, &mut |e| {
+                !reply.add(INodeNo(e.ino), e.next_offset, kind_of_dtype(e.dtype), OsStr::from_bytes(&e.name))
+            })
         });
         match r {
             Ok(()) => reply.ok(),
@@ -368,24 +439,27 @@ impl Filesystem for CairnFuse {
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let ttl = self.opts.timeouts.entry;
-        let r = self.fs.readdir(ino.0, offset, &mut |e| {
-            // An entry whose inode vanished since the listing began is skipped.
-            let Ok(a) = self.fs.getattr(e.ino) else { return true };
-            let full = reply.add(
-                INodeNo(e.ino),
-                e.next_offset,
-                OsStr::from_bytes(&e.name),
-                &ttl,
-                &file_attr(&a),
-                Generation(u64::from(a.generation)),
-            );
-            // The kernel takes a lookup reference on every entry it was given,
-            // except `.` and `..`, whose attributes it ignores.
-            let dot = e.name == b"." || e.name == b"..";
-            if !full && !dot && self.fs.add_lookup(e.ino).is_err() {
-                tracing::warn!(ino = e.ino, "readdirplus: inode vanished while listing");
-            }
-            !full
+        let mut t = self.metrics.timer(Op::Readdirplus);
+        let r = t.call(|| {
+            self.fs.readdir(ino.0, offset, &mut |e| {
+                // An entry whose inode vanished since the listing began is skipped.
+                let Ok(a) = self.fs.getattr(e.ino) else { return true };
+                let full = reply.add(
+                    INodeNo(e.ino),
+                    e.next_offset,
+                    OsStr::from_bytes(&e.name),
+                    &ttl,
+                    &file_attr(&a),
+                    Generation(u64::from(a.generation)),
+                );
+                // The kernel takes a lookup reference on every entry it was given,
+                // except `.` and `..`, whose attributes it ignores.
+                let dot = e.name == b"." || e.name == b"..";
+                if !full && !dot && self.fs.add_lookup(e.ino).is_err() {
+                    tracing::warn!(ino = e.ino, "readdirplus: inode vanished while listing");
+                }
+                !full
+            })
         });
         match r {
             Ok(()) => reply.ok(),
@@ -394,11 +468,13 @@ impl Filesystem for CairnFuse {
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        Self::empty(reply, self.fs.fsync(ino.0, datasync));
+        let mut t = self.metrics.timer(Op::Fsyncdir);
+        Self::empty(reply, t.call(|| self.fs.fsync(ino.0, datasync)));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.fs.statfs() {
+        let mut t = self.metrics.timer(Op::Statfs);
+        match t.call(|| self.fs.statfs()) {
             Ok(s) => reply.statfs(
                 s.blocks,
                 s.blocks_free,
@@ -423,11 +499,13 @@ impl Filesystem for CairnFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        Self::empty(reply, self.fs.setxattr(ino.0, name_bytes(name), value, flags));
+        let mut t = self.metrics.timer(Op::Setxattr);
+        Self::empty(reply, t.call(|| self.fs.setxattr(ino.0, name_bytes(name), value, flags)));
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.fs.getxattr(ino.0, name_bytes(name)) {
+        let mut t = self.metrics.timer(Op::Getxattr);
+        match t.call(|| self.fs.getxattr(ino.0, name_bytes(name))) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
             Ok(v) => reply.data(&v),
@@ -436,7 +514,8 @@ impl Filesystem for CairnFuse {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.fs.listxattr(ino.0) {
+        let mut t = self.metrics.timer(Op::Listxattr);
+        match t.call(|| self.fs.listxattr(ino.0)) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
             Ok(v) => reply.data(&v),
@@ -445,13 +524,15 @@ impl Filesystem for CairnFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.fs.removexattr(ino.0, name_bytes(name)));
+        let mut t = self.metrics.timer(Op::Removexattr);
+        Self::empty(reply, t.call(|| self.fs.removexattr(ino.0, name_bytes(name))));
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
         // Permission checks are the kernel's (cairn always mounts with
         // `default_permissions`); this only answers whether the inode exists.
-        Self::empty(reply, self.fs.getattr(ino.0).map(|_| ()));
+        let mut t = self.metrics.timer(Op::Access);
+        Self::empty(reply, t.call(|| self.fs.getattr(ino.0).map(|_| ())));
     }
 
     fn create(
@@ -464,8 +545,9 @@ impl Filesystem for CairnFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        let mut t = self.metrics.timer(Op::Create);
         let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
-        self.created(reply, self.fs.mknod(&ctx(req), parent.0, name_bytes(name), mode, 0));
+        self.created(reply, t.call(|| self.fs.mknod(&ctx(req), parent.0, name_bytes(name), mode, 0)));
     }
 
     fn ioctl(
@@ -479,6 +561,7 @@ impl Filesystem for CairnFuse {
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
+        let _t = self.metrics.timer(Op::Ioctl);
         reply.error(Errno::ENOTTY);
     }
 
@@ -492,15 +575,17 @@ impl Filesystem for CairnFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        Self::empty(reply, self.fs.fallocate(ino.0, offset, length, mode));
+        let mut t = self.metrics.timer(Op::Fallocate);
+        Self::empty(reply, t.call(|| self.fs.fallocate(ino.0, offset, length, mode)));
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let mut t = self.metrics.timer(Op::Lseek);
         if offset < 0 {
             reply.error(Errno::ENXIO);
             return;
         }
-        match self.fs.lseek(ino.0, offset as u64, whence) {
+        match t.call(|| self.fs.lseek(ino.0, offset as u64, whence)) {
             Ok(o) => match i64::try_from(o) {
                 Ok(o) => reply.offset(o),
                 Err(_) => reply.error(Errno::EOVERFLOW),
@@ -510,10 +595,12 @@ impl Filesystem for CairnFuse {
     }
 
     fn syncfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyEmpty) {
-        Self::empty(reply, self.fs.sync_fs());
+        let mut t = self.metrics.timer(Op::Syncfs);
+        Self::empty(reply, t.call(|| self.fs.sync_fs()));
     }
 
     fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
-        self.created(reply, self.fs.tmpfile(&ctx(req), parent.0, mode));
+        let mut t = self.metrics.timer(Op::Tmpfile);
+        self.created(reply, t.call(|| self.fs.tmpfile(&ctx(req), parent.0, mode)));
     }
 }

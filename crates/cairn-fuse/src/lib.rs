@@ -22,17 +22,27 @@
 //! measured best) each read requests from their own cloned descriptor and call
 //! straight into the engine. There is no lock in this crate.
 //!
+//! ## Request counters
+//! [`metrics`]: per opcode, requests, errors, and log2 histograms of the time
+//! inside the engine and from handler entry to reply; `cairn stats MOUNTPOINT`
+//! shows them as `fuse.<opcode>.*`. Atomics only: no lock on the hot path.
+//!
 //! ## Unmount
-//! When the kernel ends the session (`umount`, `fusermount3 -u`), fuser joins
-//! the workers and calls `destroy`, which unmounts the engine: final commit,
-//! checkpoint, image marked clean. Only then does the daemon exit, so "the
-//! daemon has exited" means "the image is clean".
+//! On a fuseblk mount the kernel sends FUSE_DESTROY and `umount(2)` waits for
+//! its reply; the vendored fuser calls `destroy_request` before replying, and
+//! cairn unmounts the engine there: final commit, checkpoint, image marked
+//! clean. A plain fuse mount gets no DESTROY: the session ends with ENODEV,
+//! fuser joins the workers and calls `destroy`, which does the same (a no-op
+//! when already done). Only then does the daemon exit, so "the daemon has
+//! exited" means "the image is clean"; `cairn umount` waits for exactly that.
 
 pub mod adapter;
 pub mod convert;
+pub mod metrics;
 pub mod options;
 
 pub use adapter::{AdapterOptions, CairnFuse, Timeouts};
+pub use metrics::Metrics;
 pub use options::{parse as parse_options, Settings};
 
 use cairn_core::Fs;
@@ -74,8 +84,15 @@ pub fn session_config(settings: &Settings, fsname: &str) -> Config {
 
 /// Mounts `fs` at `mountpoint` and completes the FUSE handshake; the file
 /// system answers requests once the returned session runs
-/// ([`Session::run`]). `fsname` is the mount table's source column.
-pub fn mount(fs: Arc<Fs>, mountpoint: &Path, settings: &Settings, fsname: &str) -> io::Result<Session<CairnFuse>> {
+/// ([`Session::run`]). `fsname` is the mount table's source column; the
+/// session counts its requests in `metrics` ([`Metrics::counters`]).
+pub fn mount(
+    fs: Arc<Fs>,
+    mountpoint: &Path,
+    settings: &Settings,
+    fsname: &str,
+    metrics: Arc<Metrics>,
+) -> io::Result<Session<CairnFuse>> {
     let cfg = session_config(settings, fsname);
-    Session::new(CairnFuse::new(fs, settings.adapter), mountpoint, &cfg)
+    Session::new(CairnFuse::with_metrics(fs, settings.adapter, metrics), mountpoint, &cfg)
 }

@@ -409,6 +409,13 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Called on filesystem exit.
     fn destroy(&mut self) {}
 
+    /// cairn patch: FUSE_DESTROY arrived. Called on the worker thread that read
+    /// it, *before* the reply; the kernel sends DESTROY on fuseblk unmounts and
+    /// `umount(2)` waits for the reply, so work done here (a final commit) is
+    /// finished when `umount` returns. Other workers may still be running.
+    /// `destroy` is still called after the session ends.
+    fn destroy_request(&self) {}
+
     /// Look up a directory entry by name and get its attributes.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         warn!("[Not Implemented] lookup(parent: {parent:#x?}, name {name:?})");

@@ -534,6 +534,11 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                            // cairn patch: let the file system finish (final
+                            // commit) before the kernel's umount returns.
+                            if let Some(fs) = self.filesystem.fs.as_ref() {
+                                fs.destroy_request();
+                            }
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
                         } else {

@@ -1,0 +1,266 @@
+//! Per-opcode request counts and latency histograms.
+//!
+//! Every FUSE handler in [`crate::adapter`] starts a [`Timer`] for its opcode;
+//! the engine call runs inside [`Timer::engine`]; when the timer drops (after
+//! the reply has been written to `/dev/fuse`) the request is counted. Two
+//! times are kept per request:
+//!
+//! * **inside cairn** (`us_*`): the engine call alone;
+//! * **in the adapter** (`reply_us_*`): from the handler's entry to the reply
+//!   written (engine call + conversions + the reply's `writev`). fuser parses
+//!   the request before the handler runs; that part (well under a µs) is not
+//!   seen.
+//!
+//! The structure is a fixed array of atomics per opcode: no lock and no
+//! allocation per request, relaxed ordering (the counters are statistics, a
+//! reader may see a request counted in one field and not yet in another).
+//! Latencies go into log2 buckets of microseconds (bucket `b` holds
+//! `[2^(b-1), 2^b)` µs, bucket 0 holds `< 1` µs); p50 and p99 are the upper
+//! bound of the bucket where the cumulative count crosses the quantile, so
+//! they are accurate to a factor of two.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+macro_rules! opcodes {
+    ($($v:ident => $n:literal),* $(,)?) => {
+        /// The FUSE opcodes the adapter answers.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Op { $($v),* }
+        impl Op {
+            /// Every opcode, in counter order.
+            pub const ALL: &'static [Op] = &[$(Op::$v),*];
+            /// The name used in the counters (`fuse.<name>.requests`).
+            pub fn name(self) -> &'static str {
+                match self { $(Op::$v => $n),* }
+            }
+        }
+    };
+}
+
+opcodes! {
+    Lookup => "lookup", Forget => "forget", Getattr => "getattr",
+    Setattr => "setattr", Readlink => "readlink", Mknod => "mknod", Mkdir => "mkdir",
+    Unlink => "unlink", Rmdir => "rmdir", Symlink => "symlink", Rename => "rename", Link => "link",
+    Open => "open", Read => "read", Write => "write", Flush => "flush", Release => "release",
+    Fsync => "fsync", Opendir => "opendir", Readdir => "readdir", Readdirplus => "readdirplus",
+    Releasedir => "releasedir", Fsyncdir => "fsyncdir", Statfs => "statfs", Setxattr => "setxattr",
+    Getxattr => "getxattr", Listxattr => "listxattr", Removexattr => "removexattr",
+    Access => "access", Create => "create", Ioctl => "ioctl", Fallocate => "fallocate",
+    Lseek => "lseek", Syncfs => "syncfs", Tmpfile => "tmpfile", Destroy => "destroy",
+}
+
+const BUCKETS: usize = 40;
+
+/// A log2 histogram of microseconds.
+struct Histogram([AtomicU64; BUCKETS]);
+
+impl Histogram {
+    fn new() -> Self {
+        Histogram(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+
+    fn bucket(us: u64) -> usize {
+        // 0 → 0, 1 → 1, 2..3 → 2, 4..7 → 3, ...
+        ((u64::BITS - us.leading_zeros()) as usize).min(BUCKETS - 1)
+    }
+
+    fn add(&self, us: u64) {
+        self.0[Self::bucket(us)].fetch_add(1, Relaxed);
+    }
+
+    /// Upper bound (µs) of the bucket holding quantile `q` (0..=1); 0 when empty.
+    fn quantile(&self, q: f64) -> u64 {
+        let counts: Vec<u64> = self.0.iter().map(|c| c.load(Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let want = ((total as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (b, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return if b == 0 { 1 } else { 1u64 << b };
+            }
+        }
+        1u64 << (BUCKETS - 1)
+    }
+}
+
+struct OpStats {
+    requests: AtomicU64,
+    errors: AtomicU64,
+    engine_ns: AtomicU64,
+    reply_ns: AtomicU64,
+    engine_hist: Histogram,
+    reply_hist: Histogram,
+}
+
+impl OpStats {
+    fn new() -> Self {
+        OpStats {
+            requests: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            engine_ns: AtomicU64::new(0),
+            reply_ns: AtomicU64::new(0),
+            engine_hist: Histogram::new(),
+            reply_hist: Histogram::new(),
+        }
+    }
+}
+
+/// Request counters of one FUSE session (shared with the control socket).
+pub struct Metrics {
+    ops: Vec<OpStats>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").field("requests", &self.total_requests()).finish()
+    }
+}
+
+impl Metrics {
+    /// All counters zero.
+    pub fn new() -> Self {
+        Metrics { ops: Op::ALL.iter().map(|_| OpStats::new()).collect() }
+    }
+
+    /// Starts timing one request of `op`.
+    #[inline]
+    pub fn timer(&self, op: Op) -> Timer<'_> {
+        Timer { m: self, op, start: Instant::now(), engine_ns: 0, failed: false }
+    }
+
+    fn record(&self, op: Op, engine_ns: u64, reply_ns: u64, failed: bool) {
+        let s = &self.ops[op as usize];
+        s.requests.fetch_add(1, Relaxed);
+        if failed {
+            s.errors.fetch_add(1, Relaxed);
+        }
+        s.engine_ns.fetch_add(engine_ns, Relaxed);
+        s.reply_ns.fetch_add(reply_ns, Relaxed);
+        s.engine_hist.add(engine_ns / 1000);
+        s.reply_hist.add(reply_ns / 1000);
+    }
+
+    /// Requests of `op` so far.
+    pub fn requests(&self, op: Op) -> u64 {
+        self.ops[op as usize].requests.load(Relaxed)
+    }
+
+    /// Requests of every opcode so far.
+    pub fn total_requests(&self) -> u64 {
+        self.ops.iter().map(|s| s.requests.load(Relaxed)).sum()
+    }
+
+    /// The counters, as `cairn stats` shows them: `fuse.requests`, and for
+    /// every opcode seen at least once `fuse.<op>.requests`, `.errors`,
+    /// `.us_total` / `.us_p50` / `.us_p99` (inside the engine) and
+    /// `.reply_us_total` / `.reply_us_p50` / `.reply_us_p99` (handler entry
+    /// to reply written).
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let mut out = vec![("fuse.requests".to_string(), self.total_requests())];
+        for &op in Op::ALL {
+            let s = &self.ops[op as usize];
+            let n = s.requests.load(Relaxed);
+            if n == 0 {
+                continue;
+            }
+            let name = op.name();
+            out.push((format!("fuse.{name}.requests"), n));
+            out.push((format!("fuse.{name}.errors"), s.errors.load(Relaxed)));
+            out.push((format!("fuse.{name}.us_total"), s.engine_ns.load(Relaxed) / 1000));
+            out.push((format!("fuse.{name}.us_p50"), s.engine_hist.quantile(0.5)));
+            out.push((format!("fuse.{name}.us_p99"), s.engine_hist.quantile(0.99)));
+            out.push((format!("fuse.{name}.reply_us_total"), s.reply_ns.load(Relaxed) / 1000));
+            out.push((format!("fuse.{name}.reply_us_p50"), s.reply_hist.quantile(0.5)));
+            out.push((format!("fuse.{name}.reply_us_p99"), s.reply_hist.quantile(0.99)));
+        }
+        out
+    }
+}
+
+/// One request being timed; counted when dropped.
+pub struct Timer<'a> {
+    m: &'a Metrics,
+    op: Op,
+    start: Instant,
+    engine_ns: u64,
+    failed: bool,
+}
+
+impl Timer<'_> {
+    /// Runs the engine call `f`, adding its duration to the time inside cairn.
+    #[inline]
+    pub fn engine<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let t0 = Instant::now();
+        let r = f();
+        self.engine_ns += t0.elapsed().as_nanos() as u64;
+        r
+    }
+
+    /// Runs the engine call `f` and notes whether it failed.
+    #[inline]
+    pub fn call<T, E>(&mut self, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        let r = self.engine(f);
+        self.failed |= r.is_err();
+        r
+    }
+}
+
+impl Drop for Timer<'_> {
+    fn drop(&mut self) {
+        let total = self.start.elapsed().as_nanos() as u64;
+        self.m.record(self.op, self.engine_ns, total, self.failed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_and_quantiles() {
+        assert_eq!(Histogram::bucket(0), 0);
+        assert_eq!(Histogram::bucket(1), 1);
+        assert_eq!(Histogram::bucket(3), 2);
+        assert_eq!(Histogram::bucket(4), 3);
+        assert_eq!(Histogram::bucket(u64::MAX), BUCKETS - 1);
+        let h = Histogram::new();
+        assert_eq!(h.quantile(0.5), 0);
+        for _ in 0..98 {
+            h.add(10);
+        }
+        h.add(1000);
+        h.add(1000);
+        assert_eq!(h.quantile(0.5), 16);
+        assert_eq!(h.quantile(0.99), 1024);
+    }
+
+    #[test]
+    fn counters_list_only_seen_opcodes() {
+        let m = Metrics::new();
+        {
+            let mut t = m.timer(Op::Create);
+            let _: Result<(), ()> = t.call(|| Err(()));
+        }
+        drop(m.timer(Op::Getattr));
+        assert_eq!(m.total_requests(), 2);
+        let c: std::collections::HashMap<String, u64> = m.counters().into_iter().collect();
+        assert_eq!(c["fuse.requests"], 2);
+        assert_eq!(c["fuse.create.requests"], 1);
+        assert_eq!(c["fuse.create.errors"], 1);
+        assert_eq!(c["fuse.getattr.errors"], 0);
+        assert!(!c.contains_key("fuse.lookup.requests"));
+        assert_eq!(Op::ALL.len(), Op::Destroy as usize + 1);
+    }
+}
