@@ -179,6 +179,14 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
             return Err(format!("cannot mount on {}: {e}", mp.display()));
         }
     };
+    if settings.readahead_kb > 0 && whoami::is_root() {
+        match cairn_fuse::set_readahead(&mp, settings.readahead_kb) {
+            Ok(path) => tracing::info!(kb = settings.readahead_kb, path = %path.display(), "readahead window set"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not raise the readahead window; reads stay at the kernel's 128 KiB")
+            }
+        }
+    }
     let _control = match control::serve(fs.clone(), metrics, image.clone(), mp.clone()) {
         Ok(c) => Some(c),
         Err(e) => {

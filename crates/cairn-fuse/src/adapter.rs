@@ -340,13 +340,14 @@ impl Filesystem for CairnFuse {
         self.entry(reply, t.call(|| self.fs.link(ino.0, newparent.0, name_bytes(newname))));
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let mut t = self.metrics.timer(Op::Open);
-        match t.call(|| self.fs.getattr(ino.0)) {
-            Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => reply.error(Errno::EISDIR),
-            Ok(_) => reply.opened(FileHandle(0), self.file_open_flags()),
-            Err(e) => reply.error(errno(&e)),
-        }
+    /// OPEN is answered ENOSYS: the kernel then sets `no_open` for the
+    /// connection and never sends OPEN or RELEASE again, opening every file
+    /// as if with FOPEN_KEEP_CACHE (what cairn answered anyway: file
+    /// handles are 0 and cairn keeps no per-open state). Zero requests per
+    /// open + close of a cached file.
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _t = self.metrics.timer(Op::Open);
+        reply.error(Errno::ENOSYS);
     }
 
     fn read(
@@ -386,9 +387,13 @@ impl Filesystem for CairnFuse {
         }
     }
 
+    /// FLUSH is answered ENOSYS (the kernel sets `no_flush` and stops
+    /// sending it): without an OPEN reply there is no FOPEN_NOFLUSH, and
+    /// there is nothing to flush (every write has reached cairn; with the
+    /// writeback cache the kernel writes its pages back before FLUSH).
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: fuser::LockOwner, reply: ReplyEmpty) {
         let _t = self.metrics.timer(Op::Flush);
-        reply.ok();
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -415,13 +420,11 @@ impl Filesystem for CairnFuse {
         Self::empty(reply, t.call(|| self.fs.fsync(ino.0, datasync)));
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let mut t = self.metrics.timer(Op::Opendir);
-        match t.call(|| self.fs.getattr(ino.0)) {
-            Ok(a) if a.mode & libc::S_IFMT != libc::S_IFDIR => reply.error(Errno::ENOTDIR),
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(errno(&e)),
-        }
+    /// OPENDIR is answered ENOSYS too (`no_opendir`: directories open as if
+    /// with FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE, no OPENDIR or RELEASEDIR).
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _t = self.metrics.timer(Op::Opendir);
+        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {

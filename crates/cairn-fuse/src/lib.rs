@@ -96,3 +96,51 @@ pub fn mount(
     let cfg = session_config(settings, fsname);
     Session::new(CairnFuse::with_metrics(fs, settings.adapter, metrics), mountpoint, &cfg)
 }
+
+/// Sets the readahead window of the FUSE connection mounted at `mountpoint`
+/// to `kb` KiB, through its bdi in sysfs (`/sys/class/bdi/MAJ:MIN[-fuseblk]/
+/// read_ahead_kb`; root only). The kernel offers 128 KiB at FUSE_INIT and a
+/// server may only lower it there; raised afterwards, cold sequential reads
+/// arrive in requests of up to `max_pages` (1 MiB) instead of 128 KiB.
+/// Returns the sysfs file written.
+pub fn set_readahead(mountpoint: &Path, kb: u32) -> io::Result<std::path::PathBuf> {
+    // The device number comes from the mount table, not from stat(2): a stat
+    // of the mount point is a FUSE request, and the caller may not be
+    // serving requests yet.
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let want = mountpoint.to_string_lossy();
+    let dev = table
+        .lines()
+        .rev()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.len() > 4 && unescape_mountinfo(f[4]) == want).then(|| f[2].to_string())
+        })
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{want} is not in the mount table")))?;
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no bdi for the mount in /sys/class/bdi");
+    for name in [format!("{dev}-fuseblk"), dev.clone()] {
+        let path = Path::new("/sys/class/bdi").join(name).join("read_ahead_kb");
+        match std::fs::write(&path, format!("{kb}\n")) {
+            Ok(()) => return Ok(path),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -12,6 +12,7 @@
 //! | `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S` | kernel cache lifetimes (seconds, fractions allowed) | 60 |
 //! | `writeback_cache` / `no_writeback_cache` | kernel writeback cache (see below) | off |
 //! | `max_write=BYTES` | largest write request | 1048576 |
+//! | `readahead_kb=N` | the connection's readahead window, set after mounting (root only; 0 keeps the kernel's 128) | 1024 |
 //! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
 //!
 //! Only *fuseblk* connections receive FUSE_SYNCFS from the kernel (plain
@@ -61,6 +62,9 @@ pub struct Settings {
     pub block_device: Option<String>,
     /// `fuseblk` / `nofuseblk`: `None` lets the command decide (fuseblk when root).
     pub fuseblk: Option<bool>,
+    /// Readahead window to set on the connection's bdi after mounting, KiB
+    /// (0: leave the kernel's default).
+    pub readahead_kb: u32,
 }
 
 impl Default for Settings {
@@ -75,6 +79,7 @@ impl Default for Settings {
             fsname: None,
             block_device: None,
             fuseblk: None,
+            readahead_kb: 1024,
         }
     }
 }
@@ -129,6 +134,7 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "negative_timeout" => timeouts.negative = seconds(key, need()?)?,
                 "writeback_cache" => s.adapter.writeback_cache = true,
                 "no_writeback_cache" => s.adapter.writeback_cache = false,
+                "readahead_kb" => s.readahead_kb = number(key, need()?, 0, 1 << 20)? as u32,
                 "max_write" => s.adapter.max_write = number(key, need()?, 4096, 16 << 20)? as u32,
                 "allow_other" => s.allow_other = true,
                 "allow_root" => s.allow_root = true,
