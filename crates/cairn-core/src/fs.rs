@@ -44,6 +44,10 @@ pub struct MountOptions {
     pub cache_blocks: usize,
     /// What corruption or an I/O error does (`-o errors=`).
     pub errors: ErrorPolicy,
+    /// Find groups for power-of-two and goal-length requests through the
+    /// allocator's order lists and fragment buckets instead of walking every
+    /// group (`-o mb_optimize_scan=0|1`, see `alloc`).
+    pub mb_optimize_scan: bool,
 }
 
 impl Default for MountOptions {
@@ -53,6 +57,7 @@ impl Default for MountOptions {
             commit_interval: Duration::from_secs(5),
             cache_blocks: 65536,
             errors: ErrorPolicy::default(),
+            mb_optimize_scan: true,
         }
     }
 }

@@ -13,6 +13,7 @@
 //! | `writeback_cache` / `no_writeback_cache` | kernel writeback cache (see below) | off |
 //! | `max_write=BYTES` | largest write request | 1048576 |
 //! | `readahead_kb=N` | the connection's readahead window, set after mounting (root only; 0 keeps the kernel's 128) | 1024 |
+//! | `mb_optimize_scan=0\|1` | find block groups through the allocator's order lists and fragment buckets (1) or by walking every group (0), as ext4's option | 1 |
 //! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
 //!
 //! Only *fuseblk* connections receive FUSE_SYNCFS from the kernel (plain
@@ -127,6 +128,13 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                     let v = need()?;
                     s.engine.errors = cairn_core::ErrorPolicy::parse(v)
                         .ok_or_else(|| format!("option errors={v}: expected continue, remount-ro or shutdown"))?;
+                }
+                "mb_optimize_scan" => {
+                    s.engine.mb_optimize_scan = match need()? {
+                        "1" => true,
+                        "0" => false,
+                        v => return Err(format!("option mb_optimize_scan={v}: expected 0 or 1")),
+                    }
                 }
                 "threads" => s.threads = number(key, need()?, 1, 64)? as usize,
                 "entry_timeout" => timeouts.entry = seconds(key, need()?)?,
