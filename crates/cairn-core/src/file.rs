@@ -13,6 +13,7 @@
 //! Locking: the caller holds the inode exclusively (shared for reads) and the
 //! transaction gate.
 
+use crate::alloc::AllocRequest;
 use crate::error::{FsError, Result};
 use crate::extent_map::{self, Mapping};
 use crate::inode::InodeState;
@@ -57,14 +58,21 @@ pub fn read(meta: &Meta, st: &InodeState, off: u64, size: u32) -> Result<Vec<u8>
     Ok(out)
 }
 
-fn alloc_goal(meta: &Meta, st: &InodeState, lblk: u64) -> Result<u64> {
+/// The allocation request for `want` blocks of `st` from `lblk`: its goal is
+/// the block after the previous file block's, else the start of the data
+/// area of the inode's group. Only a file written from its start or right
+/// after its last block is *streaming* and gets a normalized search length
+/// (see `alloc::request`); a write into a hole searches for what it wants.
+fn data_request(meta: &Meta, st: &InodeState, lblk: u64, want: u32) -> Result<AllocRequest> {
+    let bs = meta.geo.block_size;
     if lblk > 0 {
         if let Mapping::Mapped { pblk, .. } = extent_map::lookup(meta, st, lblk - 1)? {
-            return Ok(pblk + 1);
+            return Ok(AllocRequest::data(pblk + 1, want, lblk, st.d.size, bs));
         }
     }
     let g = meta.geo.group_of_ino(st.ino);
-    Ok(meta.geo.meta_start(g) + meta.geo.meta_blocks())
+    let goal = meta.geo.meta_start(g) + meta.geo.meta_blocks();
+    Ok(if lblk == 0 { AllocRequest::data(goal, want, 0, st.d.size, bs) } else { AllocRequest::exact(goal, want) })
 }
 
 /// Room for mapping one more extent in `tx`: `Ok(false)` when the handle's
@@ -120,8 +128,8 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
                 Mapping::Hole { len } => {
                     let need = (end - lblk * b).div_ceil(b);
                     let want = need.min(len).min(u64::from(MAX_EXTENT_LEN)).min(1 << 16) as u32;
-                    let goal = alloc_goal(tx, st, lblk)?;
-                    let (pblk, got) = tx.alloc.alloc_data(tx, goal, want)?;
+                    let req = data_request(tx, st, lblk, want)?;
+                    let (pblk, got) = tx.alloc.alloc_data(tx, req)?;
                     let k = u64::from(got);
                     if let Err(e) = fill_blocks(tx, pblk, lblk, k, off, data) {
                         let _ = tx.free(pblk, k);
@@ -284,8 +292,8 @@ pub fn allocate_unwritten(tx: &Tx<'_>, st: &mut InodeState, s: u64, e: u64) -> R
                 }
                 progressed = true;
                 let want = (e - l).min(len).min(1 << 16) as u32;
-                let goal = alloc_goal(tx, st, l)?;
-                let (pblk, got) = tx.alloc.alloc_data(tx, goal, want)?;
+                let req = data_request(tx, st, l, want)?;
+                let (pblk, got) = tx.alloc.alloc_data(tx, req)?;
                 extent_map::insert(tx, st, Extent { lblk: l, pblk, len: got, unwritten: true })?;
                 st.d.blocks += u64::from(got);
                 l += u64::from(got);

@@ -13,7 +13,7 @@
 //! inode number) → orphan-list mutex → group mutexes → buffer-cache shard →
 //! buffer bytes.
 
-use crate::alloc::Allocator;
+use crate::alloc::{AllocOptions, Allocator};
 use crate::backend::Backend;
 use crate::buffer::BufferCache;
 use crate::dev::BlockDevice;
@@ -133,7 +133,13 @@ impl Fs {
         // `journal::latch`): a replayed superblock image must not clear it.
         sb.state |= errors_before_replay;
         let bufs = BufferCache::new(dev.clone(), geo.block_size as usize, opts.cache_blocks.max(64));
-        let alloc = Allocator::load(geo, seed, sb.gdt_start, &bufs, sb.next_ino)?;
+        let alloc_opts = AllocOptions {
+            optimize_scan: opts.mb_optimize_scan,
+            // A loaded buddy costs about three blocks: a sixteenth of the
+            // buffer cache's size in buddies.
+            buddy_cap: opts.cache_blocks / 16,
+        };
+        let alloc = Allocator::load(geo, seed, sb.gdt_start, &bufs, sb.next_ino, alloc_opts)?;
         let meta =
             Meta { dev, bufs, alloc, geo, seed, hash_seed: sb.hash_seed, running_seq: journal.next_seq().into() };
         let root = meta.load_inode(ROOT_INO)?;
@@ -376,6 +382,19 @@ impl Fs {
                 DataArea::Inline(t) => Ok(t.clone()),
                 _ => file::read(&self.meta, &g, 0, g.d.size.min(SYMLINK_MAX as u64) as u32),
             }
+        })
+    }
+
+    /// The extents of file `ino`, in file order (what FIEMAP and filefrag
+    /// report; adjacent ones are not merged).
+    pub fn extents(&self, ino: u64) -> Result<Vec<cairn_format::extent::Extent>> {
+        self.read_op(|| {
+            let r = self.iget(ino)?;
+            let g = r.read();
+            if g.d.file_type() != S_IFREG {
+                return Err(FsError::Errno(libc::EINVAL));
+            }
+            crate::extent_map::overlapping(&self.meta, &g, 0, u64::MAX)
         })
     }
 

@@ -78,7 +78,7 @@ impl Tx<'_> {
 
     /// Allocates one metadata block near `goal` and returns a zeroed buffer.
     pub fn alloc_meta(&self, goal: u64) -> Result<Arc<Buf>> {
-        let (blk, _) = self.alloc.alloc_blocks(self, goal, 1)?;
+        let blk = self.alloc.alloc_meta_block(self, goal)?;
         Ok(self.bufs.get_new(blk))
     }
 

@@ -74,7 +74,7 @@ fn store(tx: &Tx<'_>, st: &mut InodeState, list: Vec<XattrEntry>) -> Result<()> 
             release(tx, st)?;
         }
         let goal = tx.geo.group_start(tx.geo.group_of_ino(st.ino));
-        let (b, _) = tx.alloc.alloc_blocks(tx, goal, 1)?;
+        let b = tx.alloc.alloc_meta_block(tx, goal)?;
         st.d.blocks += 1;
         b
     };

@@ -217,7 +217,7 @@ impl TxManager {
             self.latch.remark(&meta.dev);
         }
         self.committed_snapshots.fetch_add(1, Ordering::AcqRel);
-        meta.alloc.release_pending(self.log.durable_tail_seq());
+        meta.alloc.release_pending(&meta.bufs, self.log.durable_tail_seq());
         Ok(())
     }
 }

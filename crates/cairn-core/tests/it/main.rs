@@ -4,6 +4,7 @@ mod basic;
 mod big_delete;
 mod common;
 mod concurrency;
+mod contiguity;
 mod crash;
 mod full;
 mod latch;

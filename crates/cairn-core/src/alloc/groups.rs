@@ -1,0 +1,315 @@
+//! Block groups in memory: each group's lock, its buddy (loaded on demand,
+//! evicted under a cap), its blocks waiting for the journal, and the compact
+//! summary the group lists are built from; plus descriptor and bitmap I/O.
+//!
+//! ## Summary
+//! Every group keeps, in atomics readable without its lock: the allocatable
+//! free count (from the descriptor at mount), the number of maximal free runs,
+//! and the largest free chunk order. A group whose bitmap was never written
+//! (`GD_BLOCK_UNINIT`) has one free run from the end of its own metadata to
+//! its end, so its summary is computed from the layout at mount without any
+//! I/O; any other group's summary is *unknown* until its bitmap is first read
+//! (then it stays known when the buddy is evicted). The summary costs 16 bytes
+//! a group: 64 TiB of 128 MiB groups keep 8 MiB of summaries.
+//!
+//! ## Buddy cache
+//! A loaded buddy costs about three times its bitmap block (12 KiB at 4 KiB
+//! blocks). At most `cap` are kept; beyond that, the oldest loaded buddy whose
+//! group has not been used since the last pass (a CLOCK referenced bit) and
+//! whose lock is free is dropped. A group's pending frees live beside its
+//! buddy, not in it, so they survive eviction and are merged on reload.
+
+use super::bits::*;
+use super::buddy::{Buddy, MAX_ORDER};
+use super::Allocator;
+use crate::buffer::BufferCache;
+use crate::error::Result;
+use crate::journal::Tx;
+use cairn_format::bitmap::{synth_block_bitmap, synth_inode_bitmap};
+use cairn_format::checksum::crc;
+use cairn_format::group_desc::*;
+use cairn_format::layout::Geometry;
+use cairn_format::FormatError;
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8};
+use std::time::Instant;
+
+/// `Group::largest`: the group's bitmap has not been read since mount.
+pub const ORDER_UNKNOWN: u8 = 0xff;
+/// `Group::largest`: the group has no allocatable block.
+pub const ORDER_NONE: u8 = 0xfe;
+/// `Group::in_order`/`in_bucket`: not on any list.
+pub const NOT_LISTED: u8 = 0xff;
+
+/// What a group's lock protects.
+pub struct GroupState {
+    pub buddy: Option<Box<Buddy>>,
+    /// Inode bitmap (1 = in use), loaded on demand.
+    pub inodes: Option<Vec<u64>>,
+    /// Blocks freed on disk by checkpoints the journal may still replay:
+    /// (checkpoint, offset in the group, length). Not allocatable yet.
+    pub pending: Vec<(u64, u32, u32)>,
+}
+
+/// One block group in memory.
+pub struct Group {
+    pub lock: Mutex<GroupState>,
+    /// Allocatable free blocks.
+    pub free: AtomicU32,
+    pub free_inodes: AtomicU32,
+    /// Maximal free runs (meaningful when `largest` is known).
+    pub fragments: AtomicU32,
+    /// Largest free chunk order, or `ORDER_UNKNOWN` / `ORDER_NONE`.
+    pub largest: AtomicU8,
+    /// The order list and fragment bucket the group is filed on (changed
+    /// under the group's lock).
+    pub in_order: AtomicU8,
+    pub in_bucket: AtomicU8,
+    /// Used since the buddy cache's last pass.
+    pub referenced: AtomicBool,
+}
+
+impl Group {
+    pub fn new(gd: &GroupDesc, geo: &Geometry, g: u64) -> Group {
+        let (largest, fragments) = if gd.flags & GD_BLOCK_UNINIT != 0 {
+            let (a, b) = (geo.initially_used(g), geo.group_len(g));
+            (largest_order_of_run(a, b).map_or(ORDER_NONE, |k| k as u8), u32::from(a < b))
+        } else {
+            (ORDER_UNKNOWN, 0)
+        };
+        Group {
+            lock: Mutex::new(GroupState { buddy: None, inodes: None, pending: Vec::new() }),
+            free: AtomicU32::new(gd.free_blocks),
+            free_inodes: AtomicU32::new(gd.free_inodes),
+            fragments: AtomicU32::new(fragments),
+            largest: AtomicU8::new(largest),
+            in_order: AtomicU8::new(NOT_LISTED),
+            in_bucket: AtomicU8::new(NOT_LISTED),
+            referenced: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the summary is known (the group can be filed on the lists).
+    pub fn known(&self) -> bool {
+        self.largest.load(Relaxed) != ORDER_UNKNOWN
+    }
+
+    /// Average free run length, if known and any block is free.
+    pub fn avg_fragment(&self) -> Option<u32> {
+        let (free, frags) = (self.free.load(Relaxed), self.fragments.load(Relaxed));
+        (self.known() && free > 0 && frags > 0).then(|| free / frags)
+    }
+}
+
+/// The largest aligned power-of-two chunk inside the free run `[a, b)`
+/// (offsets in a group; chunks aligned to the group start).
+pub fn largest_order_of_run(a: u64, b: u64) -> Option<u32> {
+    let mut best = None;
+    let mut q = a;
+    while q < b {
+        let mut k = q.trailing_zeros().min(MAX_ORDER);
+        while q + (1 << k) > b {
+            k -= 1;
+        }
+        best = best.max(Some(k));
+        q += 1 << k;
+    }
+    best
+}
+
+/// The fragment bucket of a group with `avg` blocks per free run:
+/// `floor(log2(avg))`, capped (ext4's `mb_avg_fragment_size_order`).
+pub fn bucket_of(avg: u32) -> u32 {
+    avg.max(1).ilog2().min(MAX_ORDER)
+}
+
+impl Allocator {
+    pub(super) fn gd_loc(&self, g: u64) -> (u64, usize) {
+        gd_loc(self.gdt_start, self.geo.block_size, g)
+    }
+
+    pub(super) fn read_gd(geo: Geometry, seed: u32, gdt_start: u64, bufs: &BufferCache, g: u64) -> Result<GroupDesc> {
+        let (blk, off) = gd_loc(gdt_start, geo.block_size, g);
+        let buf = bufs.get(blk, |_, _| Ok(()))?;
+        let d = buf.data.read();
+        let gd = GroupDesc::decode(seed, g, &d[off..off + GD_SIZE])?;
+        if gd.block_bitmap != geo.block_bitmap(g)
+            || gd.inode_bitmap != geo.inode_bitmap(g)
+            || gd.inode_table != geo.inode_table(g)
+        {
+            return Err(
+                FormatError::corrupt("group descriptor", g, "metadata locations do not match the layout").into()
+            );
+        }
+        Ok(gd)
+    }
+
+    /// Reads, changes and rewrites group `g`'s descriptor in the transaction.
+    fn update_gd(&self, tx: &Tx<'_>, g: u64, f: impl FnOnce(&mut GroupDesc)) -> Result<()> {
+        let (blk, off) = self.gd_loc(g);
+        let buf = tx.bufs.get(blk, |_, _| Ok(()))?;
+        {
+            let mut d = buf.data.write();
+            let mut gd = GroupDesc::decode(self.seed, g, &d[off..off + GD_SIZE])?;
+            f(&mut gd);
+            gd.encode(self.seed, g, &mut d[off..off + GD_SIZE]);
+        }
+        tx.dirty(&buf);
+        Ok(())
+    }
+
+    /// Reads group `g`'s block or inode bitmap, verified against the
+    /// descriptor's checksum (or synthesised if it was never written).
+    pub(super) fn read_bitmap(&self, bufs: &BufferCache, g: u64, inode_map: bool) -> Result<Vec<u64>> {
+        let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, bufs, g)?;
+        let (uninit, blk, want, what) = if inode_map {
+            (GD_INODE_UNINIT, gd.inode_bitmap, gd.inode_bitmap_csum, "inode bitmap")
+        } else {
+            (GD_BLOCK_UNINIT, gd.block_bitmap, gd.block_bitmap_csum, "block bitmap")
+        };
+        if gd.flags & uninit != 0 {
+            let bytes = if inode_map { synth_inode_bitmap(&self.geo) } else { synth_block_bitmap(&self.geo, g) };
+            return Ok(words_from_bytes(&bytes));
+        }
+        let seed = self.seed;
+        let buf = bufs.get(blk, |at, d| {
+            let computed = crc(seed, d);
+            if computed != want {
+                return Err(FormatError::Checksum { what, at, stored: want, computed }.into());
+            }
+            Ok(())
+        })?;
+        let words = words_from_bytes(&buf.data.read());
+        Ok(words)
+    }
+
+    /// Makes sure group `g`'s buddy is loaded: its bitmap plus its pending
+    /// frees. Files the group on the lists if its summary was unknown.
+    pub(super) fn load_buddy(&self, bufs: &BufferCache, g: u64, st: &mut GroupState) -> Result<()> {
+        let grp = &self.groups[g as usize];
+        grp.referenced.store(true, Relaxed);
+        if st.buddy.is_some() {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let mut map = self.read_bitmap(bufs, g, false)?;
+        for &(_, off, len) in &st.pending {
+            fill_range(&mut map, u64::from(off), u64::from(off) + u64::from(len), true);
+        }
+        let buddy = Buddy::new(map, self.geo.group_len(g));
+        if buddy.free() != grp.free.load(Relaxed) {
+            return Err(FormatError::corrupt(
+                "block bitmap",
+                self.geo.block_bitmap(g),
+                format!("group {g}: {} free blocks in the bitmap, the descriptor says {}", buddy.free(), {
+                    grp.free.load(Relaxed)
+                }),
+            )
+            .into());
+        }
+        st.buddy = Some(Box::new(buddy));
+        self.summarise(g, st);
+        let s = &self.stats;
+        s.buddies_generated.fetch_add(1, Relaxed);
+        s.buddies_time_ns.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+        self.cache_loaded(g);
+        Ok(())
+    }
+
+    /// Copies the loaded buddy's summary into the group's atomics and
+    /// re-files the group on the lists. Called with the group's lock held.
+    pub(super) fn summarise(&self, g: u64, st: &GroupState) {
+        let grp = &self.groups[g as usize];
+        let Some(b) = st.buddy.as_ref() else { return };
+        grp.fragments.store(b.fragments(), Relaxed);
+        grp.largest.store(b.largest_order().map_or(ORDER_NONE, |k| k as u8), Relaxed);
+        self.lists.refile(g as u32, grp);
+    }
+
+    /// Notes that group `g` holds a loaded buddy; evicts others above the cap.
+    fn cache_loaded(&self, g: u64) {
+        let mut q = self.loaded.lock();
+        q.push_back(g as u32);
+        let mut budget = q.len() * 2;
+        while q.len() > self.buddy_cap && budget > 0 {
+            budget -= 1;
+            let Some(v) = q.pop_front() else { break };
+            let grp = &self.groups[v as usize];
+            if grp.referenced.swap(false, Relaxed) {
+                q.push_back(v);
+                continue;
+            }
+            match grp.lock.try_lock() {
+                Some(mut st) => {
+                    st.buddy = None;
+                    self.stats.buddies_evicted.fetch_add(1, Relaxed);
+                }
+                None => q.push_back(v),
+            }
+        }
+    }
+
+    /// Applies `f` to group `g`'s on-disk block or inode bitmap (writing it
+    /// for the first time if needed), then stores its checksum and the
+    /// free-count deltas in the descriptor.
+    pub(super) fn change_disk_bitmap(
+        &self,
+        tx: &Tx<'_>,
+        g: u64,
+        inode_map: bool,
+        f: impl FnOnce(&mut [u8]),
+        free_delta: i64,
+        dirs_delta: i64,
+    ) -> Result<()> {
+        let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, &tx.bufs, g)?;
+        let (blk, uninit_flag) =
+            if inode_map { (gd.inode_bitmap, GD_INODE_UNINIT) } else { (gd.block_bitmap, GD_BLOCK_UNINIT) };
+        let buf = if gd.flags & uninit_flag != 0 {
+            let b = tx.bufs.get_new(blk);
+            let init = if inode_map { synth_inode_bitmap(&self.geo) } else { synth_block_bitmap(&self.geo, g) };
+            debug_assert_eq!(init.len(), tx.bufs.block_size());
+            b.data.write().copy_from_slice(&init);
+            b
+        } else {
+            tx.bufs.get(blk, |_, _| Ok(()))?
+        };
+        let csum = {
+            let mut d = buf.data.write();
+            f(&mut d);
+            crc(self.seed, &d)
+        };
+        tx.dirty(&buf);
+        self.update_gd(tx, g, |gd| {
+            gd.flags &= !uninit_flag;
+            if inode_map {
+                gd.inode_bitmap_csum = csum;
+                gd.free_inodes = (i64::from(gd.free_inodes) + free_delta) as u32;
+                gd.used_dirs = (i64::from(gd.used_dirs) + dirs_delta) as u32;
+            } else {
+                gd.block_bitmap_csum = csum;
+                gd.free_blocks = (i64::from(gd.free_blocks) + free_delta) as u32;
+            }
+        })
+    }
+
+    /// Locks group `g`.
+    pub(super) fn lock_group(&self, g: u64) -> MutexGuard<'_, GroupState> {
+        self.groups[g as usize].lock.lock()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_orders_and_buckets() {
+        assert_eq!(largest_order_of_run(0, 32768), Some(13));
+        assert_eq!(largest_order_of_run(5, 5), None);
+        assert_eq!(largest_order_of_run(3, 8), Some(2));
+        assert_eq!(largest_order_of_run(1027, 32768), Some(13));
+        assert_eq!(largest_order_of_run(1, 2), Some(0));
+        assert_eq!((bucket_of(1), bucket_of(256), bucket_of(511), bucket_of(1 << 20)), (0, 8, 8, 13));
+    }
+}

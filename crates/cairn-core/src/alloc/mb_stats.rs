@@ -1,0 +1,87 @@
+//! The allocator's counters, as ext4's `mb_stats` prints them, and its
+//! `cairn stats` keys (`alloc.*`, `alloc.mb.*`).
+
+use super::Allocator;
+use crate::stats::Publish;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Counters of one criterion (cr0 = power-of-two aligned, cr1 = goal length
+/// fast, cr2 = goal length slow, cr3 = any free).
+#[derive(Default)]
+pub struct CrStats {
+    /// Requests served at this criterion.
+    pub hits: AtomicU64,
+    /// Groups checked (`good_group`) at this criterion.
+    pub groups_considered: AtomicU64,
+    /// Free extents examined inside groups.
+    pub extents_scanned: AtomicU64,
+    /// Full passes over every group that found nothing.
+    pub useless_loops: AtomicU64,
+}
+
+/// Allocator counters.
+#[derive(Default)]
+pub struct AllocStats {
+    pub reqs: AtomicU64,
+    pub blocks_allocated: AtomicU64,
+    pub blocks_freed: AtomicU64,
+    /// Requests served at their exact goal block.
+    pub goal_hits: AtomicU64,
+    /// Requests that got every block they wanted.
+    pub len_goal_hits: AtomicU64,
+    pub cr: [CrStats; 4],
+    pub buddies_generated: AtomicU64,
+    pub buddies_time_ns: AtomicU64,
+    pub buddies_evicted: AtomicU64,
+    pub inodes_allocated: AtomicU64,
+    pub inodes_freed: AtomicU64,
+    pub enospc: AtomicU64,
+}
+
+impl AllocStats {
+    /// Groups considered at every criterion.
+    pub fn groups_scanned(&self) -> u64 {
+        self.cr.iter().map(|c| c.groups_considered.load(Relaxed)).sum()
+    }
+}
+
+impl Publish for Allocator {
+    fn publish(&self, put: &mut dyn FnMut(&str, u64)) {
+        let s = &self.stats;
+        put("alloc.calls", s.reqs.load(Relaxed));
+        put("alloc.blocks_allocated", s.blocks_allocated.load(Relaxed));
+        put("alloc.blocks_freed", s.blocks_freed.load(Relaxed));
+        put("alloc.groups_scanned", s.groups_scanned());
+        put("alloc.goal_hits", s.goal_hits.load(Relaxed));
+        put("alloc.enospc", s.enospc.load(Relaxed));
+        put("alloc.pending_free_blocks", self.pending_blocks());
+        put("alloc.free_blocks", self.disk_free_blocks.load(Relaxed));
+        put("alloc.free_inodes", self.free_inodes.load(Relaxed));
+        put("alloc.inodes_allocated", s.inodes_allocated.load(Relaxed));
+        put("alloc.inodes_freed", s.inodes_freed.load(Relaxed));
+        put("alloc.next_ino", self.next_ino.load(Relaxed));
+        put("alloc.mb.optimize_scan", u64::from(self.optimize_scan));
+        put("alloc.mb.groups", self.geo.group_count);
+        put("alloc.mb.reqs", s.reqs.load(Relaxed));
+        put("alloc.mb.goal_hits", s.goal_hits.load(Relaxed));
+        put("alloc.mb.len_goal_hits", s.len_goal_hits.load(Relaxed));
+        for (i, c) in s.cr.iter().enumerate() {
+            put(&format!("alloc.mb.cr{i}.hits"), c.hits.load(Relaxed));
+            put(&format!("alloc.mb.cr{i}.groups_considered"), c.groups_considered.load(Relaxed));
+            put(&format!("alloc.mb.cr{i}.extents_scanned"), c.extents_scanned.load(Relaxed));
+            put(&format!("alloc.mb.cr{i}.useless_loops"), c.useless_loops.load(Relaxed));
+        }
+        put("alloc.mb.buddies_generated", s.buddies_generated.load(Relaxed));
+        put("alloc.mb.buddies_time_ns", s.buddies_time_ns.load(Relaxed));
+        put("alloc.mb.buddies_evicted", s.buddies_evicted.load(Relaxed));
+        put("alloc.mb.buddies_loaded", self.loaded.lock().len() as u64);
+        let (orders, buckets) = self.lists.sizes();
+        for (k, n) in orders.iter().enumerate() {
+            put(&format!("alloc.mb.order_list.{k}"), *n as u64);
+        }
+        for (k, n) in buckets.iter().enumerate() {
+            put(&format!("alloc.mb.frag_bucket.{k}"), *n as u64);
+        }
+    }
+}

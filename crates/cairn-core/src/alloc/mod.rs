@@ -1,0 +1,301 @@
+//! Block and inode allocation: ext4's multi-block allocator (mballoc) over
+//! per-group bitmaps, with its optimized group scan (seed 002).
+//!
+//! ## On disk
+//! Each group has a block bitmap and an inode bitmap (one block each; bit
+//! `i` = byte `i/8`, bit `i%8`; bits past the group's end are set), whose
+//! crc32c sits in the group descriptor, and the descriptor's free counters.
+//! A group whose descriptor says `GD_BLOCK_UNINIT`/`GD_INODE_UNINIT` has never
+//! had that bitmap written: it is synthesised from the layout on first use
+//! (`cairn_format::bitmap`, the definition fsck checks against too). Every
+//! bitmap and descriptor change goes through the buffer cache inside the
+//! running transaction. Nothing else is stored: buddies, summaries and
+//! lists are rebuilt in memory.
+//!
+//! ## In memory
+//! - `groups`: per group, a lock over its [`buddy::Buddy`] (the allocatable
+//!   bitmap and its free chunks per order, loaded on demand, evicted beyond a
+//!   cap) and its pending frees; and a compact summary in atomics (free
+//!   count, free runs, largest free order) that outlives the buddy.
+//! - `lists`: the optimized scan's indexes: groups by largest free order and
+//!   by average free-run length (`lists`).
+//! - A request ([`AllocRequest`]) has a goal, a wanted length and a search
+//!   length (`request`); `scan` serves it: the goal block first, then ext4's
+//!   criteria cr0..cr3 over candidate groups.
+//!
+//! ## Freed blocks wait for the journal
+//! Freeing clears the on-disk bit at once (so the checkpoint records it) but
+//! the block stays out of the buddy, on its group's pending list, until the
+//! journal's durable tail has passed the freeing checkpoint
+//! ([`Allocator::release_pending`]): an old journal image can then never be
+//! replayed over a block that was reused for file data, and a crash never
+//! exposes a block that a durable checkpoint still references. The queue of
+//! groups with pending frees is in checkpoint order, so a release visits only
+//! the groups it frees blocks in.
+//!
+//! ## Not built (yet)
+//! Reserved preallocations (ext4's per-inode and locality-group PAs): a
+//! normalized request searches for its size class and takes what it wants
+//! from the chunk's start, leaving the rest free behind it for the next
+//! write's goal, but nothing holds the rest for that file.
+//!
+//! ## Locking
+//! One mutex per group (buddy, inode bitmap, pending frees); list locks are
+//! taken inside a group lock, never the other way round (see `lists`); the
+//! free counters are atomics read without locks. Callers hold the
+//! transaction gate shared.
+
+mod bits;
+pub mod buddy;
+mod groups;
+mod inodes;
+mod lists;
+mod mb_stats;
+pub mod request;
+mod scan;
+
+pub use mb_stats::AllocStats;
+pub use request::{AllocRequest, Purpose};
+
+use crate::buffer::BufferCache;
+use crate::error::{FsError, Result};
+use crate::journal::Tx;
+use cairn_format::layout::Geometry;
+use cairn_format::FormatError;
+use groups::Group;
+use lists::GroupLists;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Block and inode allocator.
+pub struct Allocator {
+    geo: Geometry,
+    seed: u32,
+    gdt_start: u64,
+    groups: Vec<Group>,
+    lists: GroupLists,
+    /// Whether cr0/cr1 use the lists (`-o mb_optimize_scan`).
+    optimize_scan: bool,
+    /// Groups with a loaded buddy, oldest first, and how many may be.
+    loaded: Mutex<VecDeque<u32>>,
+    buddy_cap: usize,
+    /// (checkpoint, group) for every pending free, in checkpoint order.
+    pending_queue: Mutex<VecDeque<(u64, u32)>>,
+    pending_total: AtomicU64,
+    /// Free blocks as the on-disk bitmaps say (superblock counter).
+    pub disk_free_blocks: AtomicU64,
+    /// Free blocks that can be allocated now (excludes pending frees).
+    alloc_free: AtomicU64,
+    /// Blocks only metadata may take, so that a tree split or an xattr block
+    /// never fails halfway on a file system that file data has filled.
+    reserve: u64,
+    /// Free inodes (superblock counter).
+    pub free_inodes: AtomicU64,
+    /// Where the next inode search starts.
+    pub next_ino: AtomicU64,
+    pub stats: AllocStats,
+}
+
+/// Allocator settings from the mount options.
+#[derive(Clone, Copy, Debug)]
+pub struct AllocOptions {
+    pub optimize_scan: bool,
+    /// Buddies kept loaded at most.
+    pub buddy_cap: usize,
+}
+
+impl Allocator {
+    /// Loads every group descriptor and builds the groups' summaries (from
+    /// the layout for groups never written; others stay unknown until used).
+    pub fn load(
+        geo: Geometry,
+        seed: u32,
+        gdt_start: u64,
+        bufs: &BufferCache,
+        next_ino: u64,
+        opts: AllocOptions,
+    ) -> Result<Allocator> {
+        let mut groups = Vec::with_capacity(geo.group_count as usize);
+        let (mut fb, mut fi) = (0u64, 0u64);
+        for g in 0..geo.group_count {
+            let gd = Self::read_gd(geo, seed, gdt_start, bufs, g)?;
+            if u64::from(gd.free_blocks) > geo.group_len(g) || u64::from(gd.free_inodes) > geo.inodes_per_group {
+                return Err(FormatError::corrupt("group descriptor", g, "free counts exceed group size").into());
+            }
+            fb += u64::from(gd.free_blocks);
+            fi += u64::from(gd.free_inodes);
+            groups.push(Group::new(&gd, &geo, g));
+        }
+        let lists = GroupLists::new();
+        for (g, grp) in groups.iter().enumerate() {
+            lists.refile(g as u32, grp);
+        }
+        Ok(Allocator {
+            geo,
+            seed,
+            gdt_start,
+            groups,
+            lists,
+            optimize_scan: opts.optimize_scan,
+            loaded: Mutex::new(VecDeque::new()),
+            buddy_cap: opts.buddy_cap.max(4),
+            pending_queue: Mutex::new(VecDeque::new()),
+            pending_total: AtomicU64::new(0),
+            disk_free_blocks: AtomicU64::new(fb),
+            alloc_free: AtomicU64::new(fb),
+            reserve: (geo.total_blocks / 512).clamp(64, 16384),
+            free_inodes: AtomicU64::new(fi),
+            next_ino: AtomicU64::new(next_ino.clamp(cairn_format::FIRST_INO, geo.total_inodes())),
+            stats: AllocStats::default(),
+        })
+    }
+
+    /// Allocates file data per `req` (its purpose must be data), leaving the
+    /// metadata reserve alone: (first block, count between 1 and `req.want`).
+    pub fn alloc_data(&self, tx: &Tx<'_>, mut req: AllocRequest) -> Result<(u64, u32)> {
+        debug_assert_eq!(req.purpose, Purpose::Data);
+        let free = self.alloc_free.load(Ordering::Relaxed);
+        if free <= self.reserve {
+            self.stats.enospc.fetch_add(1, Ordering::Relaxed);
+            return Err(FsError::Errno(libc::ENOSPC));
+        }
+        req.want = u64::from(req.want).min(free - self.reserve) as u32;
+        self.allocate(tx, req)
+    }
+
+    /// Allocates one metadata block near `goal` (the reserve may be used).
+    pub fn alloc_meta_block(&self, tx: &Tx<'_>, goal: u64) -> Result<u64> {
+        self.allocate(tx, AllocRequest::meta(goal)).map(|(b, _)| b)
+    }
+
+    /// Frees `[start, start+len)` in checkpoint `seq` (see the module essay).
+    pub fn free_blocks(&self, tx: &Tx<'_>, seq: u64, start: u64, len: u64) -> Result<()> {
+        if !self.geo.valid_data_range(start, len) {
+            return Err(FormatError::corrupt("extent", start, format!("freeing invalid range {start}+{len}")).into());
+        }
+        let mut b = start;
+        let end = start + len;
+        while b < end {
+            let g = self.geo.group_of_block(b);
+            let base = self.geo.group_start(g);
+            let gend = (base + self.geo.group_len(g)).min(end);
+            let (s, n) = (b - base, gend - b);
+            let mut st = self.lock_group(g);
+            let mut double = false;
+            self.change_disk_bitmap(
+                tx,
+                g,
+                false,
+                |d| {
+                    for x in s..s + n {
+                        double |= !bits::disk_bit(d, x);
+                        bits::disk_set(d, x, false);
+                    }
+                },
+                n as i64,
+                0,
+            )?;
+            if double {
+                // The bitmap and counters just changed are wrong: the error
+                // (corruption) aborts the journal before they are committed.
+                return Err(FormatError::corrupt(
+                    "block bitmap",
+                    b,
+                    format!("freeing {n} block(s) of which some are already free"),
+                )
+                .into());
+            }
+            st.pending.push((seq, s as u32, n as u32));
+            drop(st);
+            self.pending_queue.lock().push_back((seq, g as u32));
+            self.pending_total.fetch_add(n, Relaxed);
+            self.disk_free_blocks.fetch_add(n, Ordering::Relaxed);
+            self.stats.blocks_freed.fetch_add(n, Ordering::Relaxed);
+            b = gend;
+        }
+        Ok(())
+    }
+
+    /// Makes blocks freed by checkpoints below `durable_tail_seq` allocatable.
+    pub fn release_pending(&self, bufs: &BufferCache, durable_tail_seq: u64) {
+        loop {
+            let g = {
+                let mut q = self.pending_queue.lock();
+                match q.front() {
+                    Some(&(seq, g)) if seq < durable_tail_seq => {
+                        q.pop_front();
+                        u64::from(g)
+                    }
+                    _ => break,
+                }
+            };
+            let grp = &self.groups[g as usize];
+            let mut st = self.lock_group(g);
+            let mut ready = Vec::new();
+            st.pending.retain(|&(seq, off, len)| {
+                let go = seq < durable_tail_seq;
+                if go {
+                    ready.push((off, len));
+                }
+                !go
+            });
+            let released: u64 = ready.iter().map(|&(_, len)| u64::from(len)).sum();
+            if released == 0 {
+                continue;
+            }
+            grp.free.fetch_add(released as u32, Relaxed);
+            self.alloc_free.fetch_add(released, Relaxed);
+            self.pending_total.fetch_sub(released, Relaxed);
+            if let Some(b) = st.buddy.as_mut() {
+                for (off, len) in ready {
+                    b.mark(u64::from(off), u64::from(len), false);
+                }
+                self.summarise(g, &st);
+            } else if self.load_buddy(bufs, g, &mut st).is_err() {
+                // Unreadable now: the group stays off the lists until a
+                // linear pass reads it again (and reports the error then).
+                grp.largest.store(groups::ORDER_UNKNOWN, Relaxed);
+                self.lists.refile(g as u32, grp);
+            }
+        }
+    }
+
+    /// Blocks waiting for the journal before they can be reused.
+    pub fn pending_blocks(&self) -> u64 {
+        self.pending_total.load(Relaxed)
+    }
+
+    /// Checks the allocator's in-memory invariants; panics with what is
+    /// wrong: free blocks as the disk counts them = allocatable + pending;
+    /// the groups' counts add up; a loaded buddy equals its bitmap and its
+    /// count and summary; every group is filed where its summary says.
+    pub fn debug_check_consistency(&self) {
+        let pending = self.pending_blocks();
+        let alloc_free = self.alloc_free.load(Ordering::Relaxed);
+        let disk_free = self.disk_free_blocks.load(Ordering::Relaxed);
+        assert_eq!(alloc_free + pending, disk_free, "allocatable {alloc_free} + pending {pending} != free {disk_free}");
+        let (mut sum, mut pending_sum) = (0u64, 0u64);
+        for (g, grp) in self.groups.iter().enumerate() {
+            let st = grp.lock.lock();
+            let free = grp.free.load(Ordering::Relaxed);
+            sum += u64::from(free);
+            pending_sum += st.pending.iter().map(|p| u64::from(p.2)).sum::<u64>();
+            if let Some(b) = &st.buddy {
+                b.check();
+                assert_eq!(b.free(), free, "group {g}: the buddy has {} free blocks, the count says {free}", b.free());
+                assert_eq!(b.fragments(), grp.fragments.load(Relaxed), "group {g}: fragment summary");
+                let largest = b.largest_order().map_or(groups::ORDER_NONE, |k| k as u8);
+                assert_eq!(largest, grp.largest.load(Relaxed), "group {g}: largest order summary");
+                for &(_, off, len) in &st.pending {
+                    let (off, len) = (u64::from(off), u64::from(len));
+                    assert!((off..off + len).all(|i| !b.is_free(i)), "group {g}: a pending free is allocatable");
+                }
+            }
+            self.lists.check_filed(g as u32, grp);
+        }
+        assert_eq!(sum, alloc_free, "groups' allocatable counts add up to {sum}, total says {alloc_free}");
+        assert_eq!(pending_sum, pending, "groups' pending frees add up to {pending_sum}, total says {pending}");
+    }
+}
