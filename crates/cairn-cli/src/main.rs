@@ -1,12 +1,15 @@
 //! # cairn: the command
 //!
-//! `cairn mkfs | mount | umount | fsck | stats | bench`. Each subcommand lives in its own
+//! `cairn mkfs | mount | umount | fsck | stats | bench`, and the hidden, test-only
+//! `cairn debug fragment | dd` (`debug_cmd`). Each subcommand lives in its own
 //! module; this file parses the command line and maps outcomes to exit
 //! codes: 0 success, 1 failure with a message on stderr, 2 bad usage (clap),
 //! and for `fsck` the fsck(8) codes (0 clean, 1 corrected, 4 uncorrected,
 //! 8 operational error).
 
 mod control;
+mod debug_cmd;
+mod debug_dd;
 mod loopdev;
 mod mkfs_cmd;
 mod mount_cmd;
@@ -108,6 +111,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Test-only tools for benchmarks and tests (fragment an image, dd through the engine).
+    #[command(hide = true, subcommand)]
+    Debug(debug_cmd::DebugCmd),
 }
 
 fn init_logging(verbose_default: &str) {
@@ -209,6 +215,13 @@ fn main() -> ExitCode {
             match stats_cmd::run(&target, json) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(m) => fail("stats", &m),
+            }
+        }
+        Cmd::Debug(cmd) => {
+            init_logging("warn");
+            match debug_cmd::run(&cmd) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(m) => fail("debug", &m),
             }
         }
     }

@@ -1,0 +1,269 @@
+//! The hidden test tools, `cairn debug fragment` and `cairn debug dd`, as
+//! bench/mballoc uses them: the fragmented image has exactly the free space
+//! the pattern predicts (checked group by group with the format crate, not
+//! with the tool's own code), it stays mountable and writable, fsck sees the
+//! marked blocks as leaked, and images that are in use, not clean, or whose
+//! journal needs replay are refused untouched.
+
+use cairn_format::bitmap::{bit, synth_block_bitmap};
+use cairn_format::checksum::{crc, seed_from_uuid};
+use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_SIZE};
+use cairn_format::journal::{body_crc_append, body_seed, encode_commit, encode_descriptor};
+use cairn_format::journal::{JournalRegion, JournalSuper};
+use cairn_format::layout::Geometry;
+use cairn_format::superblock::{Superblock, SB_SIZE, STATE_CLEAN};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cairn")).args(args).output().expect("run cairn")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A 64 MiB image of 4 MiB groups (16 groups, 1024 blocks each).
+fn small_image(dir: &Path) -> std::path::PathBuf {
+    let img = dir.join("f.img");
+    let o = run(&["mkfs", p(&img), "--size", "64M", "--group-size", "4M", "--quiet"]);
+    assert!(o.status.success(), "mkfs: {}", text(&o));
+    img
+}
+
+fn superblock(img: &Path) -> Superblock {
+    let b = std::fs::read(img).unwrap();
+    Superblock::decode(&b[..SB_SIZE], b.len() as u64).unwrap()
+}
+
+fn write_superblock(img: &Path, sb: &Superblock) {
+    let f = std::fs::OpenOptions::new().write(true).open(img).unwrap();
+    let mut head = vec![0u8; SB_SIZE];
+    sb.encode(&mut head);
+    f.write_all_at(&head, 0).unwrap();
+}
+
+/// Every group's (descriptor, block bitmap as the format defines it).
+fn groups(img: &Path) -> (Geometry, Vec<(GroupDesc, Vec<u8>)>) {
+    let b = std::fs::read(img).unwrap();
+    let sb = Superblock::decode(&b[..SB_SIZE], b.len() as u64).unwrap();
+    let geo = Geometry::new(&sb).unwrap();
+    let seed = seed_from_uuid(&sb.uuid);
+    let bs = geo.block_size as usize;
+    let gs = (0..geo.group_count)
+        .map(|g| {
+            let (blk, off) = gd_loc(sb.gdt_start, geo.block_size, g);
+            let at = blk as usize * bs + off;
+            let gd = GroupDesc::decode(seed, g, &b[at..at + GD_SIZE]).expect("descriptor checksum");
+            let map = if gd.flags & GD_BLOCK_UNINIT != 0 {
+                synth_block_bitmap(&geo, g)
+            } else {
+                let m = b[gd.block_bitmap as usize * bs..][..bs].to_vec();
+                assert_eq!(crc(seed, &m), gd.block_bitmap_csum, "group {g}: bitmap checksum");
+                m
+            };
+            (gd, map)
+        })
+        .collect();
+    (geo, gs)
+}
+
+/// Checks that every group holds `before`'s used blocks plus the pattern
+/// (`used`/`period` in blocks), and nothing else; returns the free total.
+fn check_pattern(img: &Path, before: &[(GroupDesc, Vec<u8>)], used: u64, period: u64) -> u64 {
+    let (geo, after) = groups(img);
+    let mut free_total = 0;
+    for (g, ((_, old), (gd, new))) in before.iter().zip(&after).enumerate() {
+        let g = g as u64;
+        assert_eq!(gd.flags & GD_BLOCK_UNINIT, 0, "group {g} still uninit");
+        let mut free = 0;
+        let mut run = 0;
+        for o in 0..geo.group_len(g) {
+            let want = bit(old, o) || o % period >= period - used;
+            assert_eq!(bit(new, o), want, "group {g} block {o}");
+            if want {
+                run = 0;
+            } else {
+                free += 1;
+                run += 1;
+                assert!(run < period, "group {g}: a free run of {run} blocks at {o}");
+            }
+        }
+        assert_eq!(u64::from(gd.free_blocks), free, "group {g}: free count");
+        free_total += free;
+    }
+    let sb = superblock(img);
+    assert_eq!(sb.free_blocks, free_total, "superblock free count");
+    assert_ne!(sb.state & STATE_CLEAN, 0, "the image is clean after fragmenting");
+    free_total
+}
+
+fn dd(img: &Path, name: &str, count: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["debug", "dd", p(img), "--path", name, "--bs", "2M", "--count", count];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    assert!(o.status.success(), "debug dd: {}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("run 1: ") && err.contains("useless_loops"), "{err}");
+    serde_json::from_slice(&o.stdout).expect("debug dd prints JSON")
+}
+
+#[test]
+fn fragment_leaves_exactly_the_pattern_free_and_the_image_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = small_image(dir.path());
+    // Something in use first: the pattern adds to it.
+    let v = dd(&img, "before", "3", &["--fsync"]);
+    assert_eq!(v["runs"][0]["bytes"].as_u64(), Some(6 << 20), "{v}");
+    let (_, before) = groups(&img);
+
+    let o = run(&["debug", "fragment", p(&img)]);
+    assert!(o.status.success(), "fragment: {}", text(&o));
+    assert!(text(&o).contains(" groups fragmented"), "{}", text(&o));
+    let free = check_pattern(&img, &before, 256, 512);
+    assert!(free > 4000, "about half the space stays free: {free} blocks");
+
+    // A second pass changes nothing: the pattern is already there.
+    let o = run(&["debug", "fragment", p(&img)]);
+    assert!(o.status.success(), "second fragment: {}", text(&o));
+    assert!(text(&o).contains("0 groups fragmented"), "{}", text(&o));
+    let before = groups(&img).1;
+    assert_eq!(check_pattern(&img, &before, 256, 512), free);
+
+    // fsck: the marked blocks are owned by nothing (that is the point).
+    let o = run(&["fsck", p(&img)]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(text(&o).contains("nothing owns"), "{}", text(&o));
+
+    // The engine mounts it, writes 2 MiB writes into the 1 MiB holes, and
+    // leaves it clean; both mount-option values are accepted.
+    for opt in ["mb_optimize_scan=0", "mb_optimize_scan=1"] {
+        let v = dd(&img, "file", "4", &["--fsync", "--repeat", "2", "-o", opt]);
+        let runs = v["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "{v}");
+        assert!(runs.iter().all(|r| r["bytes"].as_u64() == Some(8 << 20) && r["seconds"].as_f64().unwrap() > 0.0));
+        assert!(v["alloc"]["alloc.blocks_allocated"].as_u64().unwrap() >= 2 * 2048, "{v}");
+        assert!(v["mount_seconds"].as_f64().is_some() && v["unmount_seconds"].as_f64().is_some(), "{v}");
+        assert_ne!(superblock(&img).state & STATE_CLEAN, 0, "clean after debug dd");
+    }
+}
+
+#[test]
+fn fragment_takes_other_patterns_and_refuses_bad_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = small_image(dir.path());
+    let (_, before) = groups(&img);
+    let pristine = std::fs::read(&img).unwrap();
+    for (used, period) in [("2M", "2M"), ("0", "1M"), ("6K", "64K"), ("1M", "x")] {
+        let o = run(&["debug", "fragment", p(&img), "--used", used, "--period", period]);
+        assert_eq!(o.status.code(), Some(1), "--used {used} --period {period}: {}", text(&o));
+    }
+    assert!(std::fs::read(&img).unwrap() == pristine, "a refused fragment changed the image");
+    let o = run(&["debug", "fragment", p(&img), "--used", "12K", "--period", "64K"]);
+    assert!(o.status.success(), "{}", text(&o));
+    check_pattern(&img, &before, 3, 16);
+}
+
+#[test]
+fn fragment_refuses_images_in_use_unclean_or_needing_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = small_image(dir.path());
+    let pristine = std::fs::read(&img).unwrap();
+    let unchanged = |what: &str| assert!(std::fs::read(&img).unwrap() == pristine, "{what}: image changed");
+
+    // In use: someone holds the lock a mount holds.
+    let f = std::fs::File::open(&img).unwrap();
+    // SAFETY: flock on a valid, owned descriptor has no memory effects.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(r, 0);
+    let o = run(&["debug", "fragment", p(&img)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("in use"), "{}", text(&o));
+    let o = run(&["debug", "dd", p(&img), "--path", "x", "--bs", "4K", "--count", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("in use"), "{}", text(&o));
+    drop(f);
+    unchanged("in use");
+
+    // Not cleanly unmounted.
+    let mut sb = superblock(&img);
+    sb.state &= !STATE_CLEAN;
+    write_superblock(&img, &sb);
+    let dirty = std::fs::read(&img).unwrap();
+    let o = run(&["debug", "fragment", p(&img)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("not cleanly unmounted"), "{}", text(&o));
+    assert!(std::fs::read(&img).unwrap() == dirty, "unclean: image changed");
+    sb.state |= STATE_CLEAN;
+    write_superblock(&img, &sb);
+    unchanged("restored");
+
+    // Marked clean, but the journal holds a committed record (descriptor,
+    // one image of block 0, commit) at its tail.
+    let seed = seed_from_uuid(&sb.uuid);
+    let region = JournalRegion::of(&sb);
+    let bs = sb.block_size() as usize;
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(&img).unwrap();
+    let mut jb = vec![0u8; bs];
+    file.read_exact_at(&mut jb, region.start * bs as u64).unwrap();
+    let jsb = JournalSuper::decode(seed, region.start, &jb, region.blocks).unwrap();
+    let mut desc = vec![0u8; bs];
+    encode_descriptor(seed, jsb.tail_seq, &[0], &mut desc);
+    let image0 = pristine[..bs].to_vec();
+    let body = body_crc_append(body_crc_append(body_seed(seed, jsb.tail_seq), &desc), &image0);
+    let mut commit = vec![0u8; bs];
+    encode_commit(seed, jsb.tail_seq, 3, body, &mut commit);
+    let mut off = jsb.tail_off;
+    for b in [&desc, &image0, &commit] {
+        file.write_all_at(b, region.block_of(off) * bs as u64).unwrap();
+        off = region.next(off, 1);
+    }
+    let with_log = std::fs::read(&img).unwrap();
+    let o = run(&["debug", "fragment", p(&img)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("need replay"), "{}", text(&o));
+    assert!(std::fs::read(&img).unwrap() == with_log, "needs replay: image changed");
+    // fsck agrees that it merely needs replay (the record is well formed).
+    let o = run(&["fsck", p(&img)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    // Not a cairn image at all.
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![7u8; 1 << 20]).unwrap();
+    let o = run(&["debug", "fragment", p(&junk)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("not a cairn file system"), "{}", text(&o));
+    assert_eq!(std::fs::metadata(&junk).unwrap().size(), 1 << 20);
+}
+
+#[test]
+fn a_fragmented_image_mounts_through_fuse() {
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root || !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: mounting needs root and /dev/fuse");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = small_image(dir.path());
+    let o = run(&["debug", "fragment", p(&img)]);
+    assert!(o.status.success(), "fragment: {}", text(&o));
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let o = run(&["mount", p(&img), p(&mp), "-o", "mb_optimize_scan=0"]);
+    assert!(o.status.success(), "mount: {}", text(&o));
+    let data: Vec<u8> = (0..(5u32 << 20)).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    let wrote = std::fs::write(mp.join("big"), &data);
+    let read = std::fs::read(mp.join("big"));
+    let o = run(&["umount", p(&mp)]);
+    assert!(o.status.success(), "umount: {}", text(&o));
+    wrote.unwrap();
+    assert!(read.unwrap() == data, "data read back differs");
+    assert_ne!(superblock(&img).state & STATE_CLEAN, 0, "clean after umount");
+}
