@@ -24,6 +24,8 @@ pub struct CrStats {
 #[derive(Default)]
 pub struct AllocStats {
     pub reqs: AtomicU64,
+    /// Time spent serving requests (scans, buddy loads, bitmap updates).
+    pub time_ns: AtomicU64,
     pub blocks_allocated: AtomicU64,
     pub blocks_freed: AtomicU64,
     /// Requests served at their exact goal block.
@@ -64,6 +66,7 @@ impl Publish for Allocator {
         put("alloc.mb.optimize_scan", u64::from(self.optimize_scan));
         put("alloc.mb.groups", self.geo.group_count);
         put("alloc.mb.reqs", s.reqs.load(Relaxed));
+        put("alloc.mb.time_ns", s.time_ns.load(Relaxed));
         put("alloc.mb.goal_hits", s.goal_hits.load(Relaxed));
         put("alloc.mb.len_goal_hits", s.len_goal_hits.load(Relaxed));
         for (i, c) in s.cr.iter().enumerate() {

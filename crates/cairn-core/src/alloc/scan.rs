@@ -31,6 +31,7 @@ use super::Allocator;
 use crate::error::{FsError, Result};
 use crate::journal::Tx;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
 
 /// Extents examined in a group at most (ext4's `mb_max_to_scan`).
 const MAX_TO_SCAN: u64 = 200;
@@ -49,6 +50,13 @@ impl Allocator {
     /// Allocates between 1 and `req.want` contiguous blocks: (first, count).
     pub fn allocate(&self, tx: &Tx<'_>, req: AllocRequest) -> Result<(u64, u32)> {
         self.stats.reqs.fetch_add(1, Relaxed);
+        let t = Instant::now();
+        let r = self.allocate_timed(tx, req);
+        self.stats.time_ns.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+        r
+    }
+
+    fn allocate_timed(&self, tx: &Tx<'_>, req: AllocRequest) -> Result<(u64, u32)> {
         let goal = if req.goal >= self.geo.total_blocks { 0 } else { req.goal };
         let g0 = self.geo.group_of_block(goal);
         if let Some(r) = self.try_goal(tx, g0, goal, req)? {
