@@ -24,6 +24,8 @@
 #              lost, fsck clean)
 #   bench      cairn bench --quick = bench/run --quick (every benchmark experiment on cairn and its peers, small
 #              sizes, one run per cell; fails if any cell fails; report in the log dir)
+#   mballoc    bench/mballoc --quick --no-ext4 (seed 002's experiment on a fragmented 1 TiB image:
+#              dd through a mount and the engine with mb_optimize_scan=0 and 1, useless loops)
 # Every external suite ends with an unmount, a wait for the daemon to exit and a clean
 # `cairn fsck`. Must run as root (mounts, loop devices, pjdfstest's user switching).
 #
@@ -35,7 +37,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
 
-ALL=(lint build unit pjdfstest stress-ng survival sigkill pressure bench)
+ALL=(lint build unit pjdfstest stress-ng survival sigkill pressure bench mballoc)
 only=""
 skip=""
 quick=0
@@ -135,6 +137,7 @@ run_suite survival 15 bash tests/external/survival.sh
 run_suite sigkill 20 bash tests/external/sigkill.sh 50
 run_suite pressure 10 bash tests/external/pressure.sh
 run_suite bench 20 "$CAIRN" bench --quick --out "$LOGS/bench-report"
+run_suite mballoc 5 python3 "$ROOT/bench/mballoc" --quick --no-ext4 --cairn "$CAIRN" --out "$LOGS/mballoc-report"
 
 # Anything left mounted by a suite that was killed by its timeout?
 leftover=$(findmnt -rn -o TARGET | grep '^/tmp/cairn-test\.' || true)
