@@ -190,6 +190,7 @@ class Ext4:
             os.close(fd)
         fsmod.run(["umount", self.mp])
         info["freefrag"] = freefrag(self.dev)
+        info["bytes_on_disk"] = os.stat(self.pristine).st_blocks * 512
         self._detach()
         info["groups"] = -(-self.size // (128 * MiB))
         return info

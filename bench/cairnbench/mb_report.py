@@ -82,6 +82,16 @@ def get(d, *path):
     return d
 
 
+CRITERIA_KEYS = [f"{n}.groups_considered" for n, _, _ in CRITERIA]
+CAIRN_CONSIDERED = [f"alloc.mb.cr{c}.groups_considered" for c in range(4)]
+
+
+def considered(delta, keys):
+    """Sum of groups considered over the criteria (None if none is published)."""
+    vals = [delta[k] for k in keys if delta and k in delta]
+    return sum(vals) if vals else None
+
+
 def seed_loops_text(label, delta, names):
     """The seed's printout: `useless_cX_loops: N` lines."""
     lines = [f"{label}:", ""]
@@ -110,12 +120,14 @@ def mount_section(res):
         return "## 1. The seed's dd through a real mount\n\nNot run: " + res["meta"].get("mount_skipped", "?") + "\n"
     s = "## 1. The seed's dd through a real mount\n\n"
     s += ("`time dd if=/dev/urandom of=MNT/file bs=2M count=10`, three times in a row in one mount "
-          "(`cairn mount IMG MNT -o mb_optimize_scan=X`, fuseblk as root), each on the same fresh copy of the "
-          "fragmented image. Wall time of dd alone (the seed's measure):\n\n")
+          "(`cairn mount IMG MNT -o mb_optimize_scan=X`, fuseblk as root) of a fresh copy of the fragmented image. Wall time of dd alone (the seed's measure):\n\n")
     s += HEAD
     for i in range(3):
         s += f"| {ORD[i]} run | " + " | ".join(secs(get(m[x], "runs", i, "dd_seconds")) for x in MODES) + " |\n"
     u = res.get("urandom_seconds")
+    s += "| groups considered, all criteria (`alloc.mb.crN.groups_considered`) | " + " | ".join(
+        " / ".join(dash(considered(r.get("delta"), CAIRN_CONSIDERED)) for r in (get(m[x], "runs") or [])) or "-"
+        for x in MODES) + " |\n"
     s += (f"\n`dd if=/dev/urandom of=/dev/null bs=2M count=10` alone takes {secs(u)} here: that much of each "
           "run is the random source, not the file system.\n\n")
     s += HEAD
@@ -194,6 +206,9 @@ def ext4_section(res):
         s += f"| {ORD[i]} run | " + " | ".join(
             f"{secs(get(a[m], 'runs', i, 'dd_seconds'))} (+ sync {secs(get(a[m], 'runs', i, 'sync_seconds'))})"
             for m in MODES) + " |\n"
+    s += "| groups considered, all criteria | " + " | ".join(
+        " / ".join(dash(considered(r.get("delta"), CRITERIA_KEYS)) for r in (get(a[m], "runs") or [])) or "-"
+        for m in MODES) + " |\n"
     names = [(n, f"{n}.useless_loops") for n, _, _ in CRITERIA]
     z = {m: get(x4, "dd_zero", m) for m in MODES}
     s += ("\next4 — useless loops for `dd if=/dev/zero bs=2M count=2 conv=fsync` "
