@@ -147,10 +147,17 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
                 out_of_credits = true;
                 break;
             }
-            // A full file system after some progress is a short write; any
-            // other error (I/O, corruption) goes up to the error latch.
+            // A full file system after some progress ends the step: while
+            // freed blocks still wait for the journal, the caller goes on in
+            // a new step (which commits and retries, see `Fs::change`);
+            // otherwise it is a short write. Any other error (I/O,
+            // corruption) goes up to the error latch.
             Err(FsError::Errno(e @ (libc::ENOSPC | libc::EDQUOT))) if pos > off => {
-                tracing::debug!(errno = e, "short write");
+                if tx.alloc.pending_blocks() > 0 {
+                    out_of_credits = true;
+                } else {
+                    tracing::debug!(errno = e, "short write");
+                }
                 break;
             }
             Err(e) => return Err(e),

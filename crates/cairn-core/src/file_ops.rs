@@ -26,7 +26,7 @@ impl Fs {
         let _io = self.io_lock(ino);
         let mut done = 0usize;
         loop {
-            let (n, more) = self.change(credits::DEFAULT, |tx| {
+            let step = self.change(credits::DEFAULT, |tx| {
                 let r = self.iget(ino)?;
                 let mut g = r.write();
                 match g.d.file_type() {
@@ -36,9 +36,6 @@ impl Fs {
                 }
                 let (n, more) = match file::write(tx, &mut g, off + done as u64, &data[done..]) {
                     Ok(x) => x,
-                    // A later step that finds the file system full keeps
-                    // what the earlier ones wrote.
-                    Err(FsError::Errno(libc::ENOSPC | libc::EDQUOT)) if done > 0 => (0, false),
                     Err(e) => {
                         if tx.changed() {
                             // Keep the in-core and on-disk inode in step with
@@ -53,7 +50,16 @@ impl Fs {
                 g.d.ctime = t;
                 self.store(tx, &g)?;
                 Ok((n as usize, more))
-            })?;
+            });
+            let (n, more) = match step {
+                Ok(x) => x,
+                // A later step that finds the file system full (after
+                // `change` committed and retried, if frees were waiting for
+                // the journal) keeps what the earlier ones wrote: a short
+                // write, never a lost count.
+                Err(FsError::Errno(libc::ENOSPC | libc::EDQUOT)) if done > 0 => return Ok(done as u32),
+                Err(e) => return Err(e),
+            };
             done += n;
             if !more || done >= data.len() {
                 return Ok(done as u32);
