@@ -9,12 +9,13 @@ written to the inode tables or the journal area up front: mkfs gets
 `noinit_itable`, or the lazy-init thread would fill the tmpfs with zeros.
 
 Fragmenting it honestly (every used block owned by a file, so e2fsck stays
-happy): `mkfs.ext4 -m 0`, one file fallocated over all free space but a
-little, a few more files over that little, then `FALLOC_FL_PUNCH_HOLE` on every
-other MiB of the big file, by file offset (half a million `fallocate` calls per
-TiB, through ctypes: about 7 µs each). The big file's extents are long and
-group-aligned, so the free space becomes 1 MiB holes; `e2freefrag` before the
-runs shows how much is left in larger runs (group-boundary leftovers).
+happy): `mkfs.ext4 -m 0`, files fallocated over all free space but a little
+(as many as it takes: an ext4 file ends at 16 TiB), a few more files over that
+little, then `FALLOC_FL_PUNCH_HOLE` on every other MiB of the big files, by
+file offset (half a million `fallocate` calls per TiB, through ctypes: about
+8 µs each). The big files' extents are long and group-aligned, so the free
+space becomes 1 MiB holes; `e2freefrag` before the runs shows how much is left
+in larger runs (group-boundary leftovers).
 
 Each measurement mounts a fresh `cp --sparse=always` copy with
 `-o mb_optimize_scan=0|1`, turns on `/sys/fs/ext4/DEV/mb_stats` and reads
@@ -33,6 +34,8 @@ from . import fs as fsmod
 MiB = 1 << 20
 FALLOC_FL_KEEP_SIZE = 1
 FALLOC_FL_PUNCH_HOLE = 2
+# Largest ext4 file with 4 KiB blocks (2^32 blocks), rounded down to 2 MiB.
+FILE_MAX = (16 << 40) - 2 * MiB
 
 # (seed's name, section in mb_stats since 6.5, section in 5.13..6.4)
 CRITERIA = [
@@ -158,11 +161,15 @@ class Ext4:
         fsmod.run(["mount", "-o", "noinit_itable", self.dev, self.mp])
         t = time.monotonic()
         st = os.statvfs(self.mp)
-        big = (st.f_bfree * st.f_frsize - 64 * MiB) // (2 * MiB) * (2 * MiB)
-        fd = os.open(os.path.join(self.mp, "fill"), os.O_CREAT | os.O_WRONLY, 0o644)
+        total = (st.f_bfree * st.f_frsize - 64 * MiB) // (2 * MiB) * (2 * MiB)
+        # ext4 files end at 2^32 blocks (16 TiB with 4 KiB blocks): as many as it takes.
+        sizes = [min(FILE_MAX, total - off) for off in range(0, total, FILE_MAX)]
+        fds = [os.open(os.path.join(self.mp, f"fill{i}"), os.O_CREAT | os.O_WRONLY, 0o644) for i in range(len(sizes))]
         try:
-            fallocate(fd, 0, 0, big)
-            info["fill_bytes"] = big
+            for fd, size in zip(fds, sizes):
+                fallocate(fd, 0, 0, size)
+            info["fill_bytes"] = total
+            info["fill_files"] = len(sizes)
             # The little that is left: more files, not punched (halving on ENOSPC).
             chunk = None
             for i in range(64):
@@ -181,13 +188,15 @@ class Ext4:
             info["fill_seconds"] = time.monotonic() - t
             t = time.monotonic()
             holes = 0
-            for off in range(MiB, big, 2 * MiB):
-                fallocate(fd, FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE, off, MiB)
-                holes += 1
+            for fd, size in zip(fds, sizes):
+                for off in range(MiB, size, 2 * MiB):
+                    fallocate(fd, FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE, off, MiB)
+                    holes += 1
             info["punch_seconds"] = time.monotonic() - t
             info["holes"] = holes
         finally:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
         fsmod.run(["umount", self.mp])
         info["freefrag"] = freefrag(self.dev)
         info["bytes_on_disk"] = os.stat(self.pristine).st_blocks * 512

@@ -194,8 +194,8 @@ def ext4_section(res):
     small = sum(r["percent"] for r in ff.get("histogram", []) if size_bytes(r["range"].split("...")[-1]) <= 2 << 20)
     s += (f"**ext4, {x4['size']}** ({p['groups']:,} groups of 128 MiB), on a loop device over a sparse file in the "
           f"same tmpfs; `mkfs.ext4 -m 0 -E lazy_itable_init=1,lazy_journal_init=1,nodiscard`, mounted "
-          f"`-o mb_optimize_scan=X,noinit_itable`. Fragmented by fallocating one file over the free space and "
-          f"punching every other MiB of it ({p['holes']:,} holes, {p['punch_seconds']:.1f} s). e2freefrag after: "
+          f"`-o mb_optimize_scan=X,noinit_itable`. Fragmented by fallocating files over the free space and "
+          f"punching every other MiB of them ({p['holes']:,} holes, {p['punch_seconds']:.1f} s). e2freefrag after: "
           f"largest free extent {ff.get('max_free_extent_kib', '?')} KiB, {small:.2f}% of the free space in "
           f"extents of at most 2 MiB. Not the cairn image's size: compare shapes, not absolute times.\n\n")
     a = {m: get(x4, "mount", m) for m in MODES}
