@@ -19,7 +19,7 @@ MB_CR = ["hits", "groups_considered", "extents_scanned", "useless_loops"]
 MB_KEYS = (
     ["alloc.mb.reqs"]
     + [f"alloc.mb.cr{c}.{k}" for c in range(4) for k in MB_CR]
-    + ["alloc.mb.goal_hits", "alloc.mb.buddies_generated"]
+    + ["alloc.mb.goal_hits", "alloc.mb.buddies_generated", "alloc.mb.time_ns"]
 )
 # The allocator of today publishes these; they say what the old walk did.
 OLD_KEYS = ["alloc.calls", "alloc.groups_scanned", "alloc.goal_hits", "alloc.blocks_allocated"]
