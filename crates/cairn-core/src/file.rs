@@ -67,12 +67,16 @@ fn data_request(meta: &Meta, st: &InodeState, lblk: u64, want: u32) -> Result<Al
     let bs = meta.geo.block_size;
     if lblk > 0 {
         if let Mapping::Mapped { pblk, .. } = extent_map::lookup(meta, st, lblk - 1)? {
-            return Ok(AllocRequest::data(pblk + 1, want, lblk, st.d.size, bs));
+            return Ok(AllocRequest::data(st.ino, pblk + 1, want, lblk, st.d.size, bs));
         }
     }
     let g = meta.geo.group_of_ino(st.ino);
     let goal = meta.geo.meta_start(g) + meta.geo.meta_blocks();
-    Ok(if lblk == 0 { AllocRequest::data(goal, want, 0, st.d.size, bs) } else { AllocRequest::exact(goal, want) })
+    Ok(if lblk == 0 {
+        AllocRequest::data(st.ino, goal, want, 0, st.d.size, bs)
+    } else {
+        AllocRequest::exact(st.ino, goal, want, lblk)
+    })
 }
 
 /// Room for mapping one more extent in `tx`: `Ok(false)` when the handle's

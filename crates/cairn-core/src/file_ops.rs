@@ -114,6 +114,10 @@ impl Fs {
     /// essay).
     pub fn setattr(&self, _ctx: &Ctx, ino: u64, set: &SetAttr) -> Result<Attr> {
         let _io = set.size.map(|_| self.io_lock(ino));
+        if set.size.is_some() {
+            // A new size ends the stream the preallocation was made for.
+            self.meta.alloc.discard_prealloc(&self.meta.bufs, ino);
+        }
         let (attr, more) = self.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();

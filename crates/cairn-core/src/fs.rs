@@ -205,6 +205,7 @@ impl Fs {
         }
         self.reap_all();
         self.process_orphans(true)?;
+        self.meta.alloc.discard_all_preallocs(&self.meta.bufs);
         self.sb.lock().state |= STATE_CLEAN;
         self.change(credits::DEFAULT, |tx| self.write_sb_buffer(tx))?;
         self.commit()?;

@@ -352,12 +352,16 @@ impl Fs {
     /// Drops `n` lookup references; an unlinked inode is freed at zero.
     pub fn forget(&self, ino: u64, n: u64) {
         let Ok(r) = self.iget(ino) else { return };
-        let free = {
+        let (free, unused) = {
             let mut g = r.write();
             g.lookups = g.lookups.saturating_sub(n);
-            g.lookups == 0 && g.d.nlink == 0 && !g.freed
+            (g.lookups == 0 && g.d.nlink == 0 && !g.freed, g.lookups == 0)
         };
         drop(r);
+        if unused {
+            // The kernel holds the file no more: its stream has ended.
+            self.meta.alloc.discard_prealloc(&self.meta.bufs, ino);
+        }
         if free && !self.is_read_only() {
             let res = self.change(credits::DEFAULT, |tx| {
                 let r = self.icache.get(&self.meta, ino)?;

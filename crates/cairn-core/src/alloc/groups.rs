@@ -197,6 +197,10 @@ impl Allocator {
         for &(_, off, len) in &st.pending {
             fill_range(&mut map, u64::from(off), u64::from(off) + u64::from(len), true);
         }
+        let start = self.geo.group_start(g);
+        for (off, len) in self.pa.in_range(start, start + self.geo.group_len(g)) {
+            fill_range(&mut map, off, off + len, true);
+        }
         let buddy = Buddy::new(map, self.geo.group_len(g));
         if buddy.free() != grp.free.load(Relaxed) {
             return Err(FormatError::corrupt(

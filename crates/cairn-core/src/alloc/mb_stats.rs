@@ -75,6 +75,11 @@ impl Publish for Allocator {
             put(&format!("alloc.mb.cr{i}.extents_scanned"), c.extents_scanned.load(Relaxed));
             put(&format!("alloc.mb.cr{i}.useless_loops"), c.useless_loops.load(Relaxed));
         }
+        put("alloc.mb.preallocated", self.pa.made.load(Relaxed));
+        put("alloc.mb.prealloc_used", self.pa.used.load(Relaxed));
+        put("alloc.mb.prealloc_discarded", self.pa.discarded.load(Relaxed));
+        put("alloc.mb.prealloc_held", self.pa.reserved.load(Relaxed));
+        put("alloc.mb.preallocs", self.pa.count() as u64);
         put("alloc.mb.buddies_generated", s.buddies_generated.load(Relaxed));
         put("alloc.mb.buddies_time_ns", s.buddies_time_ns.load(Relaxed));
         put("alloc.mb.buddies_evicted", s.buddies_evicted.load(Relaxed));

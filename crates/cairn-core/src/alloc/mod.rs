@@ -33,11 +33,12 @@
 //! groups with pending frees is in checkpoint order, so a release visits only
 //! the groups it frees blocks in.
 //!
-//! ## Not built (yet)
-//! Reserved preallocations (ext4's per-inode and locality-group PAs): a
-//! normalized request searches for its size class and takes what it wants
-//! from the chunk's start, leaving the rest free behind it for the next
-//! write's goal, but nothing holds the rest for that file.
+//! ## Preallocation
+//! A normalized request searches for its size class, takes what it wants
+//! from the chunk's start and holds the rest for the file's next blocks (a
+//! per-inode preallocation, `prealloc`; memory only, given back at the
+//! latest at the next commit). Not built: ext4's locality-group
+//! preallocations for small files (small files pack near their inode).
 //!
 //! ## Locking
 //! One mutex per group (buddy, inode bitmap, pending frees); list locks are
@@ -51,6 +52,7 @@ mod groups;
 mod inodes;
 mod lists;
 mod mb_stats;
+mod prealloc;
 pub mod request;
 mod scan;
 
@@ -84,6 +86,8 @@ pub struct Allocator {
     /// (checkpoint, group) for every pending free, in checkpoint order.
     pending_queue: Mutex<VecDeque<(u64, u32)>>,
     pending_total: AtomicU64,
+    /// Per-inode preallocations (see `prealloc`).
+    pa: prealloc::Preallocs,
     /// Free blocks as the on-disk bitmaps say (superblock counter).
     pub disk_free_blocks: AtomicU64,
     /// Free blocks that can be allocated now (excludes pending frees).
@@ -143,6 +147,7 @@ impl Allocator {
             buddy_cap: opts.buddy_cap.max(4),
             pending_queue: Mutex::new(VecDeque::new()),
             pending_total: AtomicU64::new(0),
+            pa: prealloc::Preallocs::default(),
             disk_free_blocks: AtomicU64::new(fb),
             alloc_free: AtomicU64::new(fb),
             reserve: (geo.total_blocks / 512).clamp(64, 16384),
@@ -156,7 +161,15 @@ impl Allocator {
     /// metadata reserve alone: (first block, count between 1 and `req.want`).
     pub fn alloc_data(&self, tx: &Tx<'_>, mut req: AllocRequest) -> Result<(u64, u32)> {
         debug_assert_eq!(req.purpose, Purpose::Data);
-        let free = self.alloc_free.load(Ordering::Relaxed);
+        if let Some(r) = self.take_prealloc(tx, &req)? {
+            self.stats.reqs.fetch_add(1, Relaxed);
+            return Ok(r);
+        }
+        let mut free = self.alloc_free.load(Ordering::Relaxed);
+        if free <= self.reserve && self.pa.reserved.load(Relaxed) > 0 {
+            self.discard_all_preallocs(&tx.bufs);
+            free = self.alloc_free.load(Ordering::Relaxed);
+        }
         if free <= self.reserve {
             self.stats.enospc.fetch_add(1, Ordering::Relaxed);
             return Err(FsError::Errno(libc::ENOSPC));
@@ -275,7 +288,12 @@ impl Allocator {
         let pending = self.pending_blocks();
         let alloc_free = self.alloc_free.load(Ordering::Relaxed);
         let disk_free = self.disk_free_blocks.load(Ordering::Relaxed);
-        assert_eq!(alloc_free + pending, disk_free, "allocatable {alloc_free} + pending {pending} != free {disk_free}");
+        let held = self.pa.reserved.load(Relaxed);
+        assert_eq!(
+            alloc_free + pending + held,
+            disk_free,
+            "allocatable {alloc_free} + pending {pending} + preallocated {held} != free {disk_free}"
+        );
         let (mut sum, mut pending_sum) = (0u64, 0u64);
         for (g, grp) in self.groups.iter().enumerate() {
             let st = grp.lock.lock();
@@ -291,6 +309,10 @@ impl Allocator {
                 for &(_, off, len) in &st.pending {
                     let (off, len) = (u64::from(off), u64::from(len));
                     assert!((off..off + len).all(|i| !b.is_free(i)), "group {g}: a pending free is allocatable");
+                }
+                let start = self.geo.group_start(g as u64);
+                for (off, len) in self.pa.in_range(start, start + self.geo.group_len(g as u64)) {
+                    assert!((off..off + len).all(|i| !b.is_free(i)), "group {g}: a preallocation is allocatable");
                 }
             }
             self.lists.check_filed(g as u32, grp);

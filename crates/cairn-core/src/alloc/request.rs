@@ -8,7 +8,9 @@
 //! 64 KiB looks for a free chunk of its size class (1 MiB and below: the next
 //! power of two; then 2, 4, 8 MiB), takes what it wants from the chunk's
 //! start, and leaves the rest free right behind it, so that its next write's
-//! goal is free and the file stays contiguous. Only streaming writes (from
+//! goal is free and the file stays contiguous; the rest of the chunk, up to
+//! the search length, is reserved for the file as a *preallocation* (see
+//! `prealloc`). Only streaming writes (from
 //! the file's start or right after its last block) are normalized: a write
 //! into a hole would otherwise split a fresh chunk for every block. Small files search for what
 //! they want only, near their inode, and pack densely.
@@ -36,22 +38,27 @@ pub struct AllocRequest {
     /// Length to search for (≥ `want`).
     pub search: u32,
     pub purpose: Purpose,
+    /// For file data: the inode and the first file block, so a streaming
+    /// file can be served from (and leave) a preallocation. 0 for metadata.
+    pub ino: u64,
+    pub lblk: u64,
 }
 
 impl AllocRequest {
     /// One metadata block near `goal`.
     pub fn meta(goal: u64) -> AllocRequest {
-        AllocRequest { goal, want: 1, search: 1, purpose: Purpose::Meta }
+        AllocRequest { goal, want: 1, search: 1, purpose: Purpose::Meta, ino: 0, lblk: 0 }
     }
 
-    /// `want` data blocks searched for as they are, at `goal`.
-    pub fn exact(goal: u64, want: u32) -> AllocRequest {
-        AllocRequest { goal, want, search: want, purpose: Purpose::Data }
+    /// `want` data blocks for file blocks from `lblk` of inode `ino`,
+    /// searched for as they are, at `goal`.
+    pub fn exact(ino: u64, goal: u64, want: u32, lblk: u64) -> AllocRequest {
+        AllocRequest { goal, want, search: want, purpose: Purpose::Data, ino, lblk }
     }
 
-    /// `want` data blocks for file blocks from `lblk` of a streaming file
-    /// of `size` bytes, at `goal`; `block_size` in bytes.
-    pub fn data(goal: u64, want: u32, lblk: u64, size: u64, block_size: u32) -> AllocRequest {
+    /// `want` data blocks for file blocks from `lblk` of streaming file
+    /// `ino` of `size` bytes, at `goal`; `block_size` in bytes.
+    pub fn data(ino: u64, goal: u64, want: u32, lblk: u64, size: u64, block_size: u32) -> AllocRequest {
         let bs = u64::from(block_size);
         let end = ((lblk + u64::from(want)) * bs).max(size);
         let class = if end <= STREAM_BYTES {
@@ -66,7 +73,7 @@ impl AllocRequest {
             MAX_CLASS_BYTES
         };
         let search = (class / bs).min(1 << super::buddy::MAX_ORDER).max(u64::from(want)) as u32;
-        AllocRequest { goal, want, search, purpose: Purpose::Data }
+        AllocRequest { goal, want, search, purpose: Purpose::Data, ino, lblk }
     }
 
     /// The buddy order to look for first: `Some(k)` when the search length
@@ -82,7 +89,7 @@ mod tests {
 
     #[test]
     fn size_classes() {
-        let r = |lblk, want, size| AllocRequest::data(0, want, lblk, size, 4096).search;
+        let r = |lblk, want, size| AllocRequest::data(9, 0, want, lblk, size, 4096).search;
         assert_eq!(r(0, 1, 0), 1, "a small file is not normalized");
         assert_eq!(r(0, 16, 0), 16);
         assert_eq!(r(0, 17, 0), 32, "past 64 KiB: next power of two");
@@ -91,7 +98,7 @@ mod tests {
         assert_eq!(r(1024, 256, 4 << 20), 1024, "4 MiB class");
         assert_eq!(r(4096, 256, 16 << 20), 2048, "8 MiB class");
         assert_eq!(r(0, 4000, 0), 4000, "never below what is wanted");
-        let req = AllocRequest::data(0, 256, 256, 1 << 20, 4096);
+        let req = AllocRequest::data(9, 0, 256, 256, 1 << 20, 4096);
         assert_eq!(req.power_of_two_order(), Some(9));
         assert_eq!(AllocRequest::meta(7).power_of_two_order(), None);
     }

@@ -213,6 +213,7 @@ impl Allocator {
         grp.free.fetch_sub(n as u32, Relaxed);
         self.alloc_free.fetch_sub(n, Relaxed);
         self.summarise(g, st);
+        self.make_prealloc(g, st, off, n, &req);
         self.change_disk_bitmap(
             tx,
             g,

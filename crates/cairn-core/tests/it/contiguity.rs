@@ -77,6 +77,15 @@ fn sixteen_files_written_at_once_stay_in_few_extents() {
     for (&f, _) in files.iter().zip(&counts) {
         assert_eq!(fs.read(f, 63 * MIB, 1).unwrap(), vec![f as u8]);
     }
+    // The streams were served from their preallocations, and what was left
+    // of them goes back when the kernel forgets the files.
+    assert!(stat(&fs, "alloc.mb.prealloc_used") > 0, "no preallocation was used");
+    assert!(stat(&fs, "alloc.mb.prealloc_held") > 0, "no preallocation is held while the files are open");
+    for &f in &files {
+        fs.forget(f, 1);
+    }
+    assert_eq!(stat(&fs, "alloc.mb.prealloc_held"), 0, "preallocations outlive their files");
+    fs.debug_check_consistency();
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the parallel writes");
 }
