@@ -70,35 +70,34 @@ pub fn find_one(map: &[u64], from: u64, end: u64) -> Option<u64> {
     None
 }
 
-/// Sets (`v`) or clears bits `[from, to)`; returns how many changed.
-pub fn fill_range(map: &mut [u64], from: u64, to: u64, v: bool) -> u32 {
-    let mut changed = 0;
+/// Calls `f(word index, mask)` for each word that bits `[from, to)` touch,
+/// the mask selecting the range's bits in that word.
+pub fn for_each_word(from: u64, to: u64, mut f: impl FnMut(usize, u64)) {
     let mut i = from;
     while i < to {
-        let w = (i / 64) as usize;
         let lo = i % 64;
         let hi = (to - (i - lo)).min(64);
         let mask = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
+        f((i / 64) as usize, mask);
+        i = i - lo + hi;
+    }
+}
+
+/// Sets (`v`) or clears bits `[from, to)`; returns how many changed.
+pub fn fill_range(map: &mut [u64], from: u64, to: u64, v: bool) -> u32 {
+    let mut changed = 0;
+    for_each_word(from, to, |w, mask| {
         let before = map[w];
         map[w] = if v { before | mask } else { before & !mask };
         changed += (before ^ map[w]).count_ones();
-        i = i - lo + hi;
-    }
+    });
     changed
 }
 
 /// Number of set bits in `[from, to)`.
 pub fn count_ones(map: &[u64], from: u64, to: u64) -> u64 {
     let mut n = 0u64;
-    let mut i = from;
-    while i < to {
-        let w = (i / 64) as usize;
-        let lo = i % 64;
-        let hi = (to - (i - lo)).min(64);
-        let mask = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
-        n += u64::from((map[w] & mask).count_ones());
-        i = i - lo + hi;
-    }
+    for_each_word(from, to, |w, mask| n += u64::from((map[w] & mask).count_ones()));
     n
 }
 

@@ -153,18 +153,12 @@ impl Buddy {
     /// Blocks in `[from, to)` that are free with a used (or no) predecessor.
     fn starts(&self, from: u64, to: u64) -> u64 {
         let mut n = 0u64;
-        let mut i = from;
-        while i < to {
-            let w = (i / 64) as usize;
-            let lo = i % 64;
-            let hi = (to - (i - lo)).min(64);
-            let mask = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
+        for_each_word(from, to, |w, mask| {
             let word = self.map[w];
             let carry = if w == 0 { 1 } else { self.map[w - 1] >> 63 };
             let prev_used = (word << 1) | carry;
             n += u64::from((!word & prev_used & mask).count_ones());
-            i = i - lo + hi;
-        }
+        });
         n
     }
 

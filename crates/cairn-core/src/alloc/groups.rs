@@ -206,9 +206,11 @@ impl Allocator {
             return Err(FormatError::corrupt(
                 "block bitmap",
                 self.geo.block_bitmap(g),
-                format!("group {g}: {} free blocks in the bitmap, the descriptor says {}", buddy.free(), {
+                format!(
+                    "group {g}: {} free blocks in the bitmap, the descriptor says {}",
+                    buddy.free(),
                     grp.free.load(Relaxed)
-                }),
+                ),
             )
             .into());
         }
@@ -229,6 +231,27 @@ impl Allocator {
         grp.fragments.store(b.fragments(), Relaxed);
         grp.largest.store(b.largest_order().map_or(ORDER_NONE, |k| k as u8), Relaxed);
         self.lists.refile(g as u32, grp);
+    }
+
+    /// Makes blocks `ranges` (offset, length) of group `g` allocatable again
+    /// (the caller holds the group's lock and has taken them off whatever
+    /// held them: a pending list, a preallocation).
+    pub(super) fn return_to_buddy(&self, bufs: &BufferCache, g: u64, st: &mut GroupState, ranges: &[(u64, u64)]) {
+        let grp = &self.groups[g as usize];
+        let n: u64 = ranges.iter().map(|r| r.1).sum();
+        grp.free.fetch_add(n as u32, Relaxed);
+        self.alloc_free.fetch_add(n, Relaxed);
+        if let Some(b) = st.buddy.as_mut() {
+            for &(off, len) in ranges {
+                b.mark(off, len, false);
+            }
+            self.summarise(g, st);
+        } else if self.load_buddy(bufs, g, st).is_err() {
+            // Unreadable now: the group stays off the lists until a linear
+            // pass reads it again (and reports the error then).
+            grp.largest.store(ORDER_UNKNOWN, Relaxed);
+            self.lists.refile(g as u32, grp);
+        }
     }
 
     /// Notes that group `g` holds a loaded buddy; evicts others above the cap.

@@ -244,7 +244,6 @@ impl Allocator {
                     _ => break,
                 }
             };
-            let grp = &self.groups[g as usize];
             let mut st = self.lock_group(g);
             let mut ready = Vec::new();
             st.pending.retain(|&(seq, off, len)| {
@@ -258,20 +257,9 @@ impl Allocator {
             if released == 0 {
                 continue;
             }
-            grp.free.fetch_add(released as u32, Relaxed);
-            self.alloc_free.fetch_add(released, Relaxed);
             self.pending_total.fetch_sub(released, Relaxed);
-            if let Some(b) = st.buddy.as_mut() {
-                for (off, len) in ready {
-                    b.mark(u64::from(off), u64::from(len), false);
-                }
-                self.summarise(g, &st);
-            } else if self.load_buddy(bufs, g, &mut st).is_err() {
-                // Unreadable now: the group stays off the lists until a
-                // linear pass reads it again (and reports the error then).
-                grp.largest.store(groups::ORDER_UNKNOWN, Relaxed);
-                self.lists.refile(g as u32, grp);
-            }
+            let ranges: Vec<(u64, u64)> = ready.iter().map(|&(off, len)| (u64::from(off), u64::from(len))).collect();
+            self.return_to_buddy(bufs, g, &mut st, &ranges);
         }
     }
 

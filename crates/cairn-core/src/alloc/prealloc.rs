@@ -22,11 +22,12 @@
 //! - Nothing of it is durable: a crash or unmount simply forgets it.
 //!
 //! ## Locking
-//! A preallocation is changed with its group's lock held, and the map's lock
-//! is taken inside a group lock, never the other way round: a caller peeks
-//! at the map, locks the group, then re-checks.
+//! A preallocation is changed with its group's lock held, and a map shard's
+//! lock is taken inside a group lock, never the other way round: a caller
+//! peeks at the map, locks the group, then re-checks. The map is sharded by
+//! inode number, so the look-ups on every data allocation and every FORGET
+//! do not meet on one lock.
 
-use super::bits::disk_set;
 use super::groups::GroupState;
 use super::request::{AllocRequest, Purpose};
 use super::Allocator;
@@ -40,6 +41,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 /// Preallocations kept at most (beyond this, new ones are not made).
 const MAX_PREALLOCS: usize = 4096;
+/// Shards of the inode → preallocation map.
+const SHARDS: usize = 64;
 
 /// One inode's preallocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,9 +55,8 @@ pub struct Prealloc {
 }
 
 /// Every inode's preallocation.
-#[derive(Default)]
 pub struct Preallocs {
-    map: Mutex<HashMap<u64, Prealloc>>,
+    shards: Vec<Mutex<HashMap<u64, Prealloc>>>,
     /// Blocks held by preallocations.
     pub reserved: AtomicU64,
     /// Blocks reserved, used from a preallocation, and given back.
@@ -63,19 +65,42 @@ pub struct Preallocs {
     pub discarded: AtomicU64,
 }
 
+impl Default for Preallocs {
+    fn default() -> Self {
+        Preallocs {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            reserved: AtomicU64::new(0),
+            made: AtomicU64::new(0),
+            used: AtomicU64::new(0),
+            discarded: AtomicU64::new(0),
+        }
+    }
+}
+
 impl Preallocs {
+    /// The shard that holds inode `ino`'s preallocation.
+    fn map(&self, ino: u64) -> &Mutex<HashMap<u64, Prealloc>> {
+        &self.shards[ino as usize % SHARDS]
+    }
+
     fn peek(&self, ino: u64) -> Option<Prealloc> {
-        self.map.lock().get(&ino).copied()
+        self.map(ino).lock().get(&ino).copied()
     }
 
     /// Preallocations in group blocks `[start, end)`: (offset from `start`, len).
     pub fn in_range(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
-        let map = self.map.lock();
-        map.values().filter(|p| p.pblk >= start && p.pblk < end).map(|p| (p.pblk - start, u64::from(p.len))).collect()
+        let mut v = Vec::new();
+        for shard in &self.shards {
+            let map = shard.lock();
+            v.extend(
+                map.values().filter(|p| p.pblk >= start && p.pblk < end).map(|p| (p.pblk - start, u64::from(p.len))),
+            );
+        }
+        v
     }
 
     pub fn count(&self) -> usize {
-        self.map.lock().len()
+        self.shards.iter().map(|s| s.lock().len()).sum()
     }
 }
 
@@ -94,7 +119,7 @@ impl Allocator {
         let g = self.geo.group_of_block(pa.pblk);
         let _st = self.lock_group(g);
         let (start, n) = {
-            let mut map = self.pa.map.lock();
+            let mut map = self.pa.map(req.ino).lock();
             let Some(p) = map.get_mut(&req.ino) else { return Ok(None) };
             if *p != pa {
                 return Ok(None);
@@ -111,24 +136,7 @@ impl Allocator {
         };
         self.pa.reserved.fetch_sub(n, Relaxed);
         self.pa.used.fetch_add(n, Relaxed);
-        let off = start - self.geo.group_start(g);
-        self.change_disk_bitmap(
-            tx,
-            g,
-            false,
-            |d| {
-                for x in off..off + n {
-                    disk_set(d, x, true);
-                }
-            },
-            -(n as i64),
-            0,
-        )?;
-        self.disk_free_blocks.fetch_sub(n, Relaxed);
-        self.stats.blocks_allocated.fetch_add(n, Relaxed);
-        if n == u64::from(req.want) {
-            self.stats.len_goal_hits.fetch_add(1, Relaxed);
-        }
+        self.mark_in_use_on_disk(tx, g, start - self.geo.group_start(g), n, req)?;
         Ok(Some((start, n as u32)))
     }
 
@@ -144,8 +152,8 @@ impl Allocator {
             return;
         }
         {
-            let mut map = self.pa.map.lock();
-            if map.len() >= MAX_PREALLOCS || map.contains_key(&req.ino) {
+            let mut map = self.pa.map(req.ino).lock();
+            if map.len() >= MAX_PREALLOCS / SHARDS || map.contains_key(&req.ino) {
                 return;
             }
             let pblk = self.geo.group_start(g) + off + n;
@@ -165,29 +173,21 @@ impl Allocator {
         let g = self.geo.group_of_block(pa.pblk);
         let mut st = self.lock_group(g);
         let pa = {
-            let mut map = self.pa.map.lock();
+            let mut map = self.pa.map(ino).lock();
             match map.get(&ino) {
                 Some(p) if self.geo.group_of_block(p.pblk) == g => map.remove(&ino).expect("present"),
                 _ => return,
             }
         };
         let r = u64::from(pa.len);
-        self.groups[g as usize].free.fetch_add(pa.len, Relaxed);
-        self.alloc_free.fetch_add(r, Relaxed);
         self.pa.reserved.fetch_sub(r, Relaxed);
         self.pa.discarded.fetch_add(r, Relaxed);
-        if let Some(b) = st.buddy.as_mut() {
-            b.mark(pa.pblk - self.geo.group_start(g), r, false);
-            self.summarise(g, &st);
-        } else if self.load_buddy(bufs, g, &mut st).is_err() {
-            self.groups[g as usize].largest.store(super::groups::ORDER_UNKNOWN, Relaxed);
-            self.lists.refile(g as u32, &self.groups[g as usize]);
-        }
+        self.return_to_buddy(bufs, g, &mut st, &[(pa.pblk - self.geo.group_start(g), r)]);
     }
 
     /// Discards every preallocation (a full file system, unmount).
     pub fn discard_all_preallocs(&self, bufs: &BufferCache) {
-        let inos: Vec<u64> = self.pa.map.lock().keys().copied().collect();
+        let inos: Vec<u64> = self.pa.shards.iter().flat_map(|s| s.lock().keys().copied().collect::<Vec<_>>()).collect();
         for ino in inos {
             self.discard_prealloc(bufs, ino);
         }

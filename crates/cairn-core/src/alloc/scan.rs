@@ -214,6 +214,13 @@ impl Allocator {
         self.alloc_free.fetch_sub(n, Relaxed);
         self.summarise(g, st);
         self.make_prealloc(g, st, off, n, &req);
+        self.mark_in_use_on_disk(tx, g, off, n, &req)?;
+        Ok((self.geo.group_start(g) + off, n as u32))
+    }
+
+    /// Marks `[off, off+n)` of group `g`, already out of its buddy, in use
+    /// on disk and counts the allocation (the caller holds the group lock).
+    pub(super) fn mark_in_use_on_disk(&self, tx: &Tx<'_>, g: u64, off: u64, n: u64, req: &AllocRequest) -> Result<()> {
         self.change_disk_bitmap(
             tx,
             g,
@@ -231,7 +238,7 @@ impl Allocator {
         if n == u64::from(req.want) {
             self.stats.len_goal_hits.fetch_add(1, Relaxed);
         }
-        Ok((self.geo.group_start(g) + off, n as u32))
+        Ok(())
     }
 }
 
