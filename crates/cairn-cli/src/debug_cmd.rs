@@ -50,6 +50,7 @@
 //! for the buddy allocator's `alloc.mb.*` counters while they do not exist.
 
 use crate::size::{human, parse_size};
+use cairn_core::dev::{BlockDevice, FileDevice};
 use cairn_format::bitmap::synth_block_bitmap;
 use cairn_format::checksum::{crc, seed_from_uuid};
 use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_SIZE};
@@ -60,7 +61,6 @@ use clap::Subcommand;
 use std::fs::File;
 use std::io::IsTerminal;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -212,24 +212,11 @@ fn io_err<'a>(what: &'a str, image: &'a Path) -> impl Fn(std::io::Error) -> Stri
 
 /// Opens `image` read-write and takes the exclusive lock the engine and fsck
 /// take, so a mounted image (or one under check) is refused.
-fn open_locked(image: &Path) -> Result<(File, u64), String> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(image)
-        .map_err(|e| format!("cannot open {}: {e}", image.display()))?;
-    // SAFETY: flock on a valid, owned descriptor has no memory effects.
-    #[allow(unsafe_code)]
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r != 0 {
-        return Err(format!("{} is in use: mounted (or being checked) by another process", image.display()));
-    }
-    let size = {
-        use std::io::Seek;
-        let mut h = &f;
-        h.seek(std::io::SeekFrom::End(0)).map_err(io_err("size", image))?
-    };
-    Ok((f, size))
+fn open_locked(image: &Path) -> Result<FileDevice, String> {
+    let dev = FileDevice::open(image, false).map_err(|e| format!("cannot open {}: {e}", image.display()))?;
+    dev.lock_exclusive()
+        .map_err(|_| format!("{} is in use: mounted (or being checked) by another process", image.display()))?;
+    Ok(dev)
 }
 
 /// Reads the superblock and refuses an image whose bitmaps on disk are not
@@ -305,8 +292,9 @@ const GDT_CHUNK: u64 = 64;
 /// Applies `pat` to every group of the unmounted `image` (see the module essay).
 pub fn fragment(image: &Path, pat: Pattern) -> Result<FragmentSummary, String> {
     let t0 = Instant::now();
-    let (f, size) = open_locked(image)?;
-    let mut sb = clean_superblock(&f, size, image)?;
+    let dev = open_locked(image)?;
+    let f = dev.file();
+    let mut sb = clean_superblock(f, dev.size(), image)?;
     let geo = Geometry::new(&sb).map_err(|e| format!("{}: {e}", image.display()))?;
     let seed = seed_from_uuid(&sb.uuid);
     let bs = u64::from(geo.block_size);
@@ -317,7 +305,7 @@ pub fn fragment(image: &Path, pat: Pattern) -> Result<FragmentSummary, String> {
     // leaves descriptors and bitmaps that may disagree, and says so.
     let free_in_sb = sb.free_blocks;
     sb.state &= !STATE_CLEAN;
-    write_superblock(&f, &sb, image)?;
+    write_superblock(f, &sb, image)?;
 
     let bar = if std::io::stderr().is_terminal() {
         let b = indicatif::ProgressBar::new(geo.group_count);
@@ -399,7 +387,7 @@ pub fn fragment(image: &Path, pat: Pattern) -> Result<FragmentSummary, String> {
     }
     sb.free_blocks = s.free_after;
     sb.state |= STATE_CLEAN;
-    write_superblock(&f, &sb, image)?;
+    write_superblock(f, &sb, image)?;
     s.seconds = t0.elapsed().as_secs_f64();
     Ok(s)
 }
