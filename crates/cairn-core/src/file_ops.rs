@@ -21,8 +21,14 @@ use cairn_format::inode::*;
 use std::sync::atomic::Ordering;
 
 impl Fs {
-    /// Writes `data` at `off`; returns the bytes written.
+    /// Writes `data` at `off`; returns the bytes written. Overwrites of
+    /// written blocks inside the file take the fast path (`overwrite`); the
+    /// rest is journaled, in steps.
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
+        if let Some(n) = self.try_overwrite(ino, off, data)? {
+            return Ok(n);
+        }
+        self.ow.note_journaled(data.len());
         let _io = self.io_lock(ino);
         let mut done = 0usize;
         loop {
@@ -121,6 +127,9 @@ impl Fs {
         let (attr, more) = self.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();
+            // Times set here (utimens) must not be overridden by older
+            // fast-path times.
+            g.fold_lazy_time();
             let t = now();
             let mut more = false;
             if let Some(size) = set.size {

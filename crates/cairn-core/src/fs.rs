@@ -21,6 +21,7 @@ use crate::error::{FsError, Result};
 use crate::inode::{InodeCache, InodeGuard, InodeState};
 use crate::journal::{credits, ErrorPolicy, Journal, Latch, Tx, TxManager};
 use crate::meta::Meta;
+use crate::overwrite::Overwrite;
 use crate::types::*;
 use crate::{dir, file, xattr};
 use cairn_format::dirent::DIRENT_MIN_LOW;
@@ -28,7 +29,7 @@ use cairn_format::inode::*;
 use cairn_format::layout::Geometry;
 use cairn_format::superblock::{Superblock, STATE_CLEAN, STATE_ERRORS};
 use cairn_format::{FormatError, NAME_MAX, ROOT_INO, SYMLINK_MAX};
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +49,9 @@ pub struct MountOptions {
     /// allocator's order lists and fragment buckets instead of walking every
     /// group (`-o mb_optimize_scan=0|1`, see `alloc`).
     pub mb_optimize_scan: bool,
+    /// Write over allocated, written blocks with no transaction and shared
+    /// locks (`-o overwrite_fastpath=0|1`, see `overwrite`).
+    pub overwrite_fastpath: bool,
 }
 
 impl Default for MountOptions {
@@ -58,6 +62,7 @@ impl Default for MountOptions {
             cache_blocks: 65536,
             errors: ErrorPolicy::default(),
             mb_optimize_scan: true,
+            overwrite_fastpath: true,
         }
     }
 }
@@ -81,7 +86,9 @@ pub struct Fs {
     /// Inodes whose last link and reference are gone and whose blocks are
     /// still to free, in steps (see `lifecycle`).
     pub(crate) reap: Mutex<Vec<u64>>,
-    io_locks: Vec<Mutex<()>>,
+    io_locks: Vec<RwLock<()>>,
+    /// The overwrite fast path and its dirty-times list.
+    pub(crate) ow: Overwrite,
     /// Serialises renames between directories (see `rename`).
     pub(crate) rename_lock: Mutex<()>,
 }
@@ -165,13 +172,14 @@ impl Fs {
             icache: InodeCache::default(),
             orphan_root: Mutex::new(sb.orphan_root),
             sb: Mutex::new(sb),
-            opts,
+            opts: opts.clone(),
             unmounted: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             generation: AtomicU32::new(rand::random()),
             backend: Backend::default(),
             reap: Mutex::new(Vec::new()),
-            io_locks: (0..IO_LOCKS).map(|_| Mutex::new(())).collect(),
+            io_locks: (0..IO_LOCKS).map(|_| RwLock::new(())).collect(),
+            ow: Overwrite::new(opts.overwrite_fastpath),
             rename_lock: Mutex::new(()),
         });
         if !fs.opts.read_only {
@@ -234,17 +242,18 @@ impl Fs {
     /// Makes everything changed before this call durable; concurrent callers
     /// share one commit (see `journal::manager`).
     pub(crate) fn commit(&self) -> Result<()> {
+        self.log_dirty_times()?;
         self.txm.commit(&self.meta, &|tx| self.write_sb_buffer(tx))
     }
 
-    fn alive(&self) -> Result<()> {
+    pub(crate) fn alive(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(FsError::Shutdown);
         }
         self.txm.latch.check_alive()
     }
 
-    fn writable(&self) -> Result<()> {
+    pub(crate) fn writable(&self) -> Result<()> {
         self.alive()?;
         if self.opts.read_only {
             return Err(FsError::Errno(libc::EROFS));
@@ -291,7 +300,7 @@ impl Fs {
     }
 
     /// Runs a reading operation; corruption and I/O errors go to the latch.
-    fn read_op<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    pub(crate) fn read_op<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         self.alive()?;
         let r = f();
         if let Err(e) = &r {
@@ -300,10 +309,16 @@ impl Fs {
         r
     }
 
-    /// The I/O lock of inode `ino` (serialises writes, truncates, fallocate
-    /// and stepwise frees of one inode across their handles).
-    pub(crate) fn io_lock(&self, ino: u64) -> MutexGuard<'_, ()> {
-        self.io_locks[(ino as usize) % IO_LOCKS].lock()
+    /// The I/O lock of inode `ino`, exclusive (serialises journaled writes,
+    /// truncates, fallocate and stepwise frees of one inode across their
+    /// handles, and keeps fast-path overwrites out meanwhile).
+    pub(crate) fn io_lock(&self, ino: u64) -> RwLockWriteGuard<'_, ()> {
+        self.io_locks[(ino as usize) % IO_LOCKS].write()
+    }
+
+    /// The I/O lock of inode `ino`, shared (fast-path overwrites).
+    pub(crate) fn io_lock_shared(&self, ino: u64) -> RwLockReadGuard<'_, ()> {
+        self.io_locks[(ino as usize) % IO_LOCKS].read()
     }
 
     /// Whether changes are refused (read-only mount or aborted journal).
@@ -499,7 +514,19 @@ impl Fs {
     }
 
     /// Makes the file's data and metadata durable (fsync / fdatasync).
-    pub fn fsync(&self, _ino: u64, _datasync: bool) -> Result<()> {
+    /// `fdatasync` of a file whose last metadata change is committed already
+    /// (say, after fast-path overwrites) only flushes the device: its dirty
+    /// times wait for the next commit, as fdatasync(2) allows.
+    pub fn fsync(&self, ino: u64, datasync: bool) -> Result<()> {
+        if datasync && !self.opts.read_only {
+            self.alive()?;
+            self.txm.latch.check_commit()?;
+            let stored = self.read_op(|| Ok(self.iget(ino)?.read().stored_seq.load(Ordering::Acquire)))?;
+            if stored <= self.txm.log.committed_seq() {
+                self.ow.stats.datasync_flush_only.fetch_add(1, Ordering::Relaxed);
+                return self.read_op(|| Ok(self.meta.dev.flush()?));
+            }
+        }
         self.sync_fs()
     }
 

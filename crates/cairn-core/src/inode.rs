@@ -2,9 +2,22 @@
 //!
 //! An in-core inode ([`InodeState`]) is the decoded [`DiskInode`] plus the
 //! FUSE lookup count. Every change is written back into its inode-table
-//! buffer at once ([`Meta::store_inode`]), inside the running transaction, so
+//! buffer at once ([`Tx::store_inode`]), inside the running transaction, so
 //! the in-core copy is never dirtier than the buffer cache and eviction never
-//! loses anything.
+//! loses anything — with one exception, the *dirty times*.
+//!
+//! ## Dirty times
+//! A write on the overwrite fast path (see `overwrite`) changes no metadata
+//! but the file's mtime and ctime, and takes no transaction: it records the
+//! new time in [`InodeState::lazy_time`] (under the inode's *shared* lock,
+//! hence the mutex) and queues the inode once on the file system's dirty-times
+//! list. The time reaches the inode-table buffer at the next commit, which
+//! logs every queued inode first (as ext4's lazytime does at writeback), or
+//! earlier, whenever the inode is stored for another reason (`Fs::store`
+//! writes `max(d.mtime, lazy_time)`). Readers see the merged times
+//! (`Fs::attr`). An explicit time (utimens) folds the lazy time in first, so
+//! it is never overridden. A queued inode is held by the list (one `Arc`), so
+//! eviction cannot drop it before its times are logged.
 //!
 //! ## Invariants
 //! * At most one in-core copy of an inode exists: the cache hands out clones
@@ -21,11 +34,13 @@ use crate::error::{FsError, Result};
 use crate::journal::Tx;
 use crate::meta::Meta;
 use crate::stats::Publish;
+use cairn_format::inode::Timestamp;
 use cairn_format::inode::{DataArea, DiskInode};
 use cairn_format::FormatError;
 use parking_lot::lock_api::ArcRwLockWriteGuard;
 use parking_lot::{Mutex, RawRwLock, RwLock};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 /// An in-core inode.
@@ -36,6 +51,45 @@ pub struct InodeState {
     pub lookups: u64,
     /// The inode was freed; the number may already belong to a new file.
     pub freed: bool,
+    /// mtime and ctime of fast-path writes not yet stored (see "Dirty
+    /// times" above); `None` when the buffer has them.
+    pub lazy_time: Mutex<Option<Timestamp>>,
+    /// The inode is on the file system's dirty-times list.
+    pub times_queued: AtomicBool,
+    /// The checkpoint that last stored this inode (0: loaded from disk, so
+    /// durable): `fdatasync` commits only when that one is not yet.
+    pub stored_seq: AtomicU64,
+}
+
+impl InodeState {
+    pub(crate) fn new(ino: u64, d: DiskInode) -> InodeState {
+        InodeState {
+            ino,
+            d,
+            lookups: 0,
+            freed: false,
+            lazy_time: Mutex::new(None),
+            times_queued: AtomicBool::new(false),
+            stored_seq: AtomicU64::new(0),
+        }
+    }
+
+    /// mtime and ctime with the dirty times merged in.
+    pub fn times(&self) -> (Timestamp, Timestamp) {
+        match *self.lazy_time.lock() {
+            Some(t) => (self.d.mtime.max(t), self.d.ctime.max(t)),
+            None => (self.d.mtime, self.d.ctime),
+        }
+    }
+
+    /// Moves the dirty times into `d` (the caller holds the inode
+    /// exclusively and stores it, or is about to set the times itself).
+    pub fn fold_lazy_time(&mut self) {
+        if let Some(t) = self.lazy_time.get_mut().take() {
+            self.d.mtime = self.d.mtime.max(t);
+            self.d.ctime = self.d.ctime.max(t);
+        }
+    }
 }
 
 /// A shared reference to an in-core inode.
@@ -88,7 +142,7 @@ impl InodeCache {
                 epoch = sh.epoch;
                 continue;
             }
-            let r = Arc::new(RwLock::new(InodeState { ino, d, lookups: 0, freed: false }));
+            let r = Arc::new(RwLock::new(InodeState::new(ino, d)));
             sh.map.insert(ino, r.clone());
             return Ok(r);
         }
@@ -96,7 +150,7 @@ impl InodeCache {
 
     /// Inserts a freshly created inode.
     pub fn insert(&self, ino: u64, d: DiskInode) -> InodeRef {
-        let r = Arc::new(RwLock::new(InodeState { ino, d, lookups: 0, freed: false }));
+        let r = Arc::new(RwLock::new(InodeState::new(ino, d)));
         self.shard(ino).lock().map.insert(ino, r.clone());
         r
     }

@@ -12,6 +12,8 @@
 //! * `alloc` — group bitmaps, block and inode allocation.
 //! * `btree` — the generic B+tree over buffers (extents, directories, orphans).
 //! * `inode`, `dir`, `file`, `xattr` — the objects.
+//! * `overwrite` — the overwrite fast path (no transaction for writes over
+//!   written blocks) and the lazily logged times it leaves.
 //! * [`Fs`] (`fs.rs`) — the POSIX-shaped API.
 //!
 //! ## Concurrency
@@ -51,4 +53,5 @@ mod file_ops;
 mod lifecycle;
 mod meta;
 mod namespace;
+mod overwrite;
 mod rename;

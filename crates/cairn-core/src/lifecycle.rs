@@ -58,14 +58,15 @@ impl Fs {
 
     pub(crate) fn attr(&self, st: &InodeState) -> Attr {
         let d = &st.d;
+        let (mtime, ctime) = st.times();
         Attr {
             ino: st.ino,
             generation: d.generation,
             size: d.size,
             blocks: d.blocks * u64::from(self.meta.geo.block_size / 512),
             atime: d.atime,
-            mtime: d.mtime,
-            ctime: d.ctime,
+            mtime,
+            ctime,
             crtime: d.crtime,
             mode: d.mode,
             nlink: d.nlink,
@@ -76,9 +77,19 @@ impl Fs {
         }
     }
 
-    /// Writes the in-core inode into its inode-table buffer.
+    /// Writes the in-core inode into its inode-table buffer, with its dirty
+    /// times merged in (see `inode`), and notes the checkpoint that holds it
+    /// (for `fdatasync`).
     pub(crate) fn store(&self, tx: &Tx<'_>, st: &InodeState) -> Result<()> {
-        tx.store_inode(st.ino, &st.d)
+        // The running checkpoint's sequence is stable while a handle holds
+        // the gate (a snapshot moves it on under the exclusive gate).
+        st.stored_seq.fetch_max(self.meta.running_seq.load(Ordering::Acquire), Ordering::AcqRel);
+        if st.lazy_time.lock().is_none() {
+            return tx.store_inode(st.ino, &st.d);
+        }
+        let mut d = st.d.clone();
+        (d.mtime, d.ctime) = st.times();
+        tx.store_inode(st.ino, &d)
     }
 
     fn orphan_tree(&self) -> Tree<'_> {

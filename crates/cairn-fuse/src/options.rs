@@ -14,6 +14,7 @@
 //! | `max_write=BYTES` | largest write request | 1048576 |
 //! | `readahead_kb=N` | the connection's readahead window, set after mounting (root only; 0 keeps the kernel's 128) | 1024 |
 //! | `mb_optimize_scan=0\|1` | find block groups through the allocator's order lists and fragment buckets (1) or by walking every group (0), as ext4's option | 1 |
+//! | `overwrite_fastpath=0\|1` | write over allocated, written blocks with no journal transaction and shared locks (1), or journal every write (0) | 1 |
 //! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
 //!
 //! Only *fuseblk* connections receive FUSE_SYNCFS from the kernel (plain
@@ -101,6 +102,15 @@ fn number(key: &str, v: &str, min: u64, max: u64) -> Result<u64, String> {
     Ok(n)
 }
 
+/// A `0|1` option.
+fn switch(key: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "1" => Ok(true),
+        "0" => Ok(false),
+        _ => Err(format!("option {key}={v}: expected 0 or 1")),
+    }
+}
+
 /// Parses comma-separated `-o` option strings (several `-o` may be given).
 pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
     let mut s = Settings::default();
@@ -129,13 +139,8 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                     s.engine.errors = cairn_core::ErrorPolicy::parse(v)
                         .ok_or_else(|| format!("option errors={v}: expected continue, remount-ro or shutdown"))?;
                 }
-                "mb_optimize_scan" => {
-                    s.engine.mb_optimize_scan = match need()? {
-                        "1" => true,
-                        "0" => false,
-                        v => return Err(format!("option mb_optimize_scan={v}: expected 0 or 1")),
-                    }
-                }
+                "mb_optimize_scan" => s.engine.mb_optimize_scan = switch(key, need()?)?,
+                "overwrite_fastpath" => s.engine.overwrite_fastpath = switch(key, need()?)?,
                 "threads" => s.threads = number(key, need()?, 1, 64)? as usize,
                 "entry_timeout" => timeouts.entry = seconds(key, need()?)?,
                 "attr_timeout" => timeouts.attr = seconds(key, need()?)?,

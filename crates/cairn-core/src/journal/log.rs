@@ -154,6 +154,11 @@ impl Journal {
         self.state.lock().head.seq
     }
 
+    /// The last checkpoint whose commit block is durable.
+    pub fn committed_seq(&self) -> u64 {
+        self.state.lock().committed_seq
+    }
+
     /// Ring blocks between the durable tail and the head (log space in use).
     pub fn used_blocks(&self) -> u64 {
         let st = self.state.lock();

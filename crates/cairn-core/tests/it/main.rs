@@ -9,4 +9,5 @@ mod crash;
 mod full;
 mod latch;
 mod model;
+mod overwrite;
 mod pressure;

@@ -1,0 +1,317 @@
+//! The overwrite fast path (seed 004): which writes take it, what they
+//! leave (bytes, lazily logged times), what is durable after fdatasync and
+//! fsync across a crash, and fast-path writers racing with truncate, punch
+//! hole and journaled writes.
+
+use crate::common::*;
+use cairn_core::crashdev::RecordingDevice;
+use cairn_core::dev::{BlockDevice, MemDevice};
+use cairn_core::mkfs::{format, MkfsOptions, MKFS_MIN_JOURNAL_BLOCKS};
+use cairn_core::{Ctx, Fs, MountOptions, SetAttr, TimeSet, Timestamp};
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+use std::time::Duration;
+
+const FALLOC_FL_KEEP_SIZE: i32 = 1;
+const FALLOC_FL_PUNCH_HOLE: i32 = 2;
+
+fn opts(fast: bool) -> MountOptions {
+    MountOptions { commit_interval: Duration::from_secs(3600), overwrite_fastpath: fast, ..Default::default() }
+}
+
+fn mount_with(dev: &Arc<MemDevice>, o: MountOptions) -> Arc<Fs> {
+    let d: Arc<dyn BlockDevice> = dev.clone();
+    Fs::mount(d, o).expect("mount")
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.gen()).collect()
+}
+
+/// A regular file `name` in the root holding `data`, committed.
+fn file_with(fs: &Fs, name: &str, data: &[u8]) -> u64 {
+    let ino = fs.mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+    assert_eq!(fs.write(ino, 0, data).unwrap() as usize, data.len());
+    fs.sync_fs().unwrap();
+    ino
+}
+
+#[test]
+fn overwrites_of_written_blocks_take_no_transaction_and_keep_their_bytes() {
+    let dev = new_image(64);
+    let fs = mount_with(&dev, opts(true));
+    let mut model = pattern(1, 512 << 10);
+    let ino = file_with(&fs, "f", &model);
+    let handles = stat(&fs, "tx.handles");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+    for i in 0..200u64 {
+        // Unaligned offsets and lengths, some crossing block boundaries.
+        let len = rng.gen_range(1..20_000usize);
+        let off = rng.gen_range(0..(model.len() - len) as u64);
+        let d = pattern(100 + i, len);
+        assert_eq!(fs.write(ino, off, &d).unwrap() as usize, len);
+        model[off as usize..off as usize + len].copy_from_slice(&d);
+    }
+    assert_eq!(stat(&fs, "overwrite.fast_writes"), 200);
+    assert_eq!(stat(&fs, "tx.handles"), handles, "a fast-path write opened a transaction handle");
+    assert_eq!(fs.read(ino, 0, model.len() as u32).unwrap(), model);
+    fs.unmount().unwrap();
+    let fs = mount_with(&dev, opts(true));
+    assert_eq!(fs.read(ino, 0, model.len() as u32).unwrap(), model);
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after fast-path overwrites");
+}
+
+#[test]
+fn writes_that_allocate_extend_or_convert_are_journaled() {
+    let dev = new_image(64);
+    let fs = mount_with(&dev, opts(true));
+    let c = Ctx::root();
+    let ino = file_with(&fs, "f", &[7u8; 8192]);
+    let fast = |fs: &Fs| stat(fs, "overwrite.fast_writes");
+    let journaled = |fs: &Fs| stat(fs, "overwrite.journaled_writes");
+
+    // Crossing the end of the file.
+    let j = journaled(&fs);
+    fs.write(ino, 8000, &[1u8; 500]).unwrap();
+    assert_eq!((fast(&fs), journaled(&fs)), (0, j + 1));
+    assert_eq!(fs.getattr(ino).unwrap().size, 8500);
+
+    // Into a hole inside the file.
+    let sparse = fs.mknod(&c, 1, b"sparse", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.write(sparse, 1 << 20, b"end").unwrap();
+    let j = journaled(&fs);
+    fs.write(sparse, 4096, &[2u8; 4096]).unwrap();
+    assert_eq!((fast(&fs), journaled(&fs)), (0, j + 1));
+    assert_eq!(fs.read(sparse, 4096, 4096).unwrap(), vec![2u8; 4096]);
+
+    // Into an unwritten (fallocated) extent inside the file.
+    let pre = fs.mknod(&c, 1, b"pre", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.fallocate(pre, 0, 64 << 10, 0).unwrap();
+    let j = journaled(&fs);
+    fs.write(pre, 100, b"abc").unwrap();
+    assert_eq!((fast(&fs), journaled(&fs)), (0, j + 1));
+    let got = fs.read(pre, 0, 4096).unwrap();
+    assert_eq!(&got[100..103], b"abc");
+    assert!(got[..100].iter().chain(&got[103..]).all(|&b| b == 0));
+    // ... and once written, the same block is an overwrite.
+    fs.write(pre, 200, b"def").unwrap();
+    assert_eq!(fast(&fs), 1);
+    assert!(stat(&fs, "overwrite.fallbacks") >= 3);
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after journaled writes");
+}
+
+#[test]
+fn overwrite_fastpath_0_journals_every_write() {
+    let dev = new_image(64);
+    let fs = mount_with(&dev, opts(false));
+    let ino = file_with(&fs, "f", &[1u8; 65536]);
+    let handles = stat(&fs, "tx.handles");
+    for i in 0..10 {
+        fs.write(ino, i * 4096, &[9u8; 4096]).unwrap();
+    }
+    assert_eq!(stat(&fs, "overwrite.enabled"), 0);
+    assert_eq!(stat(&fs, "overwrite.fast_writes"), 0);
+    assert_eq!(stat(&fs, "tx.handles"), handles + 10);
+    assert_eq!(fs.read(ino, 0, 40960).unwrap(), vec![9u8; 40960]);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn fast_path_times_are_seen_at_once_and_logged_at_the_next_commit() {
+    let dev = new_image(64);
+    let fs = mount_with(&dev, opts(true));
+    let ino = file_with(&fs, "f", &[1u8; 16384]);
+    let before = fs.getattr(ino).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    fs.write(ino, 4096, &[2u8; 100]).unwrap();
+    let after = fs.getattr(ino).unwrap();
+    assert!(after.mtime > before.mtime && after.ctime > before.ctime, "{before:?} -> {after:?}");
+    assert_eq!(stat(&fs, "overwrite.dirty_times_queued"), 1);
+    // Many writes, one queued inode, one logged update.
+    for i in 0..50 {
+        fs.write(ino, i * 100, &[3u8; 50]).unwrap();
+    }
+    assert_eq!(stat(&fs, "overwrite.dirty_times_queued"), 1);
+    let last = fs.getattr(ino).unwrap();
+    fs.fsync(ino, false).unwrap();
+    assert_eq!(stat(&fs, "overwrite.dirty_times_queued"), 0);
+    assert_eq!(stat(&fs, "overwrite.lazy_times_logged"), 1);
+    fs.unmount().unwrap();
+    let fs = mount_with(&dev, opts(true));
+    let again = fs.getattr(ino).unwrap();
+    assert_eq!((again.mtime, again.ctime), (last.mtime, last.ctime));
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn an_explicit_mtime_is_not_overridden_by_an_earlier_fast_path_write() {
+    let dev = new_image(64);
+    let fs = mount_with(&dev, opts(true));
+    let ino = file_with(&fs, "f", &[1u8; 8192]);
+    fs.write(ino, 0, b"xyz").unwrap();
+    let past = Timestamp { sec: 1_000_000_000, nsec: 5 };
+    let set = SetAttr { mtime: Some(TimeSet::At(past)), ..Default::default() };
+    fs.setattr(&Ctx::root(), ino, &set).unwrap();
+    assert_eq!(fs.getattr(ino).unwrap().mtime, past);
+    fs.sync_fs().unwrap();
+    assert_eq!(fs.getattr(ino).unwrap().mtime, past);
+    fs.unmount().unwrap();
+    let fs = mount_with(&dev, opts(true));
+    assert_eq!(fs.getattr(ino).unwrap().mtime, past);
+    fs.unmount().unwrap();
+}
+
+/// Mounts the crash state made of every recorded operation up to `upto`
+/// and returns the bytes of the file `f`.
+fn crash_read(rec: &RecordingDevice, upto: usize, len: u32) -> (Vec<u8>, cairn_core::Attr) {
+    let img = rec.plan().image(upto, &[], None);
+    let d: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(img.to_vec()));
+    let fs = Fs::mount(d.clone(), opts(true)).expect("crash state mounts");
+    let a = fs.lookup(1, b"f").unwrap();
+    let bytes = fs.read(a.ino, 0, len).unwrap();
+    fs.unmount().unwrap();
+    fsck_clean_mem(d.as_ref(), "crash state");
+    (bytes, a)
+}
+
+#[test]
+fn fdatasync_after_overwrites_flushes_only_and_the_bytes_survive_a_crash() {
+    let mem = MemDevice::new(32 << 20);
+    format(&mem, &MkfsOptions::default(), &mut |_, _| {}).unwrap();
+    let rec = Arc::new(RecordingDevice::new(mem.snapshot()));
+    let d: Arc<dyn BlockDevice> = rec.clone();
+    let fs = Fs::mount(d, opts(true)).unwrap();
+    let old = vec![1u8; 65536];
+    let ino = file_with(&fs, "f", &old);
+    let commits = stat(&fs, "journal.commits");
+    let mut new = old.clone();
+    new[5000..9000].fill(2);
+    fs.write(ino, 5000, &new[5000..9000]).unwrap();
+    fs.fsync(ino, true).unwrap();
+    assert_eq!(stat(&fs, "overwrite.datasync_flush_only"), 1);
+    assert_eq!(stat(&fs, "journal.commits"), commits, "fdatasync of an overwrite committed the journal");
+    let after_datasync = rec.ops().len();
+    let mtime = fs.getattr(ino).unwrap().mtime;
+
+    // A crash right after the fdatasync: the bytes are there.
+    let (bytes, _) = crash_read(&rec, after_datasync, 65536);
+    assert_eq!(bytes, new);
+
+    // fsync also logs the times.
+    std::thread::sleep(Duration::from_millis(5));
+    new[100] = 3;
+    fs.write(ino, 100, &[3]).unwrap();
+    let mtime2 = fs.getattr(ino).unwrap().mtime;
+    assert!(mtime2 > mtime);
+    fs.fsync(ino, false).unwrap();
+    let (bytes, a) = crash_read(&rec, rec.ops().len(), 65536);
+    assert_eq!(bytes, new);
+    assert_eq!(a.mtime, mtime2);
+
+    // fdatasync after a write that allocated commits the journal.
+    let commits = stat(&fs, "journal.commits");
+    fs.write(ino, 65536, &[4u8; 4096]).unwrap();
+    fs.fsync(ino, true).unwrap();
+    assert_eq!(stat(&fs, "journal.commits"), commits + 1);
+    assert_eq!(stat(&fs, "overwrite.datasync_flush_only"), 1);
+    let (bytes, a) = crash_read(&rec, rec.ops().len(), 70000);
+    assert_eq!(a.size, 65536 + 4096);
+    assert_eq!(&bytes[65536..], &[4u8; 4096][..]);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn fast_path_writers_race_with_truncate_punch_hole_and_journaled_writes() {
+    let dev = new_image(128);
+    let fs = mount_with(&dev, opts(true));
+    let c = Ctx::root();
+    // One shared file: four writers own a 256 KiB region each; a fifth
+    // thread punches holes in, rewrites and truncates a sixth region
+    // (shrinking, then extending the file) the whole time.
+    const REGION: u64 = 256 << 10;
+    let shared = file_with(&fs, "shared", &vec![0u8; (6 * REGION) as usize]);
+    let others: Vec<u64> = (0..4).map(|i| file_with(&fs, &format!("own{i}"), &vec![0u8; 65536])).collect();
+    let mut threads = Vec::new();
+    for w in 0..4u64 {
+        let fs = fs.clone();
+        let own = others[w as usize];
+        threads.push(std::thread::spawn(move || {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(w);
+            let mut model = vec![0u8; REGION as usize];
+            let mut own_model = vec![0u8; 65536];
+            for i in 0..3000u64 {
+                let len = rng.gen_range(1..8192usize);
+                let off = rng.gen_range(0..REGION - len as u64);
+                let v = (i % 250 + 1) as u8;
+                fs.write(shared, w * REGION + off, &vec![v; len]).unwrap();
+                model[off as usize..off as usize + len].fill(v);
+                let o2 = rng.gen_range(0..65536 - 512u64);
+                fs.write(own, o2, &[v; 512]).unwrap();
+                own_model[o2 as usize..o2 as usize + 512].fill(v);
+            }
+            (model, own_model)
+        }));
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let base = 4 * REGION;
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                fs.fallocate(shared, base + 8192, 65536, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).unwrap();
+                fs.write(shared, base, &vec![5u8; REGION as usize]).unwrap();
+                fs.setattr(&c, shared, &SetAttr { size: Some(5 * REGION), ..Default::default() }).unwrap();
+                fs.write(shared, 5 * REGION, &vec![6u8; REGION as usize]).unwrap();
+                if n.is_multiple_of(8) {
+                    fs.sync_fs().unwrap();
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    let results: Vec<(Vec<u8>, Vec<u8>)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = churn.join().unwrap();
+    assert!(rounds > 0);
+    for (w, (model, own_model)) in results.iter().enumerate() {
+        assert_eq!(&fs.read(shared, w as u64 * REGION, REGION as u32).unwrap(), model, "region {w}");
+        assert_eq!(&fs.read(others[w], 0, 65536).unwrap(), own_model, "file own{w}");
+    }
+    assert_eq!(fs.read(shared, 4 * REGION, REGION as u32).unwrap(), vec![5u8; REGION as usize]);
+    assert_eq!(fs.read(shared, 5 * REGION, REGION as u32).unwrap(), vec![6u8; REGION as usize]);
+    assert!(stat(&fs, "overwrite.fast_writes") >= 4 * 3000);
+    fs.debug_check_consistency();
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after racing writers");
+}
+
+#[test]
+fn dirty_times_of_many_files_are_logged_through_a_tiny_cache_and_journal() {
+    let mk = MkfsOptions { journal_blocks: Some(MKFS_MIN_JOURNAL_BLOCKS), ..Default::default() };
+    let dev = new_image_with(64, &mk);
+    let o = MountOptions { cache_blocks: 64, ..opts(true) };
+    let fs = mount_with(&dev, o.clone());
+    let inos: Vec<u64> = (0..600).map(|i| file_with(&fs, &format!("f{i}"), &[1u8; 4096])).collect();
+    for (i, &ino) in inos.iter().enumerate() {
+        fs.write(ino, 10, &[(i % 200) as u8 + 2; 10]).unwrap();
+    }
+    assert_eq!(stat(&fs, "overwrite.dirty_times_queued"), 600);
+    let want: Vec<_> = inos.iter().map(|&i| fs.getattr(i).unwrap().mtime).collect();
+    fs.sync_fs().unwrap();
+    assert_eq!(stat(&fs, "overwrite.dirty_times_queued"), 0);
+    assert_eq!(stat(&fs, "overwrite.lazy_times_logged"), 600);
+    assert!(stat(&fs, "cache.evictions") > 0, "the tiny cache never evicted");
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after logging 600 dirty times");
+    let fs = mount_with(&dev, o);
+    for (k, &ino) in inos.iter().enumerate() {
+        assert_eq!(fs.getattr(ino).unwrap().mtime, want[k], "file f{k}");
+        assert_eq!(fs.read(ino, 10, 10).unwrap(), vec![(k % 200) as u8 + 2; 10]);
+    }
+    fs.unmount().unwrap();
+}
