@@ -113,6 +113,37 @@ pub enum DebugCmd {
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
     },
+    /// Mount IMAGE in this process (no FUSE) and run seed 004's fio job against the engine.
+    ///
+    /// Writes FILES files of SIZE bytes in all under /overwrite in full, then for each job count
+    /// runs that many threads writing BS bytes at random aligned offsets of random files for
+    /// SECONDS (after a RAMP): every write is an overwrite. Prints JSON (IOPS per job count and
+    /// the overwrite.* counters); `-o overwrite_fastpath=0` measures the journaled path.
+    Overwrite {
+        /// A cairn image (not mounted elsewhere).
+        image: PathBuf,
+        /// Number of files (fio's nrfiles).
+        #[arg(long, default_value_t = 32)]
+        files: u32,
+        /// Bytes of all the files together.
+        #[arg(long, default_value = "1G")]
+        size: String,
+        /// Bytes per write.
+        #[arg(long, default_value = "4K")]
+        bs: String,
+        /// Job (thread) counts, comma-separated: one run each, in this order.
+        #[arg(long, default_value = "1,2,4,8,16", value_delimiter = ',')]
+        jobs: Vec<u32>,
+        /// Seconds counted per job count.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Seconds run before counting starts.
+        #[arg(long, default_value_t = 1.0)]
+        ramp: f64,
+        /// Mount options, as for `cairn mount` (overwrite_fastpath=0|1, ...).
+        #[arg(short = 'o', value_name = "OPTIONS")]
+        options: Vec<String>,
+    },
 }
 
 /// Runs `cairn debug ...`.
@@ -147,6 +178,19 @@ pub fn run(cmd: &DebugCmd) -> Result<(), String> {
                 options,
             };
             crate::debug_dd::run(&a)
+        }
+        DebugCmd::Overwrite { image, files, size, bs, jobs, seconds, ramp, options } => {
+            let a = crate::debug_overwrite::OverwriteArgs {
+                image,
+                files: *files,
+                size: parse_size(size).map_err(|e| format!("--size: {e}"))?,
+                bs: parse_size(bs).map_err(|e| format!("--bs: {e}"))?,
+                jobs: jobs.clone(),
+                seconds: *seconds,
+                ramp: *ramp,
+                options,
+            };
+            crate::debug_overwrite::run(&a)
         }
     }
 }

@@ -44,10 +44,10 @@ pub struct DdArgs<'a> {
 
 /// A xorshift64 stream: fast, and enough to keep data from being all zeros
 /// or all the same block.
-struct XorShift(u64);
+pub(crate) struct XorShift(pub(crate) u64);
 
 impl XorShift {
-    fn fill(&mut self, buf: &mut [u8]) {
+    pub(crate) fn fill(&mut self, buf: &mut [u8]) {
         let mut x = self.0;
         for c in buf.chunks_mut(8) {
             x ^= x << 13;
@@ -94,7 +94,7 @@ fn summary(i: u32, bytes: u64, secs: f64, before: &BTreeMap<String, u64>, after:
     )
 }
 
-fn mount(image: &Path, options: &[String]) -> Result<Arc<Fs>, String> {
+pub(crate) fn mount(image: &Path, options: &[String]) -> Result<Arc<Fs>, String> {
     let settings = cairn_fuse::parse_options(options)?;
     let dev = FileDevice::open(image, settings.engine.read_only)
         .map_err(|e| format!("cannot open image {}: {e}", image.display()))?;
