@@ -16,6 +16,8 @@
 #   stress-ng      file-system stressors (tests/external/stress-ng.sh)
 #   fio, dbench, fsmark   benchmarks (scripts/speed-check.sh; fsmark is Debian's fs_mark)
 #   libacl1-dev    needed to build pjdfstest (cargo install pjdfstest --version 0.2.2)
+#   fsx            not a Debian package: cargo install fsx --version 0.2.0 (fsx-rs, the File
+#                  System eXerciser) into /usr/local/bin, for tests/external/fsx.sh
 #   xfsprogs, btrfs-progs   other kernel file systems for later comparisons
 #   libfuse3-dev   headers, for C tools that talk FUSE (not needed by cairn itself: the
 #                  fuser crate mounts without libfuse)
@@ -26,7 +28,7 @@ RUNTIME_ONLY=0
 case ${1:-} in
 --runtime) RUNTIME_ONLY=1 ;;
 "") ;;
--h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+-h | --help) sed -n '2,24p' "$0"; exit 0 ;;
 *) echo "unknown argument $1" >&2; exit 2 ;;
 esac
 
@@ -93,6 +95,36 @@ else
         cargo install pjdfstest --version "$PJD_VERSION" --locked --root /usr/local --quiet)
     rm -rf "$tmp"
     have_pjd || { log "pjdfstest did not install"; exit 1; }
+fi
+
+# --- fsx 0.2.0 (fsx-rs, the File System eXerciser: tests/external/fsx.sh)
+FSX_VERSION=0.2.0
+have_fsx() {
+    local bin
+    for bin in "$(command -v fsx 2>/dev/null)" /usr/local/bin/fsx "${CARGO_HOME:-$HOME/.cargo}/bin/fsx"; do
+        [[ -n $bin && -x $bin ]] || continue
+        [[ $("$bin" --version 2>/dev/null) == "fsx $FSX_VERSION" ]] || continue
+        [[ $bin == /usr/local/bin/fsx ]] || $SUDO ln -sf "$bin" /usr/local/bin/fsx
+        return 0
+    done
+    return 1
+}
+if have_fsx; then
+    log "fsx $FSX_VERSION: present"
+else
+    command -v cargo >/dev/null || { log "cargo not found: install Rust (rustup) first, see README.md"; exit 1; }
+    log "cargo install fsx --version $FSX_VERSION --locked (about 1 minute)"
+    # Like pjdfstest: into /usr/local, built in a target dir of its own. --locked uses the
+    # crate's own Cargo.lock; if that no longer resolves, the newest compatible versions.
+    tmp=$(mktemp -d)
+    if ! (cd "$tmp" && $SUDO env "PATH=$PATH" CARGO_TARGET_DIR="$tmp/target" \
+        cargo install fsx --version "$FSX_VERSION" --locked --root /usr/local --quiet); then
+        log "cargo install fsx --locked failed: trying without --locked"
+        (cd "$tmp" && $SUDO env "PATH=$PATH" CARGO_TARGET_DIR="$tmp/target" \
+            cargo install fsx --version "$FSX_VERSION" --root /usr/local --quiet --force)
+    fi
+    rm -rf "$tmp"
+    have_fsx || { log "fsx did not install"; exit 1; }
 fi
 
 # --- the user and group pjdfstest switches to (its config names nobody/nogroup and tests/tests)

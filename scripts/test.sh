@@ -15,6 +15,9 @@
 #   stress-ng  tests/external/stress-ng.sh (29 file-system stressors, 5 s each)
 #   survival   tests/external/survival.sh (data survives remounts and a daemon SIGKILL
 #              after syncfs)
+#   fsx        tests/external/fsx.sh (fsx-rs 0.2.0: buffered, mmap, fallocate/punch-hole and two
+#              concurrent runs, ~370,000 checked ops; fio --verify=crc32c through O_DIRECT and
+#              page cache vs O_DIRECT coherence; again without the writeback cache)
 #   sigkill    tests/external/sigkill.sh 50 (50 cycles: a workload of fsync'd files and
 #              atomic renames, the daemon SIGKILLed at a random moment, remount, every
 #              fsync'd byte checked, fsck clean)
@@ -37,7 +40,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
 
-ALL=(lint build unit pjdfstest stress-ng survival sigkill pressure bench mballoc)
+ALL=(lint build unit pjdfstest stress-ng survival fsx sigkill pressure bench mballoc)
 only=""
 skip=""
 quick=0
@@ -48,7 +51,7 @@ while [[ $# -gt 0 ]]; do
     --skip) skip=$2; shift ;;
     --quick) quick=1 ;;
     --no-deps) deps=0 ;;
-    -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -134,6 +137,7 @@ run_suite unit 30 cargo test --release --workspace -- --show-output --include-ig
 run_suite pjdfstest 20 bash tests/external/pjdfstest.sh --compare
 run_suite stress-ng 20 bash tests/external/stress-ng.sh
 run_suite survival 15 bash tests/external/survival.sh
+run_suite fsx 10 bash tests/external/fsx.sh
 run_suite sigkill 20 bash tests/external/sigkill.sh 50
 run_suite pressure 10 bash tests/external/pressure.sh
 run_suite bench 20 "$CAIRN" bench --quick --out "$LOGS/bench-report"
