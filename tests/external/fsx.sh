@@ -208,7 +208,9 @@ fio_run() {
     local name=$1 rc=0 t0
     shift
     t0=$(now_s)
-    fio --name="$name" --verify_fatal=1 --exitall_on_error=1 --group_reporting "$@" \
+    # from the log dir: fio leaves its verify state files (local-NAME-0-verify.state) in
+    # the current directory
+    (cd "$LOG_DIR" && fio --name="$name" --verify_fatal=1 --exitall_on_error=1 --group_reporting "$@") \
         >"$LOG_DIR/fio-$name.log" 2>&1 || rc=$?
     if [[ $rc -eq 0 ]] && grep -q 'err= 0' "$LOG_DIR/fio-$name.log"; then
         log "OK: fio $name ($(($(now_s) - t0)) s)"
