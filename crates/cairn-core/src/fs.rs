@@ -52,6 +52,9 @@ pub struct MountOptions {
     /// Write over allocated, written blocks with no transaction and shared
     /// locks (`-o overwrite_fastpath=0|1`, see `overwrite`).
     pub overwrite_fastpath: bool,
+    /// Share identical xattr blocks through the dedup cache (`-o nombcache`
+    /// turns it off, see `mbcache`).
+    pub mbcache: bool,
 }
 
 impl Default for MountOptions {
@@ -63,6 +66,7 @@ impl Default for MountOptions {
             errors: ErrorPolicy::default(),
             mb_optimize_scan: true,
             overwrite_fastpath: true,
+            mbcache: true,
         }
     }
 }
@@ -147,8 +151,16 @@ impl Fs {
             buddy_cap: opts.cache_blocks / 16,
         };
         let alloc = Allocator::load(geo, seed, sb.gdt_start, &bufs, sb.next_ino, alloc_opts)?;
-        let meta =
-            Meta { dev, bufs, alloc, geo, seed, hash_seed: sb.hash_seed, running_seq: journal.next_seq().into() };
+        let meta = Meta {
+            dev,
+            bufs,
+            alloc,
+            geo,
+            seed,
+            hash_seed: sb.hash_seed,
+            running_seq: journal.next_seq().into(),
+            xattrs: crate::xattr::XattrShare::new(opts.mbcache),
+        };
         let root = meta.load_inode(ROOT_INO)?;
         if !root.is_dir() {
             return Err(FormatError::corrupt("inode", ROOT_INO, "root is not a directory").into());
@@ -187,6 +199,7 @@ impl Fs {
             fs.process_orphans(false)?;
             fs.commit()?;
             Backend::start(&fs, fs.opts.commit_interval)?;
+            fs.meta.xattrs.cache.start()?;
         }
         Ok(fs)
     }
@@ -202,6 +215,7 @@ impl Fs {
             return Ok(());
         }
         self.backend.stop();
+        self.meta.xattrs.cache.stop();
         let r = self.unmount_commit();
         self.closed.store(true, Ordering::Release);
         r
@@ -592,6 +606,7 @@ impl Fs {
 
 impl Drop for Fs {
     fn drop(&mut self) {
+        self.meta.xattrs.cache.stop();
         if !self.unmounted.load(Ordering::Acquire) && !self.opts.read_only {
             tracing::warn!("file system dropped without unmount; the journal holds its last changes");
         }

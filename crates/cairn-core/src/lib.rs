@@ -51,6 +51,7 @@ pub use types::*;
 mod extent_map;
 mod file_ops;
 mod lifecycle;
+mod mbcache;
 mod meta;
 mod namespace;
 mod overwrite;

@@ -22,6 +22,8 @@ pub struct Meta {
     pub hash_seed: [u8; 16],
     /// Sequence number of the checkpoint that operations now add to.
     pub running_seq: AtomicU64,
+    /// Shared xattr blocks: the dedup cache and the block locks.
+    pub xattrs: crate::xattr::XattrShare,
 }
 
 impl Meta {

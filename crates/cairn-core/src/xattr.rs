@@ -1,20 +1,42 @@
-//! Extended attributes, stored in one xattr block per inode.
+//! Extended attributes, stored in one xattr block per inode, shared by every
+//! inode with the same set (seed 000).
 //!
-//! Format in `cairn_format::xattr`: a refcounted block, so identical blocks
-//! can be shared by many inodes. This stage never shares (every block it
-//! writes has refcount 1) but already honours the sharing rules when it meets
-//! a shared block: a block with refcount > 1 is never changed in place — the
-//! inode gets a private copy and the shared block's refcount drops (the
-//! mbcache-style dedup cache comes with the shared-xattr stage).
+//! ## On disk
+//! `cairn_format::xattr`: a block with a refcount (at most
+//! `XATTR_REFCOUNT_MAX` = 1024, as ext4), sorted entries and a checksum. An
+//! inode points at one block (`xattr_block`) and counts it in its blocks.
 //!
-//! Locking: the caller holds the inode's lock and the transaction gate.
+//! ## Sharing
+//! Setting an xattr computes the inode's new set; if a block with exactly
+//! that set is on disk (found through the dedup cache, `mbcache`, then read
+//! and compared in full), the inode takes a reference on it; else its own
+//! block is changed in place if nobody shares it; else a new block is
+//! written and cached. Setting a value an attribute already has changes
+//! nothing (the same-value shortcut). A block at the refcount limit is not
+//! offered; it is offered again when a reference goes.
+//!
+//! ## Invariants and locking
+//! * A block with refcount > 1 is never changed in place.
+//! * A block's refcount, its bytes and its cache entry change only under
+//!   the block's lock (striped, [`XattrShare`]), inside the caller's
+//!   transaction together with the inode's pointer; the lock is never held
+//!   with another block's.
+//! * A cache entry is alive only while its block is an xattr block with
+//!   that content: a free or an in-place change removes (and marks dead) the
+//!   entry under the block's lock, and a finder re-checks under that lock.
+//! * The caller holds the inode's lock (shared for reads) and the
+//!   transaction gate for changes.
 
 use crate::error::{FsError, Result};
 use crate::inode::InodeState;
 use crate::journal::Tx;
+use crate::mbcache::MbCache;
 use crate::meta::Meta;
 use crate::types::{XATTR_CREATE, XATTR_REPLACE};
 use cairn_format::xattr::*;
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 fn load(meta: &Meta, blk: u64) -> Result<XattrBlock> {
     let seed = meta.seed;
@@ -27,7 +49,15 @@ fn entries(meta: &Meta, st: &InodeState) -> Result<Vec<XattrEntry>> {
     if st.d.xattr_block == 0 {
         return Ok(Vec::new());
     }
-    Ok(load(meta, st.d.xattr_block)?.entries)
+    let xb = load(meta, st.d.xattr_block)?;
+    // Reads insert too (blocks written before this mount). Safe without the
+    // block lock: the caller holds this inode, whose reference pins the
+    // block, and only this inode's holder could free or change it.
+    let cache = &meta.xattrs.cache;
+    if cache.enabled() && cache.get(XattrBlock::content_hash(&xb.entries), st.d.xattr_block).is_none() {
+        cache.insert(XattrBlock::content_hash(&xb.entries), st.d.xattr_block, xb.refcount < XATTR_REFCOUNT_MAX);
+    }
+    Ok(xb.entries)
 }
 
 fn parse_name(name: &[u8]) -> Result<(u8, &[u8])> {
@@ -57,31 +87,119 @@ pub fn list(meta: &Meta, st: &InodeState) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The sharing side of xattr blocks: the dedup cache and the block locks.
+pub struct XattrShare {
+    pub cache: Arc<MbCache>,
+    locks: Vec<Mutex<()>>,
+}
+
+/// Stripes of the xattr-block lock.
+const BLOCK_LOCKS: usize = 256;
+
+impl XattrShare {
+    pub fn new(mbcache: bool) -> XattrShare {
+        XattrShare { cache: Arc::new(MbCache::new(mbcache)), locks: (0..BLOCK_LOCKS).map(|_| Mutex::new(())).collect() }
+    }
+
+    /// The lock of xattr block `blk`: its refcount, its bytes and its cache
+    /// entry change only under it.
+    fn lock(&self, blk: u64) -> MutexGuard<'_, ()> {
+        self.locks[(blk as usize) % BLOCK_LOCKS].lock()
+    }
+}
+
+fn write_block(tx: &Tx<'_>, blk: u64, xb: &XattrBlock, new: bool) -> Result<()> {
+    let buf = if new { tx.bufs.get_new(blk) } else { tx.bufs.get(blk, |_, _| Ok(()))? };
+    xb.encode(tx.seed, blk, &mut buf.data.write());
+    tx.dirty(&buf);
+    Ok(())
+}
+
+/// Takes one more reference on a cached block holding exactly `list`, if
+/// there is one below the refcount limit; returns it.
+fn share_existing(tx: &Tx<'_>, key: u32, list: &[XattrEntry], old: u64) -> Result<Option<u64>> {
+    let share = &tx.xattrs;
+    let stats = &share.cache.stats;
+    for cand in share.cache.find(key) {
+        if cand.block == old {
+            continue;
+        }
+        let _l = share.lock(cand.block);
+        if cand.is_dead() {
+            stats.false_matches.fetch_add(1, Relaxed);
+            continue;
+        }
+        // Alive in the cache: still an xattr block with a reference (frees
+        // and in-place changes remove the entry under this lock first).
+        let mut xb = load(tx, cand.block)?;
+        if xb.entries != list {
+            stats.false_matches.fetch_add(1, Relaxed);
+            continue;
+        }
+        if xb.refcount >= XATTR_REFCOUNT_MAX {
+            cand.set_reusable(false);
+            stats.refcount_limit.fetch_add(1, Relaxed);
+            continue;
+        }
+        xb.refcount += 1;
+        write_block(tx, cand.block, &xb, false)?;
+        if xb.refcount >= XATTR_REFCOUNT_MAX {
+            cand.set_reusable(false);
+            stats.refcount_limit.fetch_add(1, Relaxed);
+        }
+        cand.touch();
+        stats.hits.fetch_add(1, Relaxed);
+        return Ok(Some(cand.block));
+    }
+    stats.misses.fetch_add(1, Relaxed);
+    Ok(None)
+}
+
+/// Gives the inode the xattr set `list`: an identical block already on disk
+/// (shared, found through the cache), its own block changed in place if
+/// nobody shares it, or a new block. A failure (ENOSPC) leaves everything as
+/// it was.
 fn store(tx: &Tx<'_>, st: &mut InodeState, list: Vec<XattrEntry>) -> Result<()> {
-    let old = st.d.xattr_block;
-    let old_ref = if old != 0 { load(tx, old)?.refcount } else { 0 };
     if list.is_empty() {
-        release(tx, st)?;
-        return Ok(());
+        return release(tx, st);
     }
     if XattrBlock::bytes_needed(&list) > tx.bs() {
         return Err(FsError::Errno(libc::ENOSPC));
     }
-    let blk = if old != 0 && old_ref == 1 {
-        old
-    } else {
-        if old != 0 {
+    let share = &tx.xattrs;
+    let key = XattrBlock::content_hash(&list);
+    let old = st.d.xattr_block;
+    if share.cache.enabled() {
+        if let Some(blk) = share_existing(tx, key, &list, old)? {
             release(tx, st)?;
+            st.d.xattr_block = blk;
+            st.d.blocks += 1;
+            return Ok(());
         }
-        let goal = tx.geo.group_start(tx.geo.group_of_ino(st.ino));
-        let b = tx.alloc.alloc_meta_block(tx, goal)?;
-        st.d.blocks += 1;
-        b
-    };
-    let buf = if blk == old { tx.bufs.get(blk, |_, _| Ok(()))? } else { tx.bufs.get_new(blk) };
-    XattrBlock { refcount: 1, entries: list }.encode(tx.seed, blk, &mut buf.data.write());
-    tx.dirty(&buf);
+    }
+    if old != 0 {
+        let _l = share.lock(old);
+        let xb = load(tx, old)?;
+        if xb.refcount == 1 {
+            // Ours alone: change it in place, out of the cache meanwhile.
+            share.cache.remove(XattrBlock::content_hash(&xb.entries), old);
+            write_block(tx, old, &XattrBlock { refcount: 1, entries: list }, false)?;
+            share.cache.insert(key, old, true);
+            return Ok(());
+        }
+    }
+    // A new block first (the only step that can fail), then the old one's
+    // reference goes.
+    let goal = tx.geo.group_start(tx.geo.group_of_ino(st.ino));
+    let blk = tx.alloc.alloc_meta_block(tx, goal)?;
+    {
+        let _l = share.lock(blk);
+        write_block(tx, blk, &XattrBlock { refcount: 1, entries: list }, true)?;
+        share.cache.insert(key, blk, true);
+    }
+    release(tx, st)?;
     st.d.xattr_block = blk;
+    st.d.blocks += 1;
     Ok(())
 }
 
@@ -128,14 +246,23 @@ pub fn release(tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
     if blk == 0 {
         return Ok(());
     }
-    let mut xb = load(tx, blk)?;
-    if xb.refcount <= 1 {
-        tx.free(blk, 1)?;
-    } else {
-        xb.refcount -= 1;
-        let buf = tx.bufs.get(blk, |_, _| Ok(()))?;
-        xb.encode(tx.seed, blk, &mut buf.data.write());
-        tx.dirty(&buf);
+    let share = &tx.xattrs;
+    {
+        let _l = share.lock(blk);
+        let mut xb = load(tx, blk)?;
+        let key = XattrBlock::content_hash(&xb.entries);
+        if xb.refcount <= 1 {
+            share.cache.remove(key, blk);
+            tx.free(blk, 1)?;
+        } else {
+            xb.refcount -= 1;
+            write_block(tx, blk, &xb, false)?;
+            if xb.refcount == XATTR_REFCOUNT_MAX - 1 {
+                if let Some(e) = share.cache.get(key, blk) {
+                    e.set_reusable(true);
+                }
+            }
+        }
     }
     st.d.xattr_block = 0;
     st.d.blocks = st.d.blocks.saturating_sub(1);

@@ -11,3 +11,4 @@ mod latch;
 mod model;
 mod overwrite;
 mod pressure;
+mod xattr_share;
