@@ -546,3 +546,61 @@ fn o_direct_overwrites_take_the_fast_path_and_stay_coherent_with_buffered_io() {
     assert_eq!(std::fs::read(&f).unwrap(), model);
     unmount(&mp, pid);
 }
+
+fn sh(cmd: &str) -> Output {
+    Command::new("sh").arg("-c").arg(cmd).output().expect("run sh")
+}
+
+#[test]
+fn posix_acls_work_through_a_mount_as_on_ext4() {
+    if !can_mount() {
+        return;
+    }
+    if !Path::new("/usr/bin/setfacl").exists() || !Path::new("/usr/bin/getfacl").exists() {
+        eprintln!("SKIPPED: setfacl/getfacl not installed (Debian package acl)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("acl.img");
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    mkfs(&img, "256M");
+    let o = run(&["mount", p(&img), p(&mp), "-o", "allow_other"]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let _g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    let m = p(&mp);
+    let ok = |cmd: String| {
+        let o = sh(&cmd);
+        assert!(o.status.success(), "{cmd}: {}{}", stdout(&o), stderr(&o));
+        stdout(&o)
+    };
+    ok(format!("cd {m} && umask 022 && mkdir d && chmod 755 d && setfacl -m u:nobody:rwx d && setfacl -d -m u:nobody:rx,o::- d"));
+    let facl = ok(format!("getfacl -cp {m}/d"));
+    assert!(facl.contains("user:nobody:rwx") && facl.contains("default:user:nobody:r-x"), "{facl}");
+    // Inherited by a new file (masked by the create mode; no umask).
+    ok(format!("cd {m} && umask 077 && touch d/f && mkdir d/sub"));
+    let f = ok(format!("getfacl -cp {m}/d/f"));
+    assert!(f.contains("user:nobody:r-x") && f.contains("mask::r--") && f.contains("other::---"), "{f}");
+    let sub = ok(format!("getfacl -cp {m}/d/sub"));
+    assert!(sub.contains("default:user:nobody:r-x"), "{sub}");
+    // Enforced by the kernel: nobody may create in d (named entry), read f
+    // (mask r--) and not after chmod 600 moves the mask.
+    ok(format!("su nobody -s /bin/sh -c 'echo hi > {m}/d/by-nobody && cat {m}/d/f'"));
+    ok(format!("chmod 600 {m}/d/f"));
+    assert!(ok(format!("getfacl -cp {m}/d/f")).contains("mask::---"));
+    assert!(!sh(&format!("su nobody -s /bin/sh -c 'cat {m}/d/f'")).status.success(), "the mask did not deny");
+    // Without a default ACL the umask applies.
+    ok(format!("cd {m} && umask 027 && touch plain"));
+    assert_eq!(std::fs::metadata(mp.join("plain")).unwrap().mode() & 0o777, 0o640);
+    unmount(&mp, pid);
+    let o = run(&["fsck", p(&img)]);
+    assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
+    // Still there after a remount.
+    let o = run(&["mount", p(&img), p(&mp), "-o", "allow_other"]);
+    assert!(o.status.success(), "remount: {}", stderr(&o));
+    let pid = daemon_pid(&mp);
+    assert!(ok(format!("getfacl -cp {m}/d")).contains("default:user:nobody:r-x"));
+    unmount(&mp, pid);
+}

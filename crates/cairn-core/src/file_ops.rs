@@ -13,10 +13,10 @@
 //! the inode on the orphan list, which the next mount finishes.
 
 use crate::error::{FsError, Result};
-use crate::file;
 use crate::fs::{now, Fs};
 use crate::journal::credits;
 use crate::types::*;
+use crate::{acl, file};
 use cairn_format::inode::*;
 use std::sync::atomic::Ordering;
 
@@ -157,6 +157,16 @@ impl Fs {
             }
             if let Some(m) = set.mode {
                 g.d.mode = (g.d.mode & S_IFMT) | (m & 0o7777);
+                // An access ACL follows the new permission bits.
+                match crate::xattr::get(tx, &g, acl::ACCESS) {
+                    Ok(v) => {
+                        let mut a = acl::Acl::parse(&v)?;
+                        a.chmod(g.d.mode);
+                        crate::xattr::set(tx, &mut g, acl::ACCESS, &a.encode(), 0)?;
+                    }
+                    Err(FsError::Errno(libc::ENODATA)) => {}
+                    Err(e) => return Err(e),
+                }
             }
             if let Some(u) = set.uid {
                 g.d.uid = u;

@@ -23,7 +23,7 @@ use crate::journal::{credits, ErrorPolicy, Journal, Latch, Tx, TxManager};
 use crate::meta::Meta;
 use crate::overwrite::Overwrite;
 use crate::types::*;
-use crate::{dir, file, xattr};
+use crate::{acl, dir, file, xattr};
 use cairn_format::dirent::DIRENT_MIN_LOW;
 use cairn_format::inode::*;
 use cairn_format::layout::Geometry;
@@ -556,11 +556,32 @@ impl Fs {
     }
 
     /// Sets an extended attribute (`flags`: `XATTR_CREATE` / `XATTR_REPLACE`).
+    /// POSIX ACLs (`system.posix_acl_access` / `_default`) are checked and
+    /// kept in step with the mode (see `acl`).
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        let parsed = if name == acl::ACCESS || name == acl::DEFAULT { Some(acl::Acl::parse(value)?) } else { None };
         self.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();
-            xattr::set(tx, &mut g, name, value, flags)?;
+            match &parsed {
+                Some(a) if name == acl::ACCESS => {
+                    if g.d.file_type() == S_IFLNK {
+                        return Err(FsError::Errno(libc::EOPNOTSUPP));
+                    }
+                    g.d.mode = (g.d.mode & !0o777) | a.mode_bits();
+                    if a.is_mode_equivalent() {
+                        // Says no more than the mode: no ACL is kept.
+                        match xattr::remove(tx, &mut g, name) {
+                            Ok(()) | Err(FsError::Errno(libc::ENODATA)) => {}
+                            Err(e) => return Err(e),
+                        }
+                    } else {
+                        xattr::set(tx, &mut g, name, value, flags)?;
+                    }
+                }
+                Some(_) if !g.d.is_dir() => return Err(FsError::Errno(libc::EACCES)),
+                _ => xattr::set(tx, &mut g, name, value, flags)?,
+            }
             g.d.ctime = now();
             self.store(tx, &g)
         })

@@ -31,6 +31,7 @@ pub mod mkfs;
 pub mod testdev;
 pub mod types;
 
+mod acl;
 mod alloc;
 mod backend;
 mod btree;

@@ -12,18 +12,59 @@
 //! (`inode::lock_many`); an entry found before locking is looked up again
 //! under the locks.
 
-use crate::dir;
 use crate::error::{FsError, Result};
 use crate::file;
 use crate::fs::{check_name, find, now, Fs};
 use crate::inode::{lock_many, InodeGuard, InodeState};
 use crate::journal::credits;
 use crate::types::*;
+use crate::{acl, dir, xattr};
 use cairn_format::dirent::dtype_of_mode;
 use cairn_format::inode::*;
 use cairn_format::{NAME_MAX, SYMLINK_MAX};
 
+/// The ACLs a new inode inherits from its directory's default ACL.
+#[derive(Default)]
+struct Inherited {
+    access: Option<Vec<u8>>,
+    default: Option<Vec<u8>>,
+}
+
+impl Inherited {
+    /// Credits of setting them: per xattr, a block shared, allocated or
+    /// changed, and the previous one released.
+    fn credits(&self) -> u64 {
+        let n = u64::from(self.access.is_some()) + u64::from(self.default.is_some());
+        n * (credits::ALLOC + credits::FREE + 2)
+    }
+
+    fn apply(&self, tx: &crate::journal::Tx<'_>, st: &mut InodeState) -> Result<()> {
+        if let Some(a) = &self.access {
+            xattr::set(tx, st, acl::ACCESS, a, 0)?;
+        }
+        if let Some(d) = &self.default {
+            xattr::set(tx, st, acl::DEFAULT, d, 0)?;
+        }
+        Ok(())
+    }
+}
+
 impl Fs {
+    /// A new inode's mode and ACLs in directory `parent`: with a default
+    /// ACL there, the inode inherits it (masked by `mode`; no umask), and a
+    /// directory keeps it as its own default; without one, the umask.
+    fn inherit(&self, parent: &InodeState, mode: u32, ctx: &Ctx) -> Result<(u32, Inherited)> {
+        match xattr::get(&self.meta, parent, acl::DEFAULT) {
+            Ok(v) => {
+                let (mode, access) = acl::Acl::parse(&v)?.inherit(mode);
+                let default = (mode & S_IFMT == S_IFDIR).then_some(v);
+                Ok((mode, Inherited { access: access.map(|a| a.encode()), default }))
+            }
+            Err(FsError::Errno(libc::ENODATA)) => Ok((mode & !(ctx.umask & 0o777), Inherited::default())),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Credits of adding an entry to `dir`.
     fn entry_add_credits(&self, dir: &InodeState) -> Result<u64> {
         Ok(credits::tree_insert(credits::dir_levels(&self.meta, dir)?))
@@ -55,7 +96,16 @@ impl Fs {
                 Some(t) if t.len() > DATA_AREA => credits::map_extent(1) + credits::INODE,
                 _ => 0,
             };
-            tx.require(credits::ALLOC + 2 * credits::INODE + self.entry_add_credits(&pg)? + symlink_block + undo)?;
+            let (mode, acls) =
+                if target.is_some() { (mode, Inherited::default()) } else { self.inherit(&pg, mode, ctx)? };
+            tx.require(
+                credits::ALLOC
+                    + 2 * credits::INODE
+                    + self.entry_add_credits(&pg)?
+                    + symlink_block
+                    + undo
+                    + acls.credits(),
+            )?;
             let (ino, d) = self.new_inode(tx, ctx, &pg, mode, rdev)?;
             let r = self.icache.insert(ino, d);
             let mut st = r.write();
@@ -73,6 +123,7 @@ impl Fs {
                         }
                     }
                 }
+                acls.apply(tx, &mut st)?;
                 self.store(tx, &st)?;
                 dir::add(tx, &mut pg, name, ino, dtype_of_mode(mode))
             })();
@@ -131,13 +182,15 @@ impl Fs {
             if !pg.d.is_dir() {
                 return Err(FsError::Errno(libc::ENOTDIR));
             }
-            tx.require(credits::ALLOC + credits::INODE + self.orphan_credits()?)?;
-            let (ino, mut d) = self.new_inode(tx, ctx, &pg, S_IFREG | (mode & 0o7777), 0)?;
+            let (mode, acls) = self.inherit(&pg, S_IFREG | (mode & 0o7777), ctx)?;
+            tx.require(credits::ALLOC + credits::INODE + self.orphan_credits()? + acls.credits())?;
+            let (ino, mut d) = self.new_inode(tx, ctx, &pg, mode, 0)?;
             d.nlink = 0;
             let r = self.icache.insert(ino, d);
             let mut st = r.write();
             st.lookups = 1;
             self.orphan_add(tx, &mut st)?;
+            acls.apply(tx, &mut st)?;
             self.store(tx, &st)?;
             Ok(self.attr(&st))
         })

@@ -8,6 +8,10 @@ pub struct Ctx {
     pub uid: u32,
     pub gid: u32,
     pub pid: u32,
+    /// The caller's umask, applied by cairn to a new inode's mode unless
+    /// its directory has a default ACL (FUSE_DONT_MASK); 0 when the kernel
+    /// applied it already.
+    pub umask: u32,
 }
 
 impl Ctx {

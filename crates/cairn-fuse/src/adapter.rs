@@ -69,11 +69,13 @@ pub struct AdapterOptions {
     pub writeback_cache: bool,
     /// Largest write request, bytes.
     pub max_write: u32,
+    /// POSIX ACLs (FUSE_POSIX_ACL): `-o acl` (default) / `noacl`.
+    pub acl: bool,
 }
 
 impl Default for AdapterOptions {
     fn default() -> Self {
-        AdapterOptions { timeouts: Timeouts::default(), writeback_cache: false, max_write: 1 << 20 }
+        AdapterOptions { timeouts: Timeouts::default(), writeback_cache: false, max_write: 1 << 20, acl: true }
     }
 }
 
@@ -82,10 +84,13 @@ pub struct CairnFuse {
     fs: Arc<Fs>,
     opts: AdapterOptions,
     metrics: Arc<Metrics>,
+    /// The kernel granted FUSE_DONT_MASK: creates carry the caller's umask
+    /// unapplied, and cairn applies it unless a default ACL is inherited.
+    dont_mask: bool,
 }
 
 fn ctx(req: &Request) -> Ctx {
-    Ctx { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+    Ctx { uid: req.uid(), gid: req.gid(), pid: req.pid(), umask: 0 }
 }
 
 fn name_bytes(name: &OsStr) -> &[u8] {
@@ -100,6 +105,11 @@ fn time_set(t: TimeOrNow) -> TimeSet {
 }
 
 impl CairnFuse {
+    /// The caller of a create, with its umask when cairn must apply it.
+    fn create_ctx(&self, req: &Request, umask: u32) -> Ctx {
+        Ctx { umask: if self.dont_mask { umask } else { 0 }, ..ctx(req) }
+    }
+
     /// Wraps a mounted engine.
     pub fn new(fs: Arc<Fs>, opts: AdapterOptions) -> CairnFuse {
         CairnFuse::with_metrics(fs, opts, Arc::new(Metrics::new()))
@@ -107,7 +117,7 @@ impl CairnFuse {
 
     /// Wraps a mounted engine, counting requests in `metrics`.
     pub fn with_metrics(fs: Arc<Fs>, opts: AdapterOptions, metrics: Arc<Metrics>) -> CairnFuse {
-        CairnFuse { fs, opts, metrics }
+        CairnFuse { fs, opts, metrics, dont_mask: false }
     }
 
     /// The request counters.
@@ -180,9 +190,17 @@ impl Filesystem for CairnFuse {
         if self.opts.writeback_cache {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
+        if self.opts.acl {
+            // The kernel caches and enforces POSIX ACLs; cairn keeps them
+            // (mode sync, chmod, inheritance: cairn-core `acl`), which needs
+            // the umask unapplied.
+            wanted |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+        }
         for flag in wanted.iter() {
             if config.add_capabilities(flag).is_err() {
                 tracing::debug!(?flag, "the kernel does not offer this FUSE capability");
+            } else if flag == InitFlags::FUSE_DONT_MASK {
+                self.dont_mask = true;
             }
         }
         if let Err(best) = config.set_max_write(self.opts.max_write) {
@@ -277,23 +295,16 @@ impl Filesystem for CairnFuse {
         }
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let mut t = self.metrics.timer(Op::Mknod);
-        self.entry(reply, t.call(|| self.fs.mknod(&ctx(req), parent.0, name_bytes(name), mode, u64::from(rdev))));
+        let c = self.create_ctx(req, umask);
+        self.entry(reply, t.call(|| self.fs.mknod(&c, parent.0, name_bytes(name), mode, u64::from(rdev))));
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let mut t = self.metrics.timer(Op::Mkdir);
-        self.entry(reply, t.call(|| self.fs.mkdir(&ctx(req), parent.0, name_bytes(name), mode)));
+        let c = self.create_ctx(req, umask);
+        self.entry(reply, t.call(|| self.fs.mkdir(&c, parent.0, name_bytes(name), mode)));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -544,13 +555,14 @@ impl Filesystem for CairnFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
         let mut t = self.metrics.timer(Op::Create);
         let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
-        self.created(reply, t.call(|| self.fs.mknod(&ctx(req), parent.0, name_bytes(name), mode, 0)));
+        let c = self.create_ctx(req, umask);
+        self.created(reply, t.call(|| self.fs.mknod(&c, parent.0, name_bytes(name), mode, 0)));
     }
 
     fn ioctl(
@@ -602,8 +614,9 @@ impl Filesystem for CairnFuse {
         Self::empty(reply, t.call(|| self.fs.sync_fs()));
     }
 
-    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
+    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, _flags: i32, reply: ReplyCreate) {
         let mut t = self.metrics.timer(Op::Tmpfile);
-        self.created(reply, t.call(|| self.fs.tmpfile(&ctx(req), parent.0, mode)));
+        let c = self.create_ctx(req, umask);
+        self.created(reply, t.call(|| self.fs.tmpfile(&c, parent.0, mode)));
     }
 }

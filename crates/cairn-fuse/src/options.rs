@@ -16,6 +16,7 @@
 //! | `mb_optimize_scan=0\|1` | find block groups through the allocator's order lists and fragment buckets (1) or by walking every group (0), as ext4's option | 1 |
 //! | `overwrite_fastpath=0\|1` | write over allocated, written blocks with no journal transaction and shared locks (1), or journal every write (0) | 1 |
 //! | `nombcache` (or `no_mbcache`) / `mbcache` | share identical xattr blocks through the dedup cache, or give every inode its own block (ext4's option) | on |
+//! | `acl` / `noacl` | POSIX ACLs (`setfacl`/`getfacl`, enforced by the kernel, inherited from default ACLs) | on |
 //! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
 //!
 //! Only *fuseblk* connections receive FUSE_SYNCFS from the kernel (plain
@@ -143,6 +144,8 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "mb_optimize_scan" => s.engine.mb_optimize_scan = switch(key, need()?)?,
                 "overwrite_fastpath" => s.engine.overwrite_fastpath = switch(key, need()?)?,
                 "nombcache" | "no_mbcache" => s.engine.mbcache = false,
+                "acl" => s.adapter.acl = true,
+                "noacl" => s.adapter.acl = false,
                 "mbcache" => s.engine.mbcache = true,
                 "threads" => s.threads = number(key, need()?, 1, 64)? as usize,
                 "entry_timeout" => timeouts.entry = seconds(key, need()?)?,

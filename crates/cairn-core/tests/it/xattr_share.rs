@@ -202,3 +202,78 @@ fn a_hundred_thousand_identical_sets_take_about_a_hundred_blocks() {
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "100,000 shared sets");
 }
+
+// ------------------------------------------------------------ POSIX ACLs
+
+/// The kernel's xattr form of an ACL: (tag, perm, id) entries.
+fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(t, p, id) in entries {
+        v.extend_from_slice(&t.to_le_bytes());
+        v.extend_from_slice(&p.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+const U: u32 = u32::MAX;
+
+#[test]
+fn acls_keep_the_mode_in_step_and_are_inherited() {
+    let dev = new_image(64);
+    let fs = mount_with(&dev, opts(true));
+    let c = cairn_core::Ctx { umask: 0o022, ..Ctx::root() };
+    let f = fs.mknod(&c, 1, b"f", libc::S_IFREG | 0o666, 0).unwrap();
+    assert_eq!(f.mode & 0o777, 0o644, "no default ACL: the umask applies");
+
+    // An extended access ACL: the group bits become the mask.
+    let ext = acl(&[(1, 6, U), (2, 7, 1000), (4, 4, U), (0x10, 5, U), (0x20, 0, U)]);
+    fs.setxattr(f.ino, b"system.posix_acl_access", &ext, 0).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().mode & 0o777, 0o650);
+    assert_eq!(fs.getxattr(f.ino, b"system.posix_acl_access").unwrap(), ext);
+    // chmod moves the mask (and the owner and other entries).
+    let set = cairn_core::SetAttr { mode: Some(0o604), ..Default::default() };
+    fs.setattr(&c, f.ino, &set).unwrap();
+    let now = fs.getxattr(f.ino, b"system.posix_acl_access").unwrap();
+    assert_eq!(now, acl(&[(1, 6, U), (2, 7, 1000), (4, 4, U), (0x10, 0, U), (0x20, 4, U)]));
+    // A minimal ACL is just a mode: no xattr is kept.
+    fs.setxattr(f.ino, b"system.posix_acl_access", &acl(&[(1, 7, U), (4, 5, U), (0x20, 1, U)]), 0).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().mode & 0o777, 0o751);
+    assert!(fs.getxattr(f.ino, b"system.posix_acl_access").is_err());
+    // Malformed ACLs and default ACLs on files are refused.
+    let bad = acl(&[(1, 7, U), (2, 7, 1000), (4, 5, U), (0x20, 1, U)]);
+    assert!(matches!(
+        fs.setxattr(f.ino, b"system.posix_acl_access", &bad, 0),
+        Err(cairn_core::FsError::Errno(libc::EINVAL))
+    ));
+    let dfl = acl(&[(1, 7, U), (4, 5, U), (0x20, 5, U)]);
+    assert!(matches!(
+        fs.setxattr(f.ino, b"system.posix_acl_default", &dfl, 0),
+        Err(cairn_core::FsError::Errno(libc::EACCES))
+    ));
+
+    // Inheritance: files get the masked default as their access ACL (no
+    // umask), directories also keep it as their default.
+    let d = fs.mkdir(&c, 1, b"d", 0o777).unwrap();
+    let d_default = acl(&[(1, 7, U), (2, 7, 1000), (4, 5, U), (0x10, 7, U), (0x20, 5, U)]);
+    fs.setxattr(d.ino, b"system.posix_acl_default", &d_default, 0).unwrap();
+    let files: Vec<u64> = (0..50)
+        .map(|i| fs.mknod(&c, d.ino, format!("f{i}").as_bytes(), libc::S_IFREG | 0o666, 0).unwrap().ino)
+        .collect();
+    let a = fs.getattr(files[0]).unwrap();
+    assert_eq!(a.mode & 0o777, 0o664);
+    assert_eq!(
+        fs.getxattr(files[0], b"system.posix_acl_access").unwrap(),
+        acl(&[(1, 6, U), (2, 7, 1000), (4, 5, U), (0x10, 6, U), (0x20, 4, U)])
+    );
+    let sub = fs.mkdir(&c, d.ino, b"sub", 0o777).unwrap();
+    assert_eq!(sub.mode & 0o777, 0o775);
+    assert_eq!(fs.getxattr(sub.ino, b"system.posix_acl_default").unwrap(), d_default);
+    let tmp = fs.tmpfile(&c, d.ino, 0o600).unwrap();
+    assert_eq!(tmp.mode & 0o777, 0o600);
+    assert!(fs.getxattr(tmp.ino, b"system.posix_acl_access").is_ok());
+    // 50 files with the same inherited ACL share one xattr block.
+    assert!(stat(&fs, "mbcache.hits") >= 49);
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after ACLs");
+}
