@@ -21,6 +21,8 @@ COLUMNS = [
     ("frag", None, "mbps", "2 MiB writes, fragmented (MB/s)", True),
     ("fio", "1 job", "iops", "4k O_DIRECT overwrite, 1 job (IOPS)", True),
     ("fio", "2 jobs", "iops", "same, 2 jobs (IOPS)", True),
+    ("fio-randread", "1 job", "iops", "4k O_DIRECT random read, 1 job (IOPS)", True),
+    ("fio-seqwrite", None, "mbps", "fio 1 MiB seq write + fsync (MB/s)", True),
     ("seq", None, "write", "seq write (MB/s)", True),
     ("seq", None, "read", "cold seq read (MB/s)", True),
     ("metalat", None, "create_us", "create p50 (µs)", False),

@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 
-from .fs import drop_caches, run
+from .fs import run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 XATTR_TOOL = os.path.join(os.path.dirname(HERE), "xattr_bench.py")
@@ -33,9 +33,23 @@ class Experiment:
     title = ""
     metrics = []
     tools = []  # (command, Debian package)
+    # What cairn serves: "loop", a loop device over its image file, as the
+    # kernel file systems (the device-bytes figures need it); or "file", the
+    # image file itself, as a user runs `cairn mount IMG MP` (see fs.py).
+    cairn_on = "loop"
+    # File systems this experiment adds to the default list (not to an
+    # explicit --fs), e.g. a cairn variant it exists to compare.
+    extra_fs = []
+    # "bars": horizontal bars grouped by variant; "columns": vertical bars,
+    # one cluster per variant (e.g. IOPS against job count, as seed 004's charts).
+    chart = "bars"
 
     def variants(self, quick):
         return [{"label": "-"}]
+
+    def fs_size(self, quick):
+        """Size of each file system in bytes, or None for the runner's default."""
+        return None
 
     def describe(self, quick):
         return ""
@@ -209,6 +223,9 @@ class Fragmented(Experiment):
     def variants(self, quick):
         return [{"label": "-", "files": 50 if quick else 200}]
 
+    def fs_size(self, quick):
+        return (1 if quick else 2) << 30
+
     def describe(self, quick):
         v = self.variants(quick)[0]
         return (
@@ -246,65 +263,193 @@ class Fragmented(Experiment):
         return res
 
 
-# ------------------------------------------------------------ seed 004
+# ------------------------------------------------------------ seed 004 and fio peers
+
+CAIRN_ON_FILE = (
+    "cairn runs on its image file in the tmpfs (`cairn mount IMG MP -o allow_other`, as users mount it), "
+    "the other block file systems on loop devices over files in the same tmpfs: a write is done, for "
+    "each, once it is copied into the tmpfs file. Through a loop device cairn's `pwrite`s would first "
+    "land in /dev/loopN's page cache and be copied again by the loop driver, a layer no kernel file "
+    "system crosses: half of cairn's O_DIRECT overwrite IOPS here (issue #14)."
+)
+
+
+def fio(args):
+    """Runs fio with JSON output; returns the parsed report. A failure names
+    fio's own message (the runner shows an exception's last line)."""
+    r = run(["fio", *args, "--output-format=json"], check=False, capture_output=True, text=True)
+    if r.returncode:
+        msg = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.returncode}").splitlines()
+        raise RuntimeError(f"fio {args[0]} failed: {' / '.join(msg[-3:])}")
+    return json.loads(r.stdout[r.stdout.index("{"):])
+
+
+def check_written(paths, size):
+    """The files hold `size` bytes in all, allocated (written, not sparse)."""
+    have = sum(os.stat(p).st_blocks * 512 for p in paths)
+    if have < size:
+        raise RuntimeError(f"prefill left {have} of {size} bytes allocated")
+
+
+def size_bytes(s):
+    return int(s[:-1]) << {"M": 20, "G": 30}[s[-1]]
 
 
 class FioOverwrite(Experiment):
     name = "fio"
     seed = "004 (overwrite fast path)"
-    title = "fio 4 KiB random overwrite, O_DIRECT, psync"
+    title = "fio 4 KiB random overwrite, O_DIRECT, psync, 32 files shared by all jobs"
     tools = [("fio", "fio")]
     metrics = [Metric("iops", "IOPS", True, "IOPS")]
+    cairn_on = "file"
+    extra_fs = ["cairn-nofast"]
+    chart = "columns"
+    FILES = [f"file1.0.{i}" for i in range(32)]
 
     def params(self, quick):
-        return {"size": "256M" if quick else "1G", "runtime": 4 if quick else 10, "ramp": 1 if quick else 3}
+        if quick:
+            return {"size": "256M", "ramp": 1, "runtime": 3, "jobs": [1, 2, 4]}
+        return {"size": "2G", "ramp": 3, "runtime": 10, "jobs": [1, 2, 4, 8, 16]}
 
     def variants(self, quick):
-        jobs = [1, 2] if quick else [1, 2, 4]
-        return [{"label": f"{j} job{'s' if j > 1 else ''}", "jobs": j, **self.params(quick)} for j in jobs]
+        p = self.params(quick)
+        return [{**p, "label": f"{j} job{'s' if j > 1 else ''}", "jobs": j} for j in p["jobs"]]
 
     def describe(self, quick):
         p = self.params(quick)
+        per = size_bytes(p["size"]) // 32 >> 20
         return (
-            f"32 files, {p['size']} in all, written in full first (so every write is an overwrite), then "
-            f"`fio --rw=randwrite --bs=4k --ioengine=psync --direct=1 --norandommap --invalidate=0 "
-            f"--nrfiles=32 --file_service_type=random --size={p['size']} --time_based "
-            f"--ramp_time={p['ramp']} --runtime={p['runtime']} --numjobs=N --group_reporting` "
-            "(all jobs share the 32 files). The seed ran 16 GiB, 1-16 jobs, 60 s."
+            f"Seed 004's fio job scaled to 2 cores: 32 files `file1.0.0` … `file1.0.31` of {per} MiB "
+            f"({p['size']} in all) shared by all jobs, written in full first (`fio --rw=write --bs=1M "
+            "--end_fsync=1`, checked allocated), so every write is an overwrite; then `fio --rw=randwrite "
+            "--bs=4k --ioengine=psync --direct=1 --norandommap=1 --invalidate=0 --nrfiles=32 "
+            f"--file_service_type=random --filename=file1.0.0:…:file1.0.31 --size={p['size']} --time_based "
+            f"--ramp_time={p['ramp']} --runtime={p['runtime']} --numjobs=N --group_reporting`, N = "
+            f"{', '.join(map(str, p['jobs']))}. The seed ran 16 GiB, numjobs 1–16, ramp_time=30, runtime=60 "
+            f"on simulated pmem. {CAIRN_ON_FILE} `cairn-nofast` is cairn mounted with "
+            "`-o overwrite_fastpath=0` (every overwrite through the journaled path)."
         )
 
     def run(self, fs, v):
         common = [
             f"--directory={fs.mp}",
+            "--filename=" + ":".join(self.FILES),
             "--nrfiles=32",
             f"--size={v['size']}",
-            "--filename_format=f.$filenum",
         ]
-        run(["fio", "--name=prefill", "--rw=write", "--bs=1M", "--end_fsync=1", *common], capture_output=True)
-        r = run(
+        fio(["--name=prefill", "--rw=write", "--bs=1M", "--end_fsync=1", *common])
+        check_written([os.path.join(fs.mp, f) for f in self.FILES], size_bytes(v["size"]))
+        run(["sync"])
+        j = fio(
             [
-                "fio",
                 "--name=overwrite",
                 "--rw=randwrite",
                 "--bs=4k",
                 "--ioengine=psync",
                 "--direct=1",
-                "--norandommap",
+                "--norandommap=1",
                 "--invalidate=0",
                 "--file_service_type=random",
-                "--time_based",
+                "--time_based=1",
                 f"--ramp_time={v['ramp']}",
                 f"--runtime={v['runtime']}",
                 f"--numjobs={v['jobs']}",
-                "--group_reporting",
-                "--output-format=json",
+                "--group_reporting=1",
                 *common,
-            ],
-            capture_output=True,
-            text=True,
+            ]
         )
-        j = json.loads(r.stdout[r.stdout.index("{") :])
         return {"iops": j["jobs"][0]["write"]["iops"]}
+
+
+class FioRandRead(Experiment):
+    name = "fio-randread"
+    seed = "- (beside 004's fio)"
+    title = "fio 4 KiB random read, O_DIRECT, psync, one written file"
+    tools = [("fio", "fio")]
+    metrics = [Metric("iops", "IOPS", True, "IOPS")]
+    cairn_on = "file"
+    chart = "columns"
+
+    def params(self, quick):
+        if quick:
+            return {"size": "512M", "ramp": 1, "runtime": 3, "jobs": [1]}
+        return {"size": "4G", "ramp": 3, "runtime": 10, "jobs": [1, 2]}
+
+    def fs_size(self, quick):
+        return size_bytes(self.params(quick)["size"]) + (2 << 30)
+
+    def variants(self, quick):
+        p = self.params(quick)
+        return [{**p, "label": f"{j} job{'s' if j > 1 else ''}", "jobs": j} for j in p["jobs"]]
+
+    def describe(self, quick):
+        p = self.params(quick)
+        return (
+            f"One {p['size']} file written in full first (`fio --rw=write --bs=1M --direct=1 --end_fsync=1`, "
+            "checked allocated), then `fio --rw=randread --bs=4k --ioengine=psync --direct=1 --norandommap=1 "
+            f"--size={p['size']} --time_based --ramp_time={p['ramp']} --runtime={p['runtime']} --numjobs=N "
+            f"--group_reporting` on that file, N = {', '.join(map(str, p['jobs']))}. {CAIRN_ON_FILE}"
+        )
+
+    def run(self, fs, v):
+        common = [f"--filename={os.path.join(fs.mp, 'rr')}", f"--size={v['size']}"]
+        fio(["--name=prefill", "--rw=write", "--bs=1M", "--direct=1", "--end_fsync=1", *common])
+        check_written([os.path.join(fs.mp, "rr")], size_bytes(v["size"]))
+        run(["sync"])
+        j = fio(
+            [
+                "--name=randread",
+                "--rw=randread",
+                "--bs=4k",
+                "--ioengine=psync",
+                "--direct=1",
+                "--norandommap=1",
+                "--time_based=1",
+                f"--ramp_time={v['ramp']}",
+                f"--runtime={v['runtime']}",
+                f"--numjobs={v['jobs']}",
+                "--group_reporting=1",
+                *common,
+            ]
+        )
+        return {"iops": j["jobs"][0]["read"]["iops"]}
+
+
+class FioSeqWrite(Experiment):
+    name = "fio-seqwrite"
+    seed = "- (beside 004's fio)"
+    title = "fio 1 MiB sequential write of one file, with a final fsync"
+    tools = [("fio", "fio")]
+    metrics = [Metric("mbps", "MB/s", True, "write rate (with final fsync)")]
+    cairn_on = "file"
+
+    def params(self, quick):
+        return {"size": "512M" if quick else "4G"}
+
+    def fs_size(self, quick):
+        return size_bytes(self.params(quick)["size"]) + (2 << 30)
+
+    def variants(self, quick):
+        return [{"label": "1 MiB writes", **self.params(quick)}]
+
+    def describe(self, quick):
+        p = self.params(quick)
+        return (
+            f"`fio --rw=write --bs=1M --ioengine=psync --size={p['size']} --fallocate=none --end_fsync=1` "
+            "(buffered, one job, a new file, no preallocation): bytes / wall time of the whole fio run, "
+            f"the final fsync included; MB/s = 10^6 bytes/s. {CAIRN_ON_FILE}"
+        )
+
+    def run(self, fs, v):
+        path = os.path.join(fs.mp, "sw")
+        t0 = time.time()
+        fio(["--name=seqwrite", "--rw=write", "--bs=1M", "--ioengine=psync", f"--filename={path}",
+             f"--size={v['size']}", "--fallocate=none", "--end_fsync=1"])
+        elapsed = time.time() - t0
+        size = size_bytes(v["size"])
+        if os.stat(path).st_size != size:
+            raise RuntimeError(f"fio wrote {os.stat(path).st_size} of {size} bytes")
+        return {"mbps": size / 1e6 / elapsed}
 
 
 # ------------------------------------------------------------ extras
@@ -385,5 +530,15 @@ class MetaLatency(Experiment):
         return {"create_us": c50, "stat_us": s50, "rename_us": r50, "unlink_us": u50, "create_p99_us": c99}
 
 
-ALL = [DbenchSync(), FsMark(), XattrBench(), Fragmented(), FioOverwrite(), Sequential(), MetaLatency()]
+ALL = [
+    DbenchSync(),
+    FsMark(),
+    XattrBench(),
+    Fragmented(),
+    FioOverwrite(),
+    FioRandRead(),
+    FioSeqWrite(),
+    Sequential(),
+    MetaLatency(),
+]
 BY_NAME = {e.name: e for e in ALL}

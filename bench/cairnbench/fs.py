@@ -7,9 +7,18 @@ its file, so the loop device's written-sectors counter measures what each one
 writes, journal and home locations alike. tmpfs is the ceiling.
 
 cairn is mounted the way a user mounts it as root (fuseblk, so `sync` reaches
-it); fuse2fs serves the same loop device from user space. Every mount made
-here is undone by `FileSystem.teardown`, which the runner calls on success,
-failure and Ctrl-C alike.
+it); fuse2fs serves the same loop device from user space. An experiment may
+instead run cairn on its image file directly (`cairn mount IMG MP`, as a user
+would: cairn then attaches a loop device only for the fuseblk mount and does
+its own I/O on the file), see `Experiment.cairn_on`: through a loop device,
+cairn's buffered `pwrite`s to /dev/loopN land in that device's page cache and
+are copied a second time by the loop driver into the tmpfs file, a layer a
+kernel file system's bios do not cross (issue #14).
+
+cairn variants (`CAIRN_VARIANTS`) are cairn mounted with extra `-o` options
+and measured as file systems of their own (e.g. `cairn-nofast`: the overwrite
+fast path off). Every mount made here is undone by `FileSystem.teardown`,
+which the runner calls on success, failure and Ctrl-C alike.
 """
 
 import os
@@ -18,17 +27,59 @@ import subprocess
 import time
 
 ALL_FS = ["cairn", "tmpfs", "ext4", "xfs", "btrfs", "fuse2fs"]
-USER_FS = ["cairn", "fuse2fs", "cairn-baseline"]
 # `--baseline PATH` adds this file system: cairn built from another commit,
 # measured in the same run (before/after comparisons).
 BASELINE = "cairn-baseline"
+# cairn mounted with extra `-o` options, measured as a file system of its own
+# (`--fs cairn,cairn-nofast,...`; not in ALL_FS: an experiment may add one to
+# its default list, see `Experiment.extra_fs`). name -> mount options.
+CAIRN_VARIANTS = {
+    "cairn-nofast": ["overwrite_fastpath=0"],
+}
+USER_FS = ["cairn", "fuse2fs", BASELINE, *CAIRN_VARIANTS]
 ROOT = os.geteuid() == 0
 KERNEL_FS = {"tmpfs", "ext4", "xfs", "btrfs"}
+
+
+def is_cairn(name):
+    """cairn itself, cairn from another commit, or cairn with extra options."""
+    return name in ("cairn", BASELINE) or name in CAIRN_VARIANTS
+
+
+def cairn_options(name):
+    """The extra `-o` options of a cairn variant ([] for cairn itself)."""
+    return CAIRN_VARIANTS.get(name, [])
+
+
+def unsupported_options(binary, name):
+    """The options of cairn variant `name` that `binary` does not know
+    (checked in `cairn mount --help` and, as cairn's option parser names
+    every option it accepts, in the binary itself): a build from before the
+    option existed would refuse the mount in every cell."""
+    missing = []
+    try:
+        helptext = out([binary, "mount", "--help"])
+    except (OSError, subprocess.CalledProcessError):
+        helptext = ""
+    for opt in cairn_options(name):
+        key = opt.split("=", 1)[0]
+        if key in helptext:
+            continue
+        try:
+            with open(binary, "rb") as f:
+                if key.encode() in f.read():
+                    continue
+        except OSError:
+            pass
+        missing.append(opt)
+    return missing
+
 
 # What each file system needs on this machine: (command, Debian package).
 NEEDS = {
     "cairn": [],
     BASELINE: [],
+    **{v: [] for v in CAIRN_VARIANTS},
     "tmpfs": [],
     "ext4": [("mkfs.ext4", "e2fsprogs")],
     "xfs": [("mkfs.xfs", "xfsprogs")],
@@ -100,12 +151,16 @@ class FileSystem:
     cairn and fuse2fs can run then) they serve the image file directly,
     through fusermount3, and there is no written-sectors counter."""
 
-    def __init__(self, name, scratch, cairn_bin, size_bytes):
+    def __init__(self, name, scratch, cairn_bin, size_bytes, cairn_on="loop"):
         self.name = name
         self.scratch = scratch
         self.cairn = cairn_bin
-        # cairn itself, or cairn built from another commit (--baseline).
-        self.is_cairn = name in ("cairn", BASELINE)
+        # cairn itself, cairn built from another commit (--baseline), or cairn
+        # with extra mount options (CAIRN_VARIANTS).
+        self.is_cairn = is_cairn(name)
+        # "loop": cairn serves a loop device over its image, as the kernel file
+        # systems do; "file": cairn serves the image file itself.
+        self.cairn_on = cairn_on
         self.size = size_bytes
         self.image = os.path.join(scratch.path, f"{name}.img")
         self.mp = os.path.join(scratch.path, name)
@@ -124,7 +179,8 @@ class FileSystem:
             return
         with open(self.image, "wb") as f:
             f.truncate(self.size)
-        self.dev = out(["losetup", "--find", "--show", self.image]) if ROOT else None
+        on_file = self.is_cairn and self.cairn_on == "file"
+        self.dev = out(["losetup", "--find", "--show", self.image]) if ROOT and not on_file else None
         self.src = self.dev or self.image
         q = dict(capture_output=True)
         if self.is_cairn:
@@ -142,8 +198,11 @@ class FileSystem:
     def mount(self):
         """Mounts the already formatted file system (also after `unmount`)."""
         if self.is_cairn:
-            opts = ["-o", "allow_other"] if ROOT else []
-            run([self.cairn, "mount", self.src, self.mp, *opts], capture_output=True)
+            opts = (["allow_other"] if ROOT else []) + cairn_options(self.name)
+            opts = ["-o", ",".join(opts)] if opts else []
+            r = run([self.cairn, "mount", self.src, self.mp, *opts], check=False, capture_output=True, text=True)
+            if r.returncode:
+                raise RuntimeError(f"cairn mount {' '.join(opts)} failed: {r.stderr.strip() or r.returncode}")
             self.pid = int(out(["pgrep", "-n", "-f", f"cairn mount {self.src} {self.mp}"]))
         elif self.name == "fuse2fs":
             opts = ["-o", "allow_other"] if ROOT else []
@@ -199,7 +258,8 @@ class FileSystem:
 
     def sectors_written(self):
         """512-byte sectors written to the backing loop device so far (None
-        for tmpfs)."""
+        for tmpfs, and for cairn on its image file: the loop device its
+        fuseblk mount holds sees none of its I/O)."""
         if not self.dev:
             return None
         with open(f"/sys/block/{os.path.basename(self.dev)}/stat") as f:

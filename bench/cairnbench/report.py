@@ -8,6 +8,7 @@ A cell's spread is (max - min) / median over its repetitions; above
 
 import html
 import json
+import math
 import os
 import statistics
 
@@ -15,6 +16,7 @@ WIDE = 0.25
 COLORS = {
     "cairn": "#d95f02",
     "cairn-baseline": "#fdae61",
+    "cairn-nofast": "#a6761d",
     "tmpfs": "#999999",
     "ext4": "#1b9e77",
     "xfs": "#7570b3",
@@ -88,6 +90,78 @@ def bar_chart(title, unit, groups, fs_order, higher_better):
     return "\n".join(parts)
 
 
+def column_chart(title, unit, groups, fs_order, higher_better, ceiling=("tmpfs",)):
+    """groups: [(group label, {fs: value})] -> SVG text: vertical bars, one
+    cluster per group along x (e.g. job counts), one colour per file system,
+    a y axis with gridlines. The y axis is scaled to the file systems other
+    than `ceiling` (tmpfs, many times faster) when there are any; a bar above
+    it is cut at the top, marked with a zigzag and labelled with its value."""
+    width, height, left, right, top, bottom = 760, 390, 70, 20, 60, 80
+    shown = [f for f in fs_order if any(v.get(f) is not None for _, v in groups)]
+    vals = [x for _, v in groups for f, x in v.items() if x is not None and f in shown]
+    scaled = [x for _, v in groups for f, x in v.items() if x is not None and f in shown and f not in ceiling]
+    vmax = max(scaled or vals or [1e-9]) * 1.1
+    # A round axis step: 1, 2 or 5 times a power of ten, about 5 gridlines.
+    raw = vmax / 5
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    top_val = step * max(1, -(-vmax // step))
+    plot_w, plot_h = width - left - right, height - top - bottom
+    n = max(1, len(groups))
+    slot = plot_w / n
+    bar_w = min(28.0, slot * 0.8 / max(1, len(shown)))
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="10" y="20" font-size="14" font-weight="bold">{html.escape(title)}</text>',
+        f'<text x="{width - 10}" y="40" text-anchor="end" fill="#555">{html.escape(unit)}, '
+        f'{"higher" if higher_better else "lower"} is better</text>',
+    ]
+    k = 0
+    while k * step <= top_val + 1e-9:
+        yv = top + plot_h - plot_h * (k * step) / top_val
+        parts.append(f'<line x1="{left}" y1="{yv:.1f}" x2="{width - right}" y2="{yv:.1f}" stroke="#ddd"/>')
+        parts.append(f'<text x="{left - 6}" y="{yv + 4:.1f}" text-anchor="end" fill="#555">{fmt(k * step) if k else "0"}</text>')
+        k += 1
+    parts.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{width - right}" y2="{top + plot_h}" stroke="#333"/>')
+    for gi, (label, v) in enumerate(groups):
+        x0 = left + gi * slot + (slot - bar_w * len(shown)) / 2
+        for fi, fs in enumerate(shown):
+            x = v.get(fs)
+            if x is None:
+                continue
+            bx = x0 + fi * bar_w
+            h = plot_h * min(x, top_val) / top_val
+            y = top + plot_h - h
+            parts.append(
+                f'<rect x="{bx:.1f}" y="{y:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" '
+                f'fill="{COLORS.get(fs, "#333")}"><title>{fs}: {fmt(x)}</title></rect>'
+            )
+            if x > top_val:  # cut: zigzag across the top, value above
+                zx, zw = bx, bar_w - 2
+                parts.append(
+                    f'<polyline points="{zx:.1f},{y + 8:.1f} {zx + zw / 3:.1f},{y + 4:.1f} '
+                    f'{zx + 2 * zw / 3:.1f},{y + 10:.1f} {zx + zw:.1f},{y + 6:.1f}" fill="none" '
+                    f'stroke="white" stroke-width="2"/>'
+                )
+                parts.append(
+                    f'<text x="{bx + bar_w / 2:.1f}" y="{y - 4:.1f}" text-anchor="middle" font-size="10">'
+                    f'{fmt(x)}</text>'
+                )
+        parts.append(
+            f'<text x="{left + gi * slot + slot / 2:.1f}" y="{top + plot_h + 18}" text-anchor="middle">'
+            f'{html.escape(label)}</text>'
+        )
+    lx, ly = left, height - 30
+    for fs in shown:
+        parts.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{COLORS.get(fs, "#333")}"/>')
+        parts.append(f'<text x="{lx + 16}" y="{ly + 11}">{html.escape(fs)}</text>')
+        lx += 24 + 7.5 * len(fs)
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
 def write(outdir, meta, experiments, cells, fs_order, quick):
     """cells: {(exp, variant_label, fs): [metric dicts per repetition]}."""
     os.makedirs(outdir, exist_ok=True)
@@ -104,7 +178,8 @@ def write(outdir, meta, experiments, cells, fs_order, quick):
         "",
         f"{meta['date']}, {meta['machine']}; {meta['reps']} run(s) per cell, file systems interleaved "
         f"in each round; every cell on a freshly made file system; all images in RAM (loop devices "
-        f"over files on a tmpfs). cairn {meta['cairn_version']}. Cells read `median (min–max)`; a `~` "
+        f"over files on a tmpfs; cairn, where an experiment says so, on its image file in that tmpfs). "
+        f"cairn {meta['cairn_version']}. Cells read `median (min–max)`; a `~` "
         f"marks a spread above {int(WIDE * 100)}% of the median: do not trust that cell.",
         "",
     ]
@@ -135,8 +210,9 @@ def write(outdir, meta, experiments, cells, fs_order, quick):
             md.append("")
             groups = [(v, {fs: (vals[i] or {}).get("median") for fs, vals in rows}) for i, v in enumerate(variants)]
             svg_name = f"{exp.name}-{m.key}.svg"
+            chart = column_chart if getattr(exp, "chart", "bars") == "columns" else bar_chart
             with open(os.path.join(outdir, svg_name), "w") as fh:
-                fh.write(bar_chart(f"{exp.title}: {m.label}", m.unit, groups, fs_order, m.higher_better))
+                fh.write(chart(f"{exp.title}: {m.label}", m.unit, groups, fs_order, m.higher_better))
             md += [f"![{exp.title}: {m.label}]({svg_name})", ""]
         if failed:
             md += ["Cells that failed: " + "; ".join(failed), ""]
