@@ -222,7 +222,7 @@ mod tests {
         let d = acl(&[(USER_OBJ, 7, 0), (USER, 7, 1000), (GROUP_OBJ, 5, 0), (MASK, 7, 0), (OTHER, 5, 0)]);
         let (mode, a) = d.inherit(libc::S_IFREG | 0o666);
         let a = a.unwrap();
-        assert_eq!(mode, libc::S_IFREG | 0o665);
+        assert_eq!(mode, libc::S_IFREG | 0o664);
         assert_eq!(a.perm(USER_OBJ), Some(6));
         assert_eq!(a.perm(USER), Some(7), "named entries keep their bits; the mask limits them");
         assert_eq!(a.perm(MASK), Some(6));

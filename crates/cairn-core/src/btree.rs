@@ -55,7 +55,9 @@ impl<'a> Tree<'a> {
     }
 
     fn new_node(&mut self, tx: &Tx<'_>) -> Result<std::sync::Arc<crate::buffer::Buf>> {
-        let b = tx.alloc_meta(self.goal)?;
+        // The orphan list must grow even on a full file system: a delete
+        // needs it.
+        let b = tx.alloc_meta(self.goal, self.kind == cairn_format::btree::KIND_ORPHANS)?;
         self.nodes_delta += 1;
         self.goal = b.blk + 1;
         Ok(b)

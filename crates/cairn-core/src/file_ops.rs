@@ -29,6 +29,42 @@ impl Fs {
             return Ok(n);
         }
         self.ow.note_journaled(data.len());
+        let mut done = 0usize;
+        let mut waited = false;
+        loop {
+            match self.write_steps(ino, off + done as u64, &data[done..]) {
+                Ok(n) => {
+                    done += n as usize;
+                    if done >= data.len() {
+                        return Ok(done as u32);
+                    }
+                }
+                Err(FsError::Errno(libc::ENOSPC | libc::EDQUOT)) => {}
+                Err(e) => return Err(e),
+            }
+            // Full: space of deleted files the reaper is still freeing is
+            // the caller's to wait for (see `reaper`), once.
+            if waited || !self.wait_for_reaper()? {
+                return if done > 0 { Ok(done as u32) } else { Err(FsError::Errno(libc::ENOSPC)) };
+            }
+            waited = true;
+        }
+    }
+
+    /// Waits until the reaper has freed what it holds, then commits so that
+    /// the blocks leave the journal's hold; false if nothing was queued.
+    pub(crate) fn wait_for_reaper(&self) -> Result<bool> {
+        if self.reaper.backlog_inodes() == 0 {
+            return Ok(false);
+        }
+        self.reaper.wait_idle(std::time::Duration::from_secs(300));
+        self.commit()?;
+        self.commit()?;
+        Ok(true)
+    }
+
+    /// The journaled write, in steps under the inode's I/O lock.
+    fn write_steps(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
         let _io = self.io_lock(ino);
         let mut done = 0usize;
         loop {
@@ -74,8 +110,16 @@ impl Fs {
         }
     }
 
-    /// fallocate(2): `mode` is 0 or a combination of `FALLOC_FL_*`.
+    /// fallocate(2): `mode` is 0 or a combination of `FALLOC_FL_*`. A full
+    /// file system waits once for the reaper (see [`Fs::write`]).
     pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
+        match self.fallocate_steps(ino, off, len, mode) {
+            Err(FsError::Errno(libc::ENOSPC)) if self.wait_for_reaper()? => self.fallocate_steps(ino, off, len, mode),
+            r => r,
+        }
+    }
+
+    fn fallocate_steps(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
         let _io = self.io_lock(ino);
         let mut phase = 0u8;
         loop {

@@ -22,6 +22,7 @@ use crate::inode::{InodeCache, InodeGuard, InodeState};
 use crate::journal::{credits, ErrorPolicy, Journal, Latch, Tx, TxManager};
 use crate::meta::Meta;
 use crate::overwrite::Overwrite;
+use crate::reaper::Reaper;
 use crate::types::*;
 use crate::{acl, dir, file, xattr};
 use cairn_format::dirent::DIRENT_MIN_LOW;
@@ -55,6 +56,9 @@ pub struct MountOptions {
     /// Share identical xattr blocks through the dedup cache (`-o nombcache`
     /// turns it off, see `mbcache`).
     pub mbcache: bool,
+    /// Free deleted files on the caller's thread instead of the reaper's
+    /// (`-o sync_delete`, see `reaper`).
+    pub sync_delete: bool,
 }
 
 impl Default for MountOptions {
@@ -67,6 +71,7 @@ impl Default for MountOptions {
             mb_optimize_scan: true,
             overwrite_fastpath: true,
             mbcache: true,
+            sync_delete: false,
         }
     }
 }
@@ -88,8 +93,8 @@ pub struct Fs {
     pub(crate) generation: AtomicU32,
     backend: Backend,
     /// Inodes whose last link and reference are gone and whose blocks are
-    /// still to free, in steps (see `lifecycle`).
-    pub(crate) reap: Mutex<Vec<u64>>,
+    /// still to free, in steps, and the thread that frees them (`reaper`).
+    pub(crate) reaper: Reaper,
     io_locks: Vec<RwLock<()>>,
     /// The overwrite fast path and its dirty-times list.
     pub(crate) ow: Overwrite,
@@ -189,7 +194,7 @@ impl Fs {
             closed: AtomicBool::new(false),
             generation: AtomicU32::new(rand::random()),
             backend: Backend::default(),
-            reap: Mutex::new(Vec::new()),
+            reaper: Reaper::new(!opts.sync_delete),
             io_locks: (0..IO_LOCKS).map(|_| RwLock::new(())).collect(),
             ow: Overwrite::new(opts.overwrite_fastpath),
             rename_lock: Mutex::new(()),
@@ -200,6 +205,9 @@ impl Fs {
             fs.commit()?;
             Backend::start(&fs, fs.opts.commit_interval)?;
             fs.meta.xattrs.cache.start()?;
+            if fs.reaper.deferred {
+                Reaper::start(&fs)?;
+            }
         }
         Ok(fs)
     }
@@ -215,6 +223,7 @@ impl Fs {
             return Ok(());
         }
         self.backend.stop();
+        self.reaper.stop();
         self.meta.xattrs.cache.stop();
         let r = self.unmount_commit();
         self.closed.store(true, Ordering::Release);
@@ -225,7 +234,7 @@ impl Fs {
         if self.opts.read_only || self.txm.latch.check_writable().is_err() {
             return Ok(());
         }
-        self.reap_all();
+        self.reap_queued();
         self.process_orphans(true)?;
         self.meta.alloc.discard_all_preallocs(&self.meta.bufs);
         self.sb.lock().state |= STATE_CLEAN;
@@ -505,7 +514,9 @@ impl Fs {
     pub fn statfs(&self) -> Result<StatFs> {
         self.alive()?;
         let a = &self.meta.alloc;
-        let free = a.disk_free_blocks.load(Ordering::Relaxed);
+        // Blocks of deleted files the reaper has still to free count as free.
+        let free =
+            (a.disk_free_blocks.load(Ordering::Relaxed) + self.reaper.backlog_blocks()).min(self.meta.geo.total_blocks);
         Ok(StatFs {
             block_size: self.meta.geo.block_size,
             blocks: self.meta.geo.total_blocks,
@@ -628,6 +639,7 @@ impl Fs {
 impl Drop for Fs {
     fn drop(&mut self) {
         self.meta.xattrs.cache.stop();
+        self.reaper.stop();
         if !self.unmounted.load(Ordering::Acquire) && !self.opts.read_only {
             tracing::warn!("file system dropped without unmount; the journal holds its last changes");
         }

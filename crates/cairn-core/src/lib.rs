@@ -56,4 +56,5 @@ mod mbcache;
 mod meta;
 mod namespace;
 mod overwrite;
+mod reaper;
 mod rename;

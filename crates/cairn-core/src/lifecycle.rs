@@ -18,8 +18,9 @@
 //! ## Small and large
 //! Freeing a file whose extents fit in the inode (most files) happens in the
 //! transaction that drops its last link. A larger one is put on the orphan
-//! list there and queued on `Fs::reap`; the operation that dropped the link
-//! then frees it in steps once its own handle is closed ([`Fs::reap_all`]).
+//! list there and queued on the reaper, whose thread frees it in steps
+//! (`reaper`; with `-o sync_delete` the operation that dropped the link does,
+//! once its own handle is closed).
 //!
 //! ## Locking
 //! Steps of one inode run under its I/O lock (`Fs::io_lock`), taken before
@@ -182,14 +183,14 @@ impl Fs {
 
     /// Frees `st` (no links) now if it is small and unreferenced, else puts
     /// it on the orphan list: freed at the last `forget`, or in steps by
-    /// [`Fs::reap_all`] once the caller's handle is closed.
+    /// the reaper once the caller's handle is closed (see `reaper`).
     pub(crate) fn release_unlinked(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
         if st.lookups == 0 && Self::frees_at_once(st) {
             return self.free_now(tx, st);
         }
         self.orphan_add(tx, st)?;
         if st.lookups == 0 {
-            self.reap.lock().push(st.ino);
+            self.reaper.push(st.ino, st.d.blocks);
         }
         self.store(tx, st)
     }
@@ -204,42 +205,33 @@ impl Fs {
         self.store(tx, st)
     }
 
-    /// Frees, in steps, every inode queued by [`Fs::release_unlinked`].
-    /// Call with no handle held. Failures leave the inode on the orphan
-    /// list (the next mount finishes it).
-    pub(crate) fn reap_all(&self) {
-        loop {
-            let Some(ino) = self.reap.lock().pop() else { return };
-            if let Err(e) = self.finish_delete(ino) {
-                tracing::warn!(ino, error = %e, "freeing a deleted file failed; it stays on the orphan list");
-            }
-        }
-    }
-
     /// Frees an unlinked, unreferenced inode in steps: each step unmaps and
     /// frees the last extents that its handle's credits cover; the last one
     /// frees the rest (xattrs, orphan entry, inode number).
     pub(crate) fn finish_delete(&self, ino: u64) -> Result<()> {
         let _io = self.io_lock(ino);
         loop {
-            let more = self.change(credits::DEFAULT, |tx| {
+            let (more, freed) = self.change(credits::DEFAULT, |tx| {
                 let r = self.icache.get(&self.meta, ino)?;
                 let mut st = r.write();
                 if st.freed || st.d.nlink > 0 || st.lookups > 0 {
-                    return Ok(false);
+                    return Ok((false, st.d.blocks));
                 }
+                let before = st.d.blocks;
                 if !Self::frees_at_once(&st) {
                     file::free_range_step(tx, &mut st, 0, u64::MAX, 0)?;
                     if tx.changed() {
                         self.txm.stats.steps.fetch_add(1, Ordering::Relaxed);
+                        self.reaper.stats.steps.fetch_add(1, Ordering::Relaxed);
                         self.store(tx, &st)?;
-                        return Ok(true);
+                        return Ok((true, before.saturating_sub(st.d.blocks)));
                     }
                 }
                 tx.require(self.free_now_credits(&st)?)?;
                 self.free_now(tx, &mut st)?;
-                Ok(false)
+                Ok((false, before))
             })?;
+            self.reaper.freed(freed);
             if !more {
                 return Ok(());
             }
@@ -384,7 +376,7 @@ impl Fs {
                 Ok(())
             });
             match res {
-                Ok(()) => self.reap_all(),
+                Ok(()) => self.after_unlink(),
                 Err(e) => {
                     tracing::warn!(ino, error = %e, "freeing an unlinked inode failed; it stays on the orphan list")
                 }

@@ -78,9 +78,10 @@ impl Tx<'_> {
         self.dirty(buf);
     }
 
-    /// Allocates one metadata block near `goal` and returns a zeroed buffer.
-    pub fn alloc_meta(&self, goal: u64) -> Result<Arc<Buf>> {
-        let blk = self.alloc.alloc_meta_block(self, goal)?;
+    /// Allocates one metadata block near `goal` and returns a zeroed buffer
+    /// (`critical`: may take the last of the reserve, see `alloc`).
+    pub fn alloc_meta(&self, goal: u64, critical: bool) -> Result<Arc<Buf>> {
+        let blk = self.alloc.alloc_meta_block(self, goal, critical)?;
         Ok(self.bufs.get_new(blk))
     }
 

@@ -6,7 +6,7 @@
 //! `Tx::require`: directory-entry insert or remove, the inodes it stores,
 //! inode allocation, orphan-list changes, and for a last link the release of
 //! the inode (`lifecycle`). A large file that loses its last link is freed
-//! in steps after the handle closes (`Fs::reap_all`).
+//! in steps after the handle closes, by the reaper (`reaper`).
 //!
 //! Locking: the parent and child inodes are locked in inode-number order
 //! (`inode::lock_many`); an entry found before locking is looked up again
@@ -313,14 +313,14 @@ impl Fs {
     /// Removes a non-directory entry.
     pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
         self.remove_entry(parent, name, false)?;
-        self.reap_all();
+        self.after_unlink();
         Ok(())
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
         self.remove_entry(parent, name, true)?;
-        self.reap_all();
+        self.after_unlink();
         Ok(())
     }
 
@@ -335,7 +335,7 @@ impl Fs {
         // with s_vfs_rename_mutex): the below-itself check walks ancestors.
         let _cross = (parent != newparent).then(|| self.rename_lock.lock());
         self.change(credits::DEFAULT, |tx| crate::rename::rename(self, tx, parent, name, newparent, newname, flags))?;
-        self.reap_all();
+        self.after_unlink();
         Ok(())
     }
 }

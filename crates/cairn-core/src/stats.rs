@@ -27,6 +27,7 @@ pub fn collect(fs: &Fs) -> Vec<(String, u64)> {
     fs.meta.bufs.publish(&mut put);
     fs.icache.publish(&mut put);
     fs.ow.publish(&mut put);
+    fs.reaper.publish(&mut put);
     fs.meta.xattrs.cache.publish(&mut put);
     fs.meta.alloc.publish(&mut put);
     v

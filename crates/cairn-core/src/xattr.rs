@@ -191,7 +191,7 @@ fn store(tx: &Tx<'_>, st: &mut InodeState, list: Vec<XattrEntry>) -> Result<()> 
     // A new block first (the only step that can fail), then the old one's
     // reference goes.
     let goal = tx.geo.group_start(tx.geo.group_of_ino(st.ino));
-    let blk = tx.alloc.alloc_meta_block(tx, goal)?;
+    let blk = tx.alloc.alloc_meta_block(tx, goal, false)?;
     {
         let _l = share.lock(blk);
         write_block(tx, blk, &XattrBlock { refcount: 1, entries: list }, true)?;

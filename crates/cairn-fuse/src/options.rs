@@ -17,6 +17,7 @@
 //! | `overwrite_fastpath=0\|1` | write over allocated, written blocks with no journal transaction and shared locks (1), or journal every write (0) | 1 |
 //! | `nombcache` (or `no_mbcache`) / `mbcache` | share identical xattr blocks through the dedup cache, or give every inode its own block (ext4's option) | on |
 //! | `acl` / `noacl` | POSIX ACLs (`setfacl`/`getfacl`, enforced by the kernel, inherited from default ACLs) | on |
+//! | `sync_delete` | free deleted files on the calling thread instead of the reaper thread | off |
 //! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
 //!
 //! Only *fuseblk* connections receive FUSE_SYNCFS from the kernel (plain
@@ -145,6 +146,7 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "overwrite_fastpath" => s.engine.overwrite_fastpath = switch(key, need()?)?,
                 "nombcache" | "no_mbcache" => s.engine.mbcache = false,
                 "acl" => s.adapter.acl = true,
+                "sync_delete" => s.engine.sync_delete = true,
                 "noacl" => s.adapter.acl = false,
                 "mbcache" => s.engine.mbcache = true,
                 "threads" => s.threads = number(key, need()?, 1, 64)? as usize,

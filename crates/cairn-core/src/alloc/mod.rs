@@ -178,8 +178,15 @@ impl Allocator {
         self.allocate(tx, req)
     }
 
-    /// Allocates one metadata block near `goal` (the reserve may be used).
-    pub fn alloc_meta_block(&self, tx: &Tx<'_>, goal: u64) -> Result<u64> {
+    /// Allocates one metadata block near `goal`. Metadata may use the
+    /// reserve that data leaves, down to its last quarter, which only
+    /// `critical` allocations take: the orphan list's nodes, so that a file
+    /// can always be deleted on a full file system.
+    pub fn alloc_meta_block(&self, tx: &Tx<'_>, goal: u64, critical: bool) -> Result<u64> {
+        if !critical && self.alloc_free.load(Ordering::Relaxed) <= self.reserve / 4 {
+            self.stats.enospc.fetch_add(1, Ordering::Relaxed);
+            return Err(FsError::Errno(libc::ENOSPC));
+        }
         self.allocate(tx, AllocRequest::meta(goal)).map(|(b, _)| b)
     }
 

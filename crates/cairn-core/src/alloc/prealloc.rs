@@ -147,7 +147,10 @@ impl Allocator {
             return;
         }
         let b = st.buddy.as_mut().expect("loaded by the caller");
-        let r = b.run_at(off + n, u64::from(req.search) - n);
+        // Never into the metadata reserve: data taken from a preallocation
+        // is not checked against it again.
+        let room = self.alloc_free.load(Relaxed).saturating_sub(self.reserve + n);
+        let r = b.run_at(off + n, (u64::from(req.search) - n).min(room));
         if r == 0 {
             return;
         }

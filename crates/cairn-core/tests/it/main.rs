@@ -11,4 +11,5 @@ mod latch;
 mod model;
 mod overwrite;
 mod pressure;
+mod reaper;
 mod xattr_share;

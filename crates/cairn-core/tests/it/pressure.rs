@@ -20,7 +20,14 @@ fn image(mib: u64, opts: &MkfsOptions) -> Arc<MemDevice> {
 }
 
 fn mount_on(dev: Arc<dyn BlockDevice>, cache_blocks: usize) -> Arc<Fs> {
-    let opts = MountOptions { cache_blocks, commit_interval: Duration::from_secs(3600), ..Default::default() };
+    // Deletes on the caller's thread (`sync_delete`): the stepped delete
+    // under a tiny log is what these reproductions exercise.
+    let opts = MountOptions {
+        cache_blocks,
+        commit_interval: Duration::from_secs(3600),
+        sync_delete: true,
+        ..Default::default()
+    };
     Fs::mount(dev, opts).expect("mount")
 }
 
