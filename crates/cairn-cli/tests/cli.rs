@@ -514,9 +514,18 @@ fn o_direct_overwrites_take_the_fast_path_and_stay_coherent_with_buffered_io() {
     // Unaligned offset, length and buffer: FUSE passes them through.
     d.write_all_at(b"unaligned", 12345).unwrap();
     model[12345..12354].copy_from_slice(b"unaligned");
+    // One FUSE request per write: with HANDLE_KILLPRIV_V2 the kernel does
+    // not ask for security.capability first.
+    for i in 0..100u64 {
+        d.write_all_at(&buf[pad..pad + 4096], 262_144 + i * 4096).unwrap();
+        model[262_144 + i as usize * 4096..262_144 + (i as usize + 1) * 4096].fill(2);
+    }
     let after = counters(&mp);
-    assert_eq!(after["overwrite.fast_writes"] - before["overwrite.fast_writes"], 3, "{after:?}");
+    assert_eq!(after["overwrite.fast_writes"] - before["overwrite.fast_writes"], 103, "{after:?}");
     assert_eq!(after["overwrite.journaled_writes"], before["overwrite.journaled_writes"]);
+    let getxattrs = after.get("fuse.getxattr.requests").copied().unwrap_or(0)
+        - before.get("fuse.getxattr.requests").copied().unwrap_or(0);
+    assert!(getxattrs <= 1, "{getxattrs} GETXATTR requests for 103 writes");
 
     // Direct reads see them, and so does the page cache of a buffered open.
     let (mut rb, pad) = aligned(65536, 0);
@@ -545,6 +554,55 @@ fn o_direct_overwrites_take_the_fast_path_and_stay_coherent_with_buffered_io() {
     let pid = daemon_pid(&mp);
     assert_eq!(std::fs::read(&f).unwrap(), model);
     unmount(&mp, pid);
+}
+
+#[test]
+fn writes_truncates_and_chowns_by_others_drop_suid_sgid_and_capabilities() {
+    use std::os::unix::fs::PermissionsExt;
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let img = dir.path().join("k.img");
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    mkfs(&img, "64M");
+    let o = run(&["mount", p(&img), p(&mp), "-o", "allow_other"]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let _g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    let f = mp.join("f");
+    let mode = |f: &Path| std::fs::metadata(f).unwrap().mode() & 0o7777;
+    let set = |f: &Path, m: u32| std::fs::set_permissions(f, std::fs::Permissions::from_mode(m)).unwrap();
+    std::fs::write(&f, b"12345678").unwrap();
+    // A write by another user.
+    set(&f, 0o6777);
+    let o = sh(&format!("su nobody -s /bin/sh -c 'printf x >> {}'", f.display()));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(mode(&f), 0o777, "a write by another user kept suid/sgid");
+    // A truncate by another user.
+    set(&f, 0o6777);
+    let o = sh(&format!("su nobody -s /bin/sh -c 'truncate -s 3 {}'", f.display()));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(mode(&f), 0o777, "a truncate by another user kept suid/sgid");
+    // sgid without group execute is a locking mark, not a privilege: kept.
+    set(&f, 0o2766);
+    let o = sh(&format!("su nobody -s /bin/sh -c 'printf y >> {}'", f.display()));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(mode(&f), 0o2766);
+    // chown drops suid and a file capability.
+    set(&f, 0o4755);
+    let o = sh(&format!("setfattr -n security.capability -v 0sAQAAAgAgAAAAAAAAAAAAAAAAAAA= {}", f.display()));
+    assert!(o.status.success(), "setfattr: {}", stderr(&o));
+    let o = sh(&format!("chown nobody {}", f.display()));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(mode(&f) & 0o4000, 0, "chown kept suid");
+    let o = sh(&format!("getfattr -n security.capability {}", f.display()));
+    assert!(!o.status.success(), "chown kept the file capability");
+    unmount(&mp, pid);
+    let o = run(&["fsck", p(&img)]);
+    assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
 }
 
 fn sh(cmd: &str) -> Output {

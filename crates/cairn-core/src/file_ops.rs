@@ -159,6 +159,48 @@ impl Fs {
         }
     }
 
+    /// Drops what a write, truncate or chown by an unprivileged caller must
+    /// drop, when the kernel leaves it to the file system
+    /// (FUSE_HANDLE_KILLPRIV_V2): the `security.capability` xattr always,
+    /// and with `suidgid` the suid bit and a group-executable file's sgid
+    /// bit. Costs one look at the inode when there is nothing to drop.
+    pub fn kill_privs(&self, ino: u64, suidgid: bool) -> Result<()> {
+        const CAPS: &[u8] = b"security.capability";
+        let needs = |st: &crate::inode::InodeState| -> Result<(bool, bool)> {
+            let m = st.d.mode;
+            let bits = suidgid
+                && st.d.file_type() == S_IFREG
+                && (m & libc::S_ISUID != 0 || m & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP);
+            let caps = st.d.xattr_block != 0
+                && match crate::xattr::get(&self.meta, st, CAPS) {
+                    Ok(_) => true,
+                    Err(FsError::Errno(libc::ENODATA | libc::EOPNOTSUPP)) => false,
+                    Err(e) => return Err(e),
+                };
+            Ok((bits, caps))
+        };
+        let (bits, caps) = self.read_op(|| needs(&self.iget(ino)?.read()))?;
+        if !bits && !caps {
+            return Ok(());
+        }
+        self.change(credits::DEFAULT, |tx| {
+            let r = self.iget(ino)?;
+            let mut g = r.write();
+            let (bits, caps) = needs(&g)?;
+            if bits {
+                g.d.mode &= !libc::S_ISUID;
+                if g.d.mode & libc::S_IXGRP != 0 {
+                    g.d.mode &= !libc::S_ISGID;
+                }
+            }
+            if caps {
+                crate::xattr::remove(tx, &mut g, CAPS)?;
+            }
+            g.d.ctime = now();
+            self.store(tx, &g)
+        })
+    }
+
     /// Changes attributes (chmod, chown, truncate, utimens). A truncate that
     /// frees more than one handle covers finishes in steps (see the module
     /// essay).

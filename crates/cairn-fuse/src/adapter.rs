@@ -87,6 +87,10 @@ pub struct CairnFuse {
     /// The kernel granted FUSE_DONT_MASK: creates carry the caller's umask
     /// unapplied, and cairn applies it unless a default ACL is inherited.
     dont_mask: bool,
+    /// The kernel granted FUSE_HANDLE_KILLPRIV_V2: it no longer asks for
+    /// `security.capability` before each write (the superblock is NOSEC)
+    /// and leaves dropping privileges on write, truncate and chown to cairn.
+    killpriv_v2: bool,
 }
 
 fn ctx(req: &Request) -> Ctx {
@@ -117,7 +121,7 @@ impl CairnFuse {
 
     /// Wraps a mounted engine, counting requests in `metrics`.
     pub fn with_metrics(fs: Arc<Fs>, opts: AdapterOptions, metrics: Arc<Metrics>) -> CairnFuse {
-        CairnFuse { fs, opts, metrics, dont_mask: false }
+        CairnFuse { fs, opts, metrics, dont_mask: false, killpriv_v2: false }
     }
 
     /// The request counters.
@@ -186,7 +190,8 @@ impl Filesystem for CairnFuse {
             | InitFlags::FUSE_ASYNC_DIO
             | InitFlags::FUSE_CACHE_SYMLINKS
             | InitFlags::FUSE_MAX_PAGES
-            | InitFlags::FUSE_EXPORT_SUPPORT;
+            | InitFlags::FUSE_EXPORT_SUPPORT
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.opts.writeback_cache {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -201,6 +206,8 @@ impl Filesystem for CairnFuse {
                 tracing::debug!(?flag, "the kernel does not offer this FUSE capability");
             } else if flag == InitFlags::FUSE_DONT_MASK {
                 self.dont_mask = true;
+            } else if flag == InitFlags::FUSE_HANDLE_KILLPRIV_V2 {
+                self.killpriv_v2 = true;
             }
         }
         if let Err(best) = config.set_max_write(self.opts.max_write) {
@@ -281,9 +288,24 @@ impl Filesystem for CairnFuse {
             ctime: ctime.map(from_system_time),
         };
         let mut t = self.metrics.timer(Op::Setattr);
-        match t.call(|| self.fs.setattr(&ctx(req), ino.0, &set)) {
+        let res = t.call(|| {
+            // Truncate and chown drop a file capability (the kernel leaves
+            // it to cairn under HANDLE_KILLPRIV_V2; suid/sgid come through
+            // `setattr_kill_suidgid`).
+            if self.killpriv_v2 && (uid.is_some() || gid.is_some() || size.is_some()) {
+                self.fs.kill_privs(ino.0, false)?;
+            }
+            self.fs.setattr(&ctx(req), ino.0, &set)
+        });
+        match res {
             Ok(a) => reply.attr(&self.opts.timeouts.attr, &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr_kill_suidgid(&self, _req: &Request, ino: INodeNo) {
+        if let Err(e) = self.fs.kill_privs(ino.0, true) {
+            tracing::warn!(ino = ino.0, error = %e, "could not clear suid/sgid");
         }
     }
 
@@ -386,13 +408,20 @@ impl Filesystem for CairnFuse {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
         let mut t = self.metrics.timer(Op::Write);
-        match t.call(|| self.fs.write(ino.0, offset, data)) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let res = t.call(|| {
+            if self.killpriv_v2 {
+                self.fs.kill_privs(ino.0, kill)?;
+            }
+            self.fs.write(ino.0, offset, data)
+        });
+        match res {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }

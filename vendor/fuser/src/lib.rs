@@ -471,6 +471,11 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// cairn patch: FUSE_HANDLE_KILLPRIV_V2 — the SETATTR about to be passed
+    /// to `setattr` carries FATTR_KILL_SUIDGID: the file system must clear
+    /// the file's suid bit (and sgid if group-executable) along with it.
+    fn setattr_kill_suidgid(&self, _req: &Request, _ino: INodeNo) {}
+
     /// Read symbolic link.
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         warn!("[Not Implemented] readlink(ino: {ino:#x?})");

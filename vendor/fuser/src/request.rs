@@ -139,6 +139,11 @@ impl<'a> RequestWithSender<'a> {
                 );
             }
             ll::Operation::SetAttr(x) => {
+                // cairn patch: FATTR_KILL_SUIDGID reaches the file system
+                // through `setattr_kill_suidgid`, called first.
+                if x.kill_suidgid() {
+                    filesystem.setattr_kill_suidgid(self.request_header(), self.request.nodeid());
+                }
                 filesystem.setattr(
                     self.request_header(),
                     self.request.nodeid(),
