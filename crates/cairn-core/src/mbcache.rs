@@ -93,6 +93,13 @@ pub struct MbCacheStats {
     pub refcount_limit: AtomicU64,
     /// Candidates whose bytes did not match (hash collisions, dead entries).
     pub false_matches: AtomicU64,
+    /// References taken on, and dropped from, blocks other inodes hold too
+    /// (since mount): their difference is the blocks sharing saved.
+    pub refs_shared: AtomicU64,
+    pub refs_unshared: AtomicU64,
+    /// Blocks that went from one holder to two, and back (since mount).
+    pub became_shared: AtomicU64,
+    pub became_private: AtomicU64,
 }
 
 #[derive(Default)]
@@ -310,6 +317,9 @@ impl Publish for MbCache {
         put("mbcache.second_chances", s.second_chances.load(Relaxed));
         put("mbcache.refcount_limit", s.refcount_limit.load(Relaxed));
         put("mbcache.false_matches", s.false_matches.load(Relaxed));
+        let diff = |a: &AtomicU64, b: &AtomicU64| a.load(Relaxed).saturating_sub(b.load(Relaxed));
+        put("mbcache.blocks_saved_since_mount", diff(&s.refs_shared, &s.refs_unshared));
+        put("mbcache.shared_blocks_since_mount", diff(&s.became_shared, &s.became_private));
     }
 }
 

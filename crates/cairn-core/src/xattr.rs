@@ -143,6 +143,10 @@ fn share_existing(tx: &Tx<'_>, key: u32, list: &[XattrEntry], old: u64) -> Resul
         }
         xb.refcount += 1;
         write_block(tx, cand.block, &xb, false)?;
+        stats.refs_shared.fetch_add(1, Relaxed);
+        if xb.refcount == 2 {
+            stats.became_shared.fetch_add(1, Relaxed);
+        }
         if xb.refcount >= XATTR_REFCOUNT_MAX {
             cand.set_reusable(false);
             stats.refcount_limit.fetch_add(1, Relaxed);
@@ -257,6 +261,11 @@ pub fn release(tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
         } else {
             xb.refcount -= 1;
             write_block(tx, blk, &xb, false)?;
+            let stats = &share.cache.stats;
+            stats.refs_unshared.fetch_add(1, Relaxed);
+            if xb.refcount == 1 {
+                stats.became_private.fetch_add(1, Relaxed);
+            }
             if xb.refcount == XATTR_REFCOUNT_MAX - 1 {
                 if let Some(e) = share.cache.get(key, blk) {
                     e.set_reusable(true);

@@ -197,7 +197,14 @@ fn a_hundred_thousand_identical_sets_take_about_a_hundred_blocks() {
     }
     fs.sync_fs().unwrap();
     let used = free0 - free_blocks(&fs);
-    eprintln!("100,000 identical xattr sets: {used} blocks, {} cache hits", stat(&fs, "mbcache.hits"));
+    eprintln!(
+        "100,000 identical xattr sets: {used} blocks, {} cache hits, {} blocks saved, {} shared blocks",
+        stat(&fs, "mbcache.hits"),
+        stat(&fs, "mbcache.blocks_saved_since_mount"),
+        stat(&fs, "mbcache.shared_blocks_since_mount")
+    );
+    assert_eq!(stat(&fs, "mbcache.blocks_saved_since_mount") + used, 100_000);
+    assert_eq!(stat(&fs, "mbcache.shared_blocks_since_mount"), used);
     assert!((98..=110).contains(&used), "{used} blocks");
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "100,000 shared sets");
