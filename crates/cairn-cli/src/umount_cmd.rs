@@ -44,13 +44,25 @@ fn unmount(mp: &Path) -> Result<(), String> {
     if crate::whoami::is_root() {
         use std::os::unix::ffi::OsStrExt;
         let c = std::ffi::CString::new(mp.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
-        // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
-        #[allow(unsafe_code)]
-        let r = unsafe { libc::umount2(c.as_ptr(), 0) };
-        if r == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
+        // A file can hold the mount for a moment after its last user let go
+        // (a forked child's copy of a descriptor until it execs, a close
+        // deferred by an exiting process): EBUSY is retried for up to a
+        // second before it is reported.
+        let mut tries = 0;
+        let e = loop {
+            // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+            #[allow(unsafe_code)]
+            let r = unsafe { libc::umount2(c.as_ptr(), 0) };
+            if r == 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EBUSY) || tries == 20 {
+                break e;
+            }
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
         return Err(match e.raw_os_error() {
             Some(libc::EBUSY) => {
                 format!("cannot unmount {}: busy (a process has a file or its working directory there)", mp.display())
