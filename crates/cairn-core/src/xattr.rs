@@ -54,8 +54,11 @@ fn entries(meta: &Meta, st: &InodeState) -> Result<Vec<XattrEntry>> {
     // block lock: the caller holds this inode, whose reference pins the
     // block, and only this inode's holder could free or change it.
     let cache = &meta.xattrs.cache;
-    if cache.enabled() && cache.get(XattrBlock::content_hash(&xb.entries), st.d.xattr_block).is_none() {
-        cache.insert(XattrBlock::content_hash(&xb.entries), st.d.xattr_block, xb.refcount < XATTR_REFCOUNT_MAX);
+    if cache.enabled() {
+        let key = XattrBlock::content_hash(&xb.entries);
+        if cache.get(key, st.d.xattr_block).is_none() {
+            cache.insert(key, st.d.xattr_block, xb.refcount < XATTR_REFCOUNT_MAX);
+        }
     }
     Ok(xb.entries)
 }

@@ -23,6 +23,12 @@ pub fn mount(dev: &Arc<MemDevice>) -> Arc<Fs> {
     Fs::mount(d, MountOptions::default()).expect("mount")
 }
 
+/// Mounts `dev` with `opts`.
+pub fn mount_with(dev: &Arc<MemDevice>, opts: MountOptions) -> Arc<Fs> {
+    let d: Arc<dyn BlockDevice> = dev.clone();
+    Fs::mount(d, opts).expect("mount")
+}
+
 /// A live counter of `fs` by name (panics if there is no such counter).
 pub fn stat(fs: &Fs, name: &str) -> u64 {
     fs.stats().into_iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no counter {name}")).1

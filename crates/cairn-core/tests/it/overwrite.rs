@@ -19,11 +19,6 @@ fn opts(fast: bool) -> MountOptions {
     MountOptions { commit_interval: Duration::from_secs(3600), overwrite_fastpath: fast, ..Default::default() }
 }
 
-fn mount_with(dev: &Arc<MemDevice>, o: MountOptions) -> Arc<Fs> {
-    let d: Arc<dyn BlockDevice> = dev.clone();
-    Fs::mount(d, o).expect("mount")
-}
-
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     (0..len).map(|_| rng.gen()).collect()

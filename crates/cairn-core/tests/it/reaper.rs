@@ -4,18 +4,13 @@
 //! the inode on the orphan list for the next mount; `-o sync_delete`.
 
 use crate::common::*;
-use cairn_core::dev::{BlockDevice, MemDevice};
+use cairn_core::dev::MemDevice;
 use cairn_core::{Ctx, Fs, MountOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn opts(sync_delete: bool) -> MountOptions {
     MountOptions { commit_interval: Duration::from_secs(3600), sync_delete, ..Default::default() }
-}
-
-fn mount_with(dev: &Arc<MemDevice>, o: MountOptions) -> Arc<Fs> {
-    let d: Arc<dyn BlockDevice> = dev.clone();
-    Fs::mount(d, o).expect("mount")
 }
 
 /// A file of `n` separate 4 KiB extents (every other block written), so its

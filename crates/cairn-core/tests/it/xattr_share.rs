@@ -4,19 +4,12 @@
 //! (fsck checks each block's refcount against the inodes pointing at it).
 
 use crate::common::*;
-use cairn_core::dev::BlockDevice;
 use cairn_core::{Ctx, Fs, MountOptions};
 use rand::{Rng, SeedableRng};
-use std::sync::Arc;
 use std::time::Duration;
 
 fn opts(mbcache: bool) -> MountOptions {
     MountOptions { commit_interval: Duration::from_secs(3600), mbcache, ..Default::default() }
-}
-
-fn mount_with(dev: &Arc<cairn_core::dev::MemDevice>, o: MountOptions) -> Arc<Fs> {
-    let d: Arc<dyn BlockDevice> = dev.clone();
-    Fs::mount(d, o).expect("mount")
 }
 
 /// A value too large for anything but a block (cairn keeps every xattr in
