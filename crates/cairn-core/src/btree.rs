@@ -79,7 +79,7 @@ impl<'a> Tree<'a> {
     fn floor_in(&self, blk: u64, key: u64, level: Option<u8>) -> Result<Option<(u64, Vec<u8>)>> {
         let buf = self.meta.read_node(blk, self.kind, self.owner)?;
         let (children, child_level) = {
-            let data = buf.data.read();
+            let data = buf.read();
             let v = self.view(blk, &data, level)?;
             let i = v.count_le(key);
             if v.level() == 0 {
@@ -114,7 +114,7 @@ impl<'a> Tree<'a> {
     fn scan_in(&self, blk: u64, from: u64, level: Option<u8>, f: &mut dyn FnMut(u64, &[u8]) -> bool) -> Result<bool> {
         let buf = self.meta.read_node(blk, self.kind, self.owner)?;
         let (children, child_level) = {
-            let data = buf.data.read();
+            let data = buf.read();
             let v = self.view(blk, &data, level)?;
             if v.level() == 0 {
                 // The callback runs under this leaf's read lock: the tree's

@@ -7,22 +7,34 @@
 //!
 //! ## Buffer states
 //! A buffer is *clean* (its bytes are what its home block holds), *dirty*
-//! (changed in the running checkpoint), *in flight* (snapshotted by a commit
-//! whose home write has not finished), or dirty and in flight at once
-//! (changed again after the snapshot). A commit turns dirty into in flight
-//! ([`BufferCache::take_dirty`]) and, once the snapshot's home writes are done,
-//! in flight into clean ([`BufferCache::unpin`]). Only clean buffers may be
-//! evicted: dropping an in-flight buffer would let the next read return the
-//! old home block — a lost update without any crash (the bug that the
-//! `tiny_cache` tests reproduce).
+//! (changed in the running checkpoint: it is on the committed-item list, see
+//! `journal::cil`), *committing* (dirty in a checkpoint whose push has begun
+//! but has not captured it yet), *in flight* (captured by a commit whose home
+//! write has not finished), or dirty and in flight at once (changed again
+//! after the capture). Only clean buffers may be evicted: dropping an
+//! in-flight buffer would let the next read return the old home block — a
+//! lost update without any crash (the bug that the `tiny_cache` tests
+//! reproduce).
+//!
+//! ## Changing bytes
+//! Bytes change only through [`BufferCache::modify`] (or
+//! [`BufferCache::get_new`]), which takes a transaction handle. It (1) freezes
+//! a committing buffer first: copies its bytes for the push, so the push never
+//! sees a later checkpoint's change (jbd2's frozen data); (2) compares the
+//! changed range before and after, chunk by chunk, and adds the chunks that
+//! differ to the buffer's dirty-region map (XFS's `xfs_buf_log_item`
+//! bitmap), so the log carries only those; (3) inserts the buffer into the
+//! committed-item list the first time it changes in a checkpoint, charging the
+//! handle one credit. A change that changes no byte dirties nothing.
 //!
 //! ## Invariants
 //! * A block is in the cache at most once, so every change to it is seen by
 //!   every reader and by the commit that snapshots it.
 //! * A buffer is verified (checksum and bounds, by the caller's verifier) once,
 //!   when it is read from the device; a failed verification is not cached.
-//! * Dirty and in-flight buffers stay in the map; they leave the dirty list
-//!   only when a commit snapshots them (under the exclusive transaction gate).
+//! * Dirty, committing and in-flight buffers stay in the map; a buffer is on
+//!   the committed-item list of the checkpoint that dirtied it until that
+//!   checkpoint's push takes the list (under the exclusive gate, a swap).
 //! * Marking a buffer dirty takes a transaction handle ([`Tx`]): the type
 //!   proves that the gate is held and charges the handle's log credits.
 //! * A miss never installs a stale read: the device read happens without the
@@ -37,15 +49,21 @@
 //! ## Locking
 //! The map is split into shards, each behind its own mutex, so lookups from
 //! different threads rarely meet. Each buffer's bytes sit behind their own
-//! `RwLock`; writers hold it only while changing bytes. The dirty list is
-//! sharded too. Lock order: shard mutex, then buffer data (never the reverse).
+//! `RwLock`; writers hold it only while changing bytes. Each buffer's log
+//! state (dirty map, checkpoint, frozen image, in-flight mark) sits behind a
+//! small mutex taken after the bytes' lock. Lock order: shard mutex →
+//! buffer data → buffer log state (never the reverse).
 
 use crate::dev::BlockDevice;
 use crate::error::Result;
+use crate::journal::cil::{Cil, Frozen};
 use crate::journal::Tx;
 use crate::stats::Publish;
-use parking_lot::{Mutex, RwLock};
+use cairn_format::journal::{changed_chunks, WHOLE};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -56,13 +74,27 @@ const SHARDS: usize = 64;
 pub struct Buf {
     /// Block number.
     pub blk: u64,
-    /// The block's bytes.
-    pub data: RwLock<Box<[u8]>>,
-    dirty: AtomicBool,
-    /// Sequence of the checkpoint whose snapshot of this buffer is not yet
-    /// written home (0: none).
-    inflight: AtomicU64,
+    /// The block's bytes: read through [`Buf::read`], changed only through
+    /// [`BufferCache::modify`].
+    data: RwLock<Box<[u8]>>,
+    pub(crate) log: Mutex<LogState>,
     referenced: AtomicBool,
+}
+
+/// A buffer's part in logging (see the module essay and `journal::cil`).
+#[derive(Default)]
+pub(crate) struct LogState {
+    /// The checkpoint (committed-item list sequence) whose changes `map`
+    /// describes; 0 when the buffer has no change that is not captured.
+    pub dirty_seq: u64,
+    /// Chunks changed in `dirty_seq` (bit `i`: chunk `i`, see
+    /// `cairn_format::journal::chunk_size`).
+    pub map: u64,
+    /// The image of a committing checkpoint, copied by a writer that changed
+    /// the buffer before the push captured it.
+    pub frozen: Option<Frozen>,
+    /// The checkpoint whose captured image is not yet home (0: none).
+    pub inflight: u64,
 }
 
 /// What a buffer's contents are relative to its home block.
@@ -70,7 +102,7 @@ pub struct Buf {
 pub enum BufState {
     Clean,
     Dirty,
-    /// Snapshotted by checkpoint `seq`, home write pending.
+    /// Captured by checkpoint `seq`, home write pending.
     InFlight(u64),
     /// In flight for `seq` and changed again since.
     DirtyInFlight(u64),
@@ -78,23 +110,18 @@ pub enum BufState {
 
 impl Buf {
     fn new(blk: u64, data: Box<[u8]>) -> Buf {
-        Buf {
-            blk,
-            data: RwLock::new(data),
-            dirty: AtomicBool::new(false),
-            inflight: AtomicU64::new(0),
-            referenced: AtomicBool::new(false),
-        }
+        Buf { blk, data: RwLock::new(data), log: Mutex::new(LogState::default()), referenced: AtomicBool::new(false) }
     }
 
-    /// True if changed since the last commit snapshot.
-    pub fn is_dirty(&self) -> bool {
-        self.dirty.load(Ordering::Acquire)
+    /// The block's bytes, shared.
+    pub fn read(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
+        self.data.read()
     }
 
     /// The buffer's state.
     pub fn state(&self) -> BufState {
-        match (self.is_dirty(), self.inflight.load(Ordering::Acquire)) {
+        let st = self.log.lock();
+        match (st.dirty_seq != 0, st.inflight) {
             (false, 0) => BufState::Clean,
             (true, 0) => BufState::Dirty,
             (false, s) => BufState::InFlight(s),
@@ -106,6 +133,13 @@ impl Buf {
         if !self.referenced.load(Ordering::Relaxed) {
             self.referenced.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// True if the buffer may leave the cache: clean, not in flight and held
+    /// by nobody but the map (`try_lock`: a busy buffer is simply skipped).
+    fn evictable(self: &Arc<Buf>) -> bool {
+        Arc::strong_count(self) == 1
+            && self.log.try_lock().is_some_and(|st| st.dirty_seq == 0 && st.inflight == 0 && st.frozen.is_none())
     }
 }
 
@@ -121,9 +155,6 @@ pub struct CacheStats {
     /// Times the clock hand found nothing evictable (everything dirty, in
     /// flight or held): the cache then runs over its budget until a commit.
     pub over_budget: AtomicU64,
-    /// Changes to buffers already dirty in the running checkpoint: each is a
-    /// block image that delayed logging writes once instead of again.
-    pub relogged: AtomicU64,
 }
 
 #[derive(Default)]
@@ -134,12 +165,9 @@ struct Shard {
     epoch: u64,
 }
 
-/// Buffers snapshotted by one commit: their images, in block order, and the
-/// buffers themselves, pinned until [`BufferCache::unpin`].
-pub struct Snapshot {
-    pub seq: u64,
-    pub images: Vec<(u64, Box<[u8]>)>,
-    bufs: Vec<Arc<Buf>>,
+thread_local! {
+    /// The bytes of a range before a change, to find the chunks it changed.
+    static BEFORE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The sharded buffer cache.
@@ -147,8 +175,8 @@ pub struct BufferCache {
     dev: Arc<dyn BlockDevice>,
     block_size: usize,
     shards: Vec<Mutex<Shard>>,
-    dirty: Vec<Mutex<Vec<Arc<Buf>>>>,
-    dirty_count: AtomicU64,
+    /// The committed-item list: which buffers each checkpoint changed.
+    pub cil: Cil,
     per_shard_cap: usize,
     pub stats: CacheStats,
 }
@@ -160,8 +188,7 @@ impl BufferCache {
             dev,
             block_size,
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            dirty: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(),
-            dirty_count: AtomicU64::new(0),
+            cil: Cil::new(),
             per_shard_cap: (capacity / SHARDS).max(1),
             stats: CacheStats::default(),
         }
@@ -215,20 +242,28 @@ impl BufferCache {
         }
     }
 
-    /// Returns a zero-filled buffer for a block that is being (re)initialised,
-    /// without reading it. An existing cached copy is zeroed in place.
-    pub fn get_new(&self, blk: u64) -> Arc<Buf> {
+    /// Returns a zero-filled buffer for a block that is being (re)initialised
+    /// in the running checkpoint, without reading it, logged whole (its home
+    /// bytes are not what replay may build on). A cached copy is zeroed.
+    pub fn get_new(&self, tx: &Tx<'_>, blk: u64) -> Arc<Buf> {
         let s = self.shard(blk);
-        let mut sh = self.shards[s].lock();
-        if let Some(b) = sh.map.get(&blk) {
-            b.data.write().fill(0);
-            b.touch();
-            return b.clone();
-        }
-        let buf = Arc::new(Buf::new(blk, vec![0u8; self.block_size].into_boxed_slice()));
-        sh.map.insert(blk, buf.clone());
-        sh.clock.push_back(blk);
-        self.maybe_evict(&mut sh);
+        let buf = {
+            let mut sh = self.shards[s].lock();
+            match sh.map.get(&blk) {
+                Some(b) => {
+                    b.touch();
+                    b.clone()
+                }
+                None => {
+                    let buf = Arc::new(Buf::new(blk, vec![0u8; self.block_size].into_boxed_slice()));
+                    sh.map.insert(blk, buf.clone());
+                    sh.clock.push_back(blk);
+                    self.maybe_evict(&mut sh);
+                    buf
+                }
+            }
+        };
+        self.change(tx, &buf, 0..self.block_size, WHOLE, |d| d.fill(0));
         buf
     }
 
@@ -248,8 +283,7 @@ impl BufferCache {
                 sh.clock.push_back(blk);
                 continue;
             }
-            let evictable = !b.is_dirty() && b.inflight.load(Ordering::Acquire) == 0 && Arc::strong_count(b) == 1;
-            if !evictable {
+            if !b.evictable() {
                 sh.clock.push_back(blk);
                 continue;
             }
@@ -262,51 +296,68 @@ impl BufferCache {
         }
     }
 
-    /// Records that `buf` was changed in the running checkpoint by the
-    /// operation holding `tx` (which proves the gate is held, and is charged
-    /// one log credit when the buffer was not dirty yet).
-    pub fn mark_dirty(&self, tx: &Tx<'_>, buf: &Arc<Buf>) {
-        if !buf.dirty.swap(true, Ordering::AcqRel) {
-            self.dirty_count.fetch_add(1, Ordering::Relaxed);
-            self.dirty[self.shard(buf.blk)].lock().push(buf.clone());
+    /// Changes bytes `range` of `buf` in the running checkpoint of the
+    /// operation holding `tx` (see "Changing bytes" in the module essay);
+    /// `f` gets the range and may return a value.
+    pub fn modify<R>(&self, tx: &Tx<'_>, buf: &Arc<Buf>, range: Range<usize>, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        self.change(tx, buf, range, 0, f)
+    }
+
+    /// As [`BufferCache::modify`] over the whole block, logging it whole
+    /// whatever changed (for a block also written outside the journal).
+    pub fn modify_whole<R>(&self, tx: &Tx<'_>, buf: &Arc<Buf>, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        self.change(tx, buf, 0..self.block_size, WHOLE, f)
+    }
+
+    fn change<R>(
+        &self,
+        tx: &Tx<'_>,
+        buf: &Arc<Buf>,
+        range: Range<usize>,
+        force: u64,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> R {
+        let mut data = buf.data.write();
+        // Stable while `tx` holds the gate (a push changes it under the
+        // exclusive gate).
+        let running = self.cil.running();
+        let mut st = buf.log.lock();
+        if st.dirty_seq != 0 && st.dirty_seq < running {
+            // Committing and not captured yet: the push gets today's bytes.
+            let image = data.clone();
+            self.cil.freeze(&mut st, image);
+        }
+        let (r, changed) = BEFORE.with(|before| {
+            let mut before = before.borrow_mut();
+            before.clear();
+            before.extend_from_slice(&data[range.clone()]);
+            let r = f(&mut data[range.clone()]);
+            (r, changed_chunks(self.block_size, range.start, &before, &data[range]))
+        });
+        let map = changed | force;
+        if map == 0 {
+            return r;
+        }
+        let first = st.dirty_seq == 0;
+        if first {
+            st.dirty_seq = running;
+        }
+        st.map |= map;
+        drop(st);
+        drop(data);
+        if first {
+            self.cil.insert(buf.clone());
             tx.charge(1);
         } else {
             tx.touch();
-            self.stats.relogged.fetch_add(1, Ordering::Relaxed);
+            self.cil.note_relog();
         }
+        r
     }
 
     /// Number of dirty buffers (the running checkpoint's size in blocks).
     pub fn dirty_count(&self) -> u64 {
-        self.dirty_count.load(Ordering::Relaxed)
-    }
-
-    /// Snapshots every dirty buffer for checkpoint `seq`: the images sorted by
-    /// block number; the buffers become in flight (pinned in the cache) until
-    /// [`BufferCache::unpin`]. Caller holds the transaction gate exclusively.
-    pub fn take_dirty(&self, seq: u64) -> Snapshot {
-        let n = self.dirty_count() as usize;
-        let mut images = Vec::with_capacity(n);
-        let mut bufs = Vec::with_capacity(n);
-        for shard in &self.dirty {
-            for b in shard.lock().drain(..) {
-                b.inflight.store(seq, Ordering::Release);
-                b.dirty.store(false, Ordering::Release);
-                images.push((b.blk, b.data.read().clone()));
-                bufs.push(b);
-            }
-        }
-        self.dirty_count.store(0, Ordering::Relaxed);
-        images.sort_unstable_by_key(|(b, _)| *b);
-        Snapshot { seq, images, bufs }
-    }
-
-    /// The snapshot's images are at home: its buffers may be evicted again
-    /// (unless a later snapshot took them meanwhile, or they are dirty).
-    pub fn unpin(&self, snap: Snapshot) {
-        for b in snap.bufs {
-            let _ = b.inflight.compare_exchange(snap.seq, 0, Ordering::AcqRel, Ordering::Relaxed);
-        }
+        self.cil.count()
     }
 
     /// Number of cached buffers.
@@ -315,16 +366,16 @@ impl BufferCache {
     }
 
     /// Checks the cache's invariants (tests and debug builds): every dirty
-    /// or in-flight buffer is in the map, the dirty lists hold exactly the
-    /// dirty buffers, each once. Panics with what is wrong.
+    /// or in-flight buffer is in the map, the committed-item list holds
+    /// exactly the dirty buffers, each once (with no handle and no push
+    /// running). Panics with what is wrong.
     pub fn debug_check_consistency(&self) {
         let mut dirty_listed = std::collections::HashSet::new();
-        for shard in &self.dirty {
-            for b in shard.lock().iter() {
-                assert!(b.is_dirty(), "block {} is on a dirty list but clean", b.blk);
-                assert!(dirty_listed.insert(b.blk), "block {} is on the dirty lists twice", b.blk);
-            }
-        }
+        let running = self.cil.running();
+        self.cil.for_each_listed(|b| {
+            assert_eq!(b.log.lock().dirty_seq, running, "block {} is listed but not dirty in this checkpoint", b.blk);
+            assert!(dirty_listed.insert(b.blk), "block {} is on the committed-item list twice", b.blk);
+        });
         assert_eq!(dirty_listed.len() as u64, self.dirty_count(), "dirty count disagrees with the dirty lists");
         let mut cached = std::collections::HashSet::new();
         for shard in &self.shards {
@@ -344,6 +395,7 @@ impl BufferCache {
 
 impl Publish for BufferCache {
     fn publish(&self, put: &mut dyn FnMut(&str, u64)) {
+        self.cil.publish(put);
         let s = &self.stats;
         put("cache.buffers", self.len() as u64);
         put("cache.dirty_buffers", self.dirty_count());
@@ -352,6 +404,5 @@ impl Publish for BufferCache {
         put("cache.evictions", s.evictions.load(Relaxed));
         put("cache.reread_races", s.reread_races.load(Relaxed));
         put("cache.over_budget", s.over_budget.load(Relaxed));
-        put("journal.relogged_in_memory", s.relogged.load(Relaxed));
     }
 }

@@ -257,8 +257,9 @@ impl Fs {
             sb.state |= STATE_ERRORS;
         }
         let buf = self.meta.bufs.get(0, |_, _| Ok(()))?;
-        sb.encode(&mut buf.data.write());
-        tx.dirty(&buf);
+        // Logged whole: the error latch also writes the superblock in place,
+        // outside the journal, so replay must not patch chunks over it.
+        tx.bufs.modify_whole(tx, &buf, |d| sb.encode(d));
         Ok(())
     }
 

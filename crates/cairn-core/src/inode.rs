@@ -200,7 +200,7 @@ impl Meta {
         }
         let (blk, off) = self.geo.inode_location(ino);
         let buf = self.bufs.get(blk, |_, _| Ok(()))?;
-        let d = DiskInode::decode(self.seed, ino, &buf.data.read()[off..off + cairn_format::inode::INODE_SIZE])?;
+        let d = DiskInode::decode(self.seed, ino, &buf.read()[off..off + cairn_format::inode::INODE_SIZE])?;
         match &d.data {
             DataArea::Extents(list) => {
                 for e in list {
@@ -226,8 +226,7 @@ impl Tx<'_> {
     pub fn store_inode(&self, ino: u64, d: &DiskInode) -> Result<()> {
         let (blk, off) = self.geo.inode_location(ino);
         let buf = self.bufs.get(blk, |_, _| Ok(()))?;
-        d.encode(self.seed, ino, &mut buf.data.write()[off..off + cairn_format::inode::INODE_SIZE]);
-        self.dirty(&buf);
+        self.modify(&buf, off..off + cairn_format::inode::INODE_SIZE, |slot| d.encode(self.seed, ino, slot));
         Ok(())
     }
 }

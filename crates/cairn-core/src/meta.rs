@@ -43,7 +43,7 @@ impl Meta {
         let seed = self.seed;
         let buf = self.bufs.get(blk, |b, d| Node::decode(seed, b, d).map(|_| ()).map_err(Into::into))?;
         {
-            let d = buf.data.read();
+            let d = buf.read();
             let own = cairn_format::codec::get_u64(&d, 8);
             if d[4] != kind || own != owner {
                 return Err(FormatError::corrupt(
@@ -61,28 +61,28 @@ impl Meta {
     /// was read (see [`Meta::read_node`]) and every encode re-stamps it, so
     /// only the bounds are checked here.
     pub fn decode_node(&self, buf: &Buf) -> Result<Node> {
-        Ok(Node::parse(buf.blk, &buf.data.read())?)
+        Ok(Node::parse(buf.blk, &buf.read())?)
     }
 }
 
 /// Changing metadata: only through a transaction handle.
 impl Tx<'_> {
-    /// Marks `buf` changed in the running checkpoint.
-    pub fn dirty(&self, buf: &Arc<Buf>) {
-        self.bufs.mark_dirty(self, buf);
+    /// Changes bytes `range` of `buf` in the running checkpoint (see
+    /// `BufferCache::modify`: only the chunks that change are logged).
+    pub fn modify<R>(&self, buf: &Arc<Buf>, range: std::ops::Range<usize>, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        self.bufs.modify(self, buf, range, f)
     }
 
-    /// Encodes `node` into `buf` and marks it dirty.
+    /// Encodes `node` into `buf` in the running checkpoint.
     pub fn write_node(&self, buf: &Arc<Buf>, node: &Node) {
-        node.encode(self.seed, buf.blk, &mut buf.data.write());
-        self.dirty(buf);
+        self.modify(buf, 0..self.bs(), |d| node.encode(self.seed, buf.blk, d));
     }
 
-    /// Allocates one metadata block near `goal` and returns a zeroed buffer
-    /// (`critical`: may take the last of the reserve, see `alloc`).
+    /// Allocates one metadata block near `goal` and returns a zeroed buffer,
+    /// logged whole (`critical`: may take the last of the reserve, see `alloc`).
     pub fn alloc_meta(&self, goal: u64, critical: bool) -> Result<Arc<Buf>> {
         let blk = self.alloc.alloc_meta_block(self, goal, critical)?;
-        Ok(self.bufs.get_new(blk))
+        Ok(self.bufs.get_new(self, blk))
     }
 
     /// Frees blocks in the running checkpoint.

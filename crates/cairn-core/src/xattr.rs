@@ -41,7 +41,7 @@ use std::sync::Arc;
 fn load(meta: &Meta, blk: u64) -> Result<XattrBlock> {
     let seed = meta.seed;
     let buf = meta.bufs.get(blk, |b, d| XattrBlock::decode(seed, b, d).map(|_| ()).map_err(Into::into))?;
-    let d = buf.data.read();
+    let d = buf.read();
     Ok(XattrBlock::decode(seed, blk, &d)?)
 }
 
@@ -112,9 +112,8 @@ impl XattrShare {
 }
 
 fn write_block(tx: &Tx<'_>, blk: u64, xb: &XattrBlock, new: bool) -> Result<()> {
-    let buf = if new { tx.bufs.get_new(blk) } else { tx.bufs.get(blk, |_, _| Ok(()))? };
-    xb.encode(tx.seed, blk, &mut buf.data.write());
-    tx.dirty(&buf);
+    let buf = if new { tx.bufs.get_new(tx, blk) } else { tx.bufs.get(blk, |_, _| Ok(()))? };
+    tx.modify(&buf, 0..tx.bs(), |d| xb.encode(tx.seed, blk, d));
     Ok(())
 }
 

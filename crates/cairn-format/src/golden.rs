@@ -379,7 +379,7 @@ fn journal_descriptor() {
             ),
         )],
     );
-    assert_eq!(decode_descriptor(SEED, 0x0123_4567_89ab, &b).unwrap(), homes);
+    assert_eq!(decode_descriptor(SEED, 0x0123_4567_89ab, &b).unwrap(), homes.map(|h| (h, WHOLE)));
 }
 
 #[test]

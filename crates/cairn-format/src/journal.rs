@@ -5,13 +5,22 @@
 //! checkpoint (a committed transaction group):
 //!
 //! ```text
-//! descriptor | home block images ... | descriptor | images ... | commit
+//! descriptor | logged bytes ... | descriptor | logged bytes ... | commit
 //! ```
-//! * Descriptor (32-byte header + u64 home block numbers):
-//!   `0 magic "CJDS" | 4 n (numbers in this descriptor) | 8 seq u64 |
-//!    16 reserved | 28 crc32c(seed, block with field zero)`.
+//! * Region descriptor (what the engine writes; 32-byte header + 16-byte
+//!   entries): `0 magic "CJDR" | 4 n (entries) | 8 seq u64 | 16 reserved |
+//!   28 crc32c(seed, block with field zero)`, then per entry
+//!   `0 home block u64 | 8 chunk map u64`. A block is 64 chunks of
+//!   `block_size / 64` bytes ([`chunk_size`]); bit `i` of the map says chunk
+//!   `i` is logged (XFS's dirty-region bitmap, `XFS_BLF_CHUNK`). The
+//!   descriptor is followed by the logged chunks of its entries, in entry
+//!   order and chunk order, concatenated, zero-padded to a whole block. A
+//!   block logged whole has every bit set; a freshly allocated block is
+//!   always logged whole (its home bytes are garbage).
+//! * Whole-block descriptor (still read; the first format): `"CJDS"`, 8-byte
+//!   entries of home block numbers only, each followed by a whole image.
 //! * Commit: `0 magic "CJCM" | 4 total blocks of the record (descriptors,
-//!   images and the commit) | 8 seq | 16 crc32c of every earlier block of the
+//!   bodies and the commit) | 8 seq | 16 crc32c of every earlier block of the
 //!   record, in order | 20 reserved | 28 crc32c of this block`.
 //! * Journal superblock: `0 magic "CJSB" | 4 version | 8 tail_seq | 16 tail_off
 //!   (ring position of the oldest record that may still need replay) |
@@ -38,8 +47,14 @@ use crate::superblock::Superblock;
 pub const MIN_JOURNAL_BLOCKS: u64 = 64;
 /// Magic of the journal superblock.
 pub const JSB_MAGIC: u32 = 0x4253_4a43;
-/// Magic of a descriptor block.
+/// Magic of a whole-block descriptor (the first format; still replayed).
 pub const DESC_MAGIC: u32 = 0x5344_4a43;
+/// Magic of a region descriptor.
+pub const REGION_DESC_MAGIC: u32 = 0x5244_4a43;
+/// Chunks per block in a region map.
+pub const CHUNKS: usize = 64;
+/// A chunk map naming every chunk of the block.
+pub const WHOLE: u64 = u64::MAX;
 /// Magic of a commit block.
 pub const COMMIT_MAGIC: u32 = 0x4d43_4a43;
 /// Header bytes of a descriptor.
@@ -58,9 +73,91 @@ const _: () = {
     assert!(FIXED_BYTES <= crate::MIN_BLOCK_SIZE as usize);
 };
 
-/// Home block numbers one descriptor holds.
+/// Home block numbers one whole-block descriptor holds.
 pub const fn desc_capacity(block_size: usize) -> usize {
     (block_size - DESC_HEADER) / 8
+}
+
+/// Entries one region descriptor holds.
+pub const fn region_desc_capacity(block_size: usize) -> usize {
+    (block_size - DESC_HEADER) / 16
+}
+
+/// Bytes of one chunk of a region map.
+pub const fn chunk_size(block_size: usize) -> usize {
+    block_size / CHUNKS
+}
+
+/// Bytes a region entry with chunk map `map` logs.
+pub fn logged_bytes(block_size: usize, map: u64) -> usize {
+    map.count_ones() as usize * chunk_size(block_size)
+}
+
+/// Copies the chunks of `block` that `map` names, in order, to `out`.
+pub fn gather_chunks(block: &[u8], map: u64, out: &mut Vec<u8>) {
+    let c = chunk_size(block.len());
+    for i in (0..CHUNKS).filter(|i| map >> i & 1 == 1) {
+        out.extend_from_slice(&block[i * c..(i + 1) * c]);
+    }
+}
+
+/// The chunks in which `old` and `new` differ (slices of one block starting
+/// at byte `at` of it), as a chunk map.
+pub fn changed_chunks(block_size: usize, at: usize, old: &[u8], new: &[u8]) -> u64 {
+    debug_assert_eq!(old.len(), new.len());
+    let c = chunk_size(block_size);
+    let mut map = 0u64;
+    let mut i = 0;
+    while i < old.len() {
+        let chunk = (at + i) / c;
+        let end = ((chunk + 1) * c - at).min(old.len());
+        if old[i..end] != new[i..end] {
+            map |= 1 << chunk;
+        }
+        i = end;
+    }
+    map
+}
+
+/// The chunks a byte range `at .. at + len` of a block touches.
+pub fn range_chunks(block_size: usize, at: usize, len: usize) -> u64 {
+    if len == 0 {
+        return 0;
+    }
+    let c = chunk_size(block_size);
+    let (first, last) = (at / c, (at + len - 1) / c);
+    let n = last - first + 1;
+    if n >= 64 {
+        WHOLE
+    } else {
+        ((1u64 << n) - 1) << first
+    }
+}
+
+/// One block's change as a record carries it: the chunks named by `map`,
+/// concatenated in `bytes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Patch {
+    pub home: u64,
+    pub map: u64,
+    pub bytes: Vec<u8>,
+}
+
+impl Patch {
+    /// True if the patch holds the whole block (no need to read home first).
+    pub fn is_whole(&self) -> bool {
+        self.map == WHOLE
+    }
+
+    /// Writes the patch's chunks over `block`.
+    pub fn apply(&self, block: &mut [u8]) {
+        let c = chunk_size(block.len());
+        let mut p = 0;
+        for i in (0..CHUNKS).filter(|i| self.map >> i & 1 == 1) {
+            block[i * c..(i + 1) * c].copy_from_slice(&self.bytes[p..p + c]);
+            p += c;
+        }
+    }
 }
 
 /// The ring position `n` blocks after `off`, for a journal region of
@@ -148,17 +245,65 @@ pub fn encode_descriptor(seed: u32, seq: u64, homes: &[u64], out: &mut [u8]) {
     put_u32(out, 28, c);
 }
 
-/// Decodes a descriptor expected to belong to record `seq`; `None` if the
-/// block is not a valid descriptor of that record (end of log).
-pub fn decode_descriptor(seed: u32, seq: u64, b: &[u8]) -> Option<Vec<u64>> {
-    if get_u32(b, 0) != DESC_MAGIC || get_u64(b, 8) != seq || get_u32(b, 28) != crc_skipping(seed, b, 28) {
+/// Encodes a region descriptor of `(home, chunk map)` entries for record
+/// `seq` into a whole block.
+///
+/// # Panics
+/// If `entries` is empty, holds more than [`region_desc_capacity`] entries or
+/// an empty map (a descriptor like that would not decode).
+pub fn encode_region_descriptor(seed: u32, seq: u64, entries: &[(u64, u64)], out: &mut [u8]) {
+    assert!(
+        !entries.is_empty() && entries.len() <= region_desc_capacity(out.len()) && entries.iter().all(|e| e.1 != 0),
+        "encoder bug: region descriptor of {} entries in a {}-byte block",
+        entries.len(),
+        out.len()
+    );
+    out.fill(0);
+    put_u32(out, 0, REGION_DESC_MAGIC);
+    put_u32(out, 4, entries.len() as u32);
+    put_u64(out, 8, seq);
+    for (i, (home, map)) in entries.iter().enumerate() {
+        put_u64(out, DESC_HEADER + i * 16, *home);
+        put_u64(out, DESC_HEADER + i * 16 + 8, *map);
+    }
+    let c = crc_skipping(seed, out, 28);
+    put_u32(out, 28, c);
+}
+
+/// Decodes a descriptor (either kind) expected to belong to record `seq`
+/// into `(home, chunk map)` entries (whole-block entries have [`WHOLE`]);
+/// `None` if the block is not a valid descriptor of that record (end of log).
+pub fn decode_descriptor(seed: u32, seq: u64, b: &[u8]) -> Option<Vec<(u64, u64)>> {
+    let magic = get_u32(b, 0);
+    if (magic != DESC_MAGIC && magic != REGION_DESC_MAGIC)
+        || get_u64(b, 8) != seq
+        || get_u32(b, 28) != crc_skipping(seed, b, 28)
+    {
         return None;
     }
     let n = get_u32(b, 4) as usize;
-    if n == 0 || n > desc_capacity(b.len()) {
+    if magic == DESC_MAGIC {
+        if n == 0 || n > desc_capacity(b.len()) {
+            return None;
+        }
+        return Some((0..n).map(|i| (get_u64(b, DESC_HEADER + i * 8), WHOLE)).collect());
+    }
+    if n == 0 || n > region_desc_capacity(b.len()) {
         return None;
     }
-    Some((0..n).map(|i| get_u64(b, DESC_HEADER + i * 8)).collect())
+    let entries: Vec<(u64, u64)> =
+        (0..n).map(|i| (get_u64(b, DESC_HEADER + i * 16), get_u64(b, DESC_HEADER + i * 16 + 8))).collect();
+    entries.iter().all(|e| e.1 != 0).then_some(entries)
+}
+
+/// Blocks that follow a descriptor of `entries`: whole-block descriptors
+/// one per entry; region descriptors the logged chunks, padded.
+fn body_blocks(magic: u32, block_size: usize, entries: &[(u64, u64)]) -> u64 {
+    if magic == DESC_MAGIC {
+        return entries.len() as u64;
+    }
+    let bytes: usize = entries.iter().map(|e| logged_bytes(block_size, e.1)).sum();
+    bytes.div_ceil(block_size) as u64
 }
 
 /// Encodes a commit block.
@@ -194,7 +339,7 @@ pub fn body_crc_append(crc: u32, block: &[u8]) -> u32 {
 /// descriptor or a commit block (by magic alone, checksum not verified), for
 /// tools that must pick a sequence number past every record in the ring.
 pub fn claimed_seq(b: &[u8]) -> Option<u64> {
-    matches!(get_u32(b, 0), DESC_MAGIC | COMMIT_MAGIC).then(|| get_u64(b, 8))
+    matches!(get_u32(b, 0), DESC_MAGIC | REGION_DESC_MAGIC | COMMIT_MAGIC).then(|| get_u64(b, 8))
 }
 
 /// Where the journal region is, and how big the image is: what the record
@@ -254,8 +399,9 @@ pub struct LogPos {
 /// One verified record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
-    /// (home block, image) pairs in log order; later pairs win.
-    pub images: Vec<(u64, Vec<u8>)>,
+    /// The changes in log order, to apply in that order (a later patch of
+    /// the same block goes over an earlier one).
+    pub patches: Vec<Patch>,
     /// Where the next record would start.
     pub next: LogPos,
 }
@@ -300,7 +446,7 @@ impl Walk {
 
 /// Reads and verifies the record at `pos` of the journal in `region`:
 ///
-/// `descriptor | images... | descriptor | images... | commit`, every
+/// `descriptor | body... | descriptor | body... | commit`, every
 /// descriptor carrying `pos.seq` and naming only valid home blocks, then a
 /// commit block of `pos.seq` whose total equals the record's length and whose
 /// body checksum (chained from [`body_seed`] over every earlier block) matches.
@@ -322,39 +468,48 @@ pub fn read_record<E>(
     let mut off = pos.off;
     let mut used = 0u64;
     let mut crc = body_seed(seed, pos.seq);
-    let mut images: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut patches: Vec<Patch> = Vec::new();
     loop {
         if used >= limit {
             return Ok(Walk::End(LogEnd::TooLong));
         }
         let blk = read(off)?;
-        if !images.is_empty() {
+        if !patches.is_empty() {
             if let Some((total, body)) = decode_commit(seed, pos.seq, &blk) {
                 if u64::from(total) != used + 1 || body != crc {
                     return Ok(Walk::End(LogEnd::BadCommit { off }));
                 }
                 let next = LogPos { seq: pos.seq.wrapping_add(1), off: region.next(off, 1) };
-                return Ok(Walk::Record(Record { images, next }));
+                return Ok(Walk::Record(Record { patches, next }));
             }
         }
-        let Some(homes) = decode_descriptor(seed, pos.seq, &blk) else {
+        let Some(entries) = decode_descriptor(seed, pos.seq, &blk) else {
             return Ok(Walk::End(LogEnd::NoDescriptor { off }));
         };
-        if let Some(&home) = homes.iter().find(|h| !region.valid_home(**h)) {
+        if let Some(&(home, _)) = entries.iter().find(|e| !region.valid_home(e.0)) {
             return Ok(Walk::End(LogEnd::ImpossibleHome { off, home }));
         }
+        let bs = blk.len();
+        let nbody = body_blocks(get_u32(&blk, 0), bs, &entries);
         crc = body_crc_append(crc, &blk);
         off = region.next(off, 1);
         used += 1;
-        for home in homes {
-            if used >= limit {
-                return Ok(Walk::End(LogEnd::TooLong));
-            }
-            let img = read(off)?;
-            crc = body_crc_append(crc, &img);
+        if used + nbody >= limit {
+            return Ok(Walk::End(LogEnd::TooLong));
+        }
+        let mut body = Vec::with_capacity(nbody as usize * bs);
+        for _ in 0..nbody {
+            let b = read(off)?;
+            crc = body_crc_append(crc, &b);
+            body.extend_from_slice(&b);
             off = region.next(off, 1);
             used += 1;
-            images.push((home, img));
+        }
+        let mut p = 0;
+        for (home, map) in entries {
+            let n = logged_bytes(bs, map);
+            patches.push(Patch { home, map, bytes: body[p..p + n].to_vec() });
+            p += n;
         }
     }
 }
@@ -439,11 +594,14 @@ mod tests {
         assert_eq!(b, 3, "six blocks from 60 wrap to 3");
         let Walk::Record(r) = walk(&ring, 7, 55) else { panic!("first record not found") };
         assert_eq!(r.next, LogPos { seq: 8, off: 60 });
-        assert_eq!(r.images.iter().map(|(h, i)| (*h, i[0])).collect::<Vec<_>>(), vec![(100, 1), (0, 2), (101, 3)]);
+        assert_eq!(
+            r.patches.iter().map(|p| (p.home, p.bytes[0])).collect::<Vec<_>>(),
+            vec![(100, 1), (0, 2), (101, 3)]
+        );
         let Walk::Record(r) = walk(&ring, 8, 60) else { panic!("wrapped record not found") };
         assert_eq!(r.next, LogPos { seq: 9, off: 3 });
         assert_eq!(
-            r.images.iter().map(|(h, i)| (*h, i[0])).collect::<Vec<_>>(),
+            r.patches.iter().map(|p| (p.home, p.bytes[0])).collect::<Vec<_>>(),
             [(200, 4), (201, 5), (202, 6), (203, 7)]
         );
         assert_eq!(walk(&ring, 9, 3), Walk::End(LogEnd::NoDescriptor { off: 3 }));
@@ -460,7 +618,7 @@ mod tests {
         let w: std::result::Result<Walk, ()> =
             read_record(SEED, &big, LogPos { seq: 3, off: 1 }, |o| Ok(ring.get(&o).cloned().unwrap_or_default()));
         let Walk::Record(r) = w.unwrap() else { panic!("two-descriptor record not found") };
-        assert_eq!(r.images.iter().map(|(h, i)| (*h, i[0])).collect::<Vec<_>>(), images);
+        assert_eq!(r.patches.iter().map(|p| (p.home, p.bytes[0])).collect::<Vec<_>>(), images);
         assert_eq!(r.next, LogPos { seq: 4, off: 134 });
         // The largest record the 63-block ring of REGION holds: 62 blocks.
         let mut ring = HashMap::new();
@@ -535,6 +693,113 @@ mod tests {
         assert!(matches!(JournalSuper::decode(SEED, 10, &b, 64), Err(FormatError::Corrupt { at: 10, .. })));
         b[8] ^= 1;
         assert!(matches!(JournalSuper::decode(SEED, 10, &b, 64), Err(FormatError::Checksum { at: 10, .. })));
+    }
+
+    /// Writes a record of region descriptors: `(home, map, fill)` entries,
+    /// each logged chunk filled with `fill`.
+    fn write_region_record(ring: &mut HashMap<u64, Vec<u8>>, seq: u64, off: u64, entries: &[(u64, u64, u8)]) -> u64 {
+        let mut off = off;
+        let mut crc = body_seed(SEED, seq);
+        let mut total = 1;
+        for chunk in entries.chunks(region_desc_capacity(BS)) {
+            let ents: Vec<(u64, u64)> = chunk.iter().map(|e| (e.0, e.1)).collect();
+            let mut d = vec![0u8; BS];
+            encode_region_descriptor(SEED, seq, &ents, &mut d);
+            crc = body_crc_append(crc, &d);
+            ring.insert(off, d);
+            off = REGION.next(off, 1);
+            total += 1;
+            let mut body = Vec::new();
+            for &(_, map, fill) in chunk {
+                body.resize(body.len() + logged_bytes(BS, map), fill);
+            }
+            body.resize(body.len().div_ceil(BS) * BS, 0);
+            for b in body.chunks(BS) {
+                crc = body_crc_append(crc, b);
+                ring.insert(off, b.to_vec());
+                off = REGION.next(off, 1);
+                total += 1;
+            }
+        }
+        let mut c = vec![0u8; BS];
+        encode_commit(SEED, seq, total, crc, &mut c);
+        ring.insert(off, c);
+        REGION.next(off, 1)
+    }
+
+    #[test]
+    fn region_records_carry_only_the_logged_chunks() {
+        let mut ring = HashMap::new();
+        // 3 + 64 + 1 chunks of 16 bytes: 68 * 16 = 1088 bytes, two body blocks.
+        let next =
+            write_region_record(&mut ring, 9, 5, &[(100, 0b1011, 0xaa), (101, WHOLE, 0xbb), (100, 1 << 63, 0xcc)]);
+        assert_eq!(next, 5 + 1 + 2 + 1);
+        let Walk::Record(r) = walk(&ring, 9, 5) else { panic!("region record not found") };
+        assert_eq!(r.next, LogPos { seq: 10, off: next });
+        assert_eq!(r.patches.len(), 3);
+        assert!(r.patches[1].is_whole() && !r.patches[0].is_whole());
+        let mut block = vec![0u8; BS];
+        for p in r.patches.iter().filter(|p| p.home == 100) {
+            p.apply(&mut block);
+        }
+        let c = chunk_size(BS);
+        for (i, chunk) in block.chunks(c).enumerate() {
+            let want = match i {
+                0 | 1 | 3 => 0xaa,
+                63 => 0xcc,
+                _ => 0,
+            };
+            assert!(chunk.iter().all(|b| *b == want), "chunk {i}");
+        }
+        // A damaged body byte breaks the commit's checksum.
+        ring.get_mut(&7).unwrap()[3] ^= 1;
+        assert_eq!(walk(&ring, 9, 5), Walk::End(LogEnd::BadCommit { off: 8 }));
+        // An empty map cannot be decoded (the engine never writes one).
+        let mut d = vec![0u8; BS];
+        encode_region_descriptor(SEED, 1, &[(100, 1)], &mut d);
+        d[DESC_HEADER + 8] = 0;
+        let c = crc_skipping(SEED, &d, 28);
+        put_u32(&mut d, 28, c);
+        assert_eq!(decode_descriptor(SEED, 1, &d), None);
+    }
+
+    #[test]
+    fn a_region_body_longer_than_the_ring_ends_the_log() {
+        let mut ring = HashMap::new();
+        let entries: Vec<(u64, u64)> = (0..62).map(|i| (100 + i, WHOLE)).collect();
+        let mut d = vec![0u8; BS];
+        encode_region_descriptor(SEED, 1, &entries, &mut d);
+        ring.insert(1, d);
+        assert_eq!(walk(&ring, 1, 1), Walk::End(LogEnd::TooLong));
+    }
+
+    #[test]
+    fn chunk_maps() {
+        let bs = 4096;
+        assert_eq!(chunk_size(bs), 64);
+        assert_eq!(range_chunks(bs, 0, 0), 0);
+        assert_eq!(range_chunks(bs, 0, 1), 1);
+        assert_eq!(range_chunks(bs, 256, 256), 0b1111 << 4);
+        assert_eq!(range_chunks(bs, 63, 2), 0b11);
+        assert_eq!(range_chunks(bs, 0, bs), WHOLE);
+        assert_eq!(range_chunks(bs, 4032, 64), 1 << 63);
+        let old = vec![0u8; bs];
+        let mut new = old.clone();
+        assert_eq!(changed_chunks(bs, 0, &old, &new), 0);
+        new[0] = 1;
+        new[130] = 1;
+        new[4095] = 1;
+        assert_eq!(changed_chunks(bs, 0, &old, &new), 1 | 1 << 2 | 1 << 63);
+        // A slice starting mid-chunk: bytes 100..300 of the block.
+        assert_eq!(changed_chunks(bs, 100, &old[100..300], &new[100..300]), 1 << 2);
+        let mut out = Vec::new();
+        gather_chunks(&new, 1 | 1 << 63, &mut out);
+        assert_eq!(out.len(), 128);
+        assert_eq!((out[0], out[127]), (1, 1));
+        let p = Patch { home: 0, map: 1 | 1 << 63, bytes: out };
+        let mut b = vec![9u8; bs];
+        p.apply(&mut b);
+        assert_eq!((b[0], b[1], b[64], b[4095]), (1, 0, 9, 1));
     }
 
     #[test]

@@ -14,8 +14,10 @@
 //! fsck's own. The rules the walk implements:
 //!
 //! * the journal superblock gives the tail: `(tail_seq, tail_off)`;
-//! * a record is `descriptor | images... | descriptor | images... | commit`,
-//!   every descriptor carrying the record's sequence number; the commit block
+//! * a record is `descriptor | body... | descriptor | body... | commit`,
+//!   every descriptor carrying the record's sequence number (a body is the
+//!   changed chunks of the descriptor's blocks, or whole images in the first
+//!   format); the commit block
 //!   holds the record's length and a crc32c chained over every earlier block
 //!   of the record (seeded by `body_seed(seed, seq)`);
 //! * ring positions run `1 ..= journal_blocks - 1` and wrap;
@@ -26,9 +28,11 @@
 //!   the log (the engine's rule too: such a record cannot be ours).
 //!
 //! ## What it writes
-//! Without `--repair`: nothing. Replayed images go into the [`Image`]
+//! The patches are applied in log order, each over the block as the earlier
+//! ones (or the home block) left it.
+//! Without `--repair`: nothing. The rebuilt blocks go into the [`Image`]
 //! overlay, so every later read sees the replayed state.
-//! With `--repair`: the images are written home in log order, the image is
+//! With `--repair`: the rebuilt blocks are written home, the image is
 //! fsynced, then the journal superblock is rewritten with the tail after the
 //! last replayed record (exactly what mount does), and fsynced again.
 //!
@@ -42,8 +46,10 @@
 use crate::image::Image;
 use crate::report::{num, Pass, Report};
 use crate::FsckError;
-use cairn_format::journal::{claimed_seq, read_record, JournalRegion, JournalSuper, LogPos};
+use cairn_format::journal::{claimed_seq, read_record, JournalRegion, JournalSuper, LogPos, Patch};
 use cairn_format::superblock::Superblock;
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
 
 /// Highest sequence number any descriptor or commit block in the ring claims.
 fn max_seq_in_ring(img: &mut Image, region: &JournalRegion) -> std::io::Result<u64> {
@@ -91,7 +97,7 @@ pub fn replay(img: &mut Image, sb: &Superblock, seed: u32, report: &mut Report) 
     let mut pos = LogPos { seq: jsb.tail_seq, off: jsb.tail_off };
     let mut records = 0u64;
     let mut blocks = 0u64;
-    let mut replayed: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut replayed: Vec<Patch> = Vec::new();
     // Each record takes at least two ring blocks and sequence numbers only
     // grow, so a log longer than the ring is impossible; the bound guards
     // against pathological images.
@@ -99,8 +105,8 @@ pub fn replay(img: &mut Image, sb: &Superblock, seed: u32, report: &mut Report) 
         let walk = read_record(seed, &region, pos, |off| img.read_block(region.block_of(off)))?;
         let Some(rec) = walk.record() else { break };
         records += 1;
-        blocks += rec.images.len() as u64;
-        replayed.extend(rec.images);
+        blocks += rec.patches.len() as u64;
+        replayed.extend(rec.patches);
         pos = rec.next;
     }
     if records == 0 {
@@ -108,8 +114,20 @@ pub fn replay(img: &mut Image, sb: &Superblock, seed: u32, report: &mut Report) 
     }
     report.journal_records_replayed = records;
     report.journal_blocks_replayed = blocks;
+    // Each patch over the block as the earlier ones left it (whole-block
+    // patches need no read); the result goes home or into the overlay.
+    let mut built: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    for p in &replayed {
+        let block = match built.entry(p.home) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                e.insert(if p.is_whole() { vec![0u8; img.block_size()] } else { img.read_block(p.home)? })
+            }
+        };
+        p.apply(block);
+    }
     if repair {
-        for (home, data) in &replayed {
+        for (home, data) in &built {
             img.write_block(*home, data)?;
         }
         img.sync()?;
@@ -123,7 +141,7 @@ pub fn replay(img: &mut Image, sb: &Superblock, seed: u32, report: &mut Report) 
             num(blocks)
         ));
     } else {
-        for (home, data) in replayed {
+        for (home, data) in built {
             img.overlay_block(home, data);
         }
         report.note(format!(

@@ -132,7 +132,7 @@ impl Allocator {
     pub(super) fn read_gd(geo: Geometry, seed: u32, gdt_start: u64, bufs: &BufferCache, g: u64) -> Result<GroupDesc> {
         let (blk, off) = gd_loc(gdt_start, geo.block_size, g);
         let buf = bufs.get(blk, |_, _| Ok(()))?;
-        let d = buf.data.read();
+        let d = buf.read();
         let gd = GroupDesc::decode(seed, g, &d[off..off + GD_SIZE])?;
         if gd.block_bitmap != geo.block_bitmap(g)
             || gd.inode_bitmap != geo.inode_bitmap(g)
@@ -149,14 +149,12 @@ impl Allocator {
     fn update_gd(&self, tx: &Tx<'_>, g: u64, f: impl FnOnce(&mut GroupDesc)) -> Result<()> {
         let (blk, off) = self.gd_loc(g);
         let buf = tx.bufs.get(blk, |_, _| Ok(()))?;
-        {
-            let mut d = buf.data.write();
-            let mut gd = GroupDesc::decode(self.seed, g, &d[off..off + GD_SIZE])?;
+        tx.modify(&buf, off..off + GD_SIZE, |d| {
+            let mut gd = GroupDesc::decode(self.seed, g, d)?;
             f(&mut gd);
-            gd.encode(self.seed, g, &mut d[off..off + GD_SIZE]);
-        }
-        tx.dirty(&buf);
-        Ok(())
+            gd.encode(self.seed, g, d);
+            Ok(())
+        })
     }
 
     /// Reads group `g`'s block or inode bitmap, verified against the
@@ -180,7 +178,7 @@ impl Allocator {
             }
             Ok(())
         })?;
-        let words = words_from_bytes(&buf.data.read());
+        let words = words_from_bytes(&buf.read());
         Ok(words)
     }
 
@@ -293,20 +291,18 @@ impl Allocator {
         let (blk, uninit_flag) =
             if inode_map { (gd.inode_bitmap, GD_INODE_UNINIT) } else { (gd.block_bitmap, GD_BLOCK_UNINIT) };
         let buf = if gd.flags & uninit_flag != 0 {
-            let b = tx.bufs.get_new(blk);
+            let b = tx.bufs.get_new(tx, blk);
             let init = if inode_map { synth_inode_bitmap(&self.geo) } else { synth_block_bitmap(&self.geo, g) };
             debug_assert_eq!(init.len(), tx.bufs.block_size());
-            b.data.write().copy_from_slice(&init);
+            tx.modify(&b, 0..init.len(), |d| d.copy_from_slice(&init));
             b
         } else {
             tx.bufs.get(blk, |_, _| Ok(()))?
         };
-        let csum = {
-            let mut d = buf.data.write();
-            f(&mut d);
-            crc(self.seed, &d)
-        };
-        tx.dirty(&buf);
+        let csum = tx.modify(&buf, 0..tx.bs(), |d| {
+            f(d);
+            crc(self.seed, d)
+        });
         self.update_gd(tx, g, |gd| {
             gd.flags &= !uninit_flag;
             if inode_map {

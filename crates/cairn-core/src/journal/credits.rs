@@ -46,7 +46,7 @@ pub fn tree_levels(meta: &Meta, root: u64, kind: u8, owner: u64) -> Result<u64> 
         return Ok(0);
     }
     let buf = meta.read_node(root, kind, owner)?;
-    let level = buf.data.read()[5];
+    let level = buf.read()[5];
     Ok(u64::from(level) + 1)
 }
 

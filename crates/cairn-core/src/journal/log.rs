@@ -8,8 +8,9 @@
 //! Transactions are aggregated in memory: all operations between two commits
 //! change buffers in the cache, and a buffer changed a thousand times is
 //! logged once (the dirty list holds each buffer once). A commit then:
-//! 1. writes the record — descriptors listing home block numbers, the block
-//!    images — into the ring at `head` (one or two `pwrite`s);
+//! 1. writes the record — region descriptors listing home block numbers and
+//!    their changed-chunk maps, then only those chunks (XFS's dirty-region
+//!    logging) — into the ring at `head` (one or two `pwrite`s);
 //! 2. **fdatasync**: the record body, every file data block written by the
 //!    operations of this checkpoint (data ordering: data is durable before the
 //!    metadata that points at it), the previous checkpoint's home writes and
@@ -23,7 +24,10 @@
 //! Replay (see [`recovery`](super::recovery)) starts at the durable tail and
 //! applies whole records while each has the expected sequence number and a
 //! matching checksum; the first that does not ends the log. Replaying a
-//! record twice is harmless (images are whole blocks). Because the durable
+//! record twice is harmless: replay applies the records from the tail in
+//! order, each chunk over the home block, and every byte that changed after
+//! a record was logged again by a later one (a block's first record after
+//! its allocation holds it whole). Because the durable
 //! tail can lag the written tail by one commit, the ring must hold three
 //! records: each record is limited to a third of it, and blocks freed by
 //! checkpoint N are reused only after the durable tail has passed N (see
@@ -37,12 +41,14 @@
 //! `Journal::state` is held for a whole commit; commits are serialised, which
 //! is also what groups concurrent `fsync` calls into one commit.
 
+use super::cil::Captured;
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
 use crate::stats::percentile;
 use crate::stats::Publish;
 use cairn_format::journal::{
-    body_crc_append, body_seed, desc_capacity, encode_commit, encode_descriptor, JournalRegion, JournalSuper, LogPos,
+    body_crc_append, body_seed, encode_commit, encode_region_descriptor, gather_chunks, logged_bytes,
+    region_desc_capacity, JournalRegion, JournalSuper, LogPos,
 };
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering::Relaxed;
@@ -71,6 +77,8 @@ pub struct JournalStats {
     pub commits: AtomicU64,
     pub blocks_logged: AtomicU64,
     pub bytes_logged: AtomicU64,
+    /// Bytes of captured images written to their home locations.
+    pub home_bytes_written: AtomicU64,
     pub flushes: AtomicU64,
     pub replayed_records: AtomicU64,
     pub replayed_blocks: AtomicU64,
@@ -117,7 +125,7 @@ impl Journal {
     /// Largest number of home blocks one checkpoint may carry.
     pub fn max_record_images(&self) -> u64 {
         let per = (self.region.blocks - 1) / 3;
-        let cap = desc_capacity(self.bs) as u64;
+        let cap = region_desc_capacity(self.bs) as u64;
         // images + descriptors + commit <= per
         (per.saturating_sub(2)) * cap / (cap + 1)
     }
@@ -176,9 +184,10 @@ impl Journal {
         self.state.lock().durable_tail.seq
     }
 
-    /// Writes one checkpoint (see the module essay) and returns its sequence.
-    /// With no images it only flushes the device (data of overwrites).
-    pub fn commit(&self, images: &[(u64, Box<[u8]>)]) -> Result<u64> {
+    /// Writes one checkpoint (see the module essay) and returns its sequence:
+    /// each item's changed chunks go to the log, its whole image home. With no
+    /// items it only flushes the device (data of overwrites).
+    pub fn commit(&self, images: &[Captured]) -> Result<u64> {
         let t0 = Instant::now();
         let mut st = self.state.lock();
         if images.is_empty() {
@@ -195,10 +204,10 @@ impl Journal {
             }
             return Ok(st.committed_seq);
         }
-        let cap = desc_capacity(self.bs);
-        let ndesc = images.len().div_ceil(cap);
-        let total = (images.len() + ndesc + 1) as u64;
         let seq = st.head.seq;
+        // 1. region descriptors + changed chunks
+        let (body, crc) = self.format_body(seq, images);
+        let total = (body.len() / self.bs) as u64 + 1;
         // Room: the ring must not overwrite anything from the durable tail on.
         let ring = self.region.blocks - 1;
         if self.region.used(st.durable_tail.off, st.head.off) + total >= ring {
@@ -213,21 +222,6 @@ impl Journal {
         }
         if total >= ring {
             return Err(FsError::Errno(libc::ENOSPC));
-        }
-        // 1. descriptors + images
-        let mut body = vec![0u8; (total as usize - 1) * self.bs];
-        let mut crc = body_seed(self.seed, seq);
-        let mut p = 0usize;
-        for chunk in images.chunks(cap) {
-            let homes: Vec<u64> = chunk.iter().map(|(b, _)| *b).collect();
-            encode_descriptor(self.seed, seq, &homes, &mut body[p..p + self.bs]);
-            crc = body_crc_append(crc, &body[p..p + self.bs]);
-            p += self.bs;
-            for (_, img) in chunk {
-                body[p..p + self.bs].copy_from_slice(img);
-                crc = body_crc_append(crc, img);
-                p += self.bs;
-            }
         }
         self.write_ring(st.head.off, &body)?;
         // 2. barrier: record body, file data, previous homes and jsb durable
@@ -250,10 +244,10 @@ impl Journal {
                 j += 1;
             }
             if j - i == 1 {
-                self.dev.write_at(&images[i].1, images[i].0 * self.bs as u64)?;
+                self.dev.write_at(&images[i].2, images[i].0 * self.bs as u64)?;
             } else {
                 let mut run = Vec::with_capacity((j - i) * self.bs);
-                for (_, img) in &images[i..j] {
+                for (_, _, img) in &images[i..j] {
                     run.extend_from_slice(img);
                 }
                 self.dev.write_at(&run, images[i].0 * self.bs as u64)?;
@@ -268,6 +262,7 @@ impl Journal {
         s.commits.fetch_add(1, Ordering::Relaxed);
         s.blocks_logged.fetch_add(total, Ordering::Relaxed);
         s.bytes_logged.fetch_add(total * self.bs as u64, Ordering::Relaxed);
+        s.home_bytes_written.fetch_add((images.len() * self.bs) as u64, Ordering::Relaxed);
         s.commit_us_total.fetch_add(us, Ordering::Relaxed);
         s.commit_us_max.fetch_max(us, Ordering::Relaxed);
         let mut r = s.recent_us.lock();
@@ -276,6 +271,31 @@ impl Journal {
         }
         r.push(us);
         Ok(seq)
+    }
+
+    /// The record's blocks before its commit block: region descriptors, each
+    /// followed by its entries' changed chunks (padded to a block), and the
+    /// body checksum over them.
+    fn format_body(&self, seq: u64, items: &[Captured]) -> (Vec<u8>, u32) {
+        let bs = self.bs;
+        let mut body = Vec::new();
+        let mut crc = body_seed(self.seed, seq);
+        for group in items.chunks(region_desc_capacity(bs)) {
+            let entries: Vec<(u64, u64)> = group.iter().map(|(home, map, _)| (*home, *map)).collect();
+            let at = body.len();
+            body.resize(at + bs, 0);
+            encode_region_descriptor(self.seed, seq, &entries, &mut body[at..]);
+            let chunks = at + bs;
+            body.reserve(group.iter().map(|(_, map, _)| logged_bytes(bs, *map)).sum::<usize>() + bs);
+            for (_, map, img) in group {
+                gather_chunks(img, *map, &mut body);
+            }
+            body.resize(chunks + (body.len() - chunks).div_ceil(bs) * bs, 0);
+            for b in body[at..].chunks(bs) {
+                crc = body_crc_append(crc, b);
+            }
+        }
+        (body, crc)
     }
 
     /// Makes the home locations durable and empties the log (unmount).
@@ -296,6 +316,7 @@ impl Publish for Journal {
         put("journal.commits", j.commits.load(Relaxed));
         put("journal.blocks_logged", j.blocks_logged.load(Relaxed));
         put("journal.bytes_logged", j.bytes_logged.load(Relaxed));
+        put("journal.home_bytes_written", j.home_bytes_written.load(Relaxed));
         put("journal.flushes", j.flushes.load(Relaxed));
         put("journal.replayed_records_at_mount", j.replayed_records.load(Relaxed));
         put("journal.replayed_blocks_at_mount", j.replayed_blocks.load(Relaxed));

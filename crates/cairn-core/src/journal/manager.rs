@@ -14,9 +14,10 @@
 //!
 //! ## Commit
 //! [`TxManager::commit`] takes the gate exclusively only to let the caller
-//! rewrite the superblock buffer and to snapshot the dirty buffers (a
-//! memcpy); the log write, the barriers and the home writes run with the
-//! gate released, so operations go on meanwhile. The snapshotted buffers
+//! rewrite the superblock buffer and to swap the committed-item list for an
+//! empty one (see `cil`: a few locks, whatever the amount dirty); capturing
+//! the buffers, the log write, the barriers and the home writes run with the
+//! gate released, so operations go on meanwhile. The captured buffers
 //! stay pinned (in flight) until their home writes are done. Commits are
 //! serialised by the commit mutex, which also groups concurrent syncs: a
 //! caller whose changes a commit started after its arrival already covered
@@ -34,7 +35,7 @@ use crate::stats::Publish;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Record room kept outside the reservations: the superblock that every
 /// commit rewrites, and slack for one overrun.
@@ -167,7 +168,12 @@ impl TxManager {
         }
         self.stats.handles.fetch_add(1, Ordering::Relaxed);
         self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
+        let t0 = Instant::now();
         let gate = self.gate.read();
+        let us = t0.elapsed().as_micros() as u64;
+        let cil = &meta.bufs.cil.stats;
+        cil.writer_wait.record(us);
+        cil.writer_wait_us_max.fetch_max(us, Relaxed);
         Ok(Tx::new(meta, self, Some(gate), credits))
     }
 
@@ -182,10 +188,11 @@ impl TxManager {
             return Ok(());
         }
         self.latch.check_commit()?;
-        let snap = {
+        let batch = {
             let _g = self.gate.write();
+            let t0 = Instant::now();
             // An operation that failed while we waited may have aborted the
-            // journal: its half-done changes must not be snapshotted.
+            // journal: its half-done changes must not be pushed.
             self.latch.check_commit()?;
             if cfg!(debug_assertions) {
                 // No handle runs now: the in-memory invariants must hold.
@@ -196,21 +203,29 @@ impl TxManager {
                 let tx = Tx::new(meta, self, None, MARGIN);
                 prepare(&tx)?;
             }
-            let snap = meta.bufs.take_dirty(self.log.next_seq());
-            if !snap.images.is_empty() {
+            let batch = meta.bufs.cil.swap();
+            if !batch.is_empty() {
                 meta.running_seq.fetch_add(1, Ordering::AcqRel);
             }
             self.snapshots.fetch_add(1, Ordering::AcqRel);
-            snap
+            meta.bufs.cil.stats.swap_us_max.fetch_max(t0.elapsed().as_micros() as u64, Relaxed);
+            batch
         };
-        if let Err(e) = self.log.commit(&snap.images) {
+        // The gate is free again: operations fill the next checkpoint while
+        // this one is captured and written.
+        let t0 = Instant::now();
+        let snap = meta.bufs.cil.capture(batch, meta.bs());
+        let us = t0.elapsed().as_micros() as u64;
+        meta.bufs.cil.stats.capture_us_total.fetch_add(us, Relaxed);
+        meta.bufs.cil.stats.capture_us_max.fetch_max(us, Relaxed);
+        if let Err(e) = self.log.commit(&snap.items) {
             // Not unpinned: the buffers stay in flight, so they are never
             // re-read from stale homes; nothing more is committed.
             drop(snap);
             self.latch.commit_failed(&meta.dev, &e);
             return Err(e);
         }
-        meta.bufs.unpin(snap);
+        meta.bufs.cil.unpin(snap);
         if self.latch.errors() > 0 {
             // This commit's superblock image may predate the error: its home
             // write must not have cleared the flag set in place.

@@ -9,6 +9,9 @@
 //!   `handle_t` and XFS's `xfs_trans` reservations). Marking a buffer dirty
 //!   takes a `&Tx`, so the types prove the gate is held; each newly dirtied
 //!   buffer is charged to the handle. [`credits`] gives the worst cases.
+//! * [`cil`] — the committed-item list: which buffers each checkpoint
+//!   changed (per-thread insertion lists), and the push that swaps it out
+//!   under the gate and captures the buffers outside it.
 //! * [`manager`] — [`TxManager`]: admits handles only while the running
 //!   checkpoint plus every outstanding reservation fits in one log record,
 //!   else commits first (a reservation *waits* for log space, it never
@@ -36,6 +39,7 @@
 //! returns after that. Home writes follow and become durable at the next
 //! commit's first barrier; until then the buffers stay pinned in memory.
 
+pub mod cil;
 pub mod credits;
 pub mod handle;
 pub mod latch;

@@ -4,7 +4,8 @@
 //! A crash (or a process that exits without unmounting) can leave committed
 //! checkpoints in the log whose images have not all reached their home
 //! locations. [`Journal::open`] reads the journal superblock and, starting at
-//! its tail, writes every committed record's images home again, in log order.
+//! its tail, applies every committed record again, in log order: each patch
+//! (a block's changed chunks, or the whole block) over the home block.
 //!
 //! ## Which records are applied
 //! The walk is the format's ([`read_record`], shared with `cairn-fsck`):
@@ -13,8 +14,9 @@
 //! record that does not ends the log (it was torn by the crash), and nothing
 //! of it is written. A record naming a home block inside the journal or past
 //! the end of the image ([`LogEnd::ImpossibleHome`]) also ends the log, with
-//! a warning: it cannot be one the engine wrote. Replaying a record twice is
-//! harmless (its images are whole blocks).
+//! a warning: it cannot be one the engine wrote. Replaying records again is
+//! harmless: whatever changed after a record was logged again by a later one,
+//! applied after it.
 //!
 //! ## What is durable when
 //! Replay writes the images home, then **flush**: they are durable; then the
@@ -80,11 +82,18 @@ impl Journal {
                     "the journal holds committed changes that need replay; mount read-write once or run `cairn fsck --repair`".into(),
                 )));
             }
-            for (home, img) in &rec.images {
-                j.dev.write_at(img, home * bs as u64)?;
+            // In log order, each patch over the home block as the earlier
+            // ones left it.
+            let mut block = vec![0u8; bs];
+            for p in &rec.patches {
+                if !p.is_whole() {
+                    j.dev.read_at(&mut block, p.home * bs as u64)?;
+                }
+                p.apply(&mut block);
+                j.dev.write_at(&block, p.home * bs as u64)?;
             }
             report.records += 1;
-            report.blocks += rec.images.len() as u64;
+            report.blocks += rec.patches.len() as u64;
             pos = rec.next;
         }
         if report.records > 0 {
@@ -112,7 +121,7 @@ mod tests {
     use crate::dev::MemDevice;
     use crate::mkfs::{format, MkfsOptions};
     use cairn_format::checksum::seed_from_uuid;
-    use cairn_format::journal::{decode_commit, encode_commit, encode_descriptor};
+    use cairn_format::journal::{chunk_size, decode_commit, encode_commit, encode_descriptor, WHOLE};
     use cairn_format::superblock::SB_SIZE;
 
     /// A fresh 8 MiB image with a 64-block journal.
@@ -188,7 +197,8 @@ mod tests {
         assert_eq!(rep.records, 0, "a fresh image has nothing to replay");
         let mut starts = Vec::new();
         for rec in &records {
-            let imgs: Vec<(u64, Box<[u8]>)> = rec.iter().map(|(h, i)| (*h, i.clone().into_boxed_slice())).collect();
+            let imgs: Vec<(u64, u64, Box<[u8]>)> =
+                rec.iter().map(|(h, i)| (*h, WHOLE, i.clone().into_boxed_slice())).collect();
             let seq = j.commit(&imgs).unwrap();
             let start = jsb_tail(&dev, &sb, seed);
             assert_eq!(start.seq, seq, "the journal superblock points at the record just committed");
@@ -240,6 +250,38 @@ mod tests {
         drop(j);
         let (_, rep) = open(&dev, &sb, seed, true).unwrap();
         assert_eq!(rep.records, 0, "a second mount finds nothing to replay");
+    }
+
+    #[test]
+    fn replay_applies_changed_chunks_over_home_in_log_order() {
+        let (dev, sb, seed) = image();
+        let bs = sb.block_size() as usize;
+        let c = chunk_size(bs);
+        let home = sb.total_blocks - 3;
+        write(&dev, bs, home, &vec![0x11; bs]);
+        let tail = jsb_tail(&dev, &sb, seed);
+        let (j, _) = open(&dev, &sb, seed, true).unwrap();
+        let img = |fill: u8| vec![fill; bs].into_boxed_slice();
+        // A logs chunks 0 and 2, B chunk 2 again and chunk 63.
+        assert_eq!(j.commit(&[(home, 0b101, img(0xaa))]).unwrap(), tail.seq);
+        j.commit(&[(home, 0b100 | 1 << 63, img(0xbb))]).unwrap();
+        drop(j);
+        // The crash: home still holds its old bytes, the tail is at A.
+        write(&dev, bs, home, &vec![0x11; bs]);
+        let mut jb = vec![0u8; bs];
+        JournalSuper { tail_seq: tail.seq, tail_off: tail.off }.encode(seed, &mut jb);
+        write(&dev, bs, sb.journal_start, &jb);
+        let (_, rep) = open(&dev, &sb, seed, true).unwrap();
+        assert_eq!((rep.records, rep.blocks), (2, 2));
+        let got = read(&dev, bs, home);
+        for (i, chunk) in got.chunks(c).enumerate() {
+            let want = match i {
+                0 => 0xaa,
+                2 | 63 => 0xbb,
+                _ => 0x11,
+            };
+            assert!(chunk.iter().all(|b| *b == want), "chunk {i}: {:x}", chunk[0]);
+        }
     }
 
     #[test]

@@ -1,0 +1,281 @@
+//! The committed-item list (XFS's CIL): which buffers each checkpoint
+//! changed, and the push that turns them into a log record.
+//!
+//! ## Insertion
+//! A transaction "commits" its changes into the running checkpoint as it
+//! makes them: the first change of a buffer in a checkpoint inserts it into
+//! the list (`BufferCache::modify`); later changes only widen the buffer's
+//! dirty-region map (an item relogged a thousand times before a push is
+//! written once). The list is split into per-thread insertion lists (a
+//! thread keeps its list for life, as XFS's per-CPU CIL lists since the
+//! seed's patch), so concurrent operations do not meet on one lock.
+//!
+//! ## The push
+//! A commit takes the transaction gate exclusively only to *swap* the lists
+//! for empty ones and advance the running sequence ([`Cil::swap`]: one lock
+//! per list, independent of how much is dirty). With the gate released,
+//! operations go on into the next checkpoint while the push captures each
+//! buffer of the old one ([`Cil::capture`]): its bytes and chunk map. A
+//! writer that reaches a buffer the push has not captured yet copies it for
+//! the push first (`BufferCache::modify`: jbd2's frozen copy), so a record
+//! never holds a change of a later checkpoint and a writer never waits for
+//! the capture. The captured buffers stay pinned (in flight) until their
+//! home writes are done ([`Cil::unpin`]).
+//!
+//! ## Counters (`cil.*` in `cairn stats`)
+//! items inserted and relogged, frozen copies, pushes, the bytes each push
+//! logged, how long the exclusive gate was held for a swap, and how long
+//! operations waited to enter a checkpoint (a histogram, shown as
+//! percentiles).
+//!
+//! ## Locking
+//! commit mutex → gate (exclusive, the swap) → insertion lists. The capture
+//! runs under the commit mutex only: buffer bytes (read) → buffer log state.
+
+use crate::buffer::{Buf, LogState};
+use crate::stats::Publish;
+use parking_lot::Mutex;
+use std::cell::Cell;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Insertion lists (more than the threads that serve requests, so threads
+/// rarely share one).
+const LISTS: usize = 16;
+
+/// A buffer's image of a committing checkpoint, copied by a writer.
+pub(crate) struct Frozen {
+    pub seq: u64,
+    pub map: u64,
+    pub image: Box<[u8]>,
+}
+
+/// What one push took from the lists: the buffers of checkpoint `seq`.
+pub struct Batch {
+    pub seq: u64,
+    lists: Vec<Vec<Arc<Buf>>>,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.lists.iter().all(Vec::is_empty)
+    }
+}
+
+/// One captured buffer: home block, chunk map, whole image.
+pub type Captured = (u64, u64, Box<[u8]>);
+
+/// The captured buffers of one push, sorted by block, and the buffers
+/// themselves, pinned until [`Cil::unpin`].
+pub struct Snapshot {
+    pub seq: u64,
+    pub items: Vec<Captured>,
+    bufs: Vec<Arc<Buf>>,
+}
+
+/// A histogram of microseconds in power-of-two buckets.
+#[derive(Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; 32],
+}
+
+impl Histogram {
+    pub fn record(&self, us: u64) {
+        let b = (64 - us.leading_zeros() as usize).min(31);
+        self.buckets[b].fetch_add(1, Relaxed);
+    }
+
+    /// The upper bound (µs) of the bucket holding quantile `q`; 0 if empty.
+    pub fn quantile(&self, q: f64) -> u64 {
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let want = ((total as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return if i == 0 { 0 } else { 1 << i };
+            }
+        }
+        1 << 31
+    }
+
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.load(Relaxed)).sum()
+    }
+}
+
+/// CIL counters.
+#[derive(Default)]
+pub struct CilStats {
+    pub inserted: AtomicU64,
+    pub relogged: AtomicU64,
+    pub frozen: AtomicU64,
+    pub pushes: AtomicU64,
+    pub bytes_logged_last_push: AtomicU64,
+    pub bytes_logged_max_push: AtomicU64,
+    pub items_last_push: AtomicU64,
+    pub swap_us_max: AtomicU64,
+    pub capture_us_total: AtomicU64,
+    pub capture_us_max: AtomicU64,
+    /// Time an operation waited to enter a checkpoint (the gate, shared).
+    pub writer_wait: Histogram,
+    pub writer_wait_us_max: AtomicU64,
+}
+
+/// See the module essay.
+pub struct Cil {
+    lists: Vec<Mutex<Vec<Arc<Buf>>>>,
+    count: AtomicU64,
+    /// The checkpoint operations now change (starts at 1; 0 means "none").
+    running: AtomicU64,
+    pub stats: CilStats,
+}
+
+static NEXT_LIST: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static MY_LIST: Cell<usize> = Cell::new(NEXT_LIST.fetch_add(1, Relaxed) % LISTS);
+}
+
+impl Default for Cil {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cil {
+    pub fn new() -> Cil {
+        Cil {
+            lists: (0..LISTS).map(|_| Mutex::new(Vec::new())).collect(),
+            count: AtomicU64::new(0),
+            running: AtomicU64::new(1),
+            stats: CilStats::default(),
+        }
+    }
+
+    /// The running checkpoint's sequence.
+    pub fn running(&self) -> u64 {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Buffers on the lists (the running checkpoint's size in blocks).
+    pub fn count(&self) -> u64 {
+        self.count.load(Relaxed)
+    }
+
+    /// Adds a buffer changed for the first time in the running checkpoint.
+    pub(crate) fn insert(&self, buf: Arc<Buf>) {
+        self.count.fetch_add(1, Relaxed);
+        self.stats.inserted.fetch_add(1, Relaxed);
+        self.lists[MY_LIST.with(|l| l.get())].lock().push(buf);
+    }
+
+    pub(crate) fn note_relog(&self) {
+        self.stats.relogged.fetch_add(1, Relaxed);
+    }
+
+    /// Copies a committing buffer's image for the push (the caller holds the
+    /// buffer's bytes exclusively and is about to change them).
+    pub(crate) fn freeze(&self, st: &mut LogState, image: Box<[u8]>) {
+        st.frozen = Some(Frozen { seq: st.dirty_seq, map: st.map, image });
+        st.inflight = st.dirty_seq;
+        st.dirty_seq = 0;
+        st.map = 0;
+        self.stats.frozen.fetch_add(1, Relaxed);
+    }
+
+    /// Takes the running checkpoint's buffers and starts the next one.
+    /// Caller holds the transaction gate exclusively; costs one lock per list.
+    pub fn swap(&self) -> Batch {
+        let seq = self.running();
+        let lists = self.lists.iter().map(|l| std::mem::take(&mut *l.lock())).collect();
+        self.count.store(0, Relaxed);
+        self.running.store(seq + 1, Ordering::Release);
+        Batch { seq, lists }
+    }
+
+    /// Captures every buffer of `batch` (gate not held): the frozen copy if a
+    /// writer made one, else the bytes now. The buffers become in flight.
+    pub fn capture(&self, batch: Batch, block_size: usize) -> Snapshot {
+        let n: usize = batch.lists.iter().map(Vec::len).sum();
+        let mut items = Vec::with_capacity(n);
+        let mut bufs = Vec::with_capacity(n);
+        let mut bytes = 0u64;
+        for b in batch.lists.into_iter().flatten() {
+            let data = b.read();
+            let mut st = b.log.lock();
+            let (map, image) = match st.frozen.take() {
+                Some(fz) => {
+                    debug_assert_eq!(fz.seq, batch.seq, "frozen image of another checkpoint");
+                    (fz.map, fz.image)
+                }
+                None => {
+                    debug_assert_eq!(st.dirty_seq, batch.seq, "block {} on a list it was not dirtied in", b.blk);
+                    let map = std::mem::take(&mut st.map);
+                    st.dirty_seq = 0;
+                    st.inflight = batch.seq;
+                    (map, data.clone())
+                }
+            };
+            drop(st);
+            drop(data);
+            bytes += cairn_format::journal::logged_bytes(block_size, map) as u64;
+            items.push((b.blk, map, image));
+            bufs.push(b);
+        }
+        items.sort_unstable_by_key(|(blk, _, _)| *blk);
+        let s = &self.stats;
+        s.pushes.fetch_add(1, Relaxed);
+        s.items_last_push.store(items.len() as u64, Relaxed);
+        s.bytes_logged_last_push.store(bytes, Relaxed);
+        s.bytes_logged_max_push.fetch_max(bytes, Relaxed);
+        Snapshot { seq: batch.seq, items, bufs }
+    }
+
+    /// The snapshot's images are at home: its buffers may be evicted again
+    /// (unless they are dirty again, or a later capture took them).
+    pub fn unpin(&self, snap: Snapshot) {
+        for b in snap.bufs {
+            let mut st = b.log.lock();
+            if st.inflight == snap.seq {
+                st.inflight = 0;
+            }
+        }
+    }
+
+    /// Calls `f` on every listed buffer (consistency checks).
+    pub fn for_each_listed(&self, mut f: impl FnMut(&Buf)) {
+        for l in &self.lists {
+            for b in l.lock().iter() {
+                f(b);
+            }
+        }
+    }
+}
+
+impl Publish for Cil {
+    fn publish(&self, put: &mut dyn FnMut(&str, u64)) {
+        let s = &self.stats;
+        put("cil.items", self.count());
+        put("cil.items_inserted", s.inserted.load(Relaxed));
+        put("cil.items_relogged", s.relogged.load(Relaxed));
+        put("cil.frozen_copies", s.frozen.load(Relaxed));
+        put("cil.pushes", s.pushes.load(Relaxed));
+        put("cil.items_last_push", s.items_last_push.load(Relaxed));
+        put("cil.bytes_logged_last_push", s.bytes_logged_last_push.load(Relaxed));
+        put("cil.bytes_logged_max_push", s.bytes_logged_max_push.load(Relaxed));
+        put("cil.swap_us_max", s.swap_us_max.load(Relaxed));
+        put("cil.capture_us_total", s.capture_us_total.load(Relaxed));
+        put("cil.capture_us_max", s.capture_us_max.load(Relaxed));
+        put("cil.writer_waits", s.writer_wait.count());
+        put("cil.writer_wait_us_p50", s.writer_wait.quantile(0.5));
+        put("cil.writer_wait_us_p99", s.writer_wait.quantile(0.99));
+        put("cil.writer_wait_us_p999", s.writer_wait.quantile(0.999));
+        put("cil.writer_wait_us_max", s.writer_wait_us_max.load(Relaxed));
+    }
+}
