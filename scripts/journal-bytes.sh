@@ -72,7 +72,7 @@ run_one() {
         read -r logged commits relogged < <(python3 -c '
 import json, sys
 c = json.load(sys.stdin)["counters"]
-print(c["journal.bytes_logged"], c["journal.commits"], c["journal.relogged_in_memory"])' <<<"$statjson")
+print(c["journal.bytes_logged"], c["journal.commits"], c["cil.items_relogged"])' <<<"$statjson")
         LOGPERFILE[$fs,$rep]=$(python3 -c "print(f'{$logged / $FILES:.0f}')")
         EXTRA[$fs,$rep]="$commits commits, $relogged buffer changes relogged in memory"
     else

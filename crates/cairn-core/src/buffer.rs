@@ -56,6 +56,7 @@
 
 use crate::dev::BlockDevice;
 use crate::error::Result;
+use crate::journal::ail::Ail;
 use crate::journal::cil::{Cil, Frozen};
 use crate::journal::Tx;
 use crate::stats::Publish;
@@ -177,18 +178,30 @@ pub struct BufferCache {
     shards: Vec<Mutex<Shard>>,
     /// The committed-item list: which buffers each checkpoint changed.
     pub cil: Cil,
+    /// Committed images not yet home: a miss reads them before the home.
+    ail: Arc<Ail>,
+    /// Log only changed chunks (`-o delaylog=0` logs whole blocks).
+    regions: bool,
     per_shard_cap: usize,
     pub stats: CacheStats,
 }
 
 impl BufferCache {
     /// A cache of about `capacity` blocks over `dev`.
-    pub fn new(dev: Arc<dyn BlockDevice>, block_size: usize, capacity: usize) -> BufferCache {
+    pub fn new(
+        dev: Arc<dyn BlockDevice>,
+        block_size: usize,
+        capacity: usize,
+        ail: Arc<Ail>,
+        regions: bool,
+    ) -> BufferCache {
         BufferCache {
             dev,
             block_size,
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             cil: Cil::new(),
+            ail,
+            regions,
             per_shard_cap: (capacity / SHARDS).max(1),
             stats: CacheStats::default(),
         }
@@ -218,7 +231,10 @@ impl BufferCache {
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
         loop {
             let mut data = vec![0u8; self.block_size].into_boxed_slice();
-            self.dev.read_at(&mut data, blk * self.block_size as u64)?;
+            match self.ail.lookup(blk) {
+                Some(img) => data.copy_from_slice(&img),
+                None => self.dev.read_at(&mut data, blk * self.block_size as u64)?,
+            }
             let verified = verify(blk, &data);
             let mut sh = self.shards[s].lock();
             if let Some(b) = sh.map.get(&blk) {
@@ -324,8 +340,7 @@ impl BufferCache {
         let mut st = buf.log.lock();
         if st.dirty_seq != 0 && st.dirty_seq < running {
             // Committing and not captured yet: the push gets today's bytes.
-            let image = data.clone();
-            self.cil.freeze(&mut st, image);
+            self.cil.freeze(&mut st, Arc::from(&data[..]));
         }
         let (r, changed) = BEFORE.with(|before| {
             let mut before = before.borrow_mut();
@@ -334,7 +349,7 @@ impl BufferCache {
             let r = f(&mut data[range.clone()]);
             (r, changed_chunks(self.block_size, range.start, &before, &data[range]))
         });
-        let map = changed | force;
+        let map = if changed != 0 && !self.regions { WHOLE } else { changed | force };
         if map == 0 {
             return r;
         }

@@ -58,8 +58,7 @@ impl Fs {
             return Ok(false);
         }
         self.reaper.wait_idle(std::time::Duration::from_secs(300));
-        self.commit()?;
-        self.commit()?;
+        self.commit_and_checkpoint()?;
         Ok(true)
     }
 

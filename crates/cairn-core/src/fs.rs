@@ -59,6 +59,10 @@ pub struct MountOptions {
     /// Free deleted files on the caller's thread instead of the reaper's
     /// (`-o sync_delete`, see `reaper`).
     pub sync_delete: bool,
+    /// Delayed logging: log only the changed chunks of each block and defer
+    /// home writes until the log needs the room (`-o delaylog=0`: whole
+    /// blocks, home at every commit; see `journal::cil` and `journal::ail`).
+    pub delaylog: bool,
 }
 
 impl Default for MountOptions {
@@ -72,6 +76,7 @@ impl Default for MountOptions {
             overwrite_fastpath: true,
             mbcache: true,
             sync_delete: false,
+            delaylog: true,
         }
     }
 }
@@ -148,7 +153,12 @@ impl Fs {
         // STATE_ERRORS is written in place, outside the journal (see
         // `journal::latch`): a replayed superblock image must not clear it.
         sb.state |= errors_before_replay;
-        let bufs = BufferCache::new(dev.clone(), geo.block_size as usize, opts.cache_blocks.max(64));
+        let cache_blocks = opts.cache_blocks.max(64);
+        // Deferred images may hold a quarter of the cache's size in memory.
+        journal.ail.set_budget((cache_blocks * geo.block_size as usize / 4) as u64);
+        journal.ail.defer.store(opts.delaylog, Ordering::Relaxed);
+        let bufs =
+            BufferCache::new(dev.clone(), geo.block_size as usize, cache_blocks, journal.ail.clone(), opts.delaylog);
         let alloc_opts = AllocOptions {
             optimize_scan: opts.mb_optimize_scan,
             // A loaded buddy costs about three blocks: a sixteenth of the
@@ -270,6 +280,13 @@ impl Fs {
         self.txm.commit(&self.meta, &|tx| self.write_sb_buffer(tx))
     }
 
+    /// Commits, then writes every deferred image home and empties the log,
+    /// so that every block freed so far may be reused (a full file system).
+    pub(crate) fn commit_and_checkpoint(&self) -> Result<()> {
+        self.commit()?;
+        self.txm.checkpoint(&self.meta)
+    }
+
     pub(crate) fn alive(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(FsError::Shutdown);
@@ -314,8 +331,7 @@ impl Fs {
                 Err(FsError::NeedCredits(n)) if !changed => credits = n,
                 Err(FsError::Errno(libc::ENOSPC)) if !retried_enospc && self.meta.alloc.pending_blocks() > 0 => {
                     retried_enospc = true;
-                    self.commit()?;
-                    self.commit()?;
+                    self.commit_and_checkpoint()?;
                 }
                 Err(e) => return Err(e),
                 Ok(v) => return Ok(v),

@@ -18,6 +18,7 @@
 //! | `nombcache` (or `no_mbcache`) / `mbcache` | share identical xattr blocks through the dedup cache, or give every inode its own block (ext4's option) | on |
 //! | `acl` / `noacl` | POSIX ACLs (`setfacl`/`getfacl`, enforced by the kernel, inherited from default ACLs) | on |
 //! | `sync_delete` | free deleted files on the calling thread instead of the reaper thread | off |
+//! | `delaylog=0\|1` | delayed logging: log only the changed chunks of each metadata block and defer home writes until the log needs the room (1), or log whole blocks and write them home at every commit (0) | 1 |
 //! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
 //!
 //! Only *fuseblk* connections receive FUSE_SYNCFS from the kernel (plain
@@ -144,6 +145,7 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 }
                 "mb_optimize_scan" => s.engine.mb_optimize_scan = switch(key, need()?)?,
                 "overwrite_fastpath" => s.engine.overwrite_fastpath = switch(key, need()?)?,
+                "delaylog" => s.engine.delaylog = switch(key, need()?)?,
                 "nombcache" | "no_mbcache" => s.engine.mbcache = false,
                 "acl" => s.adapter.acl = true,
                 "sync_delete" => s.engine.sync_delete = true,

@@ -48,7 +48,7 @@ const LISTS: usize = 16;
 pub(crate) struct Frozen {
     pub seq: u64,
     pub map: u64,
-    pub image: Box<[u8]>,
+    pub image: Arc<[u8]>,
 }
 
 /// What one push took from the lists: the buffers of checkpoint `seq`.
@@ -64,7 +64,7 @@ impl Batch {
 }
 
 /// One captured buffer: home block, chunk map, whole image.
-pub type Captured = (u64, u64, Box<[u8]>);
+pub type Captured = (u64, u64, Arc<[u8]>);
 
 /// The captured buffers of one push, sorted by block, and the buffers
 /// themselves, pinned until [`Cil::unpin`].
@@ -181,7 +181,7 @@ impl Cil {
 
     /// Copies a committing buffer's image for the push (the caller holds the
     /// buffer's bytes exclusively and is about to change them).
-    pub(crate) fn freeze(&self, st: &mut LogState, image: Box<[u8]>) {
+    pub(crate) fn freeze(&self, st: &mut LogState, image: Arc<[u8]>) {
         st.frozen = Some(Frozen { seq: st.dirty_seq, map: st.map, image });
         st.inflight = st.dirty_seq;
         st.dirty_seq = 0;
@@ -219,7 +219,7 @@ impl Cil {
                     let map = std::mem::take(&mut st.map);
                     st.dirty_seq = 0;
                     st.inflight = batch.seq;
-                    (map, data.clone())
+                    (map, Arc::from(&data[..]))
                 }
             };
             drop(st);

@@ -41,6 +41,7 @@
 //! `Journal::state` is held for a whole commit; commits are serialised, which
 //! is also what groups concurrent `fsync` calls into one commit.
 
+use super::ail::Ail;
 use super::cil::Captured;
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
@@ -77,8 +78,6 @@ pub struct JournalStats {
     pub commits: AtomicU64,
     pub blocks_logged: AtomicU64,
     pub bytes_logged: AtomicU64,
-    /// Bytes of captured images written to their home locations.
-    pub home_bytes_written: AtomicU64,
     pub flushes: AtomicU64,
     pub replayed_records: AtomicU64,
     pub replayed_blocks: AtomicU64,
@@ -95,6 +94,8 @@ pub struct Journal {
     pub(super) bs: usize,
     pub(super) seed: u32,
     state: Mutex<State>,
+    /// Committed images whose home writes are deferred.
+    pub ail: Arc<Ail>,
     pub stats: JournalStats,
 }
 
@@ -108,7 +109,15 @@ impl Journal {
         seed: u32,
         tail: LogPos,
     ) -> Journal {
-        Journal { dev, region, bs, seed, state: Mutex::new(State::empty_at(tail)), stats: JournalStats::default() }
+        Journal {
+            dev,
+            region,
+            bs,
+            seed,
+            state: Mutex::new(State::empty_at(tail)),
+            ail: Arc::new(Ail::new(u64::MAX, true)),
+            stats: JournalStats::default(),
+        }
     }
 
     /// Forgets every position and starts an empty log at `pos` (after
@@ -196,7 +205,7 @@ impl Journal {
             // that blocks it freed become reusable.
             self.flush()?;
             st.durable_tail = st.written_tail;
-            if st.written_tail != st.head {
+            if st.written_tail != st.head && self.ail.is_empty() {
                 self.write_jsb(st.head)?;
                 self.flush()?;
                 st.written_tail = st.head;
@@ -214,10 +223,7 @@ impl Journal {
             self.flush()?;
             st.durable_tail = st.written_tail;
             if self.region.used(st.durable_tail.off, st.head.off) + total >= ring {
-                self.write_jsb(st.head)?;
-                self.flush()?;
-                st.written_tail = st.head;
-                st.durable_tail = st.head;
+                self.write_back(&mut st)?;
             }
         }
         if total >= ring {
@@ -236,33 +242,23 @@ impl Journal {
         let record_start = st.head;
         st.head = LogPos { seq: seq + 1, off: self.region.next(commit_off, 1) };
         st.committed_seq = seq;
-        // 5. home writes (coalesced runs) and the journal tail
-        let mut i = 0;
-        while i < images.len() {
-            let mut j = i + 1;
-            while j < images.len() && images[j].0 == images[j - 1].0 + 1 && j - i < 256 {
-                j += 1;
-            }
-            if j - i == 1 {
-                self.dev.write_at(&images[i].2, images[i].0 * self.bs as u64)?;
-            } else {
-                let mut run = Vec::with_capacity((j - i) * self.bs);
-                for (_, _, img) in &images[i..j] {
-                    run.extend_from_slice(img);
-                }
-                self.dev.write_at(&run, images[i].0 * self.bs as u64)?;
-            }
-            i = j;
+        // 5. the images go to the AIL (see `ail`); without deferred home
+        // writes, home at once, durable at the next commit's first barrier.
+        self.ail.insert(seq, images.iter().map(|(blk, _, img)| (*blk, img.clone())));
+        if !self.ail.defer.load(Ordering::Relaxed) {
+            let done = self.ail.write_home(self.dev.as_ref(), self.bs)?;
+            self.ail.written(&done);
+            self.write_jsb(record_start)?;
+            st.written_tail = record_start;
+        } else if self.ail.over_budget() || self.region.used(st.durable_tail.off, st.head.off) * 3 > ring * 2 {
+            self.write_back(&mut st)?;
         }
-        self.write_jsb(record_start)?;
-        st.written_tail = record_start;
         drop(st);
         let us = t0.elapsed().as_micros() as u64;
         let s = &self.stats;
         s.commits.fetch_add(1, Ordering::Relaxed);
         s.blocks_logged.fetch_add(total, Ordering::Relaxed);
         s.bytes_logged.fetch_add(total * self.bs as u64, Ordering::Relaxed);
-        s.home_bytes_written.fetch_add((images.len() * self.bs) as u64, Ordering::Relaxed);
         s.commit_us_total.fetch_add(us, Ordering::Relaxed);
         s.commit_us_max.fetch_max(us, Ordering::Relaxed);
         let mut r = s.recent_us.lock();
@@ -298,14 +294,23 @@ impl Journal {
         (body, crc)
     }
 
-    /// Makes the home locations durable and empties the log (unmount).
+    /// Writes every deferred image home and empties the log: afterwards
+    /// nothing needs replay and every freed block may be reused (unmount,
+    /// and a full file system waiting for freed blocks).
     pub fn checkpoint_all(&self) -> Result<()> {
         let mut st = self.state.lock();
+        self.write_back(&mut st)
+    }
+
+    /// The AIL's images home, **flush**, the tail to the head, **flush**.
+    fn write_back(&self, st: &mut State) -> Result<()> {
+        let done = self.ail.write_home(self.dev.as_ref(), self.bs)?;
         self.flush()?;
         self.write_jsb(st.head)?;
         self.flush()?;
         st.written_tail = st.head;
         st.durable_tail = st.head;
+        self.ail.written(&done);
         Ok(())
     }
 }
@@ -316,7 +321,7 @@ impl Publish for Journal {
         put("journal.commits", j.commits.load(Relaxed));
         put("journal.blocks_logged", j.blocks_logged.load(Relaxed));
         put("journal.bytes_logged", j.bytes_logged.load(Relaxed));
-        put("journal.home_bytes_written", j.home_bytes_written.load(Relaxed));
+        put("journal.home_bytes_written", self.ail.stats.blocks_written.load(Relaxed) * self.bs as u64);
         put("journal.flushes", j.flushes.load(Relaxed));
         put("journal.replayed_records_at_mount", j.replayed_records.load(Relaxed));
         put("journal.replayed_blocks_at_mount", j.replayed_blocks.load(Relaxed));
@@ -330,5 +335,6 @@ impl Publish for Journal {
         put("journal.next_seq", self.next_seq());
         put("journal.log_used_blocks", self.used_blocks());
         put("journal.log_size_blocks", self.size_blocks());
+        self.ail.publish(put);
     }
 }

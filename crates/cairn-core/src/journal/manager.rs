@@ -241,6 +241,24 @@ impl TxManager {
     }
 }
 
+impl TxManager {
+    /// Writes every deferred home image, empties the log and releases the
+    /// blocks freed so far (under the commit mutex: no commit runs).
+    pub fn checkpoint(&self, meta: &Meta) -> Result<()> {
+        let _c = self.commit_lock.lock();
+        self.latch.check_commit()?;
+        if let Err(e) = self.log.checkpoint_all() {
+            self.latch.commit_failed(&meta.dev, &e);
+            return Err(e);
+        }
+        if self.latch.errors() > 0 {
+            self.latch.remark(&meta.dev);
+        }
+        meta.alloc.release_pending(&meta.bufs, self.log.durable_tail_seq());
+        Ok(())
+    }
+}
+
 impl Publish for TxManager {
     fn publish(&self, put: &mut dyn FnMut(&str, u64)) {
         let t = &self.stats;

@@ -9,6 +9,8 @@
 //!   `handle_t` and XFS's `xfs_trans` reservations). Marking a buffer dirty
 //!   takes a `&Tx`, so the types prove the gate is held; each newly dirtied
 //!   buffer is charged to the handle. [`credits`] gives the worst cases.
+//! * [`ail`] — deferred home writes: committed images wait here (and serve
+//!   cache misses) until the log needs the room, then go home at once.
 //! * [`cil`] — the committed-item list: which buffers each checkpoint
 //!   changed (per-thread insertion lists), and the push that swaps it out
 //!   under the gate and captures the buffers outside it.
@@ -39,6 +41,7 @@
 //! returns after that. Home writes follow and become durable at the next
 //! commit's first barrier; until then the buffers stay pinned in memory.
 
+pub mod ail;
 pub mod cil;
 pub mod credits;
 pub mod handle;
