@@ -218,7 +218,8 @@ fn write_value(tx: &Tx<'_>, owner: u64, value: &[u8], goal: u64, taken: &mut Vec
     }
     let blocks = &taken[from..];
     for (i, chunk) in value.chunks(value_capacity(bs)).enumerate() {
-        let h = ValueBlock { index: i as u16, used: chunk.len() as u32, owner, next: blocks.get(i + 1).map_or(0, |b| *b) };
+        let h =
+            ValueBlock { index: i as u16, used: chunk.len() as u32, owner, next: blocks.get(i + 1).map_or(0, |b| *b) };
         write_buf(tx, blocks[i], true, |d| h.encode(tx.seed, blocks[i], chunk, d))?;
     }
     Ok(ExtValue::of(tx.seed, blocks[0], value))
@@ -246,7 +247,10 @@ impl Want {
     fn new(tx: &Tx<'_>, namespace: u8, name: &[u8], value: &[u8]) -> Want {
         if tx.xattrs.external && value.len() > inline_max(tx.bs()) {
             let value_ = XattrValue::External(ExtValue::of(tx.seed, 0, value));
-            Want { entry: XattrEntry { namespace, name: name.to_vec(), value: value_ }, src: Src::Bytes(value.to_vec()) }
+            Want {
+                entry: XattrEntry { namespace, name: name.to_vec(), value: value_ },
+                src: Src::Bytes(value.to_vec()),
+            }
         } else {
             Want { entry: XattrEntry::inline(namespace, name, value), src: Src::Inline }
         }

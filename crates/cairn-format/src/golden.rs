@@ -334,10 +334,7 @@ fn btree_internal() {
 fn xattr_block() {
     let x = XattrBlock {
         refcount: 3,
-        entries: vec![
-            XattrEntry::inline(1, b"mime", b"text/plain"),
-            XattrEntry::inline(3, b"selinux", b"u:r"),
-        ],
+        entries: vec![XattrEntry::inline(1, b"mime", b"text/plain"), XattrEntry::inline(3, b"selinux", b"u:r")],
     };
     let mut b = vec![0u8; 1024];
     x.encode(SEED, 31337, &mut b);

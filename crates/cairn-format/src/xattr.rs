@@ -440,13 +440,22 @@ impl ExtValue {
         let mut blk = self.first;
         for i in 0..n {
             if blk == 0 {
-                return Err(FormatError::corrupt(W, owner, format!("chain from {} ends after {i} block(s)", self.first)).into());
+                return Err(FormatError::corrupt(
+                    W,
+                    owner,
+                    format!("chain from {} ends after {i} block(s)", self.first),
+                )
+                .into());
             }
             let b = block(blk)?;
             let (h, chunk) = ValueBlock::decode(seed, blk, &b)?;
             let want_used = cap.min(len - value.len());
             let want_next_zero = i + 1 == n;
-            if h.owner != owner || usize::from(h.index) != i || h.used as usize != want_used || (h.next == 0) != want_next_zero {
+            if h.owner != owner
+                || usize::from(h.index) != i
+                || h.used as usize != want_used
+                || (h.next == 0) != want_next_zero
+            {
                 return Err(FormatError::corrupt(
                     "xattr value block",
                     blk,
@@ -521,17 +530,15 @@ mod tests {
     /// Encodes `blk` with one damaged byte of the external descriptor
     /// (`patch` gets the descriptor's offset), re-stamping the checksums.
     fn damaged_descriptor(patch: impl Fn(&mut [u8], usize)) -> Result<XattrBlock> {
-        let blk =
-            XattrBlock { refcount: 1, entries: vec![ext_entry(b"x", ExtValue { first: 7, len: 2000, crc: 1 })] };
+        let blk = XattrBlock { refcount: 1, entries: vec![ext_entry(b"x", ExtValue { first: 7, len: 2000, crc: 1 })] };
         let mut b = vec![0u8; BS];
         blk.encode(SEED, 10, &mut b);
         let desc = XATTR_HEADER + 4 + 1;
         patch(&mut b, desc);
-        let hash = XattrBlock::content_hash(&[ext_entry(b"x", ExtValue {
-            first: get_u64(&b, desc),
-            len: get_u32(&b, desc + 8),
-            crc: get_u32(&b, desc + 12),
-        })]);
+        let hash = XattrBlock::content_hash(&[ext_entry(
+            b"x",
+            ExtValue { first: get_u64(&b, desc), len: get_u32(&b, desc + 8), crc: get_u32(&b, desc + 12) },
+        )]);
         put_u32(&mut b, 8, hash);
         let c = crc_skipping(SEED, &b, CSUM_OFF);
         put_u32(&mut b, CSUM_OFF, c);
@@ -541,7 +548,8 @@ mod tests {
     #[test]
     fn damaged_descriptors_are_refused() {
         assert!(damaged_descriptor(|_, _| {}).is_ok());
-        let cases: [(&str, &dyn Fn(&mut [u8], usize)); 4] = [
+        type Patch<'a> = &'a dyn Fn(&mut [u8], usize);
+        let cases: [(&str, Patch); 4] = [
             ("length 0", &|b, d| put_u32(b, d + 8, 0)),
             ("length past 64 KiB", &|b, d| put_u32(b, d + 8, 65537)),
             ("first block 0", &|b, d| put_u64(b, d, 0)),
@@ -552,8 +560,7 @@ mod tests {
             assert!(matches!(e, FormatError::Corrupt { at: 10, .. }), "{what}: {e}");
         }
         // A flipped byte without re-stamping: the block's checksum.
-        let blk =
-            XattrBlock { refcount: 1, entries: vec![ext_entry(b"x", ExtValue { first: 7, len: 2000, crc: 1 })] };
+        let blk = XattrBlock { refcount: 1, entries: vec![ext_entry(b"x", ExtValue { first: 7, len: 2000, crc: 1 })] };
         let mut b = vec![0u8; BS];
         blk.encode(SEED, 10, &mut b);
         b[XATTR_HEADER + 5] ^= 1;
