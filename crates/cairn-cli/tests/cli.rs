@@ -182,6 +182,21 @@ fn wait_gone(pid: u64, limit: Duration, what: &str) {
     }
 }
 
+/// A fresh image `name` of `size` in a new temporary directory, mounted at
+/// its `mnt`: (the directory, the unmount guard, the daemon's pid).
+fn fresh_mount(name: &str, size: &str) -> (tempfile::TempDir, Guard, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join(name);
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    mkfs(&img, size);
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    (dir, g, pid)
+}
+
 fn daemon_pid(mp: &Path) -> u64 {
     let o = run(&["stats", p(mp), "--json"]);
     assert!(o.status.success(), "stats: {}", stderr(&o));
@@ -489,15 +504,8 @@ fn o_direct_overwrites_take_the_fast_path_and_stay_coherent_with_buffered_io() {
     if !can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("d.img");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
-    mkfs(&img, "256M");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let _g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let (dir, _g, pid) = fresh_mount("d.img", "256M");
+    let (img, mp) = (dir.path().join("d.img"), dir.path().join("mnt"));
     let f = mp.join("f");
     let mut model = vec![1u8; 1 << 20];
     std::fs::write(&f, &model).unwrap();
@@ -686,15 +694,8 @@ fn xattr_values_up_to_64_kib_through_a_mount() {
     if !can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("x.img");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
-    mkfs(&img, "64M");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let _g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let (dir, _g, pid) = fresh_mount("x.img", "64M");
+    let (img, mp) = (dir.path().join("x.img"), dir.path().join("mnt"));
     let f = mp.join("f");
     std::fs::write(&f, b"data").unwrap();
     let big: Vec<u8> = (0..65_536u32).map(|i| (i * 7 + i / 256) as u8).collect();

@@ -198,6 +198,24 @@ impl XattrEntry {
     }
 }
 
+/// The checks both block kinds of this module start with: at least 1 KiB,
+/// `magic` at 0, the crc32c at `csum_off`, and the block's own number at
+/// byte 16 (a misdirected write).
+fn verify_block(what: &'static str, magic: u32, csum_off: usize, seed: u32, blocknr: u64, b: &[u8]) -> Result<()> {
+    if b.len() < 1024 || get_u32(b, 0) != magic {
+        return Err(FormatError::bad_magic(what, blocknr));
+    }
+    let stored = get_u32(b, csum_off);
+    let computed = crc_skipping(seed, b, csum_off);
+    if stored != computed {
+        return Err(FormatError::Checksum { what, at: blocknr, stored, computed });
+    }
+    if get_u64(b, 16) != blocknr {
+        return Err(FormatError::corrupt(what, blocknr, "block number mismatch"));
+    }
+    Ok(())
+}
+
 /// A decoded xattr block.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct XattrBlock {
@@ -298,17 +316,7 @@ impl XattrBlock {
     pub fn decode(seed: u32, blocknr: u64, b: &[u8]) -> Result<XattrBlock> {
         const W: &str = "xattr block";
         let bad = |d: &str| Err(FormatError::corrupt(W, blocknr, d));
-        if b.len() < 1024 || get_u32(b, 0) != XATTR_MAGIC {
-            return Err(FormatError::bad_magic(W, blocknr));
-        }
-        let stored = get_u32(b, CSUM_OFF);
-        let computed = crc_skipping(seed, b, CSUM_OFF);
-        if stored != computed {
-            return Err(FormatError::Checksum { what: W, at: blocknr, stored, computed });
-        }
-        if get_u64(b, 16) != blocknr {
-            return bad("block number mismatch");
-        }
+        verify_block(W, XATTR_MAGIC, CSUM_OFF, seed, blocknr, b)?;
         let refcount = get_u32(b, 4);
         if refcount == 0 || refcount > XATTR_REFCOUNT_MAX {
             return bad("refcount out of range");
@@ -392,17 +400,7 @@ impl ValueBlock {
     /// value bytes it holds.
     pub fn decode(seed: u32, blocknr: u64, b: &[u8]) -> Result<(ValueBlock, &[u8])> {
         const W: &str = "xattr value block";
-        if b.len() < 1024 || get_u32(b, 0) != XVAL_MAGIC {
-            return Err(FormatError::bad_magic(W, blocknr));
-        }
-        let stored = get_u32(b, XVAL_CSUM_OFF);
-        let computed = crc_skipping(seed, b, XVAL_CSUM_OFF);
-        if stored != computed {
-            return Err(FormatError::Checksum { what: W, at: blocknr, stored, computed });
-        }
-        if get_u64(b, 16) != blocknr {
-            return Err(FormatError::corrupt(W, blocknr, "block number mismatch"));
-        }
+        verify_block(W, XVAL_MAGIC, XVAL_CSUM_OFF, seed, blocknr, b)?;
         let used = get_u32(b, 8);
         if used as usize > value_capacity(b.len()) {
             return Err(FormatError::corrupt(W, blocknr, "used length past the end of the block"));

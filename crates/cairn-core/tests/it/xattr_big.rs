@@ -270,7 +270,7 @@ fn damaged_value_blocks_are_euclean_and_fsck_finds_them() {
     dev.read_at(&mut b, at).unwrap();
     dev.write_at(&[b[0] ^ 0x20], at).unwrap();
 
-    let report = cairn_fsck::check_image(&View(dev.as_ref()), &cairn_fsck::Options::default()).unwrap();
+    let report = fsck_mem(dev.as_ref(), "a damaged value block");
     let text: Vec<&str> = report.problems.iter().map(|p| p.message.as_str()).collect();
     assert!(
         text.iter().any(|m| m.contains(&format!("xattr block {xblk}: the 50000-byte value of user.big is damaged"))),
@@ -281,19 +281,6 @@ fn damaged_value_blocks_are_euclean_and_fsck_finds_them() {
     assert_eq!(fs.getxattr(f, b"user.big").unwrap_err().errno(), libc::EUCLEAN);
     assert_eq!(fs.getxattr(f, b"user.ok").unwrap(), b"fine", "the rest of the set is still readable");
     fs.unmount().unwrap();
-}
-
-/// A device seen by fsck.
-struct View<'a>(&'a MemDevice);
-
-impl cairn_fsck::ImageSource for View<'_> {
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-
-    fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-        self.0.read_at(buf, off)
-    }
 }
 
 #[test]
