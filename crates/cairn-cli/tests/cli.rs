@@ -182,6 +182,21 @@ fn wait_gone(pid: u64, limit: Duration, what: &str) {
     }
 }
 
+/// A fresh image `name` of `size` in a new temporary directory, mounted at
+/// its `mnt`: (the directory, the unmount guard, the daemon's pid).
+fn fresh_mount(name: &str, size: &str) -> (tempfile::TempDir, Guard, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join(name);
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    mkfs(&img, size);
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    (dir, g, pid)
+}
+
 fn daemon_pid(mp: &Path) -> u64 {
     let o = run(&["stats", p(mp), "--json"]);
     assert!(o.status.success(), "stats: {}", stderr(&o));
@@ -489,15 +504,8 @@ fn o_direct_overwrites_take_the_fast_path_and_stay_coherent_with_buffered_io() {
     if !can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("d.img");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
-    mkfs(&img, "256M");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let _g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let (dir, _g, pid) = fresh_mount("d.img", "256M");
+    let (img, mp) = (dir.path().join("d.img"), dir.path().join("mnt"));
     let f = mp.join("f");
     let mut model = vec![1u8; 1 << 20];
     std::fs::write(&f, &model).unwrap();
@@ -661,4 +669,84 @@ fn posix_acls_work_through_a_mount_as_on_ext4() {
     let pid = daemon_pid(&mp);
     assert!(ok(format!("getfacl -cp {m}/d")).contains("default:user:nobody:r-x"));
     unmount(&mp, pid);
+}
+
+/// Standard base64 (setfattr's `0s` form).
+fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for c in data.chunks(3) {
+        let n =
+            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn xattr_values_up_to_64_kib_through_a_mount() {
+    if !can_mount() {
+        return;
+    }
+    let (dir, _g, pid) = fresh_mount("x.img", "64M");
+    let (img, mp) = (dir.path().join("x.img"), dir.path().join("mnt"));
+    let f = mp.join("f");
+    std::fs::write(&f, b"data").unwrap();
+    let big: Vec<u8> = (0..65_536u32).map(|i| (i * 7 + i / 256) as u8).collect();
+    let set = |name: &str, v: &[u8]| {
+        Command::new("setfattr").args(["-n", name, "-v", &format!("0s{}", base64(v)), p(&f)]).output().unwrap()
+    };
+    let get = |name: &str| Command::new("getfattr").args(["--only-values", "-n", name, p(&f)]).output().unwrap();
+    for (name, len) in [("user.big", 65_536), ("user.mid", 5_000), ("user.one", 1), ("trusted.big", 65_536)] {
+        let o = set(name, &big[..len]);
+        assert!(o.status.success(), "setfattr {name} ({len} bytes): {}", stderr(&o));
+        let o = get(name);
+        assert!(o.status.success(), "getfattr {name}: {}", stderr(&o));
+        assert_eq!(o.stdout.len(), len, "{name}");
+        assert!(o.stdout == big[..len], "{name}: the value read back differs");
+    }
+    // Replacing a 64 KiB value with another one, and the kernel's E2BIG
+    // for 64 KiB + 1 (the syscall refuses it before FUSE sees it).
+    let mut other = big.clone();
+    other.reverse();
+    assert!(set("user.big", &other).status.success());
+    assert!(get("user.big").stdout == other);
+    let mut longer = big.clone();
+    longer.push(1);
+    let o = set("user.big", &longer);
+    assert!(!o.status.success() && stderr(&o).contains("Argument list too long"), "{}", stderr(&o));
+    // Size probing and ERANGE, as libc callers do it.
+    if Path::new("/usr/bin/python3").exists() {
+        let script = format!(
+            "import ctypes, os\n\
+             libc = ctypes.CDLL(None, use_errno=True)\n\
+             n = libc.getxattr(b'{f}', b'user.big', None, 0)\n\
+             buf = ctypes.create_string_buffer(100)\n\
+             r = libc.getxattr(b'{f}', b'user.big', buf, 100)\n\
+             print(n, r, ctypes.get_errno() == 34)\n\
+             print(len(os.listxattr('{f}')))\n",
+            f = f.display()
+        );
+        let o = Command::new("/usr/bin/python3").arg("-c").arg(script).output().unwrap();
+        assert_eq!(stdout(&o), "65536 -1 True\n4\n", "{}", stderr(&o));
+    }
+    unmount(&mp, pid);
+    let o = run(&["fsck", p(&img)]);
+    assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "remount: {}", stderr(&o));
+    let pid = daemon_pid(&mp);
+    assert!(get("user.big").stdout == other, "64 KiB value after a remount");
+    let o = Command::new("setfattr").args(["-x", "user.big", p(&f)]).output().unwrap();
+    assert!(o.status.success(), "setfattr -x: {}", stderr(&o));
+    assert!(!get("user.big").status.success());
+    unmount(&mp, pid);
+    let o = run(&["fsck", p(&img)]);
+    assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
 }

@@ -174,7 +174,10 @@ impl Fs {
             seed,
             hash_seed: sb.hash_seed,
             running_seq: journal.next_seq().into(),
-            xattrs: crate::xattr::XattrShare::new(opts.mbcache),
+            xattrs: crate::xattr::XattrShare::new(
+                opts.mbcache,
+                sb.feature_incompat & cairn_format::superblock::INCOMPAT_XATTR_EXTERNAL != 0,
+            ),
         };
         let root = meta.load_inode(ROOT_INO)?;
         if !root.is_dir() {

@@ -145,7 +145,7 @@ impl Fs {
             DataArea::Tree(_) => credits::FREE,
             DataArea::Inline(_) => 0,
         };
-        let xattr = if st.d.xattr_block != 0 { credits::INODE + credits::FREE } else { 0 };
+        let xattr = crate::xattr::release_credits(&self.meta, st)?;
         let orphan = if st.d.flags & INODE_FLAG_ORPHAN != 0 { credits::tree_remove(self.orphan_levels()?) } else { 0 };
         Ok(blocks + xattr + orphan + credits::ALLOC + credits::INODE)
     }

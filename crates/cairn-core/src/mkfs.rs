@@ -123,6 +123,7 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
         version: VERSION,
         block_size_log2: bs.trailing_zeros(),
         state: STATE_CLEAN,
+        feature_incompat: cairn_format::superblock::INCOMPAT_XATTR_EXTERNAL,
         uuid: rand::random(),
         total_blocks: total,
         blocks_per_group: bpg as u32,

@@ -334,10 +334,7 @@ fn btree_internal() {
 fn xattr_block() {
     let x = XattrBlock {
         refcount: 3,
-        entries: vec![
-            XattrEntry { namespace: 1, name: b"mime".to_vec(), value: b"text/plain".to_vec() },
-            XattrEntry { namespace: 3, name: b"selinux".to_vec(), value: b"u:r".to_vec() },
-        ],
+        entries: vec![XattrEntry::inline(1, b"mime", b"text/plain"), XattrEntry::inline(3, b"selinux", b"u:r")],
     };
     let mut b = vec![0u8; 1024];
     x.encode(SEED, 31337, &mut b);
@@ -353,6 +350,49 @@ fn xattr_block() {
         )],
     );
     assert_eq!(XattrBlock::decode(SEED, 31337, &b).unwrap(), x);
+}
+
+#[test]
+fn xattr_block_with_an_external_value() {
+    let x = XattrBlock {
+        refcount: 1,
+        entries: vec![XattrEntry {
+            namespace: 1,
+            name: b"big".to_vec(),
+            value: XattrValue::External(ExtValue { first: 0x1234_5678, len: 65536, crc: 0xcafe_f00d }),
+        }],
+    };
+    let mut b = vec![0u8; 1024];
+    x.encode(SEED, 31337, &mut b);
+    assert_bytes(
+        &b,
+        &[(
+            0,
+            concat!(
+                "4358413101000000 684aee3a01000000 697a000000000000 000000005ccdbf0b",
+                "8103100062696778 5634120000000000 0001000df0feca"
+            ),
+        )],
+    );
+    assert_eq!(XattrBlock::decode(SEED, 31337, &b).unwrap(), x);
+}
+
+#[test]
+fn xattr_value_block() {
+    let h = ValueBlock { index: 2, used: 5, owner: 31337, next: 0x0102_0304_0506 };
+    let mut b = vec![0u8; 1024];
+    h.encode(SEED, 4242, b"hello", &mut b);
+    assert_bytes(
+        &b,
+        &[(
+            0,
+            concat!(
+                "4358563102000000 05000000bcc211fe 9210000000000000 697a000000000000",
+                "0605040302010000 68656c6c6f"
+            ),
+        )],
+    );
+    assert_eq!(ValueBlock::decode(SEED, 4242, &b).unwrap(), (h, &b"hello"[..]));
 }
 
 #[test]

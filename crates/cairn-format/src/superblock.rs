@@ -49,8 +49,12 @@ const _: () = {
 pub const STATE_CLEAN: u32 = 1;
 /// An error was detected while mounted; fsck should run.
 pub const STATE_ERRORS: u32 = 2;
-/// Incompatible features this build understands (none yet).
-pub const INCOMPAT_SUPPORTED: u32 = 0;
+/// Incompatible feature: xattr values may be external (value blocks, see
+/// `xattr`). mkfs sets it; on an image without it the engine keeps every
+/// value inside its xattr block, as builds before it did.
+pub const INCOMPAT_XATTR_EXTERNAL: u32 = 1;
+/// Incompatible features this build understands.
+pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_XATTR_EXTERNAL;
 
 /// The decoded superblock.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

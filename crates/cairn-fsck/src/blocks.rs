@@ -5,7 +5,9 @@
 //! uses as a [`Claim`]: file data, extent-tree nodes, directory-tree nodes,
 //! xattr blocks (once per distinct block, however many inodes share it — the
 //! sharing itself is checked against the block's refcount in pass 4) and
-//! orphan-list nodes. Fixed metadata (superblock, descriptor table, journal,
+//! their external values' blocks, and orphan-list nodes. A value block
+//! claimed by two xattr blocks (or by an xattr block and a file) is found
+//! here like any other block owned twice. Fixed metadata (superblock, descriptor table, journal,
 //! each group's bitmaps and inode table) is never claimed: pass 1 already
 //! rejected any extent or node pointer that touches it, and pass 5 treats it
 //! as owned by the layout.
@@ -60,7 +62,7 @@ pub fn run(ctx: &mut Ctx) {
             if let Some(i) = o.ino().and_then(|i| ctx.inodes.get_mut(&i)) {
                 i.damaged = true;
             }
-            if let Owner::Xattr(blk) = o {
+            if let Owner::Xattr(blk) | Owner::XattrValue(blk) = o {
                 for ino in ctx.xattrs.get(&blk).map(|x| x.inodes.clone()).unwrap_or_default() {
                     if let Some(i) = ctx.inodes.get_mut(&ino) {
                         i.damaged = true;
@@ -77,7 +79,7 @@ pub fn run(ctx: &mut Ctx) {
 pub fn claim_live(ctx: &Ctx, c: &Claim) -> bool {
     match c.owner {
         Owner::Data(i) | Owner::ExtentNode(i) | Owner::DirNode(i) => !ctx.inodes.get(&i).is_some_and(|x| x.freed),
-        Owner::Xattr(b) => {
+        Owner::Xattr(b) | Owner::XattrValue(b) => {
             ctx.xattrs.get(&b).is_none_or(|x| x.inodes.iter().any(|i| !ctx.inodes.get(i).is_some_and(|y| y.freed)))
         }
         Owner::Orphans => true,

@@ -48,6 +48,8 @@ pub enum Owner {
     DirNode(u64),
     /// An xattr block (shared by the inodes listed in `Ctx::xattrs`).
     Xattr(u64),
+    /// A value block of an external value held by this xattr block.
+    XattrValue(u64),
     /// A node of the orphan list.
     Orphans,
 }
@@ -69,6 +71,7 @@ impl std::fmt::Display for Owner {
             Owner::ExtentNode(i) => write!(f, "inode {i} (extent tree)"),
             Owner::DirNode(i) => write!(f, "directory {i} (entry tree)"),
             Owner::Xattr(b) => write!(f, "xattr block {b}"),
+            Owner::XattrValue(b) => write!(f, "xattr block {b} (external values)"),
             Owner::Orphans => write!(f, "the orphan list"),
         }
     }
@@ -144,6 +147,10 @@ pub struct XattrInfo {
     /// Its refcount field (when ok).
     pub refcount: u32,
     pub inodes: Vec<u64>,
+    /// Blocks each inode pointing here counts: the block and the value
+    /// blocks of its verified external values (`None`: not known, the
+    /// block or one of its values is damaged and not repaired).
+    pub footprint: Option<u64>,
 }
 
 /// Field rewrites decided for one inode.
@@ -188,6 +195,9 @@ pub struct Ctx<'a> {
     pub inode_fixes: BTreeMap<u64, InodeFix>,
     pub dirent_fixes: Vec<(u64, u64, u64, DirentFix)>,
     pub xattr_fixes: BTreeMap<u64, u32>,
+    /// Entries (namespace, name) to drop from xattr blocks: their external
+    /// values are damaged.
+    pub xattr_drops: BTreeMap<u64, Vec<(u8, Vec<u8>)>>,
     /// Orphan-list keys to remove: (leaf, ino).
     pub orphan_removals: Vec<(u64, u64)>,
 }

@@ -18,9 +18,13 @@
 //! * the xattr block, if any: in range, decodes (magic, checksum, own block
 //!   number, refcount range, sorted entries, content hash); each distinct
 //!   block is read once and the inodes pointing at it are collected so that
-//!   pass 4 can compare its refcount;
+//!   pass 4 can compare its refcount; each external value is read through
+//!   its chain (every value block in the data area, its checksum, owner,
+//!   index and length, then the value's crc) and its blocks are claimed; a
+//!   damaged value is reported, and a repair drops its entry;
 //! * `blocks` equals the blocks it owns: data (written or unwritten), tree
-//!   nodes, and its xattr block (counted once per inode, shared or not).
+//!   nodes, and its xattr block with the block's value blocks (counted once
+//!   per inode, shared or not).
 //!
 //! ## What it reads
 //! Each initialised group's inode bitmap, and only the inode-table blocks that
@@ -43,7 +47,7 @@ use cairn_format::btree::{KIND_DIRENTS, KIND_EXTENTS};
 use cairn_format::extent::{Extent, EXTENT_VALUE_SIZE, MAX_EXTENT_LEN};
 use cairn_format::inode::*;
 use cairn_format::xattr::XattrBlock;
-use cairn_format::{FIRST_INO, ROOT_INO, SYMLINK_MAX};
+use cairn_format::{FormatError, FIRST_INO, ROOT_INO, SYMLINK_MAX};
 
 /// Inode-table blocks read at once.
 const ITABLE_CHUNK: u64 = 256;
@@ -267,8 +271,10 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
             info.damaged = true;
             info.xattr_block = 0;
         } else {
-            counted += 1;
-            check_xattr_block(ctx, ino, d.xattr_block);
+            match check_xattr_block(ctx, ino, d.xattr_block) {
+                Some(n) => counted += n,
+                None => info.damaged = true,
+            }
         }
     }
     if !info.damaged && d.blocks != counted {
@@ -281,24 +287,75 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
     info
 }
 
-/// Records that `ino` points at xattr block `blk`, reading the block the
-/// first time it is seen.
-fn check_xattr_block(ctx: &mut Ctx, ino: u64, blk: u64) {
+/// Records that `ino` points at xattr block `blk`, reading the block (and
+/// its external values) the first time it is seen. Returns the blocks the
+/// inode counts for it, if known.
+fn check_xattr_block(ctx: &mut Ctx, ino: u64, blk: u64) -> Option<u64> {
     if let Some(x) = ctx.xattrs.get_mut(&blk) {
         x.inodes.push(ino);
-        return;
+        return x.footprint;
     }
     let mut info = XattrInfo { inodes: vec![ino], ..Default::default() };
-    match ctx.img.read_block(blk) {
-        Ok(data) => match XattrBlock::decode(ctx.seed, blk, &data) {
-            Ok(x) => {
-                info.ok = true;
-                info.refcount = x.refcount;
-            }
-            Err(e) => ctx.report.problem(Pass::Inodes, format!("xattr block {blk} (of inode {ino}) is damaged ({e})")),
-        },
-        Err(e) => ctx.report.problem(Pass::Inodes, format!("xattr block {blk} (of inode {ino}) cannot be read: {e}")),
-    }
+    let decoded = match ctx.img.read_block(blk) {
+        Ok(data) => XattrBlock::decode(ctx.seed, blk, &data).map_err(|e| format!("is damaged ({e})")),
+        Err(e) => Err(format!("cannot be read: {e}")),
+    };
     ctx.claim(blk, 1, Owner::Xattr(blk));
+    match decoded {
+        Ok(x) => {
+            info.ok = true;
+            info.refcount = x.refcount;
+            info.footprint = check_values(ctx, blk, &x).map(|n| 1 + n);
+        }
+        Err(e) => {
+            ctx.report.problem(Pass::Inodes, format!("xattr block {blk} (of inode {ino}) {e}"));
+            // Its external values, if any, are unknown.
+            ctx.incomplete = true;
+        }
+    }
+    let fp = info.footprint;
     ctx.xattrs.insert(blk, info);
+    fp
+}
+
+/// Reads and verifies every external value of xattr block `blk` (each
+/// value block in the data area, checksum, owner, index, lengths, then the
+/// value's crc) and claims their blocks. A damaged value is reported; a
+/// repair drops its entry (its blocks, unclaimed, are freed by pass 5).
+/// Returns the value blocks the block's inodes count, if known.
+fn check_values(ctx: &mut Ctx, blk: u64, x: &XattrBlock) -> Option<u64> {
+    let bs = ctx.geo.block_size as usize;
+    let mut total = Some(0u64);
+    for e in &x.entries {
+        let Some(v) = e.value.external() else { continue };
+        let (img, geo) = (&mut ctx.img, &ctx.geo);
+        let r = v.read(ctx.seed, blk, bs, |b| {
+            if !geo.valid_data_range(b, 1) {
+                return Err(FormatError::corrupt("xattr value", blk, format!("block {b} outside the data area")));
+            }
+            img.read_block(b)
+                .map_err(|io| FormatError::corrupt("xattr value block", b, format!("cannot be read: {io}")))
+        });
+        match r {
+            Ok((_, blocks)) => {
+                for &b in &blocks {
+                    ctx.claim(b, 1, Owner::XattrValue(blk));
+                }
+                total = total.map(|t| t + blocks.len() as u64);
+            }
+            Err(err) => {
+                let name = String::from_utf8_lossy(&e.full_name()).into_owned();
+                let msg = format!("xattr block {blk}: the {}-byte value of {name} is damaged ({err})", v.len);
+                ctx.report.push(Pass::Inodes, msg, ctx.repair);
+                if ctx.repair {
+                    ctx.xattr_drops.entry(blk).or_default().push((e.namespace, e.name.clone()));
+                } else {
+                    // Which blocks it owns is unknown.
+                    ctx.incomplete = true;
+                    total = None;
+                }
+            }
+        }
+    }
+    total
 }

@@ -180,6 +180,7 @@ fn check_once(source: &dyn ImageSource, repair: bool) -> Result<Report, FsckErro
         inode_fixes: Default::default(),
         dirent_fixes: Vec::new(),
         xattr_fixes: Default::default(),
+        xattr_drops: Default::default(),
         orphan_removals: Vec::new(),
     };
     groups::load(&mut ctx)?;

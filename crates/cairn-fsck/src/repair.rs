@@ -16,7 +16,9 @@
 //!   naming an inode that is not in use is removed from its leaf, provided
 //!   the leaf keeps at least one entry (removing a leaf would change the
 //!   tree's shape, which fsck does not do);
-//! * xattr block refcounts, re-encoded with a fresh checksum;
+//! * xattr blocks: refcounts, and entries whose external value is damaged
+//!   dropped (pass 5 then frees the value's blocks), re-encoded with a
+//!   fresh checksum;
 //! * orphan-list entries naming inodes not in use; when the list is a single
 //!   leaf holding only such entries, the list is emptied (root 0) and pass 5
 //!   releases the leaf.
@@ -32,7 +34,7 @@ use crate::FsckError;
 use cairn_format::dirent::Dirent;
 use cairn_format::inode::{DataArea, DiskInode, INODE_FLAG_ORPHAN, INODE_SIZE};
 use cairn_format::xattr::XattrBlock;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Applies every decided object repair.
 pub fn apply(ctx: &mut Ctx) -> Result<(), FsckError> {
@@ -127,10 +129,17 @@ fn dirents(ctx: &mut Ctx) -> Result<(), FsckError> {
 }
 
 fn xattrs(ctx: &mut Ctx) -> Result<(), FsckError> {
-    for (blk, refcount) in std::mem::take(&mut ctx.xattr_fixes) {
+    let refcounts = std::mem::take(&mut ctx.xattr_fixes);
+    let mut drops = std::mem::take(&mut ctx.xattr_drops);
+    let blocks: BTreeSet<u64> = refcounts.keys().chain(drops.keys()).copied().collect();
+    for blk in blocks {
         let data = ctx.img.read_block(blk)?;
         let Ok(mut x) = XattrBlock::decode(ctx.seed, blk, &data) else { continue };
-        x.refcount = refcount;
+        if let Some(r) = refcounts.get(&blk) {
+            x.refcount = *r;
+        }
+        let dropped = drops.remove(&blk).unwrap_or_default();
+        x.entries.retain(|e| !dropped.iter().any(|(ns, n)| *ns == e.namespace && *n == e.name));
         let mut out = vec![0u8; data.len()];
         x.encode(ctx.seed, blk, &mut out);
         ctx.img.write_block(blk, &out)?;

@@ -47,11 +47,16 @@ impl cairn_fsck::ImageSource for DevView<'_> {
     }
 }
 
+/// Runs the independent checker on `dev` (not mounted); returns its report.
+pub fn fsck_mem(dev: &dyn BlockDevice, what: &str) -> cairn_fsck::Report {
+    cairn_fsck::check_image(&DevView(dev), &cairn_fsck::Options::default())
+        .unwrap_or_else(|e| panic!("{what}: fsck cannot check it: {e}"))
+}
+
 /// Runs the independent checker on `dev` (not mounted) and panics with its
 /// findings unless it is clean. Returns the report.
 pub fn fsck_clean_mem(dev: &dyn BlockDevice, what: &str) -> cairn_fsck::Report {
-    let report = cairn_fsck::check_image(&DevView(dev), &cairn_fsck::Options::default())
-        .unwrap_or_else(|e| panic!("{what}: fsck cannot check it: {e}"));
+    let report = fsck_mem(dev, what);
     if !report.is_clean() {
         let problems: Vec<String> =
             report.problems.iter().take(30).map(|p| format!("  [{}] {}", p.pass, p.message)).collect();

@@ -12,4 +12,5 @@ mod model;
 mod overwrite;
 mod pressure;
 mod reaper;
+mod xattr_big;
 mod xattr_share;

@@ -86,6 +86,12 @@ pub fn populate(fs: &Fs) -> HashMap<&'static str, u64> {
     fs.rename(tmpd, b"x", a, b"moved", 0).unwrap();
     fs.rmdir(ROOT, b"gone").unwrap();
     fs.rename(ROOT, b"many", b, b"many2", 0).unwrap();
+    // Large xattr values: chains of value blocks owned by the xattr block.
+    let xbig = fs.mknod(&c, a, b"xbig", S_IFREG | 0o644, 0).unwrap().ino;
+    let v: Vec<u8> = (0..50_000u32).map(|i| (i * 7 % 253) as u8).collect();
+    fs.setxattr(xbig, b"user.big", &v, 0).unwrap();
+    fs.setxattr(xbig, b"user.mid", &v[..3000], 0).unwrap();
+    m.insert("xbig", xbig);
     m
 }
 

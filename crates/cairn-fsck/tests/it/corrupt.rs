@@ -260,3 +260,45 @@ fn cleared_inode_bitmap_bit_is_restored() {
     edit_gd(&mut bytes, g, |gd| gd.inode_bitmap_csum = c);
     expect(&bytes, &format!("inode {ino} (symlink) is named by entry 'short' in directory 1 but is marked free"), true);
 }
+
+/// The external values of `ino`'s xattr block: (block, descriptors).
+fn externals(bytes: &[u8], ino: u64) -> (u64, Vec<cairn_format::xattr::ExtValue>) {
+    let (_, _, seed) = sb_geo(bytes);
+    let xblk = read_inode(bytes, ino).xattr_block;
+    let b = &bytes[xblk as usize * bs(bytes)..(xblk as usize + 1) * bs(bytes)];
+    let x = cairn_format::xattr::XattrBlock::decode(seed, xblk, b).unwrap();
+    (xblk, cairn_format::xattr::XattrBlock::externals(&x.entries).copied().collect())
+}
+
+#[test]
+fn damaged_external_xattr_value_is_dropped_by_repair() {
+    let (mut bytes, m) = populated_image();
+    let (xblk, ext) = externals(&bytes, m["xbig"]);
+    let big = ext.iter().find(|x| x.len == 50_000).unwrap();
+    block(&mut bytes, big.first)[cairn_format::xattr::XVAL_HEADER + 5] ^= 1;
+    let out = expect(&bytes, &format!("xattr block {xblk}: the 50000-byte value of user.big is damaged"), true);
+    assert!(out.contains("checksum"), "{out}");
+    // After the repair the entry is gone, the other value is intact.
+    let f = to_file(&bytes);
+    fsck(f.path(), true);
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(std::fs::read(f.path()).unwrap()));
+    let fs = mount(dev);
+    assert_eq!(fs.listxattr(m["xbig"]).unwrap(), b"user.mid\0");
+    assert_eq!(fs.getxattr(m["xbig"], b"user.mid").unwrap().len(), 3000);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn value_block_also_claimed_as_file_data() {
+    let (mut bytes, m) = populated_image();
+    let (xblk, ext) = externals(&bytes, m["xbig"]);
+    let mid = ext.iter().find(|x| x.len == 3000).unwrap();
+    // f1's first extent, one block long, moved over the value block.
+    edit_inode(&mut bytes, m["f1"], |d| {
+        let DataArea::Extents(list) = &mut d.data else { panic!("f1 maps inline") };
+        list[0].pblk = mid.first;
+        list[0].len = 1;
+    });
+    let out = expect(&bytes, &format!("xattr block {xblk} (external values)"), false);
+    assert!(out.contains("both claim 1 block(s)"), "{out}");
+}

@@ -3,7 +3,7 @@
 use crate::common::*;
 use cairn_format::btree::NODE_MAGIC;
 use cairn_format::codec::get_u32;
-use cairn_format::xattr::XATTR_MAGIC;
+use cairn_format::xattr::{XATTR_MAGIC, XVAL_MAGIC};
 use std::os::unix::fs::FileExt;
 
 /// A small deterministic PRNG (xorshift64*).
@@ -23,7 +23,7 @@ impl Rng {
 
 /// Blocks holding metadata: superblock, descriptors, journal superblock
 /// (and with `journal`, the used part of the ring), bitmaps and inode tables
-/// of initialised groups, tree nodes, xattr blocks.
+/// of initialised groups, tree nodes, xattr blocks and their value blocks.
 fn metadata_blocks(bytes: &[u8], journal: bool) -> Vec<u64> {
     let (sb, geo, _) = sb_geo(bytes);
     let bs = geo.block_size as usize;
@@ -46,7 +46,7 @@ fn metadata_blocks(bytes: &[u8], journal: bool) -> Vec<u64> {
     for b in sb.journal_start + sb.journal_blocks..geo.total_blocks {
         let d = &bytes[b as usize * bs..(b as usize + 1) * bs];
         let m = get_u32(d, 0);
-        if m == NODE_MAGIC || m == XATTR_MAGIC {
+        if m == NODE_MAGIC || m == XATTR_MAGIC || m == XVAL_MAGIC {
             v.push(b);
         }
     }
