@@ -15,12 +15,17 @@
 //!  96  8  xattr_block (0 = none)
 //! 104  8  parent (directories: the parent directory, for "..")
 //! 112  8  entries (directories: number of entries, excluding . and ..)
-//! 120  8  reserved
+//! 120  4  crc32c(seed ^ ino, bytes 0..256 with this field zero)
+//! 124  4  reserved
 //! 128 120 data area: inline extents, an extent/dirent B+tree root, or an
 //!         inline symlink target (see INODE_FLAG_*)
-//! 248  4  reserved
-//! 252  4  crc32c(seed ^ ino, bytes 0..256 with this field zero)
+//! 248  8  reserved
 //! ```
+//! The checksum sits in the inode's core (its first 128 bytes), not at its
+//! end (format version 1): a change that leaves the data area alone — times,
+//! link count, size of an empty file, a create — then changes only the core,
+//! and dirty-region logging logs the inode in two 64-byte chunks, not three
+//! (XFS logs its inode core apart from the data fork for the same reason).
 //! A free inode slot is all zero or garbage; only the inode bitmap says which
 //! slots are live, so nothing reads a slot the bitmap marks free.
 //!
@@ -43,7 +48,7 @@ pub const INODE_SIZE: usize = 256;
 pub const DATA_AREA: usize = 120;
 const DATA_OFF: usize = 128;
 /// Offset of the inode's crc32c.
-const CSUM_OFF: usize = 252;
+const CSUM_OFF: usize = 120;
 /// Extents that fit inline in the data area.
 pub const INLINE_EXTENTS: usize = (DATA_AREA - 8) / EXTENT_DISK_SIZE;
 /// Data area holds an inline symlink target.
@@ -54,9 +59,9 @@ pub const INODE_FLAG_TREE: u32 = 2;
 pub const INODE_FLAG_ORPHAN: u32 = 4;
 
 const _: () = {
-    // Fixed fields end at 120 (entries, 112..120) + 8 reserved; the data area
-    // follows, then 4 reserved bytes and the checksum, which ends the inode.
-    assert!(112 + 8 + 8 == DATA_OFF && DATA_OFF + DATA_AREA + 4 == CSUM_OFF && CSUM_OFF + 4 == INODE_SIZE);
+    // Fixed fields end at 120 (entries, 112..120), then the checksum and 4
+    // reserved bytes; the data area follows, then 8 reserved bytes.
+    assert!(112 + 8 == CSUM_OFF && CSUM_OFF + 8 == DATA_OFF && DATA_OFF + DATA_AREA + 8 == INODE_SIZE);
     // Inline extents: a u16 count padded to 8 bytes, then the records.
     assert!(INLINE_EXTENTS == 4 && 8 + INLINE_EXTENTS * EXTENT_DISK_SIZE <= DATA_AREA);
     // Inode tables hold whole inodes in the smallest block.

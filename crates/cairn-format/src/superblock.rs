@@ -33,7 +33,7 @@ use crate::error::{FormatError, Result};
 /// Magic bytes at offset 0 of every cairn image.
 pub const MAGIC: &[u8; 8] = b"CAIRNFS\0";
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes of block 0 the superblock occupies.
 pub const SB_SIZE: usize = 512;
 const CSUM_OFF: usize = 508;
