@@ -635,6 +635,12 @@ impl Fs {
         crate::stats::collect(self)
     }
 
+    /// Tests: pauses each commit this long after capturing each buffer, so
+    /// that operations overtake the push (see `journal::cil`).
+    pub fn debug_slow_capture(&self, pause: Duration) {
+        self.meta.bufs.cil.set_capture_pause(pause);
+    }
+
     /// Checks the engine's in-memory invariants (buffer cache, allocator);
     /// panics with what is wrong. For tests and debugging: it walks every
     /// cached buffer.

@@ -133,6 +133,9 @@ pub struct Cil {
     count: AtomicU64,
     /// The checkpoint operations now change (starts at 1; 0 means "none").
     running: AtomicU64,
+    /// Tests: a pause (µs) after capturing each buffer, widening the window
+    /// in which writers overtake a push.
+    capture_pause_us: AtomicU64,
     pub stats: CilStats,
 }
 
@@ -154,6 +157,7 @@ impl Cil {
             lists: (0..LISTS).map(|_| Mutex::new(Vec::new())).collect(),
             count: AtomicU64::new(0),
             running: AtomicU64::new(1),
+            capture_pause_us: AtomicU64::new(0),
             stats: CilStats::default(),
         }
     }
@@ -225,6 +229,10 @@ impl Cil {
             drop(st);
             drop(data);
             bytes += cairn_format::journal::logged_bytes(block_size, map) as u64;
+            let pause = self.capture_pause_us.load(Relaxed);
+            if pause > 0 {
+                std::thread::sleep(std::time::Duration::from_micros(pause));
+            }
             items.push((b.blk, map, image));
             bufs.push(b);
         }
@@ -246,6 +254,11 @@ impl Cil {
                 st.inflight = 0;
             }
         }
+    }
+
+    /// Tests: pause this long after capturing each buffer.
+    pub fn set_capture_pause(&self, pause: std::time::Duration) {
+        self.capture_pause_us.store(pause.as_micros() as u64, Relaxed);
     }
 
     /// Calls `f` on every listed buffer (consistency checks).
