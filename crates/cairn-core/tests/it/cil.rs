@@ -83,7 +83,7 @@ fn pushes_racing_writers_leave_whole_operations_in_order() {
     let flushes = plan.flushes();
     let step = (flushes.len() / 40).max(1);
     let mut last = vec![0u64; THREADS as usize];
-    for (n, &f) in flushes.iter().enumerate().step_by(step).chain(flushes.iter().enumerate().last()) {
+    for (n, &f) in flushes.iter().enumerate().step_by(step).chain(flushes.iter().enumerate().next_back()) {
         let what = format!("crash after flush {n} of {}", flushes.len());
         let img = Arc::new(plan.image(f + 1, &[], None));
         fsck_clean_mem(img.as_ref(), &what);
