@@ -81,6 +81,9 @@ pub(crate) struct Config {
     /// Each flush takes this long (µs): the backend's commits stay in
     /// flight while the workload goes on, so a small journal fills.
     slow_flush_us: u64,
+    /// Delayed logging (`-o delaylog`): chunk logging and deferred home
+    /// writes; off, whole blocks go to the log and home at every commit.
+    delaylog: bool,
 }
 
 /// The default configuration: mkfs's default journal (1024 blocks for these
@@ -93,7 +96,12 @@ const NORMAL: Config = Config {
     per_op: false,
     preload: 0,
     slow_flush_us: 0,
+    delaylog: true,
 };
+
+/// Delayed logging off (`-o delaylog=0`): whole-block records, home writes
+/// and a tail move at every commit.
+const NO_DELAYLOG: Config = Config { name: "delaylog=0", delaylog: false, ..NORMAL };
 
 /// The smallest cache the engine allows (64 blocks): buffers are evicted
 /// during every commit.
@@ -248,7 +256,12 @@ struct Checked {
 }
 
 fn opts(cfg: &Config) -> MountOptions {
-    MountOptions { commit_interval: Duration::from_secs(3600), cache_blocks: cfg.cache_blocks, ..Default::default() }
+    MountOptions {
+        commit_interval: Duration::from_secs(3600),
+        cache_blocks: cfg.cache_blocks,
+        delaylog: cfg.delaylog,
+        ..Default::default()
+    }
 }
 
 /// The engine's counters by name.
@@ -709,6 +722,11 @@ fn random_workloads_survive_every_crash_point_tiny_cache() {
 #[test]
 fn random_workloads_survive_every_crash_point_tiny_journal() {
     random_workloads(&tiny_journal());
+}
+
+#[test]
+fn random_workloads_survive_every_crash_point_without_delaylog() {
+    random_workloads(&NO_DELAYLOG);
 }
 
 /// The overwrite workload (seed 004's fast path): files written once, then
