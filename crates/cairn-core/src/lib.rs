@@ -48,6 +48,7 @@ pub use buffer::BufState;
 pub use error::{FsError, Result};
 pub use fs::{Fs, MountOptions};
 pub use journal::ErrorPolicy;
+pub use stats::Histogram;
 pub use types::*;
 mod extent_map;
 mod file_ops;

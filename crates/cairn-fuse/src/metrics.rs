@@ -19,6 +19,7 @@
 //! bound of the bucket where the cumulative count crosses the quantile, so
 //! they are accurate to a factor of two.
 
+use cairn_core::Histogram;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -49,44 +50,6 @@ opcodes! {
     Getxattr => "getxattr", Listxattr => "listxattr", Removexattr => "removexattr",
     Access => "access", Create => "create", Ioctl => "ioctl", Fallocate => "fallocate",
     Lseek => "lseek", Syncfs => "syncfs", Tmpfile => "tmpfile", Destroy => "destroy",
-}
-
-const BUCKETS: usize = 40;
-
-/// A log2 histogram of microseconds.
-struct Histogram([AtomicU64; BUCKETS]);
-
-impl Histogram {
-    fn new() -> Self {
-        Histogram(std::array::from_fn(|_| AtomicU64::new(0)))
-    }
-
-    fn bucket(us: u64) -> usize {
-        // 0 → 0, 1 → 1, 2..3 → 2, 4..7 → 3, ...
-        ((u64::BITS - us.leading_zeros()) as usize).min(BUCKETS - 1)
-    }
-
-    fn add(&self, us: u64) {
-        self.0[Self::bucket(us)].fetch_add(1, Relaxed);
-    }
-
-    /// Upper bound (µs) of the bucket holding quantile `q` (0..=1); 0 when empty.
-    fn quantile(&self, q: f64) -> u64 {
-        let counts: Vec<u64> = self.0.iter().map(|c| c.load(Relaxed)).collect();
-        let total: u64 = counts.iter().sum();
-        if total == 0 {
-            return 0;
-        }
-        let want = ((total as f64) * q).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (b, c) in counts.iter().enumerate() {
-            seen += c;
-            if seen >= want {
-                return if b == 0 { 1 } else { 1u64 << b };
-            }
-        }
-        1u64 << (BUCKETS - 1)
-    }
 }
 
 struct OpStats {
@@ -227,24 +190,6 @@ impl Drop for Timer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn buckets_and_quantiles() {
-        assert_eq!(Histogram::bucket(0), 0);
-        assert_eq!(Histogram::bucket(1), 1);
-        assert_eq!(Histogram::bucket(3), 2);
-        assert_eq!(Histogram::bucket(4), 3);
-        assert_eq!(Histogram::bucket(u64::MAX), BUCKETS - 1);
-        let h = Histogram::new();
-        assert_eq!(h.quantile(0.5), 0);
-        for _ in 0..98 {
-            h.add(10);
-        }
-        h.add(1000);
-        h.add(1000);
-        assert_eq!(h.quantile(0.5), 16);
-        assert_eq!(h.quantile(0.99), 1024);
-    }
 
     #[test]
     fn counters_list_only_seen_opcodes() {

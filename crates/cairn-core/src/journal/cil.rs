@@ -33,7 +33,7 @@
 //! runs under the commit mutex only: buffer bytes (read) → buffer log state.
 
 use crate::buffer::{Buf, LogState};
-use crate::stats::Publish;
+use crate::stats::{Histogram, Publish};
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
@@ -72,41 +72,6 @@ pub struct Snapshot {
     pub seq: u64,
     pub items: Vec<Captured>,
     bufs: Vec<Arc<Buf>>,
-}
-
-/// A histogram of microseconds in power-of-two buckets.
-#[derive(Default)]
-pub struct Histogram {
-    buckets: [AtomicU64; 32],
-}
-
-impl Histogram {
-    pub fn record(&self, us: u64) {
-        let b = (64 - us.leading_zeros() as usize).min(31);
-        self.buckets[b].fetch_add(1, Relaxed);
-    }
-
-    /// The upper bound (µs) of the bucket holding quantile `q`; 0 if empty.
-    pub fn quantile(&self, q: f64) -> u64 {
-        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
-        let total: u64 = counts.iter().sum();
-        if total == 0 {
-            return 0;
-        }
-        let want = ((total as f64) * q).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (i, c) in counts.iter().enumerate() {
-            seen += c;
-            if seen >= want {
-                return if i == 0 { 0 } else { 1 << i };
-            }
-        }
-        1 << 31
-    }
-
-    pub fn count(&self) -> u64 {
-        self.buckets.iter().map(|b| b.load(Relaxed)).sum()
-    }
 }
 
 /// CIL counters.

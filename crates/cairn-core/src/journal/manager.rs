@@ -172,7 +172,7 @@ impl TxManager {
         let gate = self.gate.read();
         let us = t0.elapsed().as_micros() as u64;
         let cil = &meta.bufs.cil.stats;
-        cil.writer_wait.record(us);
+        cil.writer_wait.add(us);
         cil.writer_wait_us_max.fetch_max(us, Relaxed);
         Ok(Tx::new(meta, self, Some(gate), credits))
     }
