@@ -234,13 +234,20 @@ pub fn encode_descriptor(seed: u32, seq: u64, homes: &[u64], out: &mut [u8]) {
         homes.len(),
         out.len()
     );
+    encode_desc(seed, DESC_MAGIC, seq, homes.len(), out, |out| {
+        for (i, h) in homes.iter().enumerate() {
+            put_u64(out, DESC_HEADER + i * 8, *h);
+        }
+    });
+}
+
+/// A descriptor block: header, the entries `fill` writes, checksum.
+fn encode_desc(seed: u32, magic: u32, seq: u64, n: usize, out: &mut [u8], fill: impl FnOnce(&mut [u8])) {
     out.fill(0);
-    put_u32(out, 0, DESC_MAGIC);
-    put_u32(out, 4, homes.len() as u32);
+    put_u32(out, 0, magic);
+    put_u32(out, 4, n as u32);
     put_u64(out, 8, seq);
-    for (i, h) in homes.iter().enumerate() {
-        put_u64(out, DESC_HEADER + i * 8, *h);
-    }
+    fill(out);
     let c = crc_skipping(seed, out, 28);
     put_u32(out, 28, c);
 }
@@ -258,16 +265,12 @@ pub fn encode_region_descriptor(seed: u32, seq: u64, entries: &[(u64, u64)], out
         entries.len(),
         out.len()
     );
-    out.fill(0);
-    put_u32(out, 0, REGION_DESC_MAGIC);
-    put_u32(out, 4, entries.len() as u32);
-    put_u64(out, 8, seq);
-    for (i, (home, map)) in entries.iter().enumerate() {
-        put_u64(out, DESC_HEADER + i * 16, *home);
-        put_u64(out, DESC_HEADER + i * 16 + 8, *map);
-    }
-    let c = crc_skipping(seed, out, 28);
-    put_u32(out, 28, c);
+    encode_desc(seed, REGION_DESC_MAGIC, seq, entries.len(), out, |out| {
+        for (i, (home, map)) in entries.iter().enumerate() {
+            put_u64(out, DESC_HEADER + i * 16, *home);
+            put_u64(out, DESC_HEADER + i * 16 + 8, *map);
+        }
+    });
 }
 
 /// Decodes a descriptor (either kind) expected to belong to record `seq`
