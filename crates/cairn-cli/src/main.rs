@@ -23,6 +23,15 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// mimalloc instead of glibc's malloc: the engine allocates and frees many
+/// small objects per operation (decoded B+tree nodes, buffers); under glibc a
+/// profile of 300,000 in-process creates spent 30-44% of its time in
+/// `_int_malloc`/`malloc_consolidate`, and 250,000 creates into 50
+/// directories ran at a median of 60,100 files/s with glibc and 73,600 with
+/// mimalloc (3 runs each, `examples/create_files.rs`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// cairn: a journaling file system in one image file, served through FUSE.
 #[derive(Parser)]
 #[command(name = "cairn", version, about, propagate_version = true)]

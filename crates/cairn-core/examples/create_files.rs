@@ -8,6 +8,10 @@ use cairn_core::{Ctx, Fs, MountOptions};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// As the `cairn` binary (see its `main.rs`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let path = args.get(1).map_or("/tmp/cairn-bench.img", |s| s.as_str());
