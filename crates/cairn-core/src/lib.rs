@@ -41,6 +41,7 @@ mod file;
 mod fs;
 mod inode;
 pub(crate) mod journal;
+mod lru;
 mod stats;
 mod xattr;
 
@@ -49,6 +50,7 @@ pub use error::{FsError, Result};
 pub use fs::{Fs, MountOptions};
 pub use journal::ErrorPolicy;
 pub use types::*;
+mod dcache;
 mod extent_map;
 mod file_ops;
 mod lifecycle;
