@@ -2,6 +2,7 @@
 
 mod basic;
 mod big_delete;
+mod caches;
 mod common;
 mod concurrency;
 mod contiguity;
