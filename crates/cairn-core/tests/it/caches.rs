@@ -239,7 +239,7 @@ fn a_lookup_never_finds_a_name_a_finished_rename_moved_away() {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let n = format!("c{}", i % 500);
-                let dir = if i % 2 == 0 { d1 } else { d2 };
+                let dir = if i.is_multiple_of(2) { d1 } else { d2 };
                 match fs.mknod(&c, dir, n.as_bytes(), libc::S_IFREG | 0o644, 0) {
                     Ok(a) => fs.forget(a.ino, 1),
                     Err(_) => fs.unlink(dir, n.as_bytes()).unwrap(),
