@@ -11,7 +11,9 @@
 //! rename mutex (moves between directories) → inode I/O lock (one per inode,
 //! striped; held across the steps of a long operation) → commit mutex → transaction gate → inode locks (ascending
 //! inode number) → orphan-list mutex → group mutexes → buffer-cache shard →
-//! buffer bytes.
+//! buffer bytes. Inode-cache shard → lookup-count shard, and dentry-cache
+//! shards: taken under inode locks, leaves otherwise (reclaim only tries an
+//! inode's lock; see `inode`, `dcache`, `lru`).
 
 use crate::alloc::{AllocOptions, Allocator};
 use crate::backend::Backend;

@@ -11,6 +11,13 @@
 //! Locking: the parent and child inodes are locked in inode-number order
 //! (`inode::lock_many`); an entry found before locking is looked up again
 //! under the locks.
+//!
+//! The dentry cache (`dcache`): each operation drops the names it changes
+//! under the directory's exclusive lock before changing the tree, and caches
+//! the new state (the new inode, or a negative entry after unlink and rmdir)
+//! once it succeeded, still under the lock. The EEXIST checks of create and
+//! link ask the cache first: the kernel's LOOKUP before a create has left a
+//! negative entry there.
 
 use crate::error::{FsError, Result};
 use crate::file;

@@ -5,6 +5,9 @@
 //! lookups are repeated under the locks and the operation retried if the
 //! names moved meanwhile. Moving a directory rewrites its `parent` field
 //! ("..") and the two parents' link counts in the same transaction.
+//! Both names leave the dentry cache before the trees change and come back
+//! (the source negative, or the other inode after an exchange) once the
+//! rename succeeded, under the parents' exclusive locks.
 
 use crate::dir;
 use crate::error::{FsError, Result};
