@@ -341,3 +341,32 @@ fn lru_caches_0_keeps_every_inode_the_kernel_holds() {
     assert_eq!(refs, 5010);
     assert!(most >= 5000, "{most} in-core inodes: lru_caches=0 must keep them all");
 }
+
+/// An inode dropped from the cache after a change that is not committed yet
+/// and read back must still make `fdatasync` commit (its `stored_seq` is not
+/// in its buffer: the cache carries it over).
+#[test]
+fn fdatasync_of_an_inode_read_back_before_its_commit_still_commits() {
+    let dev = new_image(64);
+    let opts = MountOptions { commit_interval: std::time::Duration::from_secs(3600), ..tiny(50, 50) };
+    let fs = mount_with(&dev, opts);
+    let c = Ctx::root();
+    let f = fs.mknod(&c, 1, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.forget(f, 1);
+    fs.sync_fs().unwrap();
+    let set = SetAttr { mode: Some(0o600), ..Default::default() };
+    fs.setattr(&c, f, &set).unwrap();
+    // Far more inodes than fit: it is dropped from the cache.
+    let before = stat(&fs, "icache.reclaimed");
+    for i in 0..2000 {
+        let x = fs.mknod(&c, 1, format!("x{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.forget(x, 1);
+    }
+    assert!(stat(&fs, "icache.reclaimed") > before + 1000);
+    let commits = stat(&fs, "journal.commits");
+    let flush_only = stat(&fs, "overwrite.datasync_flush_only");
+    fs.fsync(f, true).unwrap();
+    assert_eq!(stat(&fs, "overwrite.datasync_flush_only"), flush_only, "fdatasync only flushed");
+    assert!(stat(&fs, "journal.commits") > commits, "fdatasync did not commit the mode change");
+    fs.unmount().unwrap();
+}
