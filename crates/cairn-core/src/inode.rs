@@ -22,9 +22,10 @@
 //! ## Lookup references
 //! The kernel's FUSE lookup count (nlookup: one per LOOKUP, CREATE, ... reply,
 //! returned by FORGET) is kept apart from the in-core inode, in a compact
-//! table ([`LookupRefs`]: inode number → count, about 20–36 bytes per inode
-//! the kernel holds: a 16-byte hash-map slot, its control byte and the
-//! table's load-factor slack). That table is the fixed overhead the cache
+//! table ([`LookupRefs`]: inode number → count; an inode with one reference,
+//! the usual case, costs a hash-set slot of 8 bytes and a control byte, 10 to
+//! 21 bytes with the table's load-factor slack, one with more a 16-byte map
+//! slot, 19 to 37 bytes). That table is the fixed overhead the cache
 //! budget does not cover: the kernel may hold millions of inodes, and the
 //! daemon keeps only their counts, not their full in-core copies. The count
 //! changes only under the inode's lock (shared for an increment, exclusive
@@ -83,7 +84,7 @@ use cairn_format::inode::{DataArea, DiskInode};
 use cairn_format::FormatError;
 use parking_lot::lock_api::ArcRwLockWriteGuard;
 use parking_lot::{Mutex, RawRwLock, RwLock};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -160,50 +161,93 @@ pub fn inode_bytes(d: &DiskInode) -> usize {
 
 const REF_SHARDS: usize = 64;
 
+/// One shard of [`LookupRefs`]. Most inodes the kernel holds have exactly
+/// one reference: those cost a set slot (8 bytes and a control byte); the
+/// rest a map slot (16 and one).
+#[derive(Default)]
+struct RefShard {
+    one: HashSet<u64>,
+    more: HashMap<u64, u64>,
+}
+
+impl RefShard {
+    fn get(&self, ino: u64) -> u64 {
+        if self.one.contains(&ino) {
+            1
+        } else {
+            self.more.get(&ino).copied().unwrap_or(0)
+        }
+    }
+
+    fn set(&mut self, ino: u64, n: u64) {
+        match n {
+            0 => {
+                if !self.one.remove(&ino) {
+                    self.more.remove(&ino);
+                }
+                // Give memory back once the kernel has let most go.
+                if self.one.capacity() > 1024 && self.one.len() < self.one.capacity() / 4 {
+                    self.one.shrink_to_fit();
+                }
+                if self.more.capacity() > 1024 && self.more.len() < self.more.capacity() / 4 {
+                    self.more.shrink_to_fit();
+                }
+            }
+            1 => {
+                self.more.remove(&ino);
+                self.one.insert(ino);
+            }
+            _ => {
+                self.one.remove(&ino);
+                self.more.insert(ino, n);
+            }
+        }
+    }
+}
+
 /// The kernel's lookup references (FUSE nlookup) per inode number; inodes
 /// with none are absent. See "Lookup references" above.
 pub struct LookupRefs {
-    shards: Vec<Mutex<HashMap<u64, u64>>>,
+    shards: Vec<Mutex<RefShard>>,
 }
 
 impl Default for LookupRefs {
     fn default() -> Self {
-        LookupRefs { shards: (0..REF_SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        LookupRefs { shards: (0..REF_SHARDS).map(|_| Mutex::new(RefShard::default())).collect() }
     }
 }
 
 impl LookupRefs {
-    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, u64>> {
+    fn shard(&self, ino: u64) -> &Mutex<RefShard> {
         &self.shards[(ino as usize) % REF_SHARDS]
     }
 
     fn get(&self, ino: u64) -> u64 {
-        self.shard(ino).lock().get(&ino).copied().unwrap_or(0)
+        self.shard(ino).lock().get(ino)
     }
 
     fn add(&self, ino: u64, n: u64) {
         if n > 0 {
-            *self.shard(ino).lock().entry(ino).or_insert(0) += n;
+            let mut sh = self.shard(ino).lock();
+            let c = sh.get(ino).saturating_add(n);
+            sh.set(ino, c);
         }
     }
 
     /// Drops `n` references; returns what is left.
     fn sub(&self, ino: u64, n: u64) -> u64 {
         let mut sh = self.shard(ino).lock();
-        let Some(c) = sh.get_mut(&ino) else { return 0 };
-        *c = c.saturating_sub(n);
-        let left = *c;
-        if left == 0 {
-            sh.remove(&ino);
-            if sh.is_empty() {
-                sh.shrink_to_fit();
-            }
+        let c = sh.get(ino);
+        if c == 0 {
+            return 0;
         }
+        let left = c.saturating_sub(n);
+        sh.set(ino, left);
         left
     }
 
     fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.lock()).map(|s| s.one.len() + s.more.len()).sum()
     }
 }
 
@@ -433,6 +477,30 @@ impl Publish for InodeCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lookup_refs_move_between_the_set_and_the_map() {
+        let r = LookupRefs::default();
+        assert_eq!(r.sub(7, 1), 0);
+        r.add(7, 1);
+        assert_eq!((r.get(7), r.len()), (1, 1));
+        r.add(7, 2);
+        assert_eq!((r.get(7), r.len()), (3, 1));
+        assert_eq!(r.sub(7, 1), 2);
+        assert_eq!(r.sub(7, 1), 1);
+        assert_eq!((r.get(7), r.len()), (1, 1));
+        assert_eq!(r.sub(7, 5), 0);
+        assert_eq!((r.get(7), r.len()), (0, 0));
+        for i in 0..10_000 {
+            r.add(i, 1 + i % 2);
+        }
+        assert_eq!(r.len(), 10_000);
+        for i in 0..10_000 {
+            assert_eq!(r.get(i), 1 + i % 2);
+            r.sub(i, u64::MAX);
+        }
+        assert_eq!(r.len(), 0);
+    }
 
     /// Prints the parts of [`INODE_BASE_BYTES`] (run with `--nocapture`).
     #[test]

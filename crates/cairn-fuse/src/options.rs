@@ -21,12 +21,15 @@
 //! | `sync_delete` | free deleted files on the calling thread instead of the reaper thread | off |
 //! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
 //!
-//! `cache_mb` bounds the daemon's memory: the three caches stay within it
-//! (less what busy inodes — open unlinked files, inodes in use — pin
-//! beyond it), plus a fixed overhead of about 20–36 bytes per inode the
-//! kernel holds a lookup reference on (the lookup-count table, see
-//! `cairn_core`'s `inode` module) and the code, thread stacks and journal
-//! buffers.
+//! `cache_mb` bounds the daemon's memory: the three caches stay within it,
+//! beyond it only by what busy inodes pin (open unlinked files, inodes in
+//! use). Outside it: a fixed overhead of about 10–21 bytes per inode the
+//! kernel holds one lookup reference on (19–37 with more than one; the
+//! lookup-count table, see `cairn_core`'s `inode` module); the commit's
+//! working set (dirty and in-flight metadata buffers, which the buffer cache
+//! cannot drop before their checkpoint is home, and the commit's copy of
+//! them), bounded by the journal's size rather than by `cache_mb`; code and
+//! thread stacks.
 //!
 //! Only *fuseblk* connections receive FUSE_SYNCFS from the kernel (plain
 //! `fuse` mounts never do: an unprivileged server could stall `sync(1)`), so
