@@ -750,3 +750,50 @@ fn xattr_values_up_to_64_kib_through_a_mount() {
     let o = run(&["fsck", p(&img)]);
     assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
 }
+
+/// `-o cache_mb=4` through a real mount: the inode and dentry caches get
+/// their eighth each and stay within it while 20,000 files are created and
+/// listed, every name resolves, and `lru_caches=0` keeps every inode the
+/// kernel holds (the old behaviour).
+#[test]
+fn cache_mb_bounds_the_inode_and_dentry_caches_of_a_real_mount() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("c.img");
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let o = run(&["mkfs", p(&img), "--size", "512M", "--inode-ratio", "8192", "--quiet"]);
+    assert!(o.status.success(), "mkfs failed: {}", stderr(&o));
+    for lru in [1, 0] {
+        let o = run(&["mount", p(&img), p(&mp), "-o", &format!("cache_mb=4,lru_caches={lru}")]);
+        assert!(o.status.success(), "mount: {}", stderr(&o));
+        let _g = Guard(mp.clone());
+        let pid = daemon_pid(&mp);
+        let d = mp.join(format!("d{lru}"));
+        std::fs::create_dir(&d).unwrap();
+        for i in 0..20_000 {
+            std::fs::write(d.join(format!("f{i}")), b"").unwrap();
+        }
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 20_000);
+        for i in (0..20_000).step_by(7) {
+            assert!(std::fs::metadata(d.join(format!("f{i}"))).unwrap().is_file());
+        }
+        let c = counters(&mp);
+        if lru == 1 {
+            assert_eq!(c["icache.budget_bytes"], 512 << 10, "{c:?}");
+            assert!(c["icache.bytes"] <= (512 << 10) + 16 * 320, "{c:?}");
+            assert!(c["dcache.bytes"] <= 512 << 10, "{c:?}");
+            assert!(c["icache.reclaimed"] > 10_000 && c["dcache.reclaimed"] > 0, "{c:?}");
+            assert!(c["icache.lookup_refs"] >= 10_000, "the kernel holds the files: {c:?}");
+        } else {
+            assert_eq!(c["icache.budget_bytes"], 0, "{c:?}");
+            assert_eq!(c["dcache.entries"], 0, "{c:?}");
+            assert!(c["icache.entries"] >= c["icache.lookup_refs"], "{c:?}");
+        }
+        unmount(&mp, pid);
+        let o = run(&["fsck", p(&img)]);
+        assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
+    }
+}

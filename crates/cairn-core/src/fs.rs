@@ -11,11 +11,14 @@
 //! rename mutex (moves between directories) → inode I/O lock (one per inode,
 //! striped; held across the steps of a long operation) → commit mutex → transaction gate → inode locks (ascending
 //! inode number) → orphan-list mutex → group mutexes → buffer-cache shard →
-//! buffer bytes.
+//! buffer bytes. Inode-cache shard → lookup-count shard, and dentry-cache
+//! shards: taken under inode locks, leaves otherwise (reclaim only tries an
+//! inode's lock; see `inode`, `dcache`, `lru`).
 
 use crate::alloc::{AllocOptions, Allocator};
 use crate::backend::Backend;
 use crate::buffer::BufferCache;
+use crate::dcache::{Cached, DentryCache};
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
 use crate::inode::{InodeCache, InodeGuard, InodeState};
@@ -44,6 +47,17 @@ pub struct MountOptions {
     pub commit_interval: Duration,
     /// Metadata buffer cache size, in blocks.
     pub cache_blocks: usize,
+    /// Byte budget of the in-core inode cache (`-o cache_mb` gives it an
+    /// eighth; see `inode`). Inodes that are busy or dirty are never
+    /// dropped, so the cache may exceed it by them.
+    pub inode_cache_bytes: usize,
+    /// Byte budget of the dentry cache (`-o cache_mb` gives it an eighth;
+    /// see `dcache`).
+    pub dentry_cache_bytes: usize,
+    /// Bound the inode cache and keep a dentry cache (`-o lru_caches=0|1`);
+    /// off: in-core inodes stay until the kernel forgets them, every LOOKUP
+    /// reads the directory (the behaviour before both caches).
+    pub lru_caches: bool,
     /// What corruption or an I/O error does (`-o errors=`).
     pub errors: ErrorPolicy,
     /// Find groups for power-of-two and goal-length requests through the
@@ -71,6 +85,9 @@ impl Default for MountOptions {
             read_only: false,
             commit_interval: Duration::from_secs(5),
             cache_blocks: 65536,
+            inode_cache_bytes: 32 << 20,
+            dentry_cache_bytes: 32 << 20,
+            lru_caches: true,
             errors: ErrorPolicy::default(),
             mb_optimize_scan: true,
             overwrite_fastpath: true,
@@ -89,6 +106,7 @@ pub struct Fs {
     pub(crate) meta: Meta,
     pub(crate) txm: TxManager,
     pub(crate) icache: InodeCache,
+    pub(crate) dcache: DentryCache,
     sb: Mutex<Superblock>,
     pub(crate) orphan_root: Mutex<u64>,
     opts: MountOptions,
@@ -199,7 +217,8 @@ impl Fs {
         let fs = Arc::new(Fs {
             meta,
             txm: TxManager::new(journal, Latch::new(opts.errors, had_errors)),
-            icache: InodeCache::default(),
+            icache: InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes)),
+            dcache: DentryCache::new(opts.lru_caches.then_some(opts.dentry_cache_bytes)),
             orphan_root: Mutex::new(sb.orphan_root),
             sb: Mutex::new(sb),
             opts: opts.clone(),
@@ -393,17 +412,37 @@ impl Fs {
                             pg.d.parent
                         }
                     }
-                    _ => dir::lookup(&self.meta, &pg, name)?.ok_or(FsError::Errno(libc::ENOENT))?.1.ino,
+                    _ => self.lookup_name(&pg, name)?.ok_or(FsError::Errno(libc::ENOENT))?,
                 }
             };
             let c = self.iget(target)?;
-            let mut cg = c.write();
+            // Shared is enough to take a reference (see `inode`).
+            let cg = c.read();
             if cg.freed {
                 return Err(FsError::Errno(libc::ENOENT));
             }
-            cg.lookups += 1;
+            self.icache.add_lookups(target, 1);
             Ok(self.attr(&cg))
         })
+    }
+
+    /// The inode `name` names in directory `dir` (locked by the caller,
+    /// shared or exclusive), through the dentry cache: a miss reads the
+    /// directory and caches what it found, or that nothing was.
+    pub(crate) fn lookup_name(&self, dir: &InodeState, name: &[u8]) -> Result<Option<u64>> {
+        // After an abort the tree may no longer be what the cache saw.
+        let cached = if self.txm.latch.aborted() { Cached::Miss } else { self.dcache.lookup(dir, name) };
+        match cached {
+            Cached::Found(ino, _) => Ok(Some(ino)),
+            Cached::Negative => Ok(None),
+            Cached::Miss => {
+                let found = dir::lookup(&self.meta, dir, name)?.map(|(_, e)| (e.ino, e.dtype));
+                if !self.txm.latch.aborted() {
+                    self.dcache.insert(dir, name, found);
+                }
+                Ok(found.map(|(ino, _)| ino))
+            }
+        }
     }
 
     /// Takes one lookup reference on `ino` (FUSE readdirplus hands the
@@ -411,11 +450,11 @@ impl Fs {
     pub fn add_lookup(&self, ino: u64) -> Result<()> {
         self.read_op(|| {
             let r = self.iget(ino)?;
-            let mut g = r.write();
+            let g = r.read();
             if g.freed {
                 return Err(FsError::Errno(libc::ENOENT));
             }
-            g.lookups += 1;
+            self.icache.add_lookups(ino, 1);
             Ok(())
         })
     }

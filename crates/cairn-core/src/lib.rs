@@ -41,6 +41,7 @@ mod file;
 mod fs;
 mod inode;
 pub(crate) mod journal;
+mod lru;
 mod stats;
 mod xattr;
 
@@ -50,6 +51,7 @@ pub use fs::{Fs, MountOptions};
 pub use journal::ErrorPolicy;
 pub use stats::Histogram;
 pub use types::*;
+mod dcache;
 mod extent_map;
 mod file_ops;
 mod lifecycle;

@@ -185,11 +185,12 @@ impl Fs {
     /// it on the orphan list: freed at the last `forget`, or in steps by
     /// the reaper once the caller's handle is closed (see `reaper`).
     pub(crate) fn release_unlinked(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
-        if st.lookups == 0 && Self::frees_at_once(st) {
+        let lookups = self.icache.lookups(st.ino);
+        if lookups == 0 && Self::frees_at_once(st) {
             return self.free_now(tx, st);
         }
         self.orphan_add(tx, st)?;
-        if st.lookups == 0 {
+        if lookups == 0 {
             self.reaper.push(st.ino, st.d.blocks);
         }
         self.store(tx, st)
@@ -214,7 +215,7 @@ impl Fs {
             let (more, freed) = self.change(credits::DEFAULT, |tx| {
                 let r = self.icache.get(&self.meta, ino)?;
                 let mut st = r.write();
-                if st.freed || st.d.nlink > 0 || st.lookups > 0 {
+                if st.freed || st.d.nlink > 0 || self.icache.lookups(ino) > 0 {
                     return Ok((false, st.d.blocks));
                 }
                 let before = st.d.blocks;
@@ -295,11 +296,11 @@ impl Fs {
             }
             let (nlink, lookups, freed) = {
                 let r = self.icache.get(&self.meta, ino)?;
-                let mut st = r.write();
+                let st = r.write();
                 if unmounting {
-                    st.lookups = 0;
+                    self.icache.clear_lookups(ino);
                 }
-                (st.d.nlink, st.lookups, st.freed)
+                (st.d.nlink, self.icache.lookups(ino), st.freed)
             };
             if freed || lookups > 0 {
                 continue;
@@ -354,13 +355,16 @@ impl Fs {
 
     /// Drops `n` lookup references; an unlinked inode is freed at zero.
     pub fn forget(&self, ino: u64, n: u64) {
-        let Ok(r) = self.iget(ino) else { return };
-        let (free, unused) = {
-            let mut g = r.write();
-            g.lookups = g.lookups.saturating_sub(n);
-            (g.lookups == 0 && g.d.nlink == 0 && !g.freed, g.lookups == 0)
+        let (free, unused) = match self.icache.forget_uncached(ino, n) {
+            // Not in core: it has links (see `inode`), nothing to free.
+            Some(left) => (false, left == 0),
+            None => {
+                let Ok(r) = self.iget(ino) else { return };
+                let g = r.write();
+                let left = self.icache.sub_lookups(ino, n);
+                (left == 0 && g.d.nlink == 0 && !g.freed, left == 0)
+            }
         };
-        drop(r);
         if unused {
             // The kernel holds the file no more: its stream has ended.
             self.meta.alloc.discard_prealloc(&self.meta.bufs, ino);
@@ -370,7 +374,7 @@ impl Fs {
                 let r = self.icache.get(&self.meta, ino)?;
                 let mut g = r.write();
                 tx.require(self.drop_link_credits(&g)?)?;
-                if g.lookups == 0 && g.d.nlink == 0 && !g.freed {
+                if self.icache.lookups(ino) == 0 && g.d.nlink == 0 && !g.freed {
                     self.release_unlinked(tx, &mut g)?;
                 }
                 Ok(())

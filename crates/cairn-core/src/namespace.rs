@@ -11,6 +11,13 @@
 //! Locking: the parent and child inodes are locked in inode-number order
 //! (`inode::lock_many`); an entry found before locking is looked up again
 //! under the locks.
+//!
+//! The dentry cache (`dcache`): each operation drops the names it changes
+//! under the directory's exclusive lock before changing the tree, and caches
+//! the new state (the new inode, or a negative entry after unlink and rmdir)
+//! once it succeeded, still under the lock. The EEXIST checks of create and
+//! link ask the cache first: the kernel's LOOKUP before a create has left a
+//! negative entry there.
 
 use crate::error::{FsError, Result};
 use crate::file;
@@ -82,7 +89,7 @@ impl Fs {
             if pg.d.nlink == 0 {
                 return Err(FsError::Errno(libc::ENOENT));
             }
-            if dir::lookup(&self.meta, &pg, name)?.is_some() {
+            if self.lookup_name(&pg, name)?.is_some() {
                 return Err(FsError::Errno(libc::EEXIST));
             }
             let is_dir = mode & S_IFMT == S_IFDIR;
@@ -109,6 +116,7 @@ impl Fs {
             let (ino, d) = self.new_inode(tx, ctx, &pg, mode, rdev)?;
             let r = self.icache.insert(ino, d);
             let mut st = r.write();
+            self.dcache.invalidate(&pg, name);
             let filled = (|| {
                 if let Some(t) = target {
                     if t.len() <= DATA_AREA {
@@ -135,7 +143,7 @@ impl Fs {
                 }
                 return Err(e);
             }
-            st.lookups += 1;
+            self.icache.add_lookups(ino, 1);
             let t = now();
             pg.d.mtime = t;
             pg.d.ctime = t;
@@ -143,6 +151,7 @@ impl Fs {
                 pg.d.nlink += 1;
             }
             self.store(tx, &pg)?;
+            self.dcache.insert(&pg, name, Some((ino, dtype_of_mode(mode))));
             Ok(self.attr(&st))
         })
     }
@@ -188,7 +197,7 @@ impl Fs {
             d.nlink = 0;
             let r = self.icache.insert(ino, d);
             let mut st = r.write();
-            st.lookups = 1;
+            self.icache.add_lookups(ino, 1);
             self.orphan_add(tx, &mut st)?;
             acls.apply(tx, &mut st)?;
             self.store(tx, &st)?;
@@ -211,7 +220,7 @@ impl Fs {
                 if pg.d.nlink == 0 {
                     return Err(FsError::Errno(libc::ENOENT));
                 }
-                if dir::lookup(&self.meta, pg, newname)?.is_some() {
+                if self.lookup_name(pg, newname)?.is_some() {
                     return Err(FsError::Errno(libc::EEXIST));
                 }
             }
@@ -230,6 +239,7 @@ impl Fs {
             let t = now();
             {
                 let pg = find(&mut gs, newparent);
+                self.dcache.invalidate(pg, newname);
                 dir::add(tx, pg, newname, ino, dtype_of_mode(mode))?;
                 pg.d.mtime = t;
                 pg.d.ctime = t;
@@ -241,9 +251,11 @@ impl Fs {
             if cg.d.nlink == 1 {
                 self.orphan_remove(tx, cg)?;
             }
-            cg.lookups += 1;
+            self.icache.add_lookups(ino, 1);
             self.store(tx, cg)?;
-            Ok(self.attr(cg))
+            let attr = self.attr(cg);
+            self.dcache.insert(find(&mut gs, newparent), newname, Some((ino, dtype_of_mode(mode))));
+            Ok(attr)
         })
     }
 
@@ -298,6 +310,7 @@ impl Fs {
             let t = now();
             {
                 let pg = find(&mut gs, parent);
+                self.dcache.invalidate(pg, name);
                 dir::remove(tx, pg, key)?;
                 pg.d.mtime = t;
                 pg.d.ctime = t;
@@ -306,7 +319,9 @@ impl Fs {
                 }
                 self.store(tx, pg)?;
             }
-            self.drop_link(tx, find(&mut gs, ino), want_dir)
+            self.drop_link(tx, find(&mut gs, ino), want_dir)?;
+            self.dcache.insert(find(&mut gs, parent), name, None);
+            Ok(())
         })
     }
 

@@ -214,7 +214,7 @@ impl Fs {
         for r in logged {
             let (ino, unused) = {
                 let g = r.read();
-                (g.ino, g.lookups == 0)
+                (g.ino, self.icache.lookups(g.ino) == 0)
             };
             drop(r);
             if unused {

@@ -5,6 +5,9 @@
 //! lookups are repeated under the locks and the operation retried if the
 //! names moved meanwhile. Moving a directory rewrites its `parent` field
 //! ("..") and the two parents' link counts in the same transaction.
+//! Both names leave the dentry cache before the trees change and come back
+//! (the source negative, or the other inode after an exchange) once the
+//! rename succeeded, under the parents' exclusive locks.
 
 use crate::dir;
 use crate::error::{FsError, Result};
@@ -93,6 +96,9 @@ pub fn rename(
             }
         }
         let t = now_ts();
+        // Both names change (or fail half-way): uncached until done.
+        fs.dcache.invalidate(find(&mut gs, parent), name);
+        fs.dcache.invalidate(find(&mut gs, newparent), newname);
         if flags & RENAME_EXCHANGE != 0 {
             let Some((k2, dino)) = dst else { return Err(FsError::Errno(libc::ENOENT)) };
             let dst_mode = find(&mut gs, dino).d.mode;
@@ -155,6 +161,12 @@ pub fn rename(
             g.d.ctime = t;
             fs.store(tx, g)?;
         }
+        let old_name = match (flags & RENAME_EXCHANGE != 0, dst) {
+            (true, Some((_, dino))) => Some((dino, dtype_of_mode(find(&mut gs, dino).d.mode))),
+            _ => None,
+        };
+        fs.dcache.insert(find(&mut gs, parent), name, old_name);
+        fs.dcache.insert(find(&mut gs, newparent), newname, Some((src, dtype_of_mode(src_mode))));
         return Ok(());
     }
     Err(FsError::Errno(libc::EAGAIN))

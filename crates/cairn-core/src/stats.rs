@@ -80,6 +80,7 @@ pub fn collect(fs: &Fs) -> Vec<(String, u64)> {
     fs.txm.publish(&mut put);
     fs.meta.bufs.publish(&mut put);
     fs.icache.publish(&mut put);
+    fs.dcache.publish(&mut put);
     fs.ow.publish(&mut put);
     fs.reaper.publish(&mut put);
     fs.meta.xattrs.cache.publish(&mut put);

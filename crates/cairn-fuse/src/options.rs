@@ -6,7 +6,8 @@
 //! | option | meaning | default |
 //! |---|---|---|
 //! | `commit=SECONDS` | journal commit interval | 5 |
-//! | `cache_mb=N` | metadata buffer cache size, MiB | 256 |
+//! | `cache_mb=N` | memory for caches, MiB: the metadata buffer cache gets 3/4, the in-core inode cache and the dentry cache 1/8 each (see below) | 1/16 of RAM, 64..1024 |
+//! | `lru_caches=0\|1` | bound the inode cache and keep a dentry cache (1), or keep every inode the kernel holds in core and read the directory on every LOOKUP, the buffer cache getting all of `cache_mb` (0, for comparison) | 1 |
 //! | `errors=continue\|remount-ro\|shutdown` | what corruption or an I/O error does (ext4's names) | remount-ro |
 //! | `threads=N` | FUSE worker threads (1..64) | 2 |
 //! | `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S` | kernel cache lifetimes (seconds, fractions allowed) | 60 |
@@ -20,6 +21,16 @@
 //! | `sync_delete` | free deleted files on the calling thread instead of the reaper thread | off |
 //! | `delaylog=0\|1` | delayed logging: log only the changed chunks of each metadata block and defer home writes until the log needs the room (1), or log whole blocks and write them home at every commit (0) | 1 |
 //! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
+//!
+//! `cache_mb` bounds the daemon's memory: the three caches stay within it,
+//! beyond it only by what busy inodes pin (open unlinked files, inodes in
+//! use). Outside it: a fixed overhead of about 10–21 bytes per inode the
+//! kernel holds one lookup reference on (19–37 with more than one; the
+//! lookup-count table, see `cairn_core`'s `inode` module); the commit's
+//! working set (dirty and in-flight metadata buffers, which the buffer cache
+//! cannot drop before their checkpoint is home, and the commit's copy of
+//! them), bounded by the journal's size rather than by `cache_mb`; code and
+//! thread stacks.
 //!
 //! Only *fuseblk* connections receive FUSE_SYNCFS from the kernel (plain
 //! `fuse` mounts never do: an unprivileged server could stall `sync(1)`), so
@@ -76,7 +87,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            engine: MountOptions { cache_blocks: 65536, ..MountOptions::default() },
+            engine: MountOptions::default(),
             adapter: AdapterOptions::default(),
             threads: 2,
             allow_other: false,
@@ -119,6 +130,7 @@ fn switch(key: &str, v: &str) -> Result<bool, String> {
 pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
     let mut s = Settings::default();
     let mut timeouts = Timeouts::default();
+    let mut cache_mb = default_cache_mb();
     for group in groups {
         for opt in group.as_ref().split(',').map(str::trim).filter(|o| !o.is_empty()) {
             let (key, val) = match opt.split_once('=') {
@@ -134,10 +146,8 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                     }
                     s.engine.commit_interval = d;
                 }
-                "cache_mb" => {
-                    let mb = number(key, need()?, 4, 1 << 20)?;
-                    s.engine.cache_blocks = (mb << 20) as usize / 4096;
-                }
+                "cache_mb" => cache_mb = number(key, need()?, 4, 1 << 20)?,
+                "lru_caches" => s.engine.lru_caches = switch(key, need()?)?,
                 "errors" => {
                     let v = need()?;
                     s.engine.errors = cairn_core::ErrorPolicy::parse(v)
@@ -194,7 +204,35 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
         }
     }
     s.adapter.timeouts = timeouts;
+    split_cache(&mut s.engine, cache_mb);
     Ok(s)
+}
+
+/// `cache_mb`'s default: a sixteenth of the machine's memory, 64 MiB to
+/// 1 GiB (256 MiB when /proc/meminfo cannot be read).
+pub fn default_cache_mb() -> u64 {
+    let total_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+        line.split_whitespace().nth(1)?.parse::<u64>().ok()
+    });
+    match total_kib {
+        Some(k) => (k / 1024 / 16).clamp(64, 1024),
+        None => 256,
+    }
+}
+
+/// Splits `cache_mb` between the buffer cache (3/4, counted in 4 KiB
+/// blocks), the inode cache and the dentry cache (1/8 each); with
+/// `lru_caches=0` the buffer cache gets it all, as before those caches.
+fn split_cache(e: &mut MountOptions, mb: u64) {
+    let bytes = (mb << 20) as usize;
+    if e.lru_caches {
+        e.cache_blocks = bytes / 4 * 3 / 4096;
+        e.inode_cache_bytes = bytes / 8;
+        e.dentry_cache_bytes = bytes / 8;
+    } else {
+        e.cache_blocks = bytes / 4096;
+    }
 }
 
 #[cfg(test)]
@@ -210,6 +248,22 @@ mod tests {
         assert_eq!(s.adapter.timeouts.entry, Duration::from_millis(500));
         assert_eq!(s.adapter.timeouts.attr, Duration::from_secs(60));
         assert!(!s.engine.read_only);
+    }
+
+    #[test]
+    fn cache_mb_is_split_between_the_caches() {
+        let s = parse(&["cache_mb=64"]).unwrap();
+        assert!(s.engine.lru_caches);
+        assert_eq!(s.engine.cache_blocks, 48 << 20 >> 12);
+        assert_eq!(s.engine.inode_cache_bytes, 8 << 20);
+        assert_eq!(s.engine.dentry_cache_bytes, 8 << 20);
+        let s = parse(&["lru_caches=0,cache_mb=64"]).unwrap();
+        assert!(!s.engine.lru_caches);
+        assert_eq!(s.engine.cache_blocks, 64 << 20 >> 12);
+        assert!(parse(&["lru_caches=2"]).is_err());
+        let d = default_cache_mb();
+        assert!((64..=1024).contains(&d));
+        assert_eq!(parse::<&str>(&[]).unwrap().engine.inode_cache_bytes, (d << 20) as usize / 8);
     }
 
     #[test]

@@ -255,11 +255,16 @@ struct Checked {
     replayed: usize,
 }
 
+/// The inode and dentry caches scale with the buffer cache: the tiny
+/// cache's 64 blocks give room for about 64 inodes and 128 dentries, so
+/// in-core inodes are dropped and read back between commits too.
 fn opts(cfg: &Config) -> MountOptions {
     MountOptions {
         commit_interval: Duration::from_secs(3600),
         cache_blocks: cfg.cache_blocks,
         delaylog: cfg.delaylog,
+        inode_cache_bytes: cfg.cache_blocks * 512,
+        dentry_cache_bytes: cfg.cache_blocks * 256,
         ..Default::default()
     }
 }

@@ -2,6 +2,7 @@
 
 mod basic;
 mod big_delete;
+mod caches;
 mod cil;
 mod common;
 mod concurrency;

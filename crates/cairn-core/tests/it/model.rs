@@ -25,7 +25,13 @@ struct Setup {
 const NORMAL: Setup = Setup { journal_blocks: None, cache_blocks: 65536, flush_delay: Duration::ZERO };
 
 fn mount_with(dev: &Arc<dyn BlockDevice>, setup: &Setup) -> Arc<Fs> {
-    let opts = MountOptions { cache_blocks: setup.cache_blocks, ..Default::default() };
+    // The inode and dentry caches scale with the buffer cache (tiny with it).
+    let opts = MountOptions {
+        cache_blocks: setup.cache_blocks,
+        inode_cache_bytes: setup.cache_blocks * 512,
+        dentry_cache_bytes: setup.cache_blocks * 256,
+        ..Default::default()
+    };
     Fs::mount(dev.clone(), opts).expect("mount")
 }
 
