@@ -216,7 +216,10 @@ impl Fs {
         }
         let fs = Arc::new(Fs {
             meta,
-            txm: TxManager::new(journal, Latch::new(opts.errors, had_errors)),
+            // A checkpoint's dirty buffers cannot be evicted before its push,
+            // and the push copies them: a quarter of the cache at most, so a
+            // small `cache_mb` bounds the commit's working set too.
+            txm: TxManager::new(journal, Latch::new(opts.errors, had_errors), (cache_blocks / 4).max(256) as u64),
             icache: InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes)),
             dcache: DentryCache::new(opts.lru_caches.then_some(opts.dentry_cache_bytes)),
             orphan_root: Mutex::new(sb.orphan_root),

@@ -3,7 +3,9 @@
 //!
 //! ## Limits
 //! One checkpoint is one log record, and a record may fill at most a third
-//! of the ring (`log`). The manager keeps the invariant
+//! of the ring (`log`); it also holds at most a quarter of the buffer cache
+//! (its dirty buffers stay in memory until the push, which copies them). The
+//! manager keeps the invariant
 //! `dirty buffers + outstanding reservations <= limit`, with
 //! `limit = max record images - MARGIN`: a handle is admitted only if its
 //! credits fit; otherwise the caller commits (emptying the running
@@ -74,8 +76,10 @@ pub struct TxManager {
 }
 
 impl TxManager {
-    pub fn new(log: Journal, latch: Latch) -> TxManager {
-        let limit = log.max_record_images().saturating_sub(MARGIN).max(1);
+    /// `max_dirty`: the most buffers one checkpoint may hold whatever the
+    /// log's room (the memory the caller allows a checkpoint).
+    pub fn new(log: Journal, latch: Latch, max_dirty: u64) -> TxManager {
+        let limit = log.max_record_images().min(max_dirty).saturating_sub(MARGIN).max(1);
         TxManager {
             log,
             latch,
