@@ -193,6 +193,23 @@ where
     })
 }
 
+/// Waits for a phase's workers; returns the phase's seconds (since `t0`)
+/// and, if they succeeded, the seconds of the commit that follows.
+fn join_and_commit(
+    fs: &Fs,
+    worker: std::thread::JoinHandle<Result<(), String>>,
+    t0: Instant,
+) -> (f64, Result<f64, String>) {
+    let res = worker.join().unwrap_or_else(|_| Err("the worker threads panicked".into()));
+    let seconds = t0.elapsed().as_secs_f64();
+    let r = res.and_then(|()| {
+        let t = Instant::now();
+        fs.sync_fs().map_err(|e| err("commit", e))?;
+        Ok(t.elapsed().as_secs_f64())
+    });
+    (seconds, r)
+}
+
 /// Phase 1: returns its JSON.
 fn create_phase(a: &FsmarkArgs<'_>) -> Result<Value, String> {
     let (fs, io) = mount_counted(a)?;
@@ -227,13 +244,7 @@ fn create_phase(a: &FsmarkArgs<'_>) -> Result<Value, String> {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    let res = worker.join().unwrap_or_else(|_| Err("the create threads panicked".into()));
-    let seconds = t0.elapsed().as_secs_f64();
-    let r = res.and_then(|()| {
-        let t = Instant::now();
-        fs.sync_fs().map_err(|e| err("commit", e))?;
-        Ok(t.elapsed().as_secs_f64())
-    });
+    let (seconds, r) = join_and_commit(&fs, worker, t0);
     let journal = journal_bytes(&fs);
     let peak = status_kib("VmHWM");
     let t = Instant::now();
@@ -384,13 +395,7 @@ fn walk_and_unlink(a: &FsmarkArgs<'_>) -> Result<(Value, Option<Value>), String>
         let (fs, removed) = (fs.clone(), removed.clone());
         in_threads(a.threads, move |t| remove_tree(&fs, t, &removed))
     };
-    let res = worker.join().unwrap_or_else(|_| Err("the unlink threads panicked".into()));
-    let seconds = t0.elapsed().as_secs_f64();
-    let r = res.and_then(|()| {
-        let t = Instant::now();
-        fs.sync_fs().map_err(|e| err("commit", e))?;
-        Ok(t.elapsed().as_secs_f64())
-    });
+    let (seconds, r) = join_and_commit(&fs, worker, t0);
     let journal = journal_bytes(&fs) - j1;
     let peak = status_kib("VmHWM");
     let un = fs.unmount();

@@ -104,14 +104,20 @@ fn check_pattern(img: &Path, before: &[(GroupDesc, Vec<u8>)], used: u64, period:
     free_total
 }
 
-fn dd(img: &Path, name: &str, count: &str, extra: &[&str]) -> serde_json::Value {
-    let mut args = vec!["debug", "dd", p(img), "--path", name, "--bs", "2M", "--count", count];
-    args.extend_from_slice(extra);
+/// Runs a `cairn debug` tool that prints JSON, checks that it succeeded and
+/// that its stderr holds each of `said`, and returns the JSON.
+fn debug_json(args: &[&str], extra: &[&str], said: &[&str]) -> serde_json::Value {
+    let args: Vec<&str> = args.iter().chain(extra).copied().collect();
     let o = run(&args);
-    assert!(o.status.success(), "debug dd: {}", text(&o));
+    assert!(o.status.success(), "{}: {}", args[..2].join(" "), text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("run 1: ") && err.contains("useless_loops"), "{err}");
-    serde_json::from_slice(&o.stdout).expect("debug dd prints JSON")
+    assert!(said.iter().all(|s| err.contains(s)), "{err}");
+    serde_json::from_slice(&o.stdout).expect("the tool prints JSON")
+}
+
+fn dd(img: &Path, name: &str, count: &str, extra: &[&str]) -> serde_json::Value {
+    let args = ["debug", "dd", p(img), "--path", name, "--bs", "2M", "--count", count];
+    debug_json(&args, extra, &["run 1: ", "useless_loops"])
 }
 
 #[test]
@@ -269,13 +275,8 @@ fn a_fragmented_image_mounts_through_fuse() {
 }
 
 fn fsmark(img: &Path, extra: &[&str]) -> serde_json::Value {
-    let mut args = vec!["debug", "fsmark", p(img), "--files", "3001", "--threads", "3", "--dirs", "7"];
-    args.extend_from_slice(extra);
-    let o = run(&args);
-    assert!(o.status.success(), "debug fsmark: {}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("create: 3001 files") && err.contains("walk: "), "{err}");
-    serde_json::from_slice(&o.stdout).expect("debug fsmark prints JSON")
+    let args = ["debug", "fsmark", p(img), "--files", "3001", "--threads", "3", "--dirs", "7"];
+    debug_json(&args, extra, &["create: 3001 files", "walk: "])
 }
 
 /// `cairn debug fsmark` (seed 001 through the engine): what it says it
