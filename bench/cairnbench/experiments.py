@@ -250,11 +250,34 @@ def reset_peak_rss(pid):
         pass
 
 
-class Profile:
-    """`perf record -g -p PID` for one phase, then the top symbols (self
-    time) and threads as text in the profile directory."""
+PERF_TOP = 15
 
-    TOP = 15
+
+def perf_summary(data, path, title, time_range=None):
+    """Writes the top symbols (self time: all, cairn's own) and threads of
+    perf data file `data` to `path`; `time_range` (start, end) in the
+    recording's clock cuts out one phase."""
+    lines = [f"# {title}; self time, top {PERF_TOP}", ""]
+    cut = ["--time", f"{time_range[0]:.6f},{time_range[1]:.6f}"] if time_range else []
+    views = [
+        ("all samples, by dso,symbol", ["--sort", "dso,symbol"]),
+        ("cairn's own code only (--dsos cairn; % of all samples)", ["--sort", "symbol", "--dsos", "cairn",
+                                                                    "--percentage", "absolute"]),
+        ("by thread", ["--sort", "comm"]),
+    ]
+    for name, args in views:
+        r = run(["perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none", *cut, *args],
+                check=False, capture_output=True, text=True)
+        rows = [re.sub(r"(\s+-)+\s*$", "", ln).rstrip() for ln in r.stdout.splitlines()
+                if re.match(r"^\s+[\d.]+%", ln)]
+        lines += [f"## {name}", "", *rows[:PERF_TOP], ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+class Profile:
+    """`perf record -g -p PID` for one phase, then `perf_summary` as
+    PROFILE_DIR/TAG.txt."""
 
     def __init__(self, outdir, tag, pid):
         self.outdir, self.tag, self.proc = outdir, tag, None
@@ -277,21 +300,8 @@ class Profile:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        lines = [f"# perf record -g -F 999 -p DAEMON ({self.tag}); self time, top {self.TOP}", ""]
-        views = [
-            ("all samples, by dso,symbol", ["--sort", "dso,symbol"]),
-            ("cairn's own code only (--dsos cairn; % of all samples)", ["--sort", "symbol", "--dsos", "cairn",
-                                                                        "--percentage", "absolute"]),
-            ("by thread", ["--sort", "comm"]),
-        ]
-        for title, args in views:
-            r = run(["perf", "report", "-i", self.data, "--stdio", "--no-children", "-g", "none", *args],
-                    check=False, capture_output=True, text=True)
-            rows = [re.sub(r"(\s+-)+\s*$", "", ln).rstrip() for ln in r.stdout.splitlines()
-                    if re.match(r"^\s+[\d.]+%", ln)]
-            lines += [f"## {title}", "", *rows[: self.TOP], ""]
-        with open(os.path.join(self.outdir, f"{self.tag}.txt"), "w") as f:
-            f.write("\n".join(lines))
+        perf_summary(self.data, os.path.join(self.outdir, f"{self.tag}.txt"),
+                     f"perf record -g -F 999 -p DAEMON ({self.tag})")
         os.unlink(self.data)
 
 
@@ -461,12 +471,26 @@ class FsMarkScale(FsMark):
         return res
 
     def run_engine(self, fs, v):
-        r = run([fs.cairn, "debug", "fsmark", fs.image, "--files", str(v["files"]), "--threads",
-                 str(self.THREADS), "--dirs", str(v["dirs"]), "--per-dir", str(v["per_dir"]), "--rows",
-                 str(v["loops"])], capture_output=True, text=True, check=False)
+        cmd = [fs.cairn, "debug", "fsmark", fs.image, "--files", str(v["files"]), "--threads",
+               str(self.THREADS), "--dirs", str(v["dirs"]), "--per-dir", str(v["per_dir"]), "--rows",
+               str(v["loops"])]
+        data = None
+        if self.profile_dir:  # the whole run on CLOCK_MONOTONIC, cut by phase below
+            os.makedirs(self.profile_dir, exist_ok=True)
+            data = os.path.join(self.profile_dir, f"{fs.name}-{count_label(v['files'])}.perf.data")
+            cmd = ["perf", "record", "-g", "-F", "999", "-k", "CLOCK_MONOTONIC", "-o", data, "--", *cmd]
+        r = run(cmd, capture_output=True, text=True, check=False)
         if r.returncode:
             raise RuntimeError(f"cairn debug fsmark failed: {r.stderr.strip()[-500:]}")
         j = json.loads(r.stdout)
+        if data:
+            for ph in ("create", "walk", "unlink"):
+                if j.get(ph):
+                    tag = f"{fs.name}-{count_label(v['files'])}-{ph}"
+                    perf_summary(data, os.path.join(self.profile_dir, f"{tag}.txt"),
+                                 f"perf record -g -F 999 -k CLOCK_MONOTONIC -- cairn debug fsmark ({tag})",
+                                 j[ph]["monotonic"])
+            os.unlink(data)
         n = j["create"]["files"]
         per_row = [(v["per_loop"], row["files_per_s"]) for row in j["create"]["rows"]]
         res = {

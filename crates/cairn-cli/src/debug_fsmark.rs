@@ -30,7 +30,9 @@
 //! wrapper around the image file: the image-file equivalent of the loop
 //! device's counters the FUSE runs read). The create phase also has a row
 //! per `--rows`th of the files (files/s of each tenth, say), as fs_mark
-//! prints one row per loop. Output: JSON on stdout, one line per phase on
+//! prints one row per loop. Each phase also gives its start and end on
+//! CLOCK_MONOTONIC (`monotonic`), to cut a `perf record -k CLOCK_MONOTONIC`
+//! of the whole run by phase. Output: JSON on stdout, one line per phase on
 //! stderr.
 
 use crate::debug_dd::{mount_on, XorShift};
@@ -128,6 +130,19 @@ fn reset_peak_rss() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
+/// CLOCK_MONOTONIC in seconds: the clock `perf record -k CLOCK_MONOTONIC`
+/// stamps samples with, so a profile of the whole run can be cut by phase
+/// (`perf report --time START,END`).
+fn mono() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec that we own.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
 fn journal_bytes(fs: &Fs) -> u64 {
     fs.stats().into_iter().find(|(k, _)| k == "journal.bytes_logged").map_or(0, |(_, v)| v)
 }
@@ -218,6 +233,7 @@ fn create_phase(a: &FsmarkArgs<'_>) -> Result<Value, String> {
     let done = Arc::new(AtomicU64::new(0));
     let rss_reset = reset_peak_rss();
     let t0 = Instant::now();
+    let m0 = mono();
     let worker = {
         let (fs, done) = (fs.clone(), done.clone());
         let (dirs, extra) = (a.dirs, a.files % u64::from(a.threads));
@@ -257,6 +273,7 @@ fn create_phase(a: &FsmarkArgs<'_>) -> Result<Value, String> {
         "files": files,
         "per_dir": per_dir,
         "seconds": seconds,
+        "monotonic": [m0, m0 + seconds],
         "files_per_s": files as f64 / seconds.max(1e-9),
         "commit_seconds": commit_seconds,
         "unmount_seconds": t.elapsed().as_secs_f64(),
@@ -357,6 +374,7 @@ fn walk_and_unlink(a: &FsmarkArgs<'_>) -> Result<(Value, Option<Value>), String>
     let mount_seconds = t.elapsed().as_secs_f64();
     let j0 = journal_bytes(&fs);
     let t0 = Instant::now();
+    let m0 = mono();
     let walked = walk(&fs);
     let walk_seconds = t0.elapsed().as_secs_f64();
     let walk_io = io.json();
@@ -374,6 +392,7 @@ fn walk_and_unlink(a: &FsmarkArgs<'_>) -> Result<(Value, Option<Value>), String>
         "files": files,
         "dirs": dirs,
         "seconds": walk_seconds,
+        "monotonic": [m0, m0 + walk_seconds],
         "entries_per_s": entries as f64 / walk_seconds.max(1e-9),
         "mount_seconds": mount_seconds,
         "caches_dropped": cache,
@@ -391,6 +410,7 @@ fn walk_and_unlink(a: &FsmarkArgs<'_>) -> Result<(Value, Option<Value>), String>
     let rss_reset = reset_peak_rss();
     let removed = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
+    let m0 = mono();
     let worker = {
         let (fs, removed) = (fs.clone(), removed.clone());
         in_threads(a.threads, move |t| remove_tree(&fs, t, &removed))
@@ -406,6 +426,7 @@ fn walk_and_unlink(a: &FsmarkArgs<'_>) -> Result<(Value, Option<Value>), String>
     let unlink = json!({
         "files": n,
         "seconds": seconds,
+        "monotonic": [m0, m0 + seconds],
         "files_per_s": n as f64 / seconds.max(1e-9),
         "commit_seconds": commit_seconds,
         "peak_rss_kib": peak,
