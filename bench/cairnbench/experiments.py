@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 
+from . import fs as fsmod
 from .fs import run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -23,8 +24,13 @@ DBENCH_LOAD = "/usr/share/dbench/client.txt"
 
 
 class Metric:
-    def __init__(self, key, unit, higher_better, label):
+    """One measured quantity; `table=False` keeps it out of the per-metric
+    tables and charts (it is still in results.json and in an experiment's
+    own summary tables)."""
+
+    def __init__(self, key, unit, higher_better, label, table=True):
         self.key, self.unit, self.higher_better, self.label = key, unit, higher_better, label
+        self.table = table
 
 
 class Experiment:
@@ -43,6 +49,12 @@ class Experiment:
     # "bars": horizontal bars grouped by variant; "columns": vertical bars,
     # one cluster per variant (e.g. IOPS against job count, as seed 004's charts).
     chart = "bars"
+    # In the list `bench/run` runs when no experiment is named.
+    in_default = True
+    # Extra kernel mount options per file system, e.g. {"ext4": ["noinit_itable"]}.
+    mount_options = {}
+    # Set by `bench/run --profile`: where per-phase profiles go (or None).
+    profile_dir = None
 
     def variants(self, quick):
         return [{"label": "-"}]
@@ -50,6 +62,14 @@ class Experiment:
     def fs_size(self, quick):
         """Size of each file system in bytes, or None for the runner's default."""
         return None
+
+    def variant_fs_size(self, v):
+        """Size of each file system for variant `v`, or None for `fs_size`."""
+        return None
+
+    def summary(self, cells, fs_order, quick):
+        """Markdown lines shown above the per-metric tables (or [])."""
+        return []
 
     def describe(self, quick):
         return ""
@@ -172,6 +192,386 @@ class FsMark(Experiment):
         res["walk"] = walked / run_parallel([["find", d, "-printf", "%y %s\n"] for d in dirs])
         res["unlink"] = n / run_parallel([["rm", "-rf", d] for d in dirs])
         return res
+
+
+def parse_count(s):
+    """A file count: 100000, 100k, 1M, 5M."""
+    t = s.strip().lower()
+    mult = {"k": 1_000, "m": 1_000_000}.get(t[-1:], 1)
+    try:
+        n = int(float(t[:-1] if mult > 1 else t) * mult)
+    except ValueError:
+        raise ValueError(f"{s!r} is not a file count (e.g. 100k, 1M, 5M)") from None
+    if n < 1000:
+        raise ValueError(f"{s!r}: at least 1000 files")
+    return n
+
+
+def count_label(n):
+    return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
+def fsmark_rows(stdout):
+    """fs_mark's result rows: [(cumulative count, files/s)], one per loop."""
+    rows = [ln.split() for ln in stdout.splitlines() if re.match(r"^\s*\d+\s+\d+\s+\d+\s+[\d.]+", ln)]
+    return [(int(r[1]), float(r[3])) for r in rows]
+
+
+def window_rate(rows, first, window):
+    """files/s over the first (or last) `window` files of fs_mark's rows
+    [(files in the row, files/s)]: files over the sum of the rows' times."""
+    seq = rows if first else rows[::-1]
+    files = secs = 0
+    for n, rate in seq:
+        if files >= window:
+            break
+        files += n
+        secs += n / rate if rate else 0
+    return files / secs if secs else None
+
+
+def peak_rss_mib(pid):
+    """VmHWM of process `pid` in MiB (None if gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            kib = next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:"))
+        return kib / 1024
+    except (OSError, StopIteration, TypeError):
+        return None
+
+
+def reset_peak_rss(pid):
+    """Resets VmHWM of `pid` to its current RSS (clear_refs 5), so the next
+    reading is the peak of what follows."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+PERF_TOP = 15
+
+
+def perf_summary(data, path, title, time_range=None):
+    """Writes the top symbols (self time: all, cairn's own) and threads of
+    perf data file `data` to `path`; `time_range` (start, end) in the
+    recording's clock cuts out one phase."""
+    lines = [f"# {title}; self time, top {PERF_TOP}", ""]
+    cut = ["--time", f"{time_range[0]:.6f},{time_range[1]:.6f}"] if time_range else []
+    views = [
+        ("all samples, by dso,symbol", ["--sort", "dso,symbol"]),
+        ("cairn's own code only (--dsos cairn; % of all samples)", ["--sort", "symbol", "--dsos", "cairn",
+                                                                    "--percentage", "absolute"]),
+        ("by thread", ["--sort", "comm"]),
+    ]
+    for name, args in views:
+        r = run(["perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none", *cut, *args],
+                check=False, capture_output=True, text=True)
+        rows = [re.sub(r"(\s+-)+\s*$", "", ln).rstrip() for ln in r.stdout.splitlines()
+                if re.match(r"^\s+[\d.]+%", ln)]
+        lines += [f"## {name}", "", *rows[:PERF_TOP], ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+class Profile:
+    """`perf record -g -p PID` for one phase, then `perf_summary` as
+    PROFILE_DIR/TAG.txt."""
+
+    def __init__(self, outdir, tag, pid):
+        self.outdir, self.tag, self.proc = outdir, tag, None
+        if not outdir or not pid:
+            return
+        os.makedirs(outdir, exist_ok=True)
+        self.data = os.path.join(outdir, f"{tag}.perf.data")
+        self.proc = subprocess.Popen(
+            ["perf", "record", "-g", "-F", "999", "-o", self.data, "-p", str(pid)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        time.sleep(0.5)  # perf attaches
+
+    def stop(self):
+        if not self.proc:
+            return
+        self.proc.send_signal(2)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        perf_summary(self.data, os.path.join(self.outdir, f"{self.tag}.txt"),
+                     f"perf record -g -F 999 -p DAEMON ({self.tag})")
+        os.unlink(self.data)
+
+
+class FsMarkScale(FsMark):
+    """Seed 001 at the seed's scale, as far as 2 cores and 24 GiB allow."""
+
+    name = "fsmark-scale"
+    seed = "001 (XFS delayed logging, list_lru), at 1 and 5 million files"
+    title = "fs_mark create, cold find walk, parallel rm -rf, at millions of empty files"
+    in_default = False
+    extra_fs = [fsmod.ENGINE]
+    # ext4's lazyinit thread zeroes the inode tables of a new file system in
+    # the background, hundreds of MB on these sizes: it would count as the
+    # benchmark's writes. noinit_itable keeps it from starting.
+    mount_options = {"ext4": ["noinit_itable"]}
+    files = None  # bench/run --files
+    # fuse2fs creates about 2,000 files/s and walks 1,500 entries/s here
+    # (100k files: 47 s, 66 s, 36 s): above this count it is left out.
+    FUSE2FS_MAX = 1_000_000
+    THREADS = 2
+    PER_DIR = 2_500  # files per subdirectory at the end (fs_mark 3.3 overflows at 10,000)
+    metrics = [
+        Metric("create", "files/s", True, "create"),
+        Metric("create_first", "files/s", True, "create, first million (first fifth below 5M)"),
+        Metric("create_last", "files/s", True, "create, last million (last fifth below 5M)"),
+        Metric("walk", "entries/s", True, "cold walk (find -ctime 1)"),
+        Metric("unlink", "files/s", True, "parallel rm -rf"),
+        Metric("bytes_per_file", "B", False, "device bytes written per file created"),
+        Metric("journal_bytes_per_file", "B", False, "journal bytes per file created (cairn)"),
+        Metric("rss_create", "MiB", False, "daemon peak RSS, create"),
+        Metric("rss_walk", "MiB", False, "daemon peak RSS, walk", table=False),
+        Metric("rss_unlink", "MiB", False, "daemon peak RSS, unlink", table=False),
+        Metric("create_s", "s", False, "create time", table=False),
+        Metric("walk_s", "s", False, "walk time", table=False),
+        Metric("unlink_s", "s", False, "unlink time", table=False),
+        Metric("unlink_journal_bytes_per_file", "B", False, "journal bytes per file removed", table=False),
+        *[
+            Metric(f"{ph}_{d}_{u}", unit, True, f"{ph} {d} {unit}", table=False)
+            for ph in ("create", "walk", "unlink")
+            for d in ("read", "write")
+            for u, unit in (("iops", "IOPS"), ("mbps", "MB/s"))
+        ],
+    ]
+
+    def params(self, n):
+        per_loop = 100_000 if n >= 1_000_000 else max(self.THREADS, n // 10)
+        per_thread_loop = per_loop // self.THREADS
+        dirs = max(1, n // self.THREADS // self.PER_DIR)
+        return {
+            "label": f"{count_label(n)} files",
+            "files": per_loop * max(1, n // per_loop),
+            "loops": max(1, n // per_loop),
+            "per_loop": per_loop,
+            "n": per_thread_loop,
+            "dirs": dirs,
+            "per_dir": max(1, per_thread_loop // dirs),
+            "window": 1_000_000 if n >= 5_000_000 else max(1, n // 5),
+        }
+
+    def variants(self, quick):
+        return [self.params(n) for n in (self.files or ([100_000] if quick else [1_000_000, 5_000_000]))]
+
+    def variant_fs_size(self, v):
+        # 24 KiB per file, at least 4 GiB: ext4's and cairn's default 16 KiB
+        # per inode then hold 1.5x the files; XFS and btrfs allocate inodes
+        # as they go. Sparse: only what is written takes RAM.
+        return max(4 << 30, -(-v["files"] * 24 * 1024 // (1 << 30)) << 30)
+
+    def fsmark_cmd(self, v, mp):
+        cmd = ["fs_mark", "-S", "0", "-s", "0", "-L", str(v["loops"]), "-D", str(v["dirs"]), "-N",
+               str(v["per_dir"]), "-n", str(v["n"])]
+        for t in range(self.THREADS):
+            cmd += ["-d", os.path.join(mp, str(t))]
+        return cmd
+
+    def describe(self, quick):
+        vs = self.variants(quick)
+        cmds = "; ".join(f"{v['label']}: `{' '.join(self.fsmark_cmd(v, 'MP'))}`" for v in vs)
+        return (
+            f"Seed 001's three phases with {self.THREADS} fs_mark threads ({cmds}): one row per loop of "
+            f"{vs[0]['per_loop']:,} files, so the create rate of the first and of the last million files (the "
+            "first and last fifth below 5M) can be compared; each thread's directory ends with "
+            f"{self.PER_DIR:,} files in each subdirectory. Then `sync`, unmount, `echo 3 > "
+            "/proc/sys/vm/drop_caches`, mount, and the seed's cold walk `find MP -ctime 1` (one process; "
+            "it stats every inode, matches none), then `rm -rf MP/0` and `rm -rf MP/1` at once. Device "
+            "figures from the loop device's /sys/block/loopN/stat: bytes written per file from before "
+            "fs_mark until the unmount has finished; per phase, reads and writes completed (IOPS) and "
+            "sectors (MB/s = 10^6 B/s) over the phase's seconds, as the seed's iostat table. cairn: "
+            "journal bytes per file from `cairn stats` (`journal.bytes_logged` after fs_mark and a "
+            "`sync`), and the daemon's peak RSS per phase (VmHWM of the `cairn mount` process, reset at "
+            "the phase's start with `clear_refs`, read at its end; fuse2fs's likewise). `cairn-engine`: "
+            "the same three phases on cairn's engine in one process, no FUSE, no kernel caches "
+            "(`cairn debug fsmark IMG --files N --threads 2 --dirs D --per-dir N --rows LOOPS`: "
+            "`Fs::mknod`s in the same directory shape with fs_mark's 40-byte names, commit, unmount, "
+            "drop_caches, a new mount, a one-thread walk that looks up every entry, two threads that "
+            "unlink and rmdir); its device bytes are the bytes it `pwrite`s to the image file (it has "
+            "no loop device), its RSS that process's. File systems are sized 24 KiB per file (at least "
+            "4 GiB), sparse in the tmpfs, so that the default inode ratios of ext4 and cairn (16 KiB) "
+            "hold the files: no mkfs options. ext4 is mounted `-o noinit_itable` (its lazy inode-table "
+            "zeroing thread would otherwise write hundreds of MB during the run). The seed ran 16 threads "
+            "and 51 million files on XFS (`-D 10000 -N 1800`)."
+        )
+
+    def run(self, fs, v):
+        if fs.name == fsmod.ENGINE:
+            return self.run_engine(fs, v)
+        if fs.name == "fuse2fs" and v["files"] > self.FUSE2FS_MAX:
+            return {"skipped": f"fuse2fs runs up to {count_label(self.FUSE2FS_MAX)} files (hours above)"}
+        res = {}
+        n = v["files"]
+        prof = self.profile_dir if fs.is_cairn else None
+        tag = f"{fs.name}-{count_label(n)}"
+
+        def phase(name, fn):
+            pid = fs.daemon_pid()
+            if pid:
+                reset_peak_rss(pid)
+            p = Profile(prof, f"{tag}-{name}", pid)
+            st0, t0 = fs.device_stat(), time.time()
+            try:
+                out = fn()
+            finally:
+                secs = time.time() - t0
+                st1 = fs.device_stat()
+                p.stop()
+            res[f"{name}_s"] = secs
+            if pid:
+                res[f"rss_{name}"] = peak_rss_mib(pid)
+            if st0 and st1:
+                for d in ("read", "write"):
+                    res[f"{name}_{d}_iops"] = (st1[f"{d}s"] - st0[f"{d}s"]) / secs
+                    res[f"{name}_{d}_mbps"] = (st1[f"{d}_sectors"] - st0[f"{d}_sectors"]) * 512 / 1e6 / secs
+            return out
+
+        s0 = fs.sectors_written()
+        r = phase("create", lambda: run(self.fsmark_cmd(v, fs.mp), capture_output=True, text=True,
+                                        cwd=fs.scratch.path))
+        rows = fsmark_rows(r.stdout)
+        if len(rows) != v["loops"] or rows[-1][0] != n:
+            raise RuntimeError(f"fs_mark printed {len(rows)} of {v['loops']} rows:\n" + r.stdout[-2000:] + r.stderr[-2000:])
+        per_row = [(c - p, rate) for (c, rate), p in zip(rows, [0] + [c for c, _ in rows])]
+        res["create"] = n / res["create_s"]
+        res["create_first"] = window_rate(per_row, True, v["window"])
+        res["create_last"] = window_rate(per_row, False, v["window"])
+        run(["sync"])
+        c = fs.cairn_counters()
+        if c:
+            res["journal_bytes_per_file"] = c["journal.bytes_logged"] / n
+        if fs.name != "tmpfs":
+            fs.unmount()  # everything on the device (the daemons have exited)
+            res["bytes_per_file"] = bytes_per(fs, s0, n)
+        fs.remount_cold()  # drop caches, mount
+        entries = 1 + self.THREADS * (1 + v["dirs"]) + n
+        phase("walk", lambda: run(["find", fs.mp, "-ctime", "1"], stdout=subprocess.DEVNULL))
+        res["walk"] = entries / res["walk_s"]
+        c0 = fs.cairn_counters()
+        phase("unlink", lambda: run_parallel([["rm", "-rf", os.path.join(fs.mp, str(t))]
+                                              for t in range(self.THREADS)]))
+        res["unlink"] = n / res["unlink_s"]
+        if c0:
+            run(["sync"])
+            res["unlink_journal_bytes_per_file"] = (fs.cairn_counters()["journal.bytes_logged"]
+                                                    - c0["journal.bytes_logged"]) / n
+        left = os.listdir(fs.mp)
+        if any(x in left for x in map(str, range(self.THREADS))):
+            raise RuntimeError(f"rm -rf left {left}")
+        return res
+
+    def run_engine(self, fs, v):
+        cmd = [fs.cairn, "debug", "fsmark", fs.image, "--files", str(v["files"]), "--threads",
+               str(self.THREADS), "--dirs", str(v["dirs"]), "--per-dir", str(v["per_dir"]), "--rows",
+               str(v["loops"])]
+        data = None
+        if self.profile_dir:  # the whole run on CLOCK_MONOTONIC, cut by phase below
+            os.makedirs(self.profile_dir, exist_ok=True)
+            data = os.path.join(self.profile_dir, f"{fs.name}-{count_label(v['files'])}.perf.data")
+            cmd = ["perf", "record", "-g", "-F", "999", "-k", "CLOCK_MONOTONIC", "-o", data, "--", *cmd]
+        r = run(cmd, capture_output=True, text=True, check=False)
+        if r.returncode:
+            raise RuntimeError(f"cairn debug fsmark failed: {r.stderr.strip()[-500:]}")
+        j = json.loads(r.stdout)
+        if data:
+            for ph in ("create", "walk", "unlink"):
+                if j.get(ph):
+                    tag = f"{fs.name}-{count_label(v['files'])}-{ph}"
+                    perf_summary(data, os.path.join(self.profile_dir, f"{tag}.txt"),
+                                 f"perf record -g -F 999 -k CLOCK_MONOTONIC -- cairn debug fsmark ({tag})",
+                                 j[ph]["monotonic"])
+            os.unlink(data)
+        n = j["create"]["files"]
+        per_row = [(v["per_loop"], row["files_per_s"]) for row in j["create"]["rows"]]
+        res = {
+            "create": j["create"]["files_per_s"],
+            "create_s": j["create"]["seconds"],
+            "create_first": window_rate(per_row, True, v["window"]),
+            "create_last": window_rate(per_row, False, v["window"]),
+            "walk": j["walk"]["entries_per_s"],
+            "walk_s": j["walk"]["seconds"],
+            "bytes_per_file": j["image_bytes_per_file"],
+            "journal_bytes_per_file": j["journal_bytes_per_file"],
+            "rss_create": j["create"]["peak_rss_kib"] / 1024,
+            "rss_walk": j["walk"]["peak_rss_kib"] / 1024,
+            "engine_commit_s": j["create"]["commit_seconds"],
+        }
+        if j["walk"]["files"] != n:
+            raise RuntimeError(f"the engine's walk found {j['walk']['files']} of {n} files")
+        if j.get("unlink"):
+            u = j["unlink"]
+            res.update(unlink=u["files_per_s"], unlink_s=u["seconds"], rss_unlink=u["peak_rss_kib"] / 1024,
+                       unlink_journal_bytes_per_file=u["journal_bytes"] / n)
+        return res
+
+    def summary(self, cells, fs_order, quick):
+        """The seed's two tables per file count: times and rates, and the
+        device's IOPS and bandwidth per phase."""
+        import statistics
+
+        def med(label, fs, key):
+            vals = [r.get(key) for r in cells.get((self.name, label, fs), []) if "error" not in r]
+            vals = [x for x in vals if x is not None]
+            return statistics.median(vals) if vals else None
+
+        def f(x, nd=0):
+            return "—" if x is None else f"{x:,.{nd}f}"
+
+        md = []
+        for v in self.variants(quick):
+            lab = v["label"]
+            shown = [fs for fs in fs_order if any(len(r) > 1 or "skipped" not in r
+                                                  for r in cells.get((self.name, lab, fs), []))]
+            if not shown:
+                continue
+            win = count_label(v["window"])
+            md += [
+                f"**{lab}** (median of runs; create rate of the first and last {win} files from fs_mark's "
+                "per-loop rows):",
+                "",
+                f"| file system | create (s) | rate (files/s) | first {win} | last {win} | last/first | walk (s) "
+                "| unlink (s) | device B/file | journal B/file | peak RSS create / walk / unlink (MiB) |",
+                "|---|---|---|---|---|---|---|---|---|---|---|",
+            ]
+            for fs in shown:
+                g = lambda k: med(lab, fs, k)  # noqa: E731
+                ratio = g("create_last") / g("create_first") if g("create_last") and g("create_first") else None
+                rss = " / ".join(f(g(k)) for k in ("rss_create", "rss_walk", "rss_unlink"))
+                md.append(
+                    f"| {fs} | {f(g('create_s'), 1)} | {f(g('create'))} | {f(g('create_first'))} | "
+                    f"{f(g('create_last'))} | {f(ratio, 2)} | {f(g('walk_s'), 1)} | {f(g('unlink_s'), 1)} | "
+                    f"{f(g('bytes_per_file'))} | {f(g('journal_bytes_per_file'))} | "
+                    f"{rss if fs.startswith('cairn') or fs == 'fuse2fs' else '—'} |"
+                )
+            md += [
+                "",
+                f"Device I/O per phase, {lab} (loop device; IOPS and MB/s averaged over the phase):",
+                "",
+                "| file system | create write IOPS | MB/s | walk read IOPS | MB/s | unlink read IOPS | MB/s "
+                "| unlink write IOPS | MB/s |",
+                "|---|---|---|---|---|---|---|---|---|",
+            ]
+            for fs in shown:
+                if fs == fsmod.ENGINE:
+                    continue
+                g = lambda k: med(lab, fs, k)  # noqa: E731
+                md.append(
+                    f"| {fs} | {f(g('create_write_iops'))} | {f(g('create_write_mbps'), 1)} | "
+                    f"{f(g('walk_read_iops'))} | {f(g('walk_read_mbps'), 1)} | {f(g('unlink_read_iops'))} | "
+                    f"{f(g('unlink_read_mbps'), 1)} | {f(g('unlink_write_iops'))} | {f(g('unlink_write_mbps'), 1)} |"
+                )
+            md.append("")
+        return md
 
 
 # ------------------------------------------------------------ seed 000
@@ -540,5 +940,6 @@ ALL = [
     FioSeqWrite(),
     Sequential(),
     MetaLatency(),
+    FsMarkScale(),
 ]
 BY_NAME = {e.name: e for e in ALL}

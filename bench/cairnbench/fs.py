@@ -36,7 +36,11 @@ BASELINE = "cairn-baseline"
 CAIRN_VARIANTS = {
     "cairn-nofast": ["overwrite_fastpath=0"],
 }
-USER_FS = ["cairn", "fuse2fs", BASELINE, *CAIRN_VARIANTS]
+# cairn's engine alone, without FUSE or the kernel: the experiment runs a
+# `cairn debug ...` workload on an image file in the scratch tmpfs (nothing is
+# mounted). Only experiments that name it in `Experiment.extra_fs` run it.
+ENGINE = "cairn-engine"
+USER_FS = ["cairn", "fuse2fs", BASELINE, ENGINE, *CAIRN_VARIANTS]
 ROOT = os.geteuid() == 0
 KERNEL_FS = {"tmpfs", "ext4", "xfs", "btrfs"}
 
@@ -80,6 +84,7 @@ NEEDS = {
     "cairn": [],
     BASELINE: [],
     **{v: [] for v in CAIRN_VARIANTS},
+    ENGINE: [],
     "tmpfs": [],
     "ext4": [("mkfs.ext4", "e2fsprogs")],
     "xfs": [("mkfs.xfs", "xfsprogs")],
@@ -151,7 +156,7 @@ class FileSystem:
     cairn and fuse2fs can run then) they serve the image file directly,
     through fusermount3, and there is no written-sectors counter."""
 
-    def __init__(self, name, scratch, cairn_bin, size_bytes, cairn_on="loop"):
+    def __init__(self, name, scratch, cairn_bin, size_bytes, cairn_on="loop", mount_options=None):
         self.name = name
         self.scratch = scratch
         self.cairn = cairn_bin
@@ -162,6 +167,9 @@ class FileSystem:
         # systems do; "file": cairn serves the image file itself.
         self.cairn_on = cairn_on
         self.size = size_bytes
+        # Extra kernel mount options per file system ({"ext4": [...]}), as an
+        # experiment asks (`Experiment.mount_options`).
+        self.mount_options = (mount_options or {}).get(name, [])
         self.image = os.path.join(scratch.path, f"{name}.img")
         self.mp = os.path.join(scratch.path, name)
         self.dev = None
@@ -179,6 +187,9 @@ class FileSystem:
             return
         with open(self.image, "wb") as f:
             f.truncate(self.size)
+        if self.name == ENGINE:  # an image file, formatted, never mounted
+            run([self.cairn, "mkfs", self.image, "--force", "--quiet"], capture_output=True)
+            return
         on_file = self.is_cairn and self.cairn_on == "file"
         self.dev = out(["losetup", "--find", "--show", self.image]) if ROOT and not on_file else None
         self.src = self.dev or self.image
@@ -211,7 +222,8 @@ class FileSystem:
         elif self.name == "tmpfs":
             raise RuntimeError("tmpfs cannot be remounted with its contents")
         else:
-            run(["mount", self.dev, self.mp])
+            opts = ["-o", ",".join(self.mount_options)] if self.mount_options else []
+            run(["mount", *opts, self.dev, self.mp])
         if ROOT:
             os.chmod(self.mp, 0o777)
 
@@ -260,10 +272,27 @@ class FileSystem:
         """512-byte sectors written to the backing loop device so far (None
         for tmpfs, and for cairn on its image file: the loop device its
         fuseblk mount holds sees none of its I/O)."""
+        st = self.device_stat()
+        return None if st is None else st["write_sectors"]
+
+    def device_stat(self):
+        """The loop device's I/O counters so far (/sys/block/loopN/stat):
+        {reads, read_sectors, writes, write_sectors}, or None (no device)."""
         if not self.dev:
             return None
         with open(f"/sys/block/{os.path.basename(self.dev)}/stat") as f:
-            return int(f.read().split()[6])
+            v = [int(x) for x in f.read().split()]
+        return {"reads": v[0], "read_sectors": v[2], "writes": v[4], "write_sectors": v[6]}
+
+    def daemon_pid(self):
+        """The PID of the user-space daemon serving the mount (cairn's or
+        fuse2fs's), or None (a kernel file system, or not mounted)."""
+        if self.is_cairn:
+            return self.pid
+        if self.name == "fuse2fs" and is_mounted(self.mp):
+            pid = run(["pgrep", "-n", "-f", f"fuse2fs {self.src} "], check=False, capture_output=True, text=True)
+            return int(pid.stdout) if pid.stdout.strip() else None
+        return None
 
     def cairn_counters(self):
         """cairn's live counters (`cairn stats --json`), or {}."""

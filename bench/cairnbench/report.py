@@ -17,6 +17,7 @@ COLORS = {
     "cairn": "#d95f02",
     "cairn-baseline": "#fdae61",
     "cairn-nofast": "#a6761d",
+    "cairn-engine": "#fc8d62",
     "tmpfs": "#999999",
     "ext4": "#1b9e77",
     "xfs": "#7570b3",
@@ -188,12 +189,15 @@ def write(outdir, meta, experiments, cells, fs_order, quick):
     for exp in experiments:
         variants = [v["label"] for v in exp.variants(quick)]
         md += [f"## {exp.title}", "", f"Seed {exp.seed}. {exp.describe(quick)}", ""]
+        md += exp.summary(cells, fs_order, quick)
         failed = [
             f"{f} ({v}): {runs[-1]['error']}"
             for (e, v, f), runs in sorted(cells.items())
             if e == exp.name and runs and "error" in runs[-1]
         ]
         for m in exp.metrics:
+            if not m.table:
+                continue
             rows = []
             for fs in fs_order:
                 vals = [summarize([r.get(m.key) for r in cells.get((exp.name, v, fs), []) if "error" not in r])

@@ -144,6 +144,39 @@ pub enum DebugCmd {
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
     },
+    /// Mount IMAGE in this process (no FUSE) and run seed 001's fs_mark create, cold walk and unlink.
+    ///
+    /// THREADS threads each make a top directory with DIRS subdirectories and create their share
+    /// of FILES empty files in them (fs_mark's 40-byte names), commit and unmount; then a new
+    /// mount (caches dropped) walks the tree looking up every entry (the stat), and THREADS
+    /// threads remove the top directories as `rm -rf` does. Prints JSON: seconds, files/s, peak
+    /// RSS, journal bytes and image bytes written per phase, and per-row create rates.
+    Fsmark {
+        /// A freshly made cairn image (not mounted elsewhere).
+        image: PathBuf,
+        /// Number of empty files in all.
+        #[arg(long)]
+        files: u64,
+        /// Create and unlink threads (one top directory each, as fs_mark's -d per thread).
+        #[arg(long, default_value_t = 2)]
+        threads: u32,
+        /// Subdirectories per top directory (fs_mark's -D).
+        #[arg(long, default_value_t = 100)]
+        dirs: u32,
+        /// Files created in one subdirectory before moving to the next (fs_mark's -N; default:
+        /// each subdirectory filled in one go).
+        #[arg(long)]
+        per_dir: Option<u64>,
+        /// Create-rate rows to print (each covers FILES/ROWS files, like fs_mark's loops).
+        #[arg(long, default_value_t = 10)]
+        rows: u32,
+        /// Leave the files in place (skip the unlink phase).
+        #[arg(long)]
+        keep: bool,
+        /// Mount options, as for `cairn mount` (cache_mb=N, commit=S, ...).
+        #[arg(short = 'o', value_name = "OPTIONS")]
+        options: Vec<String>,
+    },
 }
 
 /// Runs `cairn debug ...`.
@@ -191,6 +224,19 @@ pub fn run(cmd: &DebugCmd) -> Result<(), String> {
                 options,
             };
             crate::debug_overwrite::run(&a)
+        }
+        DebugCmd::Fsmark { image, files, threads, dirs, per_dir, rows, keep, options } => {
+            let a = crate::debug_fsmark::FsmarkArgs {
+                image,
+                files: *files,
+                threads: *threads,
+                dirs: *dirs,
+                per_dir: *per_dir,
+                rows: *rows,
+                keep: *keep,
+                options,
+            };
+            crate::debug_fsmark::run(&a)
         }
     }
 }

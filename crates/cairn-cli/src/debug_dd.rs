@@ -23,7 +23,7 @@
 //! `alloc.mb.*` before it exists) are absent from the JSON and shown as `-`
 //! on stderr.
 
-use cairn_core::dev::FileDevice;
+use cairn_core::dev::{BlockDevice, FileDevice};
 use cairn_core::{Ctx, Fs, FsError, SetAttr};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -95,12 +95,22 @@ fn summary(i: u32, bytes: u64, secs: f64, before: &BTreeMap<String, u64>, after:
 }
 
 pub(crate) fn mount(image: &Path, options: &[String]) -> Result<Arc<Fs>, String> {
+    mount_on(image, options, |dev| Arc::new(dev))
+}
+
+/// As [`mount`], with the locked image file wrapped by `wrap` first (a
+/// device that counts the engine's I/O, say).
+pub(crate) fn mount_on(
+    image: &Path,
+    options: &[String],
+    wrap: impl FnOnce(FileDevice) -> Arc<dyn BlockDevice>,
+) -> Result<Arc<Fs>, String> {
     let settings = cairn_fuse::parse_options(options)?;
     let dev = FileDevice::open(image, settings.engine.read_only)
         .map_err(|e| format!("cannot open image {}: {e}", image.display()))?;
     dev.lock_exclusive()
         .map_err(|_| format!("{} is already in use: mounted (or being checked) by another process", image.display()))?;
-    Fs::mount(Arc::new(dev), settings.engine).map_err(|e| format!("cannot mount {}: {e}", image.display()))
+    Fs::mount(wrap(dev), settings.engine).map_err(|e| format!("cannot mount {}: {e}", image.display()))
 }
 
 /// Creates `/name`, or truncates it to 0 if it exists; returns its inode

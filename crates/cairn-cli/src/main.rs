@@ -10,6 +10,7 @@
 mod control;
 mod debug_cmd;
 mod debug_dd;
+mod debug_fsmark;
 mod debug_overwrite;
 mod loopdev;
 mod mkfs_cmd;

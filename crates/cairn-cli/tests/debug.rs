@@ -104,14 +104,20 @@ fn check_pattern(img: &Path, before: &[(GroupDesc, Vec<u8>)], used: u64, period:
     free_total
 }
 
-fn dd(img: &Path, name: &str, count: &str, extra: &[&str]) -> serde_json::Value {
-    let mut args = vec!["debug", "dd", p(img), "--path", name, "--bs", "2M", "--count", count];
-    args.extend_from_slice(extra);
+/// Runs a `cairn debug` tool that prints JSON, checks that it succeeded and
+/// that its stderr holds each of `said`, and returns the JSON.
+fn debug_json(args: &[&str], extra: &[&str], said: &[&str]) -> serde_json::Value {
+    let args: Vec<&str> = args.iter().chain(extra).copied().collect();
     let o = run(&args);
-    assert!(o.status.success(), "debug dd: {}", text(&o));
+    assert!(o.status.success(), "{}: {}", args[..2].join(" "), text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("run 1: ") && err.contains("useless_loops"), "{err}");
-    serde_json::from_slice(&o.stdout).expect("debug dd prints JSON")
+    assert!(said.iter().all(|s| err.contains(s)), "{err}");
+    serde_json::from_slice(&o.stdout).expect("the tool prints JSON")
+}
+
+fn dd(img: &Path, name: &str, count: &str, extra: &[&str]) -> serde_json::Value {
+    let args = ["debug", "dd", p(img), "--path", name, "--bs", "2M", "--count", count];
+    debug_json(&args, extra, &["run 1: ", "useless_loops"])
 }
 
 #[test]
@@ -266,4 +272,49 @@ fn a_fragmented_image_mounts_through_fuse() {
     wrote.unwrap();
     assert!(read.unwrap() == data, "data read back differs");
     assert_ne!(superblock(&img).state & STATE_CLEAN, 0, "clean after umount");
+}
+
+fn fsmark(img: &Path, extra: &[&str]) -> serde_json::Value {
+    let args = ["debug", "fsmark", p(img), "--files", "3001", "--threads", "3", "--dirs", "7"];
+    debug_json(&args, extra, &["create: 3001 files", "walk: "])
+}
+
+/// `cairn debug fsmark` (seed 001 through the engine): what it says it
+/// created is what an independent fsck finds on the image, the cold walk
+/// sees every file and directory, and the unlink phase leaves an empty,
+/// clean file system.
+#[test]
+fn debug_fsmark_creates_walks_and_removes_what_it_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("m.img");
+    let o = run(&["mkfs", p(&img), "--size", "256M", "--quiet"]);
+    assert!(o.status.success(), "mkfs: {}", text(&o));
+
+    let v = fsmark(&img, &["--keep", "--rows", "5"]);
+    assert_eq!(v["create"]["files"].as_u64(), Some(3001), "{v}");
+    let rows = v["create"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 5, "{v}");
+    assert_eq!(rows.last().unwrap()["files"].as_u64(), Some(3000), "{v}");
+    assert_eq!(v["walk"]["files"].as_u64(), Some(3001), "{v}");
+    assert_eq!(v["walk"]["dirs"].as_u64(), Some(3 + 3 * 7), "{v}");
+    assert!(v["unlink"].is_null(), "--keep skips the unlink phase: {v}");
+    assert!(v["journal_bytes_per_file"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["image_bytes_per_file"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["walk"]["io"]["reads"].as_u64().unwrap() > 0, "a cold walk reads the image: {v}");
+    assert!(v["create"]["peak_rss_kib"].as_u64().unwrap() > 0, "{v}");
+    let o = run(&["fsck", p(&img)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("(25 directories, 3,001 files,"), "{}", text(&o));
+
+    // Again from scratch, unlink phase included: everything goes.
+    let o = run(&["mkfs", p(&img), "--size", "256M", "--force", "--quiet"]);
+    assert!(o.status.success(), "mkfs: {}", text(&o));
+    let v = fsmark(&img, &["--per-dir", "10"]);
+    assert_eq!(v["walk"]["files"].as_u64(), Some(3001), "{v}");
+    assert_eq!(v["unlink"]["files"].as_u64(), Some(3001), "{v}");
+    assert!(v["unlink"]["journal_bytes"].as_u64().unwrap() > 0, "{v}");
+    let o = run(&["fsck", p(&img)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("(1 directories, 0 files,"), "{}", text(&o));
+    assert_ne!(superblock(&img).state & STATE_CLEAN, 0, "clean after debug fsmark");
 }
