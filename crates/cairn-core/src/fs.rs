@@ -175,6 +175,7 @@ impl Fs {
         // Deferred images may hold a quarter of the cache's size in memory.
         journal.ail.set_budget((cache_blocks * geo.block_size as usize / 4) as u64);
         journal.ail.defer.store(opts.delaylog, Ordering::Relaxed);
+        let home_lock = journal.ail.home_lock.clone();
         let bufs =
             BufferCache::new(dev.clone(), geo.block_size as usize, cache_blocks, journal.ail.clone(), opts.delaylog);
         let alloc_opts = AllocOptions {
@@ -219,7 +220,11 @@ impl Fs {
             // A checkpoint's dirty buffers cannot be evicted before its push,
             // and the push copies them: a quarter of the cache at most, so a
             // small `cache_mb` bounds the commit's working set too.
-            txm: TxManager::new(journal, Latch::new(opts.errors, had_errors), (cache_blocks / 4).max(256) as u64),
+            txm: TxManager::new(
+                journal,
+                Latch::new(opts.errors, had_errors, home_lock),
+                (cache_blocks / 4).max(256) as u64,
+            ),
             icache: InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes)),
             dcache: DentryCache::new(opts.lru_caches.then_some(opts.dentry_cache_bytes)),
             orphan_root: Mutex::new(sb.orphan_root),

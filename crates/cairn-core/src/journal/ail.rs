@@ -65,6 +65,9 @@ pub struct Ail {
     /// Home writes deferred at all (`-o delaylog=0` turns them off: every
     /// commit writes its blocks home, as before delayed logging).
     pub defer: AtomicBool,
+    /// Held across a write-back (home writes, flush, tail move) and by the
+    /// error latch's in-place superblock write (see `latch`).
+    pub home_lock: Arc<parking_lot::Mutex<()>>,
     pub stats: AilStats,
 }
 
@@ -75,6 +78,7 @@ impl Ail {
             bytes: AtomicU64::new(0),
             budget: AtomicU64::new(budget),
             defer: AtomicBool::new(defer),
+            home_lock: Arc::new(parking_lot::Mutex::new(())),
             stats: AilStats::default(),
         }
     }

@@ -64,11 +64,17 @@ pub struct Latch {
     aborted: AtomicBool,
     shut: AtomicBool,
     first: Mutex<Option<String>>,
+    /// Held while the superblock is rewritten in place, and by the AIL's
+    /// write-backs (`ail::Ail::home_lock`): an in-place write must not put
+    /// back a superblock older than one a write-back just wrote home, after
+    /// which no record in the log would rewrite it.
+    home_lock: Arc<Mutex<()>>,
 }
 
 impl Latch {
-    pub fn new(policy: ErrorPolicy, had_errors_at_mount: bool) -> Latch {
+    pub fn new(policy: ErrorPolicy, had_errors_at_mount: bool, home_lock: Arc<Mutex<()>>) -> Latch {
         Latch {
+            home_lock,
             policy,
             errors: AtomicU64::new(0),
             had_errors_at_mount,
@@ -146,7 +152,7 @@ impl Latch {
     /// Sets the on-disk flag again (after a commit whose superblock image
     /// may not carry it).
     pub fn remark(&self, dev: &Arc<dyn BlockDevice>) {
-        mark_errors_on_disk(dev);
+        mark_errors_on_disk(dev, &self.home_lock);
     }
 
     fn latch(&self, dev: &Arc<dyn BlockDevice>, e: &FsError, abort: bool, half_done: bool) {
@@ -170,7 +176,7 @@ impl Latch {
                 policy = self.policy.name(),
                 "cairn: {e}; the image is marked as having errors (run `cairn fsck`); {then}"
             );
-            mark_errors_on_disk(dev);
+            mark_errors_on_disk(dev, &self.home_lock);
         } else if abort && !was_aborted {
             tracing::error!(error = %e, "cairn: {e}; aborting the journal: the file system is now read-only");
         }
@@ -179,7 +185,8 @@ impl Latch {
 
 /// Sets `STATE_ERRORS` in the on-disk superblock, in place (best effort: the
 /// device may be what failed).
-fn mark_errors_on_disk(dev: &Arc<dyn BlockDevice>) {
+fn mark_errors_on_disk(dev: &Arc<dyn BlockDevice>, home_lock: &Mutex<()>) {
+    let _home = home_lock.lock();
     let mut head = vec![0u8; SB_SIZE];
     let res = (|| -> Result<()> {
         dev.read_at(&mut head, 0)?;

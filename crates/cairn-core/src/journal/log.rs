@@ -94,6 +94,11 @@ pub struct Journal {
     pub(super) bs: usize,
     pub(super) seed: u32,
     state: Mutex<State>,
+    /// `committed_seq` and `durable_tail.seq` of `state`, readable without
+    /// its lock (held through a whole commit or write-back). They may lag:
+    /// a caller then commits once more, or releases frees one commit later.
+    committed: AtomicU64,
+    tail_seq: AtomicU64,
     /// Committed images whose home writes are deferred.
     pub ail: Arc<Ail>,
     pub stats: JournalStats,
@@ -115,6 +120,8 @@ impl Journal {
             bs,
             seed,
             state: Mutex::new(State::empty_at(tail)),
+            committed: AtomicU64::new(tail.seq.saturating_sub(1)),
+            tail_seq: AtomicU64::new(tail.seq),
             ail: Arc::new(Ail::new(u64::MAX, true)),
             stats: JournalStats::default(),
         }
@@ -123,7 +130,9 @@ impl Journal {
     /// Forgets every position and starts an empty log at `pos` (after
     /// replay, once the journal superblock says so durably).
     pub(super) fn restart_at(&self, pos: LogPos) {
-        *self.state.lock() = State::empty_at(pos);
+        let mut st = self.state.lock();
+        *st = State::empty_at(pos);
+        self.publish_positions(&st);
     }
 
     /// Byte address of ring position `off`.
@@ -173,7 +182,7 @@ impl Journal {
 
     /// The last checkpoint whose commit block is durable.
     pub fn committed_seq(&self) -> u64 {
-        self.state.lock().committed_seq
+        self.committed.load(Ordering::Acquire)
     }
 
     /// Ring blocks between the durable tail and the head (log space in use).
@@ -190,7 +199,7 @@ impl Journal {
     /// The checkpoint sequence that the durable tail has passed: images of
     /// checkpoints below it can no longer be replayed.
     pub fn durable_tail_seq(&self) -> u64 {
-        self.state.lock().durable_tail.seq
+        self.tail_seq.load(Ordering::Acquire)
     }
 
     /// Writes one checkpoint (see the module essay) and returns its sequence:
@@ -211,6 +220,7 @@ impl Journal {
                 st.written_tail = st.head;
                 st.durable_tail = st.head;
             }
+            self.publish_positions(&st);
             return Ok(st.committed_seq);
         }
         let seq = st.head.seq;
@@ -242,10 +252,12 @@ impl Journal {
         let record_start = st.head;
         st.head = LogPos { seq: seq + 1, off: self.region.next(commit_off, 1) };
         st.committed_seq = seq;
+        self.publish_positions(&st);
         // 5. the images go to the AIL (see `ail`); without deferred home
         // writes, home at once, durable at the next commit's first barrier.
         self.ail.insert(seq, images.iter().map(|(blk, _, img)| (*blk, img.clone())));
         if !self.ail.defer.load(Ordering::Relaxed) {
+            let _home = self.ail.home_lock.lock();
             let done = self.ail.write_home(self.dev.as_ref(), self.bs)?;
             self.ail.written(&done);
             self.write_jsb(record_start)?;
@@ -302,14 +314,21 @@ impl Journal {
         self.write_back(&mut st)
     }
 
+    fn publish_positions(&self, st: &State) {
+        self.committed.store(st.committed_seq, Ordering::Release);
+        self.tail_seq.store(st.durable_tail.seq, Ordering::Release);
+    }
+
     /// The AIL's images home, **flush**, the tail to the head, **flush**.
     fn write_back(&self, st: &mut State) -> Result<()> {
+        let _home = self.ail.home_lock.lock();
         let done = self.ail.write_home(self.dev.as_ref(), self.bs)?;
         self.flush()?;
         self.write_jsb(st.head)?;
         self.flush()?;
         st.written_tail = st.head;
         st.durable_tail = st.head;
+        self.publish_positions(st);
         self.ail.written(&done);
         Ok(())
     }
