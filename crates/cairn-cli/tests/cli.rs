@@ -197,6 +197,12 @@ fn fresh_mount(name: &str, size: &str) -> (tempfile::TempDir, Guard, u64) {
     (dir, g, pid)
 }
 
+/// Runs `cairn fsck` on `img` and fails the test (`what`) unless it is clean.
+fn assert_fsck_clean(img: &Path, what: &str) {
+    let o = run(&["fsck", p(img)]);
+    assert_eq!(o.status.code(), Some(0), "{what}: {}{}", stdout(&o), stderr(&o));
+}
+
 fn daemon_pid(mp: &Path) -> u64 {
     let o = run(&["stats", p(mp), "--json"]);
     assert!(o.status.success(), "stats: {}", stderr(&o));
@@ -259,8 +265,7 @@ fn a_real_mount_keeps_data_across_unmount_and_refuses_a_second_mount() {
     assert!(!is_mounted(&mp2));
 
     unmount(&mp, pid);
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(0), "fsck after unmount: {}{}", stdout(&o), stderr(&o));
+    assert_fsck_clean(&img, "fsck after unmount");
     let o = run(&["stats", p(&img), "--json"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["state"], "clean");
@@ -274,8 +279,7 @@ fn a_real_mount_keeps_data_across_unmount_and_refuses_a_second_mount() {
     assert_eq!(std::fs::read_link(mp.join("link")).unwrap(), Path::new("a/b/c/big"));
     assert_eq!(std::fs::metadata(mp.join("small")).unwrap().nlink(), 2);
     unmount(&mp, pid);
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(0), "fsck after remount: {}{}", stdout(&o), stderr(&o));
+    assert_fsck_clean(&img, "fsck after remount");
 }
 
 #[test]
@@ -300,8 +304,7 @@ fn a_killed_daemon_leaves_a_journal_that_the_next_mount_replays() {
     wait_gone(pid, Duration::from_secs(30), "after SIGKILL");
     let _ = Command::new("umount").arg(&mp).status();
     // fsck checks it as if replayed: not corrupt.
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(0), "fsck of an unreplayed image: {}{}", stdout(&o), stderr(&o));
+    assert_fsck_clean(&img, "fsck of an unreplayed image");
     // A read-only mount cannot replay: refused with the reason.
     let o = run(&["mount", p(&img), p(&mp), "-o", "ro"]);
     assert_eq!(o.status.code(), Some(1));
@@ -315,8 +318,7 @@ fn a_killed_daemon_leaves_a_journal_that_the_next_mount_replays() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["counters"]["journal.replays_at_mount"].as_u64(), Some(1), "{v}");
     unmount(&mp, pid);
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(0), "fsck after replay: {}{}", stdout(&o), stderr(&o));
+    assert_fsck_clean(&img, "fsck after replay");
 }
 
 fn counters(mp: &Path) -> std::collections::BTreeMap<String, u64> {
@@ -555,8 +557,7 @@ fn o_direct_overwrites_take_the_fast_path_and_stay_coherent_with_buffered_io() {
     assert_eq!(std::fs::read(&f).unwrap(), model);
 
     unmount(&mp, pid);
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
+    assert_fsck_clean(&img, "fsck");
     let o = run(&["mount", p(&img), p(&mp)]);
     assert!(o.status.success(), "remount: {}", stderr(&o));
     let pid = daemon_pid(&mp);
@@ -609,8 +610,7 @@ fn writes_truncates_and_chowns_by_others_drop_suid_sgid_and_capabilities() {
     let o = sh(&format!("getfattr -n security.capability {}", f.display()));
     assert!(!o.status.success(), "chown kept the file capability");
     unmount(&mp, pid);
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
+    assert_fsck_clean(&img, "fsck");
 }
 
 fn sh(cmd: &str) -> Output {
@@ -661,8 +661,7 @@ fn posix_acls_work_through_a_mount_as_on_ext4() {
     ok(format!("cd {m} && umask 027 && touch plain"));
     assert_eq!(std::fs::metadata(mp.join("plain")).unwrap().mode() & 0o777, 0o640);
     unmount(&mp, pid);
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
+    assert_fsck_clean(&img, "fsck");
     // Still there after a remount.
     let o = run(&["mount", p(&img), p(&mp), "-o", "allow_other"]);
     assert!(o.status.success(), "remount: {}", stderr(&o));
@@ -737,8 +736,7 @@ fn xattr_values_up_to_64_kib_through_a_mount() {
         assert_eq!(stdout(&o), "65536 -1 True\n4\n", "{}", stderr(&o));
     }
     unmount(&mp, pid);
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
+    assert_fsck_clean(&img, "fsck");
     let o = run(&["mount", p(&img), p(&mp)]);
     assert!(o.status.success(), "remount: {}", stderr(&o));
     let pid = daemon_pid(&mp);
@@ -747,8 +745,7 @@ fn xattr_values_up_to_64_kib_through_a_mount() {
     assert!(o.status.success(), "setfattr -x: {}", stderr(&o));
     assert!(!get("user.big").status.success());
     unmount(&mp, pid);
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
+    assert_fsck_clean(&img, "fsck");
 }
 
 /// `-o cache_mb=4` through a real mount: the inode and dentry caches get
@@ -793,7 +790,6 @@ fn cache_mb_bounds_the_inode_and_dentry_caches_of_a_real_mount() {
             assert!(c["icache.entries"] >= c["icache.lookup_refs"], "{c:?}");
         }
         unmount(&mp, pid);
-        let o = run(&["fsck", p(&img)]);
-        assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
+        assert_fsck_clean(&img, "fsck");
     }
 }
