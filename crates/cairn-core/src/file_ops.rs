@@ -65,6 +65,7 @@ impl Fs {
     /// The journaled write, in steps under the inode's I/O lock.
     fn write_steps(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
         let _io = self.io_lock(ino);
+        self.settle_truncate(ino)?;
         let mut done = 0usize;
         loop {
             let step = self.change(credits::DEFAULT, |tx| {
@@ -120,6 +121,7 @@ impl Fs {
 
     fn fallocate_steps(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
         let _io = self.io_lock(ino);
+        self.settle_truncate(ino)?;
         let mut phase = 0u8;
         loop {
             let more = self.change(credits::DEFAULT, |tx| {
@@ -202,10 +204,11 @@ impl Fs {
 
     /// Changes attributes (chmod, chown, truncate, utimens). A truncate that
     /// frees more than one handle covers finishes in steps (see the module
-    /// essay).
+    /// essay), on the reaper's thread unless `-o sync_delete`.
     pub fn setattr(&self, _ctx: &Ctx, ino: u64, set: &SetAttr) -> Result<Attr> {
         let _io = set.size.map(|_| self.io_lock(ino));
         if set.size.is_some() {
+            self.settle_truncate(ino)?;
             // A new size ends the stream the preallocation was made for.
             self.meta.alloc.discard_prealloc(&self.meta.bufs, ino);
         }
@@ -274,7 +277,16 @@ impl Fs {
             Ok((self.attr(&g), more))
         })?;
         if more {
-            self.finish_truncate(ino)?;
+            if self.reaper.deferred {
+                // The rest goes to the reaper (see `lifecycle`); about
+                // this many blocks lie past the new end.
+                let past = attr.blocks / u64::from(self.meta.geo.block_size / 512);
+                let kept = attr.size.div_ceil(u64::from(self.meta.geo.block_size));
+                self.reaper.push_truncate(ino, past.saturating_sub(kept));
+                self.reaper.kick();
+                return Ok(attr);
+            }
+            self.finish_truncate(ino, &mut |_| {})?;
             return self.getattr(ino);
         }
         Ok(attr)

@@ -688,6 +688,12 @@ impl Fs {
         self.meta.bufs.cil.set_capture_pause(pause);
     }
 
+    /// Tests: keeps the reaper thread from freeing what is queued while
+    /// `hold` is set (see `reaper`).
+    pub fn debug_hold_reaper(&self, hold: bool) {
+        self.reaper.debug_hold(hold);
+    }
+
     /// Checks the engine's in-memory invariants (buffer cache, allocator);
     /// panics with what is wrong. For tests and debugging: it walks every
     /// cached buffer.

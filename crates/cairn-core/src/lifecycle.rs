@@ -22,6 +22,14 @@
 //! (`reaper`; with `-o sync_delete` the operation that dropped the link does,
 //! once its own handle is closed).
 //!
+//! A truncate frees in its own transaction what one handle covers; if more
+//! is left, the inode goes on the orphan list with its new size and the
+//! rest is queued on the reaper as well (or finished by the caller under
+//! `sync_delete`). Until the reaper gets to it, the blocks past the size
+//! stay mapped, invisible to reads (which stop at the size); the file's
+//! next write, fallocate or size change finishes the truncate first
+//! ([`Fs::settle_truncate`]), so no old byte comes back.
+//!
 //! ## Locking
 //! Steps of one inode run under its I/O lock (`Fs::io_lock`), taken before
 //! each step's handle, so writes and truncates of the inode wait for them.
@@ -242,12 +250,14 @@ impl Fs {
     /// Frees the blocks of `ino` past its size, in steps, the inode on the
     /// orphan list meanwhile (a truncate; see the module essay). The caller
     /// holds the inode's I/O lock and has set the new size.
-    pub(crate) fn finish_truncate(&self, ino: u64) -> Result<()> {
+    /// `on_freed` hears how many blocks each step freed.
+    pub(crate) fn finish_truncate(&self, ino: u64, on_freed: &mut dyn FnMut(u64)) -> Result<()> {
         loop {
-            let more = self.change(credits::DEFAULT, |tx| {
+            let (more, freed) = self.change(credits::DEFAULT, |tx| {
                 let r = self.iget(ino)?;
                 let mut st = r.write();
                 let from = st.d.size.div_ceil(u64::from(self.meta.geo.block_size));
+                let before = st.d.blocks;
                 let more = file::free_range_step(tx, &mut st, from, u64::MAX, self.orphan_credits()?)?;
                 if tx.changed() {
                     self.txm.stats.steps.fetch_add(1, Ordering::Relaxed);
@@ -255,19 +265,51 @@ impl Fs {
                         self.orphan_add(tx, &mut st)?;
                     }
                     self.store(tx, &st)?;
-                    return Ok(true);
+                    return Ok((true, before.saturating_sub(st.d.blocks)));
                 }
                 if st.d.flags & INODE_FLAG_ORPHAN != 0 && st.d.nlink > 0 {
                     tx.require(self.orphan_credits()? + credits::INODE)?;
                     self.orphan_remove(tx, &mut st)?;
                 }
                 self.store(tx, &st)?;
-                Ok(false)
+                Ok((false, 0))
             })?;
+            on_freed(freed);
             if !more {
                 return Ok(());
             }
         }
+    }
+
+    /// Whether `ino` has a truncate in progress: linked, yet on the orphan
+    /// list (see the module essay).
+    fn truncate_pending(&self, ino: u64) -> Result<bool> {
+        let r = self.iget(ino)?;
+        let st = r.read();
+        Ok(st.d.nlink > 0 && st.d.flags & INODE_FLAG_ORPHAN != 0 && !st.freed)
+    }
+
+    /// [`Fs::finish_truncate`] if a truncate of `ino` is still in progress
+    /// (the reaper's deferred truncates; a write may have finished it
+    /// first). The caller holds the inode's I/O lock.
+    pub(crate) fn finish_truncate_if_pending(&self, ino: u64, on_freed: &mut dyn FnMut(u64)) -> Result<()> {
+        match self.truncate_pending(ino) {
+            Ok(true) => self.finish_truncate(ino, on_freed),
+            Ok(false) | Err(FsError::Errno(libc::ENOENT)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Before a write, fallocate or size change of `ino` (under its I/O
+    /// lock): finishes a deferred truncate still queued on the reaper. Its
+    /// blocks past the size are still mapped; a write past the end, or a
+    /// file grown over them, must not find their old bytes.
+    pub(crate) fn settle_truncate(&self, ino: u64) -> Result<()> {
+        if self.truncate_pending(ino)? {
+            self.finish_truncate(ino, &mut |_| {})?;
+            self.reaper.stats.truncates_settled.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Finishes what the orphan list holds (mount and unmount): frees
@@ -309,7 +351,7 @@ impl Fs {
                 self.finish_delete(ino)?;
             } else {
                 let _io = self.io_lock(ino);
-                self.finish_truncate(ino)?;
+                self.finish_truncate(ino, &mut |_| {})?;
             }
         }
         Ok(())

@@ -37,9 +37,19 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// What the reaper does for a queued inode.
+#[derive(Clone, Copy, Debug)]
+enum Job {
+    /// Free an unlinked inode: blocks, xattrs, orphan entry, number.
+    Delete(u64),
+    /// Free the blocks past a linked inode's size (a deferred truncate),
+    /// thought to be `blocks` (the share of the backlog it holds).
+    Truncate { ino: u64, blocks: u64 },
+}
+
 #[derive(Default)]
 struct Queue {
-    inos: VecDeque<u64>,
+    jobs: VecDeque<Job>,
     /// Inodes taken off the queue and still being freed.
     running: u64,
 }
@@ -51,6 +61,10 @@ pub struct ReaperStats {
     pub done: AtomicU64,
     pub steps: AtomicU64,
     pub enospc_waits: AtomicU64,
+    pub truncates_queued: AtomicU64,
+    /// Deferred truncates finished early by the file's own next write,
+    /// fallocate or size change (`Fs::settle_truncate`).
+    pub truncates_settled: AtomicU64,
 }
 
 /// The queue of inodes to free and the thread that frees them.
@@ -62,6 +76,8 @@ pub struct Reaper {
     idle: Condvar,
     backlog_blocks: AtomicU64,
     stop: AtomicBool,
+    /// Tests only: the thread leaves the queue alone while set.
+    held: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
     pub stats: ReaperStats,
 }
@@ -75,6 +91,7 @@ impl Reaper {
             idle: Condvar::new(),
             backlog_blocks: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             thread: Mutex::new(None),
             stats: ReaperStats::default(),
         }
@@ -84,8 +101,16 @@ impl Reaper {
     /// put it on the orphan list).
     pub fn push(&self, ino: u64, blocks: u64) {
         self.backlog_blocks.fetch_add(blocks, Relaxed);
-        self.queue.lock().inos.push_back(ino);
+        self.queue.lock().jobs.push_back(Job::Delete(ino));
         self.stats.queued.fetch_add(1, Relaxed);
+    }
+
+    /// Queues the rest of a truncate of `ino` (on the orphan list already,
+    /// its new size set), about `blocks` blocks past the new end.
+    pub fn push_truncate(&self, ino: u64, blocks: u64) {
+        self.backlog_blocks.fetch_add(blocks, Relaxed);
+        self.queue.lock().jobs.push_back(Job::Truncate { ino, blocks });
+        self.stats.truncates_queued.fetch_add(1, Relaxed);
     }
 
     /// Blocks that queued inodes still hold.
@@ -96,7 +121,7 @@ impl Reaper {
     /// Inodes queued or being freed.
     pub fn backlog_inodes(&self) -> u64 {
         let q = self.queue.lock();
-        q.inos.len() as u64 + q.running
+        q.jobs.len() as u64 + q.running
     }
 
     /// `n` blocks of a queued inode were freed (or it turned out to hold fewer).
@@ -104,18 +129,18 @@ impl Reaper {
         let _ = self.backlog_blocks.fetch_update(Relaxed, Relaxed, |b| Some(b.saturating_sub(n)));
     }
 
-    fn take(&self) -> Option<u64> {
+    fn take(&self) -> Option<Job> {
         let mut q = self.queue.lock();
-        let ino = q.inos.pop_front()?;
+        let job = q.jobs.pop_front()?;
         q.running += 1;
-        Some(ino)
+        Some(job)
     }
 
     fn finished(&self) {
         let mut q = self.queue.lock();
         q.running -= 1;
         self.stats.done.fetch_add(1, Relaxed);
-        if q.inos.is_empty() && q.running == 0 {
+        if q.jobs.is_empty() && q.running == 0 {
             self.idle.notify_all();
         }
     }
@@ -131,9 +156,9 @@ impl Reaper {
         self.stats.enospc_waits.fetch_add(1, Relaxed);
         let deadline = std::time::Instant::now() + limit;
         let mut q = self.queue.lock();
-        while !(q.inos.is_empty() && q.running == 0) {
+        while !(q.jobs.is_empty() && q.running == 0) {
             if self.stop.load(Relaxed) || self.idle.wait_until(&mut q, deadline).timed_out() {
-                return q.inos.is_empty() && q.running == 0;
+                return q.jobs.is_empty() && q.running == 0;
             }
         }
         true
@@ -151,7 +176,7 @@ impl Reaper {
         loop {
             {
                 let mut q = self.queue.lock();
-                while q.inos.is_empty() && !self.stop.load(Relaxed) {
+                while (q.jobs.is_empty() || self.held.load(Relaxed)) && !self.stop.load(Relaxed) {
                     self.work.wait_for(&mut q, Duration::from_secs(1));
                 }
             }
@@ -160,6 +185,13 @@ impl Reaper {
             }
             fs.reap_queued();
         }
+    }
+
+    /// Tests only: keeps the thread from taking work while `hold` is set,
+    /// so a test can act while deletes and truncates are still queued.
+    pub fn debug_hold(&self, hold: bool) {
+        self.held.store(hold, Relaxed);
+        self.work.notify_all();
     }
 
     /// Stops the thread (what is queued stays queued; unmount drains it).
@@ -178,9 +210,29 @@ impl Fs {
     /// callers under `-o sync_delete`). Call with no handle held. A failure
     /// leaves the inode on the orphan list (the next mount finishes it).
     pub(crate) fn reap_queued(&self) {
-        while let Some(ino) = self.reaper.take() {
-            if let Err(e) = self.finish_delete(ino) {
-                tracing::warn!(ino, error = %e, "freeing a deleted file failed; it stays on the orphan list");
+        while let Some(job) = self.reaper.take() {
+            match job {
+                Job::Delete(ino) => {
+                    if let Err(e) = self.finish_delete(ino) {
+                        tracing::warn!(ino, error = %e, "freeing a deleted file failed; it stays on the orphan list");
+                    }
+                }
+                Job::Truncate { ino, blocks } => {
+                    let mut freed = 0;
+                    let res = {
+                        let _io = self.io_lock(ino);
+                        self.finish_truncate_if_pending(ino, &mut |n| {
+                            freed += n;
+                            self.reaper.freed(n);
+                        })
+                    };
+                    // The estimate's rest: blocks a write settled first,
+                    // holes, or a delete that took the file over.
+                    self.reaper.freed(blocks.saturating_sub(freed));
+                    if let Err(e) = res {
+                        tracing::warn!(ino, error = %e, "a deferred truncate failed; the file stays on the orphan list");
+                    }
+                }
             }
             self.reaper.finished();
         }
@@ -207,5 +259,7 @@ impl Publish for Reaper {
         put("reaper.backlog_blocks", self.backlog_blocks());
         put("reaper.steps", s.steps.load(Relaxed));
         put("reaper.enospc_waits", s.enospc_waits.load(Relaxed));
+        put("reaper.truncates_queued", s.truncates_queued.load(Relaxed));
+        put("reaper.truncates_settled", s.truncates_settled.load(Relaxed));
     }
 }

@@ -141,3 +141,96 @@ fn a_crash_before_the_reaper_finishes_is_finished_by_the_next_mount() {
     fs.unmount().unwrap();
     fsck_clean_mem(crashed.as_ref(), "after the next mount finished the delete");
 }
+
+fn truncate(fs: &Fs, ino: u64, size: u64) {
+    let set = cairn_core::SetAttr { size: Some(size), ..Default::default() };
+    fs.setattr(&Ctx::root(), ino, &set).unwrap();
+}
+
+fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size;
+    fs.read(ino, 0, size as u32).unwrap()
+}
+
+#[test]
+fn a_large_truncate_returns_at_once_and_the_reaper_frees_the_rest() {
+    let dev = new_image(256);
+    let fs = mount_with(&dev, opts(false));
+    let f = fragmented(&fs, "f", 20_000);
+    fs.sync_fs().unwrap();
+    let free_before = fs.statfs().unwrap().blocks_free;
+    truncate(&fs, f, 10 * 8192);
+    assert_eq!(stat(&fs, "reaper.truncates_queued"), 1, "a 20,000-extent truncate was not deferred");
+    assert_eq!(fs.getattr(f).unwrap().size, 10 * 8192);
+    assert!(fs.statfs().unwrap().blocks_free >= free_before + 19_000, "statfs did not count the queued blocks");
+    wait_reaped(&fs);
+    assert_eq!(stat(&fs, "reaper.backlog_blocks"), 0);
+    assert!(fs.statfs().unwrap().blocks_free >= free_before + 19_990);
+    let data = read_all(&fs, f);
+    assert_eq!(data.len(), 10 * 8192);
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after a deferred truncate");
+}
+
+#[test]
+fn growing_a_file_while_its_truncate_is_queued_never_shows_the_old_bytes() {
+    let dev = new_image(256);
+    let fs = mount_with(&dev, opts(false));
+    let f = fragmented(&fs, "f", 20_000);
+    let g = fragmented(&fs, "g", 20_000);
+    fs.debug_hold_reaper(true);
+    truncate(&fs, f, 0);
+    truncate(&fs, g, 100);
+    assert_eq!(stat(&fs, "reaper.truncates_queued"), 2);
+    // Grown back by a size change, and by a write far past the end: every
+    // byte but the written ones and g's first 100 must read as zero.
+    truncate(&fs, f, 20_000 * 8192);
+    fs.write(g, 30_000 * 8192, b"tail").unwrap();
+    let a = read_all(&fs, f);
+    assert!(a.iter().all(|&b| b == 0), "old bytes came back after a truncate and a size change");
+    let b = read_all(&fs, g);
+    assert!(b[..100].iter().all(|&x| x == 7));
+    assert!(b[100..30_000 * 8192].iter().all(|&x| x == 0), "old bytes came back after a truncate and a write");
+    assert_eq!(&b[30_000 * 8192..], b"tail");
+    assert_eq!(stat(&fs, "reaper.truncates_settled"), 2, "the queued truncates were not finished first");
+    fs.debug_hold_reaper(false);
+    wait_reaped(&fs);
+    assert_eq!(stat(&fs, "reaper.backlog_blocks"), 0);
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after growing files with queued truncates");
+}
+
+#[test]
+fn a_crash_with_a_truncate_queued_is_finished_by_the_next_mount() {
+    let dev = new_image(256);
+    let fs = mount_with(&dev, opts(false));
+    let f = fragmented(&fs, "f", 20_000);
+    fs.sync_fs().unwrap();
+    let free_before = fs.statfs().unwrap().blocks_free;
+    fs.debug_hold_reaper(true);
+    truncate(&fs, f, 8192);
+    fs.sync_fs().unwrap();
+    let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
+    fs.debug_hold_reaper(false);
+    fs.unmount().unwrap();
+    fsck_clean_mem(crashed.as_ref(), "crash state with a truncate queued");
+    let fs = mount_with(&crashed, opts(false));
+    let f = fs.lookup(1, b"f").unwrap().ino;
+    assert_eq!(fs.getattr(f).unwrap().size, 8192);
+    assert!(fs.statfs().unwrap().blocks_free >= free_before + 19_998);
+    fs.unmount().unwrap();
+    fsck_clean_mem(crashed.as_ref(), "after the next mount finished the truncate");
+}
+
+#[test]
+fn sync_delete_truncates_on_the_callers_thread() {
+    let dev = new_image(256);
+    let fs = mount_with(&dev, opts(true));
+    let f = fragmented(&fs, "f", 20_000);
+    let before = fs.getattr(f).unwrap().blocks;
+    truncate(&fs, f, 0);
+    assert_eq!(stat(&fs, "reaper.truncates_queued"), 0);
+    assert!(fs.getattr(f).unwrap().blocks < before / 1000, "the truncate left blocks behind");
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after a sync truncate");
+}
