@@ -1,6 +1,25 @@
-//! Inode numbers: one bitmap per group, and Tux3's "next inode number" — an
-//! atomic hint where the search starts, so creates in a row take
-//! consecutive numbers without searching from the start.
+//! Inode numbers: one bitmap per group, and Tux3's "next inode number".
+//!
+//! ## The counter
+//! `next_ino` is an atomic counter: each create takes the next number with
+//! one `fetch_add`, so concurrent creates never contend for the same bit,
+//! and creates in a row take consecutive numbers — their inodes share
+//! inode-table blocks, which one checkpoint then logs once. The number is
+//! checked free in its group's bitmap under the group's lock; if it is
+//! taken (freed numbers are not handed out again until the counter wraps),
+//! a search from it finds the next free one, wrapping around the groups.
+//! The counter is saved in the superblock at unmount as a hint; an
+//! out-of-range value is clamped. Counters: `alloc.inodes_by_counter`,
+//! `alloc.inodes_by_search`, `alloc.inode_counter_wraps`.
+//!
+//! ## Tux3's volatile bitmap, here
+//! Tux3 marks numbers taken-but-not-yet-in-the-itable in an in-memory
+//! bitmap that is never written. cairn's in-memory group bitmap plays that
+//! part: a number is set there at once, while the on-disk bitmap's change
+//! rides in the create's own transaction and reaches the device only with
+//! the checkpoint that commits the create (the CIL, `journal::cil`). A crash
+//! before that checkpoint loses the number and the inode together, so no
+//! number is ever leaked or handed out twice.
 
 use super::bits::*;
 use super::Allocator;
@@ -10,37 +29,68 @@ use crate::journal::Tx;
 use std::sync::atomic::Ordering::Relaxed;
 
 impl Allocator {
-    /// Allocates an inode number (near the next-inode hint).
+    /// Allocates an inode number: the counter's next number if it is free,
+    /// else the first free one found from there (see the module essay).
     pub fn alloc_inode(&self, tx: &Tx<'_>, is_dir: bool) -> Result<u64> {
+        let total = self.geo.total_inodes();
+        let mut cand = self.next_ino.fetch_add(1, Relaxed);
+        if !(cairn_format::FIRST_INO..=total).contains(&cand) {
+            // The counter ran past the last inode: start again at the first.
+            self.next_ino.store(cairn_format::FIRST_INO + 1, Relaxed);
+            self.stats.inode_counter_wraps.fetch_add(1, Relaxed);
+            cand = cairn_format::FIRST_INO;
+        }
+        let g = self.geo.group_of_ino(cand);
+        let idx = self.geo.index_in_group(cand);
+        if self.take_inode(tx, g, is_dir, |map| (!test_bit(map, idx)).then_some(idx))?.is_some() {
+            self.stats.inodes_by_counter.fetch_add(1, Relaxed);
+            return Ok(cand);
+        }
+        // Taken (numbers freed and reused, or an image written by an older
+        // cairn): search from the candidate on, wrapping around.
         let n = self.geo.group_count;
-        let hint = self.next_ino.load(Relaxed).max(cairn_format::FIRST_INO);
-        let hint = if hint > self.geo.total_inodes() { cairn_format::FIRST_INO } else { hint };
-        let g0 = self.geo.group_of_ino(hint);
+        let ipg = self.geo.inodes_per_group;
         for i in 0..=n {
-            let g = (g0 + i) % n;
-            let grp = &self.groups[g as usize];
-            if grp.free_inodes.load(Relaxed) == 0 {
-                continue;
+            let gi = (g + i) % n;
+            let from = if i == 0 { idx } else { 0 };
+            let found =
+                self.take_inode(tx, gi, is_dir, |map| find_zero(map, from, ipg).or_else(|| find_zero(map, 0, ipg)))?;
+            if let Some(k) = found {
+                let ino = gi * ipg + k + 1;
+                self.next_ino.store(ino + 1, Relaxed);
+                self.stats.inodes_by_search.fetch_add(1, Relaxed);
+                return Ok(ino);
             }
-            let mut st = self.lock_group(g);
-            if st.inodes.is_none() {
-                st.inodes = Some(self.read_bitmap(&tx.bufs, g, true)?);
-            }
-            let map = st.inodes.as_mut().expect("loaded above");
-            let from = if i == 0 { self.geo.index_in_group(hint) } else { 0 };
-            let ipg = self.geo.inodes_per_group;
-            let Some(idx) = find_zero(map, from, ipg).or_else(|| find_zero(map, 0, ipg)) else { continue };
-            set_bit(map, idx);
-            grp.free_inodes.fetch_sub(1, Relaxed);
-            self.change_disk_bitmap(tx, g, true, |d| disk_set(d, idx, true), -1, i64::from(is_dir))?;
-            drop(st);
-            let ino = g * ipg + idx + 1;
-            self.next_ino.store(ino + 1, Relaxed);
-            self.free_inodes.fetch_sub(1, Relaxed);
-            self.stats.inodes_allocated.fetch_add(1, Relaxed);
-            return Ok(ino);
         }
         Err(FsError::Errno(libc::ENOSPC))
+    }
+
+    /// Takes the inode `pick` chooses in group `g`'s bitmap (None: the
+    /// group has none to give), in memory and in the transaction.
+    fn take_inode(
+        &self,
+        tx: &Tx<'_>,
+        g: u64,
+        is_dir: bool,
+        pick: impl FnOnce(&[u64]) -> Option<u64>,
+    ) -> Result<Option<u64>> {
+        let grp = &self.groups[g as usize];
+        if grp.free_inodes.load(Relaxed) == 0 {
+            return Ok(None);
+        }
+        let mut st = self.lock_group(g);
+        if st.inodes.is_none() {
+            st.inodes = Some(self.read_bitmap(&tx.bufs, g, true)?);
+        }
+        let map = st.inodes.as_mut().expect("loaded above");
+        let Some(idx) = pick(map) else { return Ok(None) };
+        set_bit(map, idx);
+        grp.free_inodes.fetch_sub(1, Relaxed);
+        self.change_disk_bitmap(tx, g, true, |d| disk_set(d, idx, true), -1, i64::from(is_dir))?;
+        drop(st);
+        self.free_inodes.fetch_sub(1, Relaxed);
+        self.stats.inodes_allocated.fetch_add(1, Relaxed);
+        Ok(Some(idx))
     }
 
     /// Whether inode `ino` is marked in use in its group's bitmap.

@@ -37,6 +37,11 @@ pub struct AllocStats {
     pub buddies_time_ns: AtomicU64,
     pub buddies_evicted: AtomicU64,
     pub inodes_allocated: AtomicU64,
+    /// Inode numbers the counter's next number gave, without a search.
+    pub inodes_by_counter: AtomicU64,
+    /// Inode numbers found by a search (the counter's number was taken).
+    pub inodes_by_search: AtomicU64,
+    pub inode_counter_wraps: AtomicU64,
     pub inodes_freed: AtomicU64,
     pub enospc: AtomicU64,
 }
@@ -61,6 +66,9 @@ impl Publish for Allocator {
         put("alloc.free_blocks", self.disk_free_blocks.load(Relaxed));
         put("alloc.free_inodes", self.free_inodes.load(Relaxed));
         put("alloc.inodes_allocated", s.inodes_allocated.load(Relaxed));
+        put("alloc.inodes_by_counter", s.inodes_by_counter.load(Relaxed));
+        put("alloc.inodes_by_search", s.inodes_by_search.load(Relaxed));
+        put("alloc.inode_counter_wraps", s.inode_counter_wraps.load(Relaxed));
         put("alloc.inodes_freed", s.inodes_freed.load(Relaxed));
         put("alloc.next_ino", self.next_ino.load(Relaxed));
         put("alloc.mb.optimize_scan", u64::from(self.optimize_scan));
