@@ -17,6 +17,7 @@ COLORS = {
     "cairn": "#d95f02",
     "cairn-baseline": "#fdae61",
     "cairn-nofast": "#a6761d",
+    "cairn-syncdelete": "#8c510a",
     "cairn-engine": "#fc8d62",
     "tmpfs": "#999999",
     "ext4": "#1b9e77",
