@@ -36,6 +36,11 @@ def summarize(values):
     return {"median": med, "min": min(vals), "max": max(vals), "n": len(vals), "spread": spread}
 
 
+def number(x):
+    """A measured number (not None, a flag, a string or a nested table)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def fmt(x):
     if x is None:
         return "—"
