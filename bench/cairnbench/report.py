@@ -224,6 +224,7 @@ def write(outdir, meta, experiments, cells, fs_order, quick):
             with open(os.path.join(outdir, svg_name), "w") as fh:
                 fh.write(chart(f"{exp.title}: {m.label}", m.unit, groups, fs_order, m.higher_better))
             md += [f"![{exp.title}: {m.label}]({svg_name})", ""]
+        md += exp.details(cells, fs_order, quick)
         if failed:
             md += ["Cells that failed: " + "; ".join(failed), ""]
     md += ["## Commands and machine", "", "```", json.dumps(meta, indent=1), "```", ""]
