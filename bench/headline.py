@@ -12,7 +12,7 @@ import sys
 
 # (experiment, variant or None for the first, metric, column title, higher is better)
 COLUMNS = [
-    ("dbench", None, "mbps", "dbench + sync (MB/s)", True),
+    ("dbench", "1 client", "mbps", "dbench + sync (MB/s)", True),
     ("fsmark", None, "create", "create (files/s)", True),
     ("fsmark", None, "walk", "cold walk (entries/s)", True),
     ("fsmark", None, "unlink", "unlink (files/s)", True),
@@ -46,7 +46,8 @@ def main():
             if "error" in r:
                 continue
         for key in {k for r in c["runs"] for k in r if k != "error"}:
-            vals = [r[key] for r in c["runs"] if r.get(key) is not None]
+            vals = [r[key] for r in c["runs"]
+                    if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
             if vals:
                 med[(c["experiment"], c["variant"], c["fs"], key)] = statistics.median(vals)
     cols = []

@@ -71,6 +71,10 @@ class Experiment:
         """Markdown lines shown above the per-metric tables (or [])."""
         return []
 
+    def details(self, cells, fs_order, quick):
+        """Markdown lines shown below the per-metric tables (or [])."""
+        return []
+
     def describe(self, quick):
         return ""
 
@@ -98,24 +102,91 @@ def bytes_per(fs, s0, n):
 # ------------------------------------------------------------ seed 003
 
 
+# dbench's operations in the order it prints them (the seed's rows, then
+# Flush, which dbench 4 prints last and the seed's build did not).
+DBENCH_OPS = ["NTCreateX", "Close", "Rename", "Unlink", "Deltree", "Mkdir", "Qpathinfo", "Qfileinfo", "Qfsinfo",
+              "Sfileinfo", "Find", "WriteX", "ReadX", "LockX", "UnlockX", "Flush"]
+# The rows the seed points at: the work Tux3 hands to its backend.
+DBENCH_FOCUS = ["Unlink", "Deltree"]
+SEED_003 = (
+    "The seed (1 client, client2.txt, its KVM guest on a spinning disk), Tux3 / tmpfs / ext4: Unlink AvgLat "
+    "0.002 / 0.004 / 0.022, MaxLat 0.345 / 0.607 / 1441.552; Deltree AvgLat 0.083 / 0.651 / 1.517, MaxLat "
+    "0.157 / 1.352 / 3.358; throughput 1546.81 / 1489.00 / 1017.84 MB/s."
+)
+
+
+def parse_dbench_ops(stdout):
+    """dbench's per-operation table (the lines after "Operation Count
+    AvgLat MaxLat") as {op: {"count", "avg_ms", "max_ms"}}."""
+    ops = {}
+    lines = stdout.splitlines()
+    head = next((i for i, ln in enumerate(lines) if re.match(r"^\s*Operation\s+Count\s+AvgLat\s+MaxLat", ln)), None)
+    if head is None:
+        return ops
+    for ln in lines[head + 1:]:
+        if re.match(r"^\s*-+\s*$", ln):
+            continue
+        m = re.match(r"^\s*(\w+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s*$", ln)
+        if not m:
+            if ops:
+                break
+            continue
+        ops[m.group(1)] = {"count": int(m.group(2)), "avg_ms": float(m.group(3)), "max_ms": float(m.group(4))}
+    return ops
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of process `pid`, all its threads (None if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class DbenchSync(Experiment):
     name = "dbench"
     seed = "003 (Tux3 front/back end)"
     title = "dbench with a sync every 4 s"
     tools = [("dbench", "dbench")]
+    # cairn with deferred deletes off, beside cairn (issue #13).
+    extra_fs = ["cairn-syncdelete"]
+    CLIENTS = [1, 2, 4]
     metrics = [
         Metric("mbps", "MB/s", True, "throughput"),
         Metric("max_ms", "ms", False, "max latency"),
+        Metric("seconds", "s", False, "dbench wall time (run and cleanup)", table=False),
+        Metric("cpu_client", "cores", False, "CPU of dbench and its clients", table=False),
+        Metric("cpu_daemon", "cores", False, "CPU of the FUSE daemon", table=False),
     ]
 
+    def __init__(self):
+        self.profiled = set()  # (fs, clients) profiled already: only the first repetition is
+
     def variants(self, quick):
-        return [{"label": "1 client", "clients": 1, "time": 8 if quick else 20}]
+        t = 8 if quick else 30
+        return [{"label": f"{c} client{'s' if c > 1 else ''}", "clients": c, "time": t} for c in self.CLIENTS]
 
     def describe(self, quick):
         t = self.variants(quick)[0]["time"]
+        prof = (
+            " `--profile`: the first 1-client run on each file system runs under `perf record -g -F 999` "
+            "(dbench and its clients: `profiles/dbench-FS-client.txt`), and on cairn also with `perf record "
+            "-g -F 999 -p DAEMON` of the `cairn mount` daemon (`profiles/dbench-FS-daemon.txt`); perf costs "
+            "that run some throughput, and with one repetition it is the only one."
+            if self.profile_dir else ""
+        )
         return (
-            f"`dbench -t {t} -c {DBENCH_LOAD} -D MOUNTPOINT 1` while a loop runs `sync` every 4 s "
-            "(the seed ran `-t 30 -c client2.txt 1` with the same sync loop)."
+            f"`dbench -t {t} -c {DBENCH_LOAD} -D MOUNTPOINT N`, N = {', '.join(map(str, self.CLIENTS))} "
+            "clients, while a loop runs `sync` every 4 s (the seed ran `dbench -t 30 -c client2.txt 1` with "
+            "the same sync loop; Debian ships client.txt). Throughput and max latency from dbench's last line; "
+            "below them the per-operation table dbench prints (Count, AvgLat, MaxLat), the median over runs "
+            "of each column separately. `cairn-syncdelete` is cairn mounted with `-o sync_delete`: the last "
+            "unlink frees the file on the calling FUSE thread instead of handing it to the reaper thread "
+            "(the seed's frontend/backend split, off). CPU: user + system seconds of dbench and its client "
+            "processes, and of the FUSE daemon (cairn, fuse2fs), per second of dbench's wall time; kernel "
+            "file systems' own threads (writeback, journal) are in neither." + prof
         )
 
     def run(self, fs, v):
@@ -125,21 +196,148 @@ class DbenchSync(Experiment):
             while not stop.wait(4):
                 subprocess.run(["sync"])
 
+        cmd = ["dbench", "-t", str(v["time"]), "-c", DBENCH_LOAD, "-D", fs.mp, str(v["clients"])]
+        pid = fs.daemon_pid()
+        client_data = daemon = None
+        if self.profile_dir and v["clients"] == 1 and (fs.name, 1) not in self.profiled:
+            self.profiled.add((fs.name, 1))
+            os.makedirs(self.profile_dir, exist_ok=True)
+            client_data = os.path.join(self.profile_dir, f"dbench-{fs.name}-client.perf.data")
+            cmd = ["perf", "record", "-g", "-F", "999", "-o", client_data, "--", *cmd]
+            if fs.is_cairn:
+                daemon = Profile(self.profile_dir, f"dbench-{fs.name}-daemon", pid)
         t = threading.Thread(target=syncer, daemon=True)
+        u0, d0, t0 = os.times(), cpu_seconds(pid) if pid else None, time.time()
         t.start()
         try:
-            r = run(
-                ["dbench", "-t", str(v["time"]), "-c", DBENCH_LOAD, "-D", fs.mp, str(v["clients"])],
-                capture_output=True,
-                text=True,
-            )
+            r = run(cmd, check=False, capture_output=True, text=True)
         finally:
             stop.set()
             t.join()
+            secs = time.time() - t0
+            u1, d1 = os.times(), cpu_seconds(pid) if pid else None
+            if daemon:
+                daemon.stop()
+        if r.returncode:
+            raise RuntimeError(f"dbench exited {r.returncode}: " + " / ".join((r.stderr or r.stdout).strip()
+                                                                              .splitlines()[-3:]))
         m = re.search(r"Throughput ([\d.]+) MB/sec.*max_latency=([\d.]+) ms", r.stdout)
-        if not m:
-            raise RuntimeError("dbench printed no throughput line")
-        return {"mbps": float(m.group(1)), "max_ms": float(m.group(2))}
+        ops = parse_dbench_ops(r.stdout)
+        if not m or not ops:
+            raise RuntimeError("dbench printed no throughput line or no per-operation table:\n" + r.stdout[-2000:])
+        res = {
+            "mbps": float(m.group(1)),
+            "max_ms": float(m.group(2)),
+            "seconds": secs,
+            # Children's CPU: dbench, which waits for its clients; the sync
+            # loop's `sync`s; perf when profiling.
+            "cpu_client": (u1.children_user + u1.children_system - u0.children_user - u0.children_system) / secs,
+            "cpu_daemon": (d1 - d0) / secs if d0 is not None and d1 is not None else None,
+            "ops": ops,
+        }
+        if client_data:
+            perf_summary(client_data, os.path.join(self.profile_dir, f"dbench-{fs.name}-client.txt"),
+                         f"perf record -g -F 999 -- dbench -t {v['time']} ... 1 on {fs.name} (dbench and its "
+                         "client process; the kernel's work in their context included)", own_dso=None,
+                         inclusive=True)
+            os.unlink(client_data)
+            res["profiled"] = True
+        return res
+
+    def details(self, cells, fs_order, quick):
+        """Per client count: Unlink and Deltree in one line each, then dbench's
+        per-operation table as three tables (AvgLat, MaxLat, Count), one
+        column per file system; then CPU use."""
+        import statistics
+
+        def runs(lab, fs):
+            return [r for r in cells.get((self.name, lab, fs), []) if "error" not in r and "ops" in r]
+
+        def med(lab, fs, op, key):
+            vals = [r["ops"][op][key] for r in runs(lab, fs) if op in r["ops"]]
+            return statistics.median(vals) if vals else None
+
+        def ms(x):
+            return "—" if x is None else f"{x:.3f}"
+
+        md = []
+        for v in self.variants(quick):
+            lab = v["label"]
+            shown = [fs for fs in fs_order if runs(lab, fs)]
+            if not shown:
+                continue
+            n = max(len(runs(lab, fs)) for fs in shown)
+            ops = DBENCH_OPS + sorted({op for fs in shown for r in runs(lab, fs) for op in r["ops"]} - set(DBENCH_OPS))
+            md += [f"**dbench per operation, {lab}** (median of {n} run{'s' if n > 1 else ''}, each column "
+                   "separately; latencies in ms; — where dbench printed no row: none of that operation completed in "
+                   "the timed part):", ""]
+            for op in DBENCH_FOCUS:
+                md.append(f"- {self.focus_line(op, shown, lambda fs, k, op=op: med(lab, fs, op, k))}")
+            if v["clients"] == 1:
+                md.append(f"- {SEED_003}")
+            md.append("")
+            for title, key, f in (("AvgLat (ms)", "avg_ms", ms), ("MaxLat (ms)", "max_ms", ms),
+                                  ("Count", "count", lambda x: "—" if x is None else f"{x:,.0f}")):
+                md += [f"| {title}, {lab} | " + " | ".join(shown) + " |", "|---" + "|--:" * len(shown) + "|"]
+                for op in ops:
+                    vals = [med(lab, fs, op, key) for fs in shown]
+                    if all(x is None for x in vals):
+                        continue
+                    name = f"**{op}**" if op in DBENCH_FOCUS else op
+                    md.append(f"| {name} | " + " | ".join(f(x) for x in vals) + " |")
+                md.append("")
+        cpu = []
+        for fs in fs_order:
+            row = []
+            for v in self.variants(quick):
+                rs = runs(v["label"], fs)
+                c = [r["cpu_client"] for r in rs if r.get("cpu_client") is not None]
+                d = [r["cpu_daemon"] for r in rs if r.get("cpu_daemon") is not None]
+                row.append(("—" if not c else f"{statistics.median(c):.2f}")
+                           + (f" / {statistics.median(d):.2f}" if d else ""))
+            if any(x != "—" for x in row):
+                cpu.append(f"| {fs} | " + " | ".join(row) + " |")
+        if cpu:
+            labs = [v["label"] for v in self.variants(quick)]
+            md += ["CPU busy (cores; dbench and its clients / the FUSE daemon, median; this machine has "
+                   f"{os.cpu_count()}):", "", "| file system | " + " | ".join(labs) + " |",
+                   "|---" * (len(labs) + 1) + "|", *cpu, ""]
+        if self.profile_dir:
+            md += ["Profiles of the first 1-client run: `profiles/dbench-FS-client.txt` (dbench's side, kernel "
+                   "included), `profiles/dbench-FS-daemon.txt` (cairn's daemon).", ""]
+        return md
+
+    @staticmethod
+    def focus_line(op, shown, med):
+        """One line on operation `op`: AvgLat / MaxLat per file system, cairn
+        against cairn-syncdelete (deferral on and off) and against the peers."""
+        avg = {fs: med(fs, "avg_ms") for fs in shown}
+        mx = {fs: med(fs, "max_ms") for fs in shown}
+        each = ", ".join(f"{fs} {avg[fs]:.3f} / {mx[fs]:.3f}" if avg[fs] is not None else f"{fs} —"
+                         for fs in shown)
+        line = f"**{op}** AvgLat / MaxLat: {each}."
+        a, b = avg.get("cairn"), avg.get("cairn-syncdelete")
+        if a is not None and b is not None:
+            if a == b:
+                line += " Deferral: the same average with and without."
+            elif not a or not b:
+                line += f" Deferral: {'cairn' if not a else 'cairn-syncdelete'}'s average rounds to 0, the other's not."
+            elif a < b:
+                line += f" Deferral: cairn's average is {b / a:.1f}× lower than cairn-syncdelete's."
+            else:
+                line += f" Deferral: cairn's average is {a / b:.1f}× *higher* than cairn-syncdelete's."
+        if a is not None:
+            peers = [fs for fs in shown if not fsmod.is_cairn(fs) and avg[fs] is not None]
+            below = [fs for fs in peers if a < avg[fs]]
+            above = [fs for fs in peers if a > avg[fs]]
+            def names(fss):
+                return ", ".join(f"{fs}'s" for fs in fss)
+
+            if below and above:
+                line += f" cairn's average is below {names(below)}, above {names(above)}."
+            elif below or above:
+                line += f" cairn's average is {'below' if below else 'above'} {names(below or above)}."
+        return line
 
 
 # ------------------------------------------------------------ seed 001
@@ -253,24 +451,29 @@ def reset_peak_rss(pid):
 PERF_TOP = 15
 
 
-def perf_summary(data, path, title, time_range=None):
-    """Writes the top symbols (self time: all, cairn's own) and threads of
-    perf data file `data` to `path`; `time_range` (start, end) in the
-    recording's clock cuts out one phase."""
+def perf_summary(data, path, title, time_range=None, own_dso="cairn", inclusive=False):
+    """Writes the top symbols (self time: all, `own_dso`'s own unless None;
+    with `inclusive` also time including callees, which names the system
+    calls the time went to) and threads of perf data file `data` to `path`;
+    `time_range` (start, end) in the recording's clock cuts out one phase."""
     lines = [f"# {title}; self time, top {PERF_TOP}", ""]
     cut = ["--time", f"{time_range[0]:.6f},{time_range[1]:.6f}"] if time_range else []
+    self_time = ["--no-children"]
     views = [
-        ("all samples, by dso,symbol", ["--sort", "dso,symbol"]),
-        ("cairn's own code only (--dsos cairn; % of all samples)", ["--sort", "symbol", "--dsos", "cairn",
-                                                                    "--percentage", "absolute"]),
-        ("by thread", ["--sort", "comm"]),
+        ("all samples, by dso,symbol", [*self_time, "--sort", "dso,symbol"], PERF_TOP),
+        *([(f"{own_dso}'s own code only (--dsos {own_dso}; % of all samples)",
+            [*self_time, "--sort", "symbol", "--dsos", own_dso, "--percentage", "absolute"], PERF_TOP)]
+          if own_dso else []),
+        *([("including callees (--children: Children, Self), by symbol", ["--children", "--sort", "symbol"],
+            2 * PERF_TOP)] if inclusive else []),
+        ("by thread", [*self_time, "--sort", "comm"], PERF_TOP),
     ]
-    for name, args in views:
-        r = run(["perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none", *cut, *args],
+    for name, args, top in views:
+        r = run(["perf", "report", "-i", data, "--stdio", "-g", "none", *cut, *args],
                 check=False, capture_output=True, text=True)
         rows = [re.sub(r"(\s+-)+\s*$", "", ln).rstrip() for ln in r.stdout.splitlines()
                 if re.match(r"^\s+[\d.]+%", ln)]
-        lines += [f"## {name}", "", *rows[:PERF_TOP], ""]
+        lines += [f"## {name}", "", *rows[:top], ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
 

@@ -17,7 +17,8 @@ kernel file system's bios do not cross (issue #14).
 
 cairn variants (`CAIRN_VARIANTS`) are cairn mounted with extra `-o` options
 and measured as file systems of their own (e.g. `cairn-nofast`: the overwrite
-fast path off). Every mount made here is undone by `FileSystem.teardown`,
+fast path off; `cairn-syncdelete`: deletes freed on the calling thread, not
+deferred to the reaper). Every mount made here is undone by `FileSystem.teardown`,
 which the runner calls on success, failure and Ctrl-C alike.
 """
 
@@ -35,6 +36,8 @@ BASELINE = "cairn-baseline"
 # its default list, see `Experiment.extra_fs`). name -> mount options.
 CAIRN_VARIANTS = {
     "cairn-nofast": ["overwrite_fastpath=0"],
+    # Deferred deletes off: the last unlink frees on the FUSE thread (issue #13).
+    "cairn-syncdelete": ["sync_delete"],
 }
 # cairn's engine alone, without FUSE or the kernel: the experiment runs a
 # `cairn debug ...` workload on an image file in the scratch tmpfs (nothing is

@@ -17,6 +17,7 @@ COLORS = {
     "cairn": "#d95f02",
     "cairn-baseline": "#fdae61",
     "cairn-nofast": "#a6761d",
+    "cairn-syncdelete": "#8c510a",
     "cairn-engine": "#fc8d62",
     "tmpfs": "#999999",
     "ext4": "#1b9e77",
@@ -33,6 +34,11 @@ def summarize(values):
     med = statistics.median(vals)
     spread = (max(vals) - min(vals)) / med if med and len(vals) > 1 else 0.0
     return {"median": med, "min": min(vals), "max": max(vals), "n": len(vals), "spread": spread}
+
+
+def number(x):
+    """A measured number (not None, a flag, a string or a nested table)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def fmt(x):
@@ -218,6 +224,7 @@ def write(outdir, meta, experiments, cells, fs_order, quick):
             with open(os.path.join(outdir, svg_name), "w") as fh:
                 fh.write(chart(f"{exp.title}: {m.label}", m.unit, groups, fs_order, m.higher_better))
             md += [f"![{exp.title}: {m.label}]({svg_name})", ""]
+        md += exp.details(cells, fs_order, quick)
         if failed:
             md += ["Cells that failed: " + "; ".join(failed), ""]
     md += ["## Commands and machine", "", "```", json.dumps(meta, indent=1), "```", ""]
