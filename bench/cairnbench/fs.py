@@ -18,7 +18,7 @@ kernel file system's bios do not cross (issue #14).
 cairn variants (`CAIRN_VARIANTS`) are cairn mounted with extra `-o` options
 and measured as file systems of their own (e.g. `cairn-nofast`: the overwrite
 fast path off; `cairn-syncdelete`: deletes freed on the calling thread, not
-deferred to the reaper). Every mount made here is undone by `FileSystem.teardown`,
+deferred to the reaper; `cairn-wbcache`: the kernel's writeback cache on). Every mount made here is undone by `FileSystem.teardown`,
 which the runner calls on success, failure and Ctrl-C alike.
 """
 
@@ -38,6 +38,9 @@ CAIRN_VARIANTS = {
     "cairn-nofast": ["overwrite_fastpath=0"],
     # Deferred deletes off: the last unlink frees on the FUSE thread (issue #13).
     "cairn-syncdelete": ["sync_delete"],
+    # The kernel's writeback cache on (off by default: see docs/fuse.md), to
+    # measure what it would give (issue #9).
+    "cairn-wbcache": ["writeback_cache"],
 }
 # cairn's engine alone, without FUSE or the kernel: the experiment runs a
 # `cairn debug ...` workload on an image file in the scratch tmpfs (nothing is

@@ -17,10 +17,16 @@
 //!
 //! ## Small and large
 //! Freeing a file whose extents fit in the inode (most files) happens in the
-//! transaction that drops its last link. A larger one is put on the orphan
-//! list there and queued on the reaper, whose thread frees it in steps
-//! (`reaper`; with `-o sync_delete` the operation that dropped the link does,
-//! once its own handle is closed).
+//! transaction that drops its last link, if nobody holds the file. A larger
+//! one is put on the orphan list there and queued on the reaper, whose
+//! thread frees it in steps (`reaper`; with `-o sync_delete` the operation
+//! that dropped the link does, once its own handle is closed).
+//!
+//! Through FUSE the kernel usually still holds the file when its last link
+//! goes, so the unlink puts it on the orphan list whatever its size, and
+//! the kernel's FORGET releases it later. That FORGET only queues the inode
+//! on the reaper — no transaction on the request thread — unless
+//! `-o sync_delete`, where it frees the file itself.
 //!
 //! A truncate frees in its own transaction what one handle covers; if more
 //! is left, the inode goes on the orphan list with its new size and the
@@ -410,6 +416,24 @@ impl Fs {
         if unused {
             // The kernel holds the file no more: its stream has ended.
             self.meta.alloc.discard_prealloc(&self.meta.bufs, ino);
+        }
+        if free && !self.is_read_only() && self.reaper.deferred {
+            // On the orphan list since its unlink: the reaper frees it, and
+            // FORGET needs no transaction of its own (Tux3's frontend only
+            // queues; see `reaper`).
+            let queued = self.iget(ino).ok().is_some_and(|r| {
+                let g = r.read();
+                let queue = g.d.nlink == 0 && g.d.flags & INODE_FLAG_ORPHAN != 0 && !g.freed;
+                if queue {
+                    self.reaper.push(ino, g.d.blocks);
+                }
+                queue
+            });
+            if queued {
+                self.reaper.kick();
+                self.icache.evict_if_unused(ino);
+                return;
+            }
         }
         if free && !self.is_read_only() {
             let res = self.change(credits::DEFAULT, |tx| {

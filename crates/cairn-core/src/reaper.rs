@@ -1,5 +1,5 @@
-//! Deferred deletes: Tux3's backend doing the heavy part of a delete
-//! (seed 003).
+//! Deferred deletes and truncates: Tux3's backend doing the heavy part of
+//! a delete (seed 003).
 //!
 //! ## Purpose
 //! Freeing a file whose extents fill a tree — a 10 GiB file has thousands —
@@ -8,9 +8,16 @@
 //! unlinked open file) only puts the inode on the on-disk orphan list and
 //! queues it here, in its own transaction; the reaper thread frees it in
 //! steps ([`Fs::finish_delete`]), each a bounded transaction, so neither
-//! the caller nor other requests wait for it. Small files (extents in the
-//! inode) are freed in the unlinking transaction itself, as before: that
-//! work is bounded.
+//! the caller nor other requests wait for it. A FORGET of a file already on
+//! the orphan list (its unlink put it there while the kernel held it: the
+//! usual case through FUSE) queues it with no transaction at all, whatever
+//! its size. A small file nobody holds is freed in the unlinking
+//! transaction itself: that work is bounded.
+//!
+//! A truncate that frees more than one handle covers sets the new size,
+//! puts the inode on the orphan list and queues the rest as a
+//! `Job::Truncate`; the file's next write, fallocate or size change
+//! finishes it first (`Fs::settle_truncate`, `reaper.truncates_settled`).
 //!
 //! ## What the user sees
 //! * `statfs` counts the blocks of queued inodes as free (`backlog_blocks`,
@@ -22,10 +29,12 @@
 //! * A crash loses nothing: a queued inode is on the orphan list, and mount
 //!   finishes it (`Fs::process_orphans`); unmount drains the queue.
 //!
-//! `-o sync_delete` frees on the caller's thread instead, after its handle
-//! closes (the behaviour before the reaper), to measure the difference.
+//! `-o sync_delete` frees (and truncates) on the caller's thread instead,
+//! after its handle closes (the behaviour before the reaper), to measure
+//! the difference.
 //! Counters: `reaper.queued`, `reaper.done`, `reaper.backlog_inodes`,
-//! `reaper.backlog_blocks`, `reaper.steps`, `reaper.enospc_waits`.
+//! `reaper.backlog_blocks`, `reaper.steps`, `reaper.enospc_waits`,
+//! `reaper.truncates_queued`, `reaper.truncates_settled`.
 
 use crate::fs::Fs;
 use crate::stats::Publish;

@@ -131,8 +131,12 @@ fn an_open_unlinked_file_survives_reclaim_and_is_freed_at_its_last_forget() {
     assert_eq!(fs.read(f, 0, 30_000).unwrap(), data);
     pressure(3000);
     assert_eq!(fs.statfs().unwrap().files_free, free_before - 6000, "the unlinked file was freed while open");
-    fs.forget(f, 1);
-    assert_eq!(fs.statfs().unwrap().files_free, free_before - 6000 + 1, "not freed at its last forget");
+    fs.forget(f, 1); // queues it on the reaper (see `reaper`)
+    let t0 = std::time::Instant::now();
+    while stat(&fs, "reaper.backlog_inodes") > 0 && t0.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert_eq!(fs.statfs().unwrap().files_free, free_before - 6000 + 1, "not freed after its last forget");
     assert!(fs.getattr(f).is_err());
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the open unlinked file");

@@ -234,3 +234,28 @@ fn sync_delete_truncates_on_the_callers_thread() {
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after a sync truncate");
 }
+
+#[test]
+fn forget_of_an_unlinked_small_file_only_queues_it() {
+    for sync_delete in [false, true] {
+        let dev = new_image(64);
+        let fs = mount_with(&dev, opts(sync_delete));
+        let ino = fs.mknod(&Ctx::root(), 1, b"small", libc::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.write(ino, 0, &[5u8; 10_000]).unwrap();
+        let files_free = fs.statfs().unwrap().files_free;
+        fs.unlink(1, b"small").unwrap(); // the kernel still holds it: orphan list
+        let handles = stat(&fs, "tx.handles");
+        fs.forget(ino, 1);
+        if sync_delete {
+            assert_eq!(stat(&fs, "reaper.queued"), 0);
+            assert!(stat(&fs, "tx.handles") > handles, "sync_delete: FORGET did not free the file itself");
+        } else {
+            assert_eq!(stat(&fs, "reaper.queued"), 1, "FORGET did not queue the unlinked file");
+            assert_eq!(stat(&fs, "tx.handles"), handles, "FORGET opened a transaction");
+            wait_reaped(&fs);
+        }
+        assert_eq!(fs.statfs().unwrap().files_free, files_free + 1, "the inode was not freed");
+        fs.unmount().unwrap();
+        fsck_clean_mem(dev.as_ref(), "after an unlinked file's FORGET");
+    }
+}
