@@ -49,6 +49,7 @@ pub use buffer::BufState;
 pub use error::{FsError, Result};
 pub use fs::{Fs, MountOptions};
 pub use journal::ErrorPolicy;
+pub use reaper::BATCH_INODES as REAPER_BATCH_INODES;
 pub use stats::Histogram;
 pub use types::*;
 mod dcache;

@@ -259,3 +259,47 @@ fn forget_of_an_unlinked_small_file_only_queues_it() {
         fsck_clean_mem(dev.as_ref(), "after an unlinked file's FORGET");
     }
 }
+
+/// Small deletes wake the reaper once per batch, not once per file: 200
+/// unlinked files whose FORGETs arrive together are freed in a few
+/// wake-ups (each waits `BATCH_DELAY` for the batch to fill), and all of
+/// them are freed. A batch of `BATCH_INODES` wakes it at once.
+#[test]
+fn small_deletes_are_reaped_in_batches() {
+    let dev = new_image(64);
+    let fs = mount_with(&dev, opts(false));
+    let files_free = fs.statfs().unwrap().files_free;
+    let mut inos = Vec::new();
+    for i in 0..200 {
+        let name = format!("f{i}");
+        let ino = fs.mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.write(ino, 0, &[1u8; 100]).unwrap();
+        inos.push((name, ino));
+    }
+    let files_created = fs.statfs().unwrap().files_free;
+    for (name, ino) in &inos {
+        fs.unlink(1, name.as_bytes()).unwrap(); // the kernel still holds it
+        fs.forget(*ino, 1);
+    }
+    wait_reaped(&fs);
+    assert_eq!(stat(&fs, "reaper.done"), 200);
+    let wakeups = stat(&fs, "reaper.wakeups");
+    assert!((1..=10).contains(&wakeups), "200 queued deletes took {wakeups} reaper wake-ups");
+    assert_eq!(fs.statfs().unwrap().files_free, files_free, "not every inode was freed ({files_created} free before)");
+
+    // A full batch does not wait for the delay.
+    let before = stat(&fs, "reaper.wakeups");
+    let n = cairn_core::REAPER_BATCH_INODES;
+    fs.debug_hold_reaper(true);
+    for i in 0..n {
+        let name = format!("g{i}");
+        let ino = fs.mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.unlink(1, name.as_bytes()).unwrap();
+        fs.forget(ino, 1);
+    }
+    fs.debug_hold_reaper(false);
+    wait_reaped(&fs);
+    assert!(stat(&fs, "reaper.wakeups") > before);
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after batched deletes");
+}
