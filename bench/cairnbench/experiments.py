@@ -151,7 +151,7 @@ class DbenchSync(Experiment):
     title = "dbench with a sync every 4 s"
     tools = [("dbench", "dbench")]
     # cairn with deferred deletes off, beside cairn (issue #13).
-    extra_fs = ["cairn-syncdelete"]
+    extra_fs = ["cairn-syncdelete", "cairn-devfuse"]
     CLIENTS = [1, 2, 4]
     metrics = [
         Metric("mbps", "MB/s", True, "throughput"),
@@ -184,7 +184,8 @@ class DbenchSync(Experiment):
             "below them the per-operation table dbench prints (Count, AvgLat, MaxLat), the median over runs "
             "of each column separately. `cairn-syncdelete` is cairn mounted with `-o sync_delete`: the last "
             "unlink frees the file on the calling FUSE thread instead of handing it to the reaper thread "
-            "(the seed's frontend/backend split, off). CPU: user + system seconds of dbench and its client "
+            "(the seed's frontend/backend split, off). `cairn-devfuse` is cairn mounted with `-o io_uring=0`: "
+            "every request through /dev/fuse instead of FUSE over io_uring's per-CPU queues. CPU: user + system seconds of dbench and its client "
             "processes, and of the FUSE daemon (cairn, fuse2fs), per second of dbench's wall time; kernel "
             "file systems' own threads (writeback, journal) are in neither." + prof
         )
@@ -348,6 +349,7 @@ class FsMark(Experiment):
     seed = "001 (XFS delayed logging, list_lru)"
     title = "fs_mark create, cold walk, parallel unlink of empty files"
     tools = [("fs_mark", "fsmark")]
+    extra_fs = ["cairn-devfuse"]
     metrics = [
         Metric("create", "files/s", True, "create"),
         Metric("walk", "entries/s", True, "cold walk"),
@@ -366,7 +368,8 @@ class FsMark(Experiment):
             f"-d MP/0 -d MP/1` (one thread per directory); then unmount (bytes written to the device "
             "per file: loop device's written sectors), remount with every cache dropped, a parallel "
             "`lstat` walk of each directory tree (one process per tree) and a parallel `rm -rf` "
-            "per tree. The seed ran 16 threads and 51 million files on XFS."
+            "per tree. The seed ran 16 threads and 51 million files on XFS. `cairn-devfuse` is cairn "
+            "mounted with `-o io_uring=0` (every request through /dev/fuse, not FUSE over io_uring)."
         )
 
     def run(self, fs, v):

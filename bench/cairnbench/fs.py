@@ -41,6 +41,8 @@ CAIRN_VARIANTS = {
     # The kernel's writeback cache on (off by default: see docs/fuse.md), to
     # measure what it would give (issue #9).
     "cairn-wbcache": ["writeback_cache"],
+    # FUSE over io_uring off: every request through /dev/fuse (issue #9).
+    "cairn-devfuse": ["io_uring=0"],
 }
 # cairn's engine alone, without FUSE or the kernel: the experiment runs a
 # `cairn debug ...` workload on an image file in the scratch tmpfs (nothing is
@@ -139,6 +141,14 @@ class Scratch:
         self.path = run(["mktemp", "-d", "/tmp/cairn-bench.XXXXXX"], capture_output=True, text=True).stdout.strip()
         if ROOT:
             run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=755", "tmpfs", self.path])
+        self.short_names = {}
+
+    def mount_point(self, name):
+        """A short mount point for file system `name` (m0, m1, ...): fs_mark
+        3.3 overflows a fixed buffer (and aborts) when its directory paths
+        are much longer than `/tmp/cairn-bench.XXXXXX/cairn/0`."""
+        short = self.short_names.setdefault(name, f"m{len(self.short_names)}")
+        return os.path.join(self.path, short)
 
     def teardown(self):
         if not ROOT:
@@ -177,7 +187,7 @@ class FileSystem:
         # experiment asks (`Experiment.mount_options`).
         self.mount_options = (mount_options or {}).get(name, [])
         self.image = os.path.join(scratch.path, f"{name}.img")
-        self.mp = os.path.join(scratch.path, name)
+        self.mp = scratch.mount_point(name)
         self.dev = None
         self.src = None
         self.pid = None

@@ -19,6 +19,7 @@ COLORS = {
     "cairn-nofast": "#a6761d",
     "cairn-syncdelete": "#8c510a",
     "cairn-wbcache": "#e6ab02",
+    "cairn-devfuse": "#b15928",
     "cairn-engine": "#fc8d62",
     "tmpfs": "#999999",
     "ext4": "#1b9e77",

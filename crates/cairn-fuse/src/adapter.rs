@@ -71,11 +71,20 @@ pub struct AdapterOptions {
     pub max_write: u32,
     /// POSIX ACLs (FUSE_POSIX_ACL): `-o acl` (default) / `noacl`.
     pub acl: bool,
+    /// Ask for FUSE over io_uring in INIT (`-o io_uring=0|1`, default 1;
+    /// the session serves it, see the vendored fuser's `uring`).
+    pub io_uring: bool,
 }
 
 impl Default for AdapterOptions {
     fn default() -> Self {
-        AdapterOptions { timeouts: Timeouts::default(), writeback_cache: false, max_write: 1 << 20, acl: true }
+        AdapterOptions {
+            timeouts: Timeouts::default(),
+            writeback_cache: false,
+            max_write: 1 << 20,
+            acl: true,
+            io_uring: true,
+        }
     }
 }
 
@@ -194,6 +203,9 @@ impl Filesystem for CairnFuse {
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.opts.writeback_cache {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        if self.opts.io_uring {
+            wanted |= InitFlags::FUSE_OVER_IO_URING;
         }
         if self.opts.acl {
             // The kernel caches and enforces POSIX ACLs; cairn keeps them

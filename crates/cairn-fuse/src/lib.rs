@@ -79,6 +79,8 @@ pub fn session_config(settings: &Settings, fsname: &str) -> Config {
     };
     cfg.n_threads = Some(settings.threads);
     cfg.clone_fd = settings.threads > 1;
+    cfg.io_uring = settings.adapter.io_uring;
+    cfg.io_uring_threads_per_queue = settings.ring_threads;
     cfg
 }
 
@@ -94,6 +96,14 @@ pub fn mount(
     metrics: Arc<Metrics>,
 ) -> io::Result<Session<CairnFuse>> {
     let cfg = session_config(settings, fsname);
+    let mut settings = settings.clone();
+    if settings.adapter.io_uring && !fuser::io_uring_kernel_switch(true) {
+        tracing::warn!(
+            "FUSE over io_uring is off in this kernel (/sys/module/fuse/parameters/enable_uring; root turns it on): serving through /dev/fuse"
+        );
+        settings.adapter.io_uring = false;
+    }
+    let settings = &settings;
     Session::new(CairnFuse::with_metrics(fs, settings.adapter, metrics), mountpoint, &cfg)
 }
 

@@ -77,6 +77,8 @@ impl OpStats {
 /// Request counters of one FUSE session (shared with the control socket).
 pub struct Metrics {
     ops: Vec<OpStats>,
+    /// Requests served by an io_uring queue thread (`-o io_uring`).
+    ring_requests: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -94,7 +96,7 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// All counters zero.
     pub fn new() -> Self {
-        Metrics { ops: Op::ALL.iter().map(|_| OpStats::new()).collect() }
+        Metrics { ops: Op::ALL.iter().map(|_| OpStats::new()).collect(), ring_requests: AtomicU64::new(0) }
     }
 
     /// Starts timing one request of `op`.
@@ -106,6 +108,9 @@ impl Metrics {
     fn record(&self, op: Op, engine_ns: u64, reply_ns: u64, failed: bool) {
         let s = &self.ops[op as usize];
         s.requests.fetch_add(1, Relaxed);
+        if fuser::on_io_uring_thread() {
+            self.ring_requests.fetch_add(1, Relaxed);
+        }
         if failed {
             s.errors.fetch_add(1, Relaxed);
         }
@@ -131,7 +136,10 @@ impl Metrics {
     /// `.reply_us_total` / `.reply_us_p50` / `.reply_us_p99` (handler entry
     /// to reply written).
     pub fn counters(&self) -> Vec<(String, u64)> {
-        let mut out = vec![("fuse.requests".to_string(), self.total_requests())];
+        let mut out = vec![
+            ("fuse.requests".to_string(), self.total_requests()),
+            ("fuse.io_uring_requests".to_string(), self.ring_requests.load(Relaxed)),
+        ];
         for &op in Op::ALL {
             let s = &self.ops[op as usize];
             let n = s.requests.load(Relaxed);

@@ -9,7 +9,9 @@
 //! | `cache_mb=N` | memory for caches, MiB: the metadata buffer cache gets 3/4, the in-core inode cache and the dentry cache 1/8 each (see below) | 1/16 of RAM, 64..1024 |
 //! | `lru_caches=0\|1` | bound the inode cache and keep a dentry cache (1), or keep every inode the kernel holds in core and read the directory on every LOOKUP, the buffer cache getting all of `cache_mb` (0, for comparison) | 1 |
 //! | `errors=continue\|remount-ro\|shutdown` | what corruption or an I/O error does (ext4's names) | remount-ro |
-//! | `threads=N` | FUSE worker threads (1..64) | 2 |
+//! | `threads=N` | FUSE worker threads reading `/dev/fuse` (1..64) | 2 |
+//! | `io_uring=0\|1` | serve requests through FUSE over io_uring: one queue per CPU, each served by `ring_threads` threads pinned to that CPU, so a request and its reply never cross CPUs; the `/dev/fuse` threads still take FORGET and INTERRUPT. As root cairn turns on the kernel's switch (`/sys/module/fuse/parameters/enable_uring`); where the kernel does not offer it, `/dev/fuse` serves everything and one line of the log says so | 1 |
+//! | `ring_threads=N` | threads per CPU queue with `io_uring=1` (1..16) | 2 |
 //! | `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S` | kernel cache lifetimes (seconds, fractions allowed) | 60 |
 //! | `writeback_cache` / `no_writeback_cache` | kernel writeback cache (see below) | off |
 //! | `max_write=BYTES` | largest write request | 1048576 |
@@ -67,6 +69,8 @@ pub struct Settings {
     pub adapter: AdapterOptions,
     /// FUSE worker threads.
     pub threads: usize,
+    /// Threads per CPU queue under FUSE over io_uring (`adapter.io_uring`).
+    pub ring_threads: usize,
     /// Let other users see the file system.
     pub allow_other: bool,
     /// Let root (besides the owner) see the file system.
@@ -90,6 +94,7 @@ impl Default for Settings {
             engine: MountOptions::default(),
             adapter: AdapterOptions::default(),
             threads: 2,
+            ring_threads: 2,
             allow_other: false,
             allow_root: false,
             fuse: Vec::new(),
@@ -162,6 +167,8 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "noacl" => s.adapter.acl = false,
                 "mbcache" => s.engine.mbcache = true,
                 "threads" => s.threads = number(key, need()?, 1, 64)? as usize,
+                "io_uring" => s.adapter.io_uring = number(key, need()?, 0, 1)? == 1,
+                "ring_threads" => s.ring_threads = number(key, need()?, 1, 16)? as usize,
                 "entry_timeout" => timeouts.entry = seconds(key, need()?)?,
                 "attr_timeout" => timeouts.attr = seconds(key, need()?)?,
                 "negative_timeout" => timeouts.negative = seconds(key, need()?)?,

@@ -79,6 +79,10 @@ use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;
 pub use crate::session::SessionACL;
 pub use crate::session::SessionUnmounter;
+/// cairn patch: whether the kernel offers FUSE over io_uring (turning it on as root).
+pub use crate::uring::kernel_switch as io_uring_kernel_switch;
+/// cairn patch: whether the calling thread serves FUSE over io_uring.
+pub use crate::uring::on_io_uring_thread;
 
 mod access_flags;
 mod bsd_file_flags;
@@ -101,6 +105,8 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+/// cairn patch: FUSE over io_uring.
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

@@ -34,6 +34,8 @@ use crate::session::SessionEventLoop;
 pub(crate) struct RequestWithSender<'a> {
     /// Channel sender for sending the reply
     ch: ChannelSender,
+    /// cairn patch: the io_uring entry the reply goes to (None: /dev/fuse).
+    uring: Option<ReplySender>,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
 }
@@ -49,7 +51,25 @@ impl<'a> RequestWithSender<'a> {
             }
         };
 
-        Some(Self { ch, request })
+        Some(Self {
+            ch,
+            uring: None,
+            request,
+        })
+    }
+
+    /// cairn patch: reply through this io_uring entry instead of /dev/fuse.
+    pub(crate) fn with_uring(mut self, sender: ReplySender) -> Self {
+        self.uring = Some(sender);
+        self
+    }
+
+    /// Where replies go (cairn patch: the io_uring entry, if any).
+    fn sender(&self) -> ReplySender {
+        match &self.uring {
+            Some(ReplySender::Uring(entry)) => ReplySender::Uring(entry.clone()),
+            _ => ReplySender::Channel(self.ch.clone()),
+        }
     }
 
     /// Dispatch request to the given filesystem.
@@ -307,11 +327,7 @@ impl<'a> RequestWithSender<'a> {
                     self.request.nodeid(),
                     x.file_handle(),
                     x.offset(),
-                    ReplyDirectory::new(
-                        self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
-                        x.size() as usize,
-                    ),
+                    ReplyDirectory::new(self.request.unique(), self.sender(), x.size() as usize),
                 );
             }
             ll::Operation::ReleaseDir(x) => {
@@ -484,7 +500,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -571,7 +587,7 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), ReplySender::Channel(self.ch.clone()))
+        Reply::new(self.request.unique(), self.sender())
     }
 
     /// Returns a Request reference for this request

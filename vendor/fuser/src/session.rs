@@ -139,6 +139,8 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// cairn patch: set when INIT agreed on FUSE over io_uring.
+    pub(crate) uring: Option<crate::uring::UringParams>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -185,6 +187,7 @@ impl<FS: Filesystem> Session<FS> {
             allowed: options.acl,
             session_owner: geteuid(),
             proto_version: None,
+            uring: None,
             config: options.clone(),
         };
 
@@ -214,6 +217,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            uring: None,
         };
 
         session.handshake()?;
@@ -252,6 +256,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            uring,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -286,6 +291,8 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        // cairn patch: a channel for the io_uring queue threads.
+        let uring_ch = ch.clone();
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
@@ -305,6 +312,46 @@ impl<FS: Filesystem> Session<FS> {
                     .spawn(move || event_loop.event_loop())?,
             );
         }
+
+        // cairn patch: FUSE over io_uring, one pinned thread (or more) per
+        // possible CPU; the /dev/fuse threads above still take FORGET,
+        // INTERRUPT and whatever comes before the ring is ready.
+        // Every ring is made before any thread starts: the kernel holds
+        // requests until every queue has registered, so a queue that could
+        // not be set up must make it give up on the ring instead.
+        if let Some(params) = uring {
+            let per_queue = params.threads_per_queue.max(1);
+            let mut rings = Vec::new();
+            let mut failed = None;
+            for _ in 0..crate::uring::possible_cpus() * per_queue {
+                match crate::uring::new_ring() {
+                    Ok(r) => rings.push(r),
+                    Err(e) => failed = Some(e),
+                }
+            }
+            if let Some(e) = failed {
+                error!("io_uring: could not make a ring for every queue: {e}");
+                if let Some(r) = rings.first_mut() {
+                    crate::uring::refuse(r, uring_ch.as_fd_raw());
+                }
+                rings.clear();
+            }
+            for (i, ring) in rings.into_iter().enumerate() {
+                let (qid, t) = (i / per_queue, i % per_queue);
+                let thread_name = format!("fuse-ring-{qid}.{t}");
+                let event_loop = SessionEventLoop {
+                    thread_name: thread_name.clone(),
+                    filesystem: filesystem.clone(),
+                    ch: uring_ch.clone(),
+                    allowed,
+                    session_owner,
+                };
+                threads.push(thread::Builder::new().name(thread_name).spawn(move || {
+                    crate::uring::queue_thread(event_loop, ring, qid as u16, params)
+                })?);
+            }
+        }
+        drop(uring_ch);
 
         let mut reply: io::Result<()> = Ok(());
         for thread in threads {
@@ -468,6 +515,17 @@ impl<FS: Filesystem> Session<FS> {
                 config.max_readahead,
                 config.max_write
             );
+
+            // cairn patch: FUSE over io_uring when asked for and agreed on.
+            if self.config.io_uring
+                && (init.capabilities() & config.requested).contains(InitFlags::FUSE_OVER_IO_URING)
+            {
+                let pages = config.max_pages() as usize * page_size::get();
+                self.uring = Some(crate::uring::UringParams {
+                    payload_size: pages.max(config.max_write as usize).max(8192),
+                    threads_per_queue: self.config.io_uring_threads_per_queue,
+                });
+            }
 
             let response = init.reply(&config);
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))

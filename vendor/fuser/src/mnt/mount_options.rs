@@ -18,6 +18,11 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// cairn patch: serve requests through FUSE over io_uring when the
+    /// kernel agrees to it in INIT (see `uring`); /dev/fuse otherwise.
+    pub io_uring: bool,
+    /// cairn patch: server threads per CPU queue with `io_uring` (0: 1).
+    pub io_uring_threads_per_queue: usize,
 }
 
 /// Mount options accepted by the FUSE filesystem type

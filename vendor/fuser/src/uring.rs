@@ -1,0 +1,418 @@
+//! cairn patch: FUSE over io_uring (kernel ABI 7.42, `CONFIG_FUSE_IO_URING`).
+//!
+//! ## Why
+//! Through `/dev/fuse` every request wakes whichever server thread sleeps in
+//! `read`, usually on another CPU than the caller, and the reply wakes the
+//! caller back across CPUs. On a virtual machine each such wake-up is an
+//! inter-processor interrupt and an idle exit: tens of microseconds, more
+//! than the file system's own work. With io_uring the kernel keeps one
+//! queue per possible CPU and puts each request on the queue of the CPU its
+//! caller runs on; a server thread pinned to that CPU takes it, so both
+//! wake-ups stay on one CPU.
+//!
+//! ## Protocol
+//! After FUSE_INIT (reply flag `FUSE_OVER_IO_URING`), each queue thread
+//! registers ring entries with `IORING_OP_URING_CMD` SQEs (SQE128) on the
+//! `/dev/fuse` fd: command `REGISTER` with `sqe.addr` pointing at two
+//! iovecs, a header buffer (`fuse_uring_req_header`: 128 bytes for the
+//! in/out header, 128 for the opcode's fixed struct, then
+//! `fuse_uring_ent_in_out`) and a payload buffer of at least the
+//! connection's largest request. A request arrives as the completion of an
+//! entry's command; the reply is written into the same buffers and sent
+//! with `COMMIT_AND_FETCH`, which also hands the entry back for the next
+//! request. The kernel uses the ring once every queue has an entry;
+//! FORGET, INTERRUPT and notifications stay on `/dev/fuse`, whose threads
+//! keep running.
+//!
+//! fuser parses a request from one contiguous buffer, so each request is
+//! reassembled (in header, fixed struct, payload) into the thread's buffer;
+//! the fixed struct's length is what the in header's `len` leaves after the
+//! header and the payload.
+//!
+//! ## Replies
+//! A reply may come from another thread (fuser's replies are `Send`): the
+//! entry's buffers sit behind a mutex shared with the reply sender, and the
+//! queue thread waits for the reply before it commits the entry.
+
+use std::io;
+use std::io::IoSlice;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use io_uring::IoUring;
+use io_uring::cqueue;
+use io_uring::opcode;
+use io_uring::squeue;
+use io_uring::types;
+use log::error;
+use log::warn;
+use parking_lot::Condvar;
+use parking_lot::Mutex;
+
+use crate::Filesystem;
+use crate::ReplyEmpty;
+use crate::ll::Operation;
+use crate::request::RequestWithSender;
+use crate::session::SessionEventLoop;
+
+const IN_HEADER: usize = 40;
+const OUT_HEADER: usize = 16;
+/// `fuse_uring_req_header`: in/out header, the opcode's struct, the entry's in/out.
+const OP_IN: usize = 128;
+const ENT_IN_OUT: usize = 256;
+const ENT_COMMIT_ID: usize = ENT_IN_OUT + 8;
+const ENT_PAYLOAD_SZ: usize = ENT_IN_OUT + 16;
+const HEADER_SIZE: usize = ENT_IN_OUT + 32;
+const CMD_REGISTER: u32 = 1;
+const CMD_COMMIT_AND_FETCH: u32 = 2;
+/// Offset of `len` in `struct io_uring_sqe` (the iovec count of a REGISTER).
+const SQE_LEN_OFFSET: usize = 24;
+
+/// How the ring is set up (from the INIT exchange and the mount's config).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UringParams {
+    /// Payload buffer size: at least the connection's largest request.
+    pub(crate) payload_size: usize,
+    /// Server threads per CPU queue (each its own ring and entry).
+    pub(crate) threads_per_queue: usize,
+}
+
+#[derive(Debug)]
+struct EntryBufs {
+    header: Box<[u8]>,
+    payload: Box<[u8]>,
+    replied: bool,
+}
+
+/// One ring entry's buffers, shared by the queue thread and the reply.
+#[derive(Debug)]
+pub(crate) struct UringReply {
+    bufs: Mutex<EntryBufs>,
+    done: Condvar,
+}
+
+impl UringReply {
+    fn new(payload_size: usize) -> Arc<UringReply> {
+        Arc::new(UringReply {
+            bufs: Mutex::new(EntryBufs {
+                header: vec![0u8; HEADER_SIZE.max(4096)].into_boxed_slice(),
+                payload: vec![0u8; payload_size].into_boxed_slice(),
+                replied: true,
+            }),
+            done: Condvar::new(),
+        })
+    }
+
+    /// Writes a reply (`fuse_out_header` then its payload) into the entry.
+    pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
+        let mut b = self.bufs.lock();
+        let total: usize = data.iter().map(|s| s.len()).sum();
+        if total < OUT_HEADER {
+            return Err(io::Error::other("FUSE reply shorter than its header"));
+        }
+        let b = &mut *b;
+        let mut at = 0usize;
+        let mut payload_len = 0usize;
+        let mut overflow = false;
+        for s in data {
+            let mut s: &[u8] = s;
+            if at < OUT_HEADER {
+                let n = (OUT_HEADER - at).min(s.len());
+                b.header[at..at + n].copy_from_slice(&s[..n]);
+                at += n;
+                s = &s[n..];
+            }
+            if s.is_empty() {
+                continue;
+            }
+            if payload_len + s.len() > b.payload.len() {
+                overflow = true;
+                break;
+            }
+            b.payload[payload_len..payload_len + s.len()].copy_from_slice(s);
+            payload_len += s.len();
+        }
+        if overflow {
+            error!("FUSE reply of {total} bytes does not fit the ring entry");
+            b.header[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+            payload_len = 0;
+        }
+        b.header[ENT_PAYLOAD_SZ..ENT_PAYLOAD_SZ + 4]
+            .copy_from_slice(&(payload_len as u32).to_ne_bytes());
+        b.replied = true;
+        self.done.notify_one();
+        Ok(())
+    }
+}
+
+thread_local! {
+    static ON_RING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is an io_uring queue thread (a file system
+/// can count which transport served a request).
+pub fn on_io_uring_thread() -> bool {
+    ON_RING.with(|r| r.get())
+}
+
+/// Number of queues the kernel expects: one per possible CPU.
+pub(crate) fn possible_cpus() -> usize {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    let mut n = 0usize;
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let mut ends = part.split('-').map(|x| x.trim().parse::<usize>().ok());
+        match (ends.next().flatten(), ends.next().flatten()) {
+            (Some(a), Some(b)) if b >= a => n = n.max(b + 1),
+            (Some(a), None) => n = n.max(a + 1),
+            _ => {}
+        }
+    }
+    if n == 0 {
+        std::thread::available_parallelism().map_or(1, |p| p.get())
+    } else {
+        n
+    }
+}
+
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET write inside it, and
+    // sched_setaffinity reads size_of::<cpu_set_t>() bytes of it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            warn!(
+                "io_uring queue {cpu}: could not pin its thread: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+fn cmd_req(qid: u16, commit_id: u64) -> [u8; 80] {
+    let mut cmd = [0u8; 80];
+    cmd[8..16].copy_from_slice(&commit_id.to_ne_bytes());
+    cmd[16..18].copy_from_slice(&qid.to_ne_bytes());
+    cmd
+}
+
+fn register_sqe(fd: i32, qid: u16, iov: &[libc::iovec; 2], idx: usize) -> squeue::Entry128 {
+    let sqe = opcode::UringCmd80::new(types::Fd(fd), CMD_REGISTER)
+        .cmd(cmd_req(qid, 0))
+        .addr(Some(iov.as_ptr() as u64))
+        .build()
+        .user_data(idx as u64);
+    // SAFETY: `squeue::Entry128` is `#[repr(C)]` over `struct io_uring_sqe`
+    // followed by 64 bytes of command data (128 bytes in all), and `len` is
+    // the u32 at offset 24 of `io_uring_sqe` (the kernel's UAPI layout); the
+    // io-uring crate's UringCmd80 builder has no setter for it, and
+    // FUSE_IO_URING_CMD_REGISTER requires it to be the iovec count, 2.
+    let mut bytes: [u8; 128] = unsafe { std::mem::transmute(sqe) };
+    bytes[SQE_LEN_OFFSET..SQE_LEN_OFFSET + 4].copy_from_slice(&2u32.to_ne_bytes());
+    // SAFETY: the same layout back; every bit pattern is a valid SQE value.
+    unsafe { std::mem::transmute(bytes) }
+}
+
+fn commit_sqe(fd: i32, qid: u16, commit_id: u64, idx: usize) -> squeue::Entry128 {
+    opcode::UringCmd80::new(types::Fd(fd), CMD_COMMIT_AND_FETCH)
+        .cmd(cmd_req(qid, commit_id))
+        .build()
+        .user_data(idx as u64)
+}
+
+/// One queue thread's io_uring (SQE128 for the 80-byte FUSE command).
+pub(crate) type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
+
+/// Makes a ring for one queue thread.
+pub(crate) fn new_ring() -> io::Result<Ring> {
+    IoUring::builder().build(8)
+}
+
+/// Tells the kernel to give up on the ring for this connection (after a
+/// queue thread could not be set up): a REGISTER for a queue that does not
+/// exist fails, which makes the kernel clear the connection's io_uring flag
+/// and serve every request through /dev/fuse again. Without it the kernel
+/// would hold every request until all queues had registered.
+pub(crate) fn refuse(ring: &mut Ring, fd: i32) {
+    let iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 2];
+    let sqe = register_sqe(fd, u16::MAX, &iov, usize::MAX);
+    if push(ring, &sqe).is_ok() && ring.submit_and_wait(1).is_ok() {
+        let res: Vec<i32> = ring.completion().map(|c| c.result()).collect();
+        warn!(
+            "io_uring: queue setup failed; the kernel answered the refusal with {res:?}; serving through /dev/fuse"
+        );
+    }
+}
+
+fn push(ring: &mut Ring, sqe: &squeue::Entry128) -> io::Result<()> {
+    // SAFETY: the SQE points at buffers (iovecs, header, payload) owned by
+    // `entries` in `queue_thread`, which outlive the ring (declared before
+    // it, so dropped after it: the kernel cancels the commands when the ring
+    // closes, before the buffers go).
+    unsafe { ring.submission().push(sqe) }
+        .map_err(|_| io::Error::other("io_uring submission queue full"))
+}
+
+/// One server thread of CPU queue `qid`: registers `depth` entries, then
+/// serves the requests that arrive on them until the connection ends.
+pub(crate) fn queue_thread<FS: Filesystem>(
+    se: SessionEventLoop<FS>,
+    mut ring: Ring,
+    qid: u16,
+    params: UringParams,
+) -> io::Result<()> {
+    pin_to_cpu(qid as usize);
+    ON_RING.with(|r| r.set(true));
+    let fd = se.ch.as_fd_raw();
+    let depth = 1usize;
+    let entries: Vec<Arc<UringReply>> = (0..depth)
+        .map(|_| UringReply::new(params.payload_size))
+        .collect();
+    let iovs: Vec<[libc::iovec; 2]> = entries
+        .iter()
+        .map(|e| {
+            let mut b = e.bufs.lock();
+            [
+                libc::iovec {
+                    iov_base: b.header.as_mut_ptr().cast(),
+                    iov_len: b.header.len(),
+                },
+                libc::iovec {
+                    iov_base: b.payload.as_mut_ptr().cast(),
+                    iov_len: b.payload.len(),
+                },
+            ]
+        })
+        .collect();
+    for (i, iov) in iovs.iter().enumerate() {
+        push(&mut ring, &register_sqe(fd, qid, iov, i))?;
+    }
+    ring.submit()?;
+    let mut req_buf: Vec<u8> = Vec::with_capacity(params.payload_size + IN_HEADER + OP_IN);
+    let mut done: Vec<(u64, i32)> = Vec::with_capacity(depth);
+    loop {
+        match ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+        done.clear();
+        done.extend(ring.completion().map(|c| (c.user_data(), c.result())));
+        for &(idx, res) in &done {
+            let idx = idx as usize;
+            if idx >= entries.len() {
+                continue;
+            }
+            if res == -libc::EAGAIN || res == -libc::EINTR {
+                // Registered before the kernel finished INIT: try again.
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                push(&mut ring, &register_sqe(fd, qid, &iovs[idx], idx))?;
+                ring.submit()?;
+                continue;
+            }
+            if res < 0 {
+                // The connection is gone (unmount, abort) or refused the ring.
+                return if [
+                    libc::ENOTCONN,
+                    libc::ECANCELED,
+                    libc::ENODEV,
+                    libc::ECONNABORTED,
+                ]
+                .contains(&-res)
+                {
+                    Ok(())
+                } else {
+                    Err(io::Error::from_raw_os_error(-res))
+                };
+            }
+            let commit_id = serve(&se, &entries[idx], &mut req_buf);
+            push(&mut ring, &commit_sqe(fd, qid, commit_id, idx))?;
+            ring.submit()?;
+        }
+    }
+}
+
+/// Reassembles, dispatches and waits for the reply of the request in
+/// `entry`; returns its commit id.
+fn serve<FS: Filesystem>(
+    se: &SessionEventLoop<FS>,
+    entry: &Arc<UringReply>,
+    req_buf: &mut Vec<u8>,
+) -> u64 {
+    let (commit_id, unique, valid) = {
+        let mut b = entry.bufs.lock();
+        let h = &b.header;
+        let word = |at: usize| u32::from_ne_bytes(h[at..at + 4].try_into().unwrap()) as usize;
+        let commit_id = u64::from_ne_bytes(h[ENT_COMMIT_ID..ENT_COMMIT_ID + 8].try_into().unwrap());
+        let unique = u64::from_ne_bytes(h[8..16].try_into().unwrap());
+        let (len, payload_sz) = (word(0), word(ENT_PAYLOAD_SZ));
+        let valid = len >= IN_HEADER + payload_sz
+            && len - IN_HEADER - payload_sz <= OP_IN
+            && payload_sz <= b.payload.len();
+        if valid {
+            let op_len = len - IN_HEADER - payload_sz;
+            req_buf.clear();
+            req_buf.extend_from_slice(&h[..IN_HEADER]);
+            req_buf.extend_from_slice(&h[OP_IN..OP_IN + op_len]);
+            req_buf.extend_from_slice(&b.payload[..payload_sz]);
+        }
+        b.replied = false;
+        (commit_id, unique, valid)
+    };
+    let reply = || crate::reply::ReplySender::Uring(entry.clone());
+    match valid
+        .then(|| RequestWithSender::new(se.ch.sender(), req_buf))
+        .flatten()
+    {
+        Some(req) => {
+            let req = req.with_uring(reply());
+            if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                if let Some(fs) = se.filesystem.fs.as_ref() {
+                    fs.destroy_request();
+                }
+                req.reply::<ReplyEmpty>().ok();
+            } else {
+                req.dispatch(se);
+            }
+        }
+        None => {
+            error!("io_uring: malformed FUSE request {unique}; answering EIO");
+            let header = [OUT_HEADER as u32, (-libc::EIO) as u32];
+            let mut out = [0u8; OUT_HEADER];
+            out[..4].copy_from_slice(&header[0].to_ne_bytes());
+            out[4..8].copy_from_slice(&header[1].to_ne_bytes());
+            out[8..16].copy_from_slice(&unique.to_ne_bytes());
+            let _ = entry.send(&[IoSlice::new(&out)]);
+        }
+    }
+    let mut b = entry.bufs.lock();
+    while !b.replied {
+        entry.done.wait(&mut b);
+    }
+    commit_id
+}
+
+/// Whether FUSE over io_uring can be used by a new mount: the kernel
+/// offers it (as root, the module's switch is turned on first when `enable`
+/// is set) and this process may make an io_uring of the kind it needs
+/// (io_uring can be disabled by sysctl or a seccomp filter).
+pub fn kernel_switch(enable: bool) -> bool {
+    const SWITCH: &str = "/sys/module/fuse/parameters/enable_uring";
+    let on = || std::fs::read_to_string(SWITCH).is_ok_and(|s| s.trim() == "Y");
+    if !on() && enable {
+        let _ = std::fs::write(SWITCH, "Y");
+    }
+    on() && new_ring().is_ok()
+}
+
+impl crate::channel::Channel {
+    /// The /dev/fuse descriptor number (for io_uring commands on it).
+    pub(crate) fn as_fd_raw(&self) -> i32 {
+        use std::os::fd::AsFd;
+        self.as_fd().as_raw_fd()
+    }
+}
