@@ -288,6 +288,9 @@ pub(crate) fn queue_thread<FS: Filesystem>(
             ]
         })
         .collect();
+    // The command each entry has in the kernel: None for REGISTER, Some(commit
+    // id) for COMMIT_AND_FETCH (resent as it was after EINTR/EAGAIN).
+    let mut pending: Vec<Option<u64>> = vec![None; depth];
     for (i, iov) in iovs.iter().enumerate() {
         push(&mut ring, &register_sqe(fd, qid, iov, i))?;
     }
@@ -307,30 +310,35 @@ pub(crate) fn queue_thread<FS: Filesystem>(
             if idx >= entries.len() {
                 continue;
             }
-            if res == -libc::EAGAIN || res == -libc::EINTR {
-                // Registered before the kernel finished INIT: try again.
+            let sqe = if res == -libc::EAGAIN || res == -libc::EINTR {
+                // A REGISTER before the kernel finished INIT, or an
+                // interrupted command: send it again.
                 std::thread::sleep(std::time::Duration::from_millis(1));
-                push(&mut ring, &register_sqe(fd, qid, &iovs[idx], idx))?;
-                ring.submit()?;
-                continue;
-            }
-            if res < 0 {
-                // The connection is gone (unmount, abort) or refused the ring.
-                return if [
-                    libc::ENOTCONN,
-                    libc::ECANCELED,
-                    libc::ENODEV,
-                    libc::ECONNABORTED,
-                ]
-                .contains(&-res)
-                {
-                    Ok(())
-                } else {
-                    Err(io::Error::from_raw_os_error(-res))
-                };
-            }
-            let commit_id = serve(&se, &entries[idx], &mut req_buf);
-            push(&mut ring, &commit_sqe(fd, qid, commit_id, idx))?;
+                match pending[idx] {
+                    None => register_sqe(fd, qid, &iovs[idx], idx),
+                    Some(commit_id) => commit_sqe(fd, qid, commit_id, idx),
+                }
+            } else if res < 0 {
+                let teardown = [libc::ENOTCONN, libc::ECANCELED, libc::ENODEV, libc::ECONNABORTED];
+                if teardown.contains(&-res) {
+                    // The connection is gone (unmount, abort).
+                    return Ok(());
+                }
+                if pending[idx].is_none() {
+                    return Err(io::Error::from_raw_os_error(-res));
+                }
+                // A commit the kernel refused (it ended that request
+                // itself): give the queue the entry back as a new one, so
+                // the CPU's requests keep a server.
+                warn!("io_uring queue {qid}: commit refused ({res}); registering the entry again");
+                pending[idx] = None;
+                register_sqe(fd, qid, &iovs[idx], idx)
+            } else {
+                let commit_id = serve(&se, &entries[idx], &mut req_buf);
+                pending[idx] = Some(commit_id);
+                commit_sqe(fd, qid, commit_id, idx)
+            };
+            push(&mut ring, &sqe)?;
             ring.submit()?;
         }
     }
