@@ -75,6 +75,13 @@ pub(crate) struct UringParams {
     pub(crate) payload_size: usize,
     /// Server threads per CPU queue (each its own ring and entry).
     pub(crate) threads_per_queue: usize,
+    /// Run the queue threads as SCHED_IDLE. A CPU running only SCHED_IDLE
+    /// threads counts as idle when the scheduler places a woken task, so a
+    /// caller woken by its reply stays on its CPU (and queue) instead of
+    /// being moved to the other, idle CPU at every request, which costs a
+    /// cross-CPU wake-up each time. The price: a CPU-bound task on the same
+    /// CPU starves the queue thread.
+    pub(crate) idle_priority: bool,
 }
 
 #[derive(Debug)]
@@ -174,7 +181,9 @@ pub(crate) fn possible_cpus() -> usize {
     }
 }
 
-fn pin_to_cpu(cpu: usize) {
+/// Pins the calling thread to `cpu`; with `idle`, also makes it SCHED_IDLE
+/// (see `UringParams::idle_priority`).
+fn pin_to_cpu(cpu: usize, idle: bool) {
     // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET write inside it, and
     // sched_setaffinity reads size_of::<cpu_set_t>() bytes of it.
     unsafe {
@@ -186,6 +195,12 @@ fn pin_to_cpu(cpu: usize) {
                 "io_uring queue {cpu}: could not pin its thread: {}",
                 io::Error::last_os_error()
             );
+        }
+        if idle {
+            let p = libc::sched_param { sched_priority: 0 };
+            if libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) != 0 {
+                warn!("io_uring queue {cpu}: could not set SCHED_IDLE: {}", io::Error::last_os_error());
+            }
         }
     }
 }
@@ -265,7 +280,7 @@ pub(crate) fn queue_thread<FS: Filesystem>(
     qid: u16,
     params: UringParams,
 ) -> io::Result<()> {
-    pin_to_cpu(qid as usize);
+    pin_to_cpu(qid as usize, params.idle_priority);
     ON_RING.with(|r| r.set(true));
     let fd = se.ch.as_fd_raw();
     let depth = 1usize;
@@ -383,6 +398,14 @@ fn serve<FS: Filesystem>(
                     fs.destroy_request();
                 }
                 req.reply::<ReplyEmpty>().ok();
+            } else if matches!(
+                req.request.operation(),
+                Ok(Operation::Forget(_) | Operation::BatchForget(_))
+            ) {
+                // No reply exists for these (the kernel sends them through
+                // /dev/fuse); never wait for one.
+                req.dispatch(se);
+                entry.bufs.lock().replied = true;
             } else {
                 req.dispatch(se);
             }

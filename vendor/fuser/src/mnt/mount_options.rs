@@ -23,6 +23,8 @@ pub struct Config {
     pub io_uring: bool,
     /// cairn patch: server threads per CPU queue with `io_uring` (0: 1).
     pub io_uring_threads_per_queue: usize,
+    /// cairn patch: run the io_uring queue threads as SCHED_IDLE.
+    pub io_uring_idle_priority: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
