@@ -185,12 +185,17 @@ fn wait_gone(pid: u64, limit: Duration, what: &str) {
 /// A fresh image `name` of `size` in a new temporary directory, mounted at
 /// its `mnt`: (the directory, the unmount guard, the daemon's pid).
 fn fresh_mount(name: &str, size: &str) -> (tempfile::TempDir, Guard, u64) {
+    fresh_mount_with(name, size, &[])
+}
+
+/// [`fresh_mount`] with extra `cairn mount` arguments (`["-o", "..."]`).
+fn fresh_mount_with(name: &str, size: &str, args: &[&str]) -> (tempfile::TempDir, Guard, u64) {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join(name);
     let mp = dir.path().join("mnt");
     std::fs::create_dir(&mp).unwrap();
     mkfs(&img, size);
-    let o = run(&["mount", p(&img), p(&mp)]);
+    let o = run(&[&["mount", p(&img), p(&mp)], args].concat());
     assert!(o.status.success(), "mount: {}", stderr(&o));
     let g = Guard(mp.clone());
     let pid = daemon_pid(&mp);
@@ -803,15 +808,8 @@ fn fuse_over_io_uring_serves_a_real_mount_and_unmounts_cleanly() {
         eprintln!("SKIPPED: this kernel has no FUSE over io_uring");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("u.img");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
-    mkfs(&img, "256M");
-    let o = run(&["mount", p(&img), p(&mp), "-o", "io_uring=1"]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let (dir, g, pid) = fresh_mount_with("u.img", "256M", &["-o", "io_uring=1"]);
+    let (img, mp) = (dir.path().join("u.img"), dir.path().join("mnt"));
     let before = counters(&mp);
     // Small requests, names, directory listings, xattrs, and 1 MiB writes
     // and reads that fill the ring entries' payload buffers.
