@@ -52,9 +52,11 @@ impl Fs {
     }
 
     /// Waits until the reaper has freed what it holds, then commits so that
-    /// the blocks leave the journal's hold; false if nothing was queued.
+    /// the blocks leave the journal's hold; false if nothing was queued, or
+    /// if the calling thread is itself freeing queued inodes (the reaper
+    /// thread, or a `sync_delete` caller): it would wait for itself.
     pub(crate) fn wait_for_reaper(&self) -> Result<bool> {
-        if self.reaper.backlog_inodes() == 0 {
+        if self.reaper.backlog_inodes() == 0 || crate::reaper::reaping_here() {
             return Ok(false);
         }
         self.reaper.wait_idle(std::time::Duration::from_secs(300));

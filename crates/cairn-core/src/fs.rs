@@ -359,9 +359,17 @@ impl Fs {
             drop(tx);
             match r {
                 Err(FsError::NeedCredits(n)) if !changed => credits = n,
-                Err(FsError::Errno(libc::ENOSPC)) if !retried_enospc && self.meta.alloc.pending_blocks() > 0 => {
+                Err(FsError::Errno(libc::ENOSPC))
+                    if !retried_enospc
+                        && (self.meta.alloc.pending_blocks() > 0 || self.reaper.backlog_inodes() > 0) =>
+                {
+                    // Blocks wait for the journal, or inodes and blocks for
+                    // the reaper (a create after a batch of deletes): let
+                    // them go and try once more.
                     retried_enospc = true;
-                    self.commit_and_checkpoint()?;
+                    if !self.wait_for_reaper()? {
+                        self.commit_and_checkpoint()?;
+                    }
                 }
                 Err(e) => return Err(e),
                 Ok(v) => return Ok(v),

@@ -279,11 +279,27 @@ impl Reaper {
     }
 }
 
+thread_local! {
+    static REAPING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is inside [`Fs::reap_queued`] (waiting for the
+/// reaper there would wait for itself).
+pub(crate) fn reaping_here() -> bool {
+    REAPING.with(|r| r.get())
+}
+
 impl Fs {
     /// Frees every queued inode, in steps (the reaper thread, unmount, and
     /// callers under `-o sync_delete`). Call with no handle held. A failure
     /// leaves the inode on the orphan list (the next mount finishes it).
     pub(crate) fn reap_queued(&self) {
+        let outer = REAPING.with(|r| r.replace(true));
+        self.reap_queued_here();
+        REAPING.with(|r| r.set(outer));
+    }
+
+    fn reap_queued_here(&self) {
         while let Some(job) = self.reaper.take() {
             match job {
                 Job::Delete(ino) => {
