@@ -10,7 +10,8 @@ cairn is mounted the way a user mounts it as root (fuseblk, so `sync` reaches
 it); fuse2fs serves the same loop device from user space. An experiment may
 instead run cairn on its image file directly (`cairn mount IMG MP`, as a user
 would: cairn then attaches a loop device only for the fuseblk mount and does
-its own I/O on the file), see `Experiment.cairn_on`: through a loop device,
+its own I/O on the file), see `Experiment.cairn_on` (fuse2fs then serves its
+image file too, so both user-space file systems do their I/O alike): through a loop device,
 cairn's buffered `pwrite`s to /dev/loopN land in that device's page cache and
 are copied a second time by the loop driver into the tmpfs file, a layer a
 kernel file system's bios do not cross (issue #14).
@@ -18,7 +19,7 @@ kernel file system's bios do not cross (issue #14).
 cairn variants (`CAIRN_VARIANTS`) are cairn mounted with extra `-o` options
 and measured as file systems of their own (e.g. `cairn-nofast`: the overwrite
 fast path off; `cairn-syncdelete`: deletes freed on the calling thread, not
-deferred to the reaper; `cairn-wbcache`: the kernel's writeback cache on). Every mount made here is undone by `FileSystem.teardown`,
+deferred to the reaper; `cairn-nowbcache`: the kernel's writeback cache off). Every mount made here is undone by `FileSystem.teardown`,
 which the runner calls on success, failure and Ctrl-C alike.
 """
 
@@ -38,9 +39,9 @@ CAIRN_VARIANTS = {
     "cairn-nofast": ["overwrite_fastpath=0"],
     # Deferred deletes off: the last unlink frees on the FUSE thread (issue #13).
     "cairn-syncdelete": ["sync_delete"],
-    # The kernel's writeback cache on (off by default: see docs/fuse.md), to
-    # measure what it would give (issue #9).
-    "cairn-wbcache": ["writeback_cache"],
+    # The kernel's writeback cache off (on by default: see docs/fuse.md), to
+    # measure what it gives and costs (issue #9).
+    "cairn-nowbcache": ["writeback_cache=0"],
     # FUSE over io_uring off: every request through /dev/fuse (issue #9).
     "cairn-devfuse": ["io_uring=0"],
 }
@@ -206,7 +207,10 @@ class FileSystem:
         if self.name == ENGINE:  # an image file, formatted, never mounted
             run([self.cairn, "mkfs", self.image, "--force", "--quiet"], capture_output=True)
             return
-        on_file = self.is_cairn and self.cairn_on == "file"
+        # Where an experiment says "file", both user-space file systems (cairn
+        # and fuse2fs) serve their image file, as a user runs them; the kernel
+        # ones always need a loop device.
+        on_file = (self.is_cairn or self.name == "fuse2fs") and self.cairn_on == "file"
         self.dev = out(["losetup", "--find", "--show", self.image]) if ROOT and not on_file else None
         self.src = self.dev or self.image
         q = dict(capture_output=True)

@@ -18,7 +18,7 @@ COLORS = {
     "cairn-baseline": "#fdae61",
     "cairn-nofast": "#a6761d",
     "cairn-syncdelete": "#8c510a",
-    "cairn-wbcache": "#e6ab02",
+    "cairn-nowbcache": "#e6ab02",
     "cairn-devfuse": "#b15928",
     "cairn-engine": "#fc8d62",
     "tmpfs": "#999999",
@@ -187,7 +187,7 @@ def write(outdir, meta, experiments, cells, fs_order, quick):
         "",
         f"{meta['date']}, {meta['machine']}; {meta['reps']} run(s) per cell, file systems interleaved "
         f"in each round; every cell on a freshly made file system; all images in RAM (loop devices "
-        f"over files on a tmpfs; cairn, where an experiment says so, on its image file in that tmpfs). "
+        f"over files on a tmpfs; cairn and fuse2fs, where an experiment says so, on their image files in that tmpfs). "
         f"cairn {meta['cairn_version']}. Cells read `median (min–max)`; a `~` "
         f"marks a spread above {int(WIDE * 100)}% of the median: do not trust that cell.",
         "",

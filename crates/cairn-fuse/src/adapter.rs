@@ -65,7 +65,7 @@ impl Default for Timeouts {
 pub struct AdapterOptions {
     pub timeouts: Timeouts,
     /// Ask for the kernel's writeback cache (buffered writes, kernel-owned
-    /// size and mtime until flushed).
+    /// size and mtime until flushed): `-o writeback_cache=0|1`, default 1.
     pub writeback_cache: bool,
     /// Largest write request, bytes.
     pub max_write: u32,
@@ -80,7 +80,7 @@ impl Default for AdapterOptions {
     fn default() -> Self {
         AdapterOptions {
             timeouts: Timeouts::default(),
-            writeback_cache: false,
+            writeback_cache: true,
             max_write: 1 << 20,
             acl: true,
             io_uring: true,
@@ -96,10 +96,15 @@ pub struct CairnFuse {
     /// The kernel granted FUSE_DONT_MASK: creates carry the caller's umask
     /// unapplied, and cairn applies it unless a default ACL is inherited.
     dont_mask: bool,
-    /// The kernel granted FUSE_HANDLE_KILLPRIV_V2: it no longer asks for
-    /// `security.capability` before each write (the superblock is NOSEC)
-    /// and leaves dropping privileges on write, truncate and chown to cairn.
+    /// The kernel granted FUSE_HANDLE_KILLPRIV_V2: it leaves dropping
+    /// privileges on write, truncate and chown to cairn, and asks for
+    /// `security.capability` before a buffered write only when the inode's
+    /// attributes were refreshed since its last write (the superblock is
+    /// NOSEC; an attribute reply clears the inode's S_NOSEC).
     killpriv_v2: bool,
+    /// The kernel granted FUSE_WRITEBACK_CACHE: written pages may sit in the
+    /// kernel, unseen by cairn, so LSEEK is answered ENOSYS (see `lseek`).
+    writeback: bool,
 }
 
 fn ctx(req: &Request) -> Ctx {
@@ -130,7 +135,7 @@ impl CairnFuse {
 
     /// Wraps a mounted engine, counting requests in `metrics`.
     pub fn with_metrics(fs: Arc<Fs>, opts: AdapterOptions, metrics: Arc<Metrics>) -> CairnFuse {
-        CairnFuse { fs, opts, metrics, dont_mask: false, killpriv_v2: false }
+        CairnFuse { fs, opts, metrics, dont_mask: false, killpriv_v2: false, writeback: false }
     }
 
     /// The request counters.
@@ -220,6 +225,8 @@ impl Filesystem for CairnFuse {
                 self.dont_mask = true;
             } else if flag == InitFlags::FUSE_HANDLE_KILLPRIV_V2 {
                 self.killpriv_v2 = true;
+            } else if flag == InitFlags::FUSE_WRITEBACK_CACHE {
+                self.writeback = true;
             }
         }
         if let Err(best) = config.set_max_write(self.opts.max_write) {
@@ -637,6 +644,15 @@ impl Filesystem for CairnFuse {
 
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         let mut t = self.metrics.timer(Op::Lseek);
+        if self.writeback {
+            // SEEK_DATA/SEEK_HOLE under the writeback cache: the kernel sends
+            // LSEEK without writing its dirty pages back first, so cairn's
+            // map of holes may miss data the caller has written. ENOSYS makes
+            // the kernel stop asking (`no_lseek`) and answer from the size
+            // alone, the whole file data: correct by POSIX, holes unreported.
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         if offset < 0 {
             reply.error(Errno::ENXIO);
             return;

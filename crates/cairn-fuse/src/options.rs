@@ -14,7 +14,7 @@
 //! | `ring_threads=N` | threads per CPU queue with `io_uring=1` (1..16) | 2 |
 //! | `ring_idle=0\|1` | run the queue threads as SCHED_IDLE, so the scheduler leaves a single busy caller on its CPU instead of moving it to an idle one at every reply (a lone O_DIRECT writer: 2.7× the IOPS); but a CPU-bound task on the same CPU then starves that CPU's queue | 0 |
 //! | `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S` | kernel cache lifetimes (seconds, fractions allowed) | 60 |
-//! | `writeback_cache` / `no_writeback_cache` | kernel writeback cache (see below) | off |
+//! | `writeback_cache=0\|1` (`no_writeback_cache` = 0) | kernel writeback cache (see below) | 1 |
 //! | `max_write=BYTES` | largest write request | 1048576 |
 //! | `readahead_kb=N` | the connection's readahead window, set after mounting (root only; 0 keeps the kernel's 128) | 1024 |
 //! | `mb_optimize_scan=0\|1` | find block groups through the allocator's order lists and fragment buckets (1) or by walking every group (0), as ext4's option | 1 |
@@ -43,11 +43,15 @@
 //! Without it (`nofuseblk`, or not root) `sync(1)`/`syncfs(2)` do not reach
 //! cairn: only `fsync`/`fdatasync`, the commit timer and unmount commit.
 //!
-//! The kernel's writeback cache is off by default: with it, written pages sit
-//! in the kernel until it flushes them, and FUSE sends `SEEK_DATA`/`SEEK_HOLE`
-//! to the daemon without flushing first, so those answers would ignore recent
-//! writes (stress-ng's `seek` stressor catches this). Turn it on for faster
-//! small buffered writes where that does not matter.
+//! The kernel's writeback cache is on by default: buffered writes fill the
+//! kernel's page cache and reach cairn in large WRITE requests when the kernel
+//! writes back (at `fsync`, `close`, `sync`, memory pressure or its 30 s timer),
+//! so a stream of 4 KiB writes costs a few requests per MiB, not two per write.
+//! The kernel then owns size, mtime and ctime of a file it caches and sends
+//! them with SETATTR. It also sends `SEEK_DATA`/`SEEK_HOLE` without writing
+//! back first, so with the cache on cairn answers LSEEK with ENOSYS and the
+//! kernel answers lseek from the size alone (the whole file is data, as POSIX
+//! allows); `writeback_cache=0` keeps holes visible to `SEEK_HOLE`.
 //!
 //! FUSE options passed to the kernel: `allow_other`, `allow_root`, `ro`/`rw`,
 //! `dev`/`nodev`, `suid`/`nosuid`, `exec`/`noexec`, `atime`/`noatime`,
@@ -177,7 +181,7 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "entry_timeout" => timeouts.entry = seconds(key, need()?)?,
                 "attr_timeout" => timeouts.attr = seconds(key, need()?)?,
                 "negative_timeout" => timeouts.negative = seconds(key, need()?)?,
-                "writeback_cache" => s.adapter.writeback_cache = true,
+                "writeback_cache" => s.adapter.writeback_cache = val.map_or(Ok(true), |v| switch(key, v))?,
                 "no_writeback_cache" => s.adapter.writeback_cache = false,
                 "readahead_kb" => s.readahead_kb = number(key, need()?, 0, 1 << 20)? as u32,
                 "max_write" => s.adapter.max_write = number(key, need()?, 4096, 16 << 20)? as u32,
@@ -304,6 +308,16 @@ mod tests {
         assert!(parse(&["commit"]).unwrap_err().contains("needs a value"));
         assert!(parse(&["threads=0"]).is_err());
         assert!(parse(&["threads=1000"]).is_err());
+    }
+
+    #[test]
+    fn writeback_cache_is_on_unless_turned_off() {
+        assert!(parse::<&str>(&[]).unwrap().adapter.writeback_cache);
+        assert!(parse(&["writeback_cache"]).unwrap().adapter.writeback_cache);
+        assert!(!parse(&["writeback_cache=0"]).unwrap().adapter.writeback_cache);
+        assert!(!parse(&["no_writeback_cache"]).unwrap().adapter.writeback_cache);
+        assert!(parse(&["no_writeback_cache,writeback_cache=1"]).unwrap().adapter.writeback_cache);
+        assert!(parse(&["writeback_cache=yes"]).is_err());
     }
 
     #[test]
