@@ -3,35 +3,13 @@
 //! ordinary file operations, a refused second mount, unmount, fsck and
 //! remount.
 
+mod common;
+
+use common::*;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
-
-fn cairn() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cairn"))
-}
-
-fn run(args: &[&str]) -> Output {
-    cairn().args(args).output().expect("run cairn")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-fn mkfs(img: &Path, size: &str) {
-    let o = run(&["mkfs", p(img), "--size", size, "--quiet"]);
-    assert!(o.status.success(), "mkfs failed: {}", stderr(&o));
-}
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 #[test]
 fn mkfs_makes_a_sparse_image_and_refuses_to_overwrite_one() {
@@ -149,82 +127,6 @@ fn mount_refuses_damaged_images_and_bad_arguments() {
 
 // ------------------------------------------------------------- real mounts
 
-fn can_mount() -> bool {
-    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-    if !root || !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED: mounting needs root and /dev/fuse");
-        return false;
-    }
-    true
-}
-
-fn is_mounted(mp: &Path) -> bool {
-    let want = std::fs::canonicalize(mp).unwrap_or_else(|_| mp.to_path_buf());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(want.to_str().unwrap()))
-}
-
-/// Unmounts and waits until the daemon has exited (the image is clean then).
-fn unmount(mp: &Path, pid: u64) {
-    let o = Command::new("umount").arg(mp).output().unwrap();
-    assert!(o.status.success(), "umount: {}", stderr(&o));
-    wait_gone(pid, Duration::from_secs(60), "after unmount");
-}
-
-/// Waits until process `pid` has exited; fails the test after `limit`.
-fn wait_gone(pid: u64, limit: Duration, what: &str) {
-    let t0 = Instant::now();
-    while Path::new(&format!("/proc/{pid}")).exists() {
-        assert!(t0.elapsed() < limit, "daemon {pid} still running {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A fresh image `name` of `size` in a new temporary directory, mounted at
-/// its `mnt`: (the directory, the unmount guard, the daemon's pid).
-fn fresh_mount(name: &str, size: &str) -> (tempfile::TempDir, Guard, u64) {
-    fresh_mount_with(name, size, &[])
-}
-
-/// [`fresh_mount`] with extra `cairn mount` arguments (`["-o", "..."]`).
-fn fresh_mount_with(name: &str, size: &str, args: &[&str]) -> (tempfile::TempDir, Guard, u64) {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join(name);
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
-    mkfs(&img, size);
-    let o = run(&[&["mount", p(&img), p(&mp)], args].concat());
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
-    (dir, g, pid)
-}
-
-/// Runs `cairn fsck` on `img` and fails the test (`what`) unless it is clean.
-fn assert_fsck_clean(img: &Path, what: &str) {
-    let o = run(&["fsck", p(img)]);
-    assert_eq!(o.status.code(), Some(0), "{what}: {}{}", stdout(&o), stderr(&o));
-}
-
-fn daemon_pid(mp: &Path) -> u64 {
-    let o = run(&["stats", p(mp), "--json"]);
-    assert!(o.status.success(), "stats: {}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert!(v["counters"]["journal.commits"].as_u64().is_some(), "{v}");
-    v["pid"].as_u64().unwrap()
-}
-
-struct Guard(PathBuf);
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if is_mounted(&self.0) {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-}
-
 #[test]
 fn a_real_mount_keeps_data_across_unmount_and_refuses_a_second_mount() {
     if !can_mount() {
@@ -324,36 +226,6 @@ fn a_killed_daemon_leaves_a_journal_that_the_next_mount_replays() {
     assert_eq!(v["counters"]["journal.replays_at_mount"].as_u64(), Some(1), "{v}");
     unmount(&mp, pid);
     assert_fsck_clean(&img, "fsck after replay");
-}
-
-fn counters(mp: &Path) -> std::collections::BTreeMap<String, u64> {
-    let o = run(&["stats", p(mp), "--json"]);
-    assert!(o.status.success(), "stats: {}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    v["counters"].as_object().unwrap().iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect()
-}
-
-/// Runs `f` and returns the FUSE requests it caused, per opcode (only
-/// opcodes that grew), plus the total under "requests".
-fn fuse_requests(mp: &Path, f: impl FnOnce()) -> std::collections::BTreeMap<String, u64> {
-    let before = counters(mp);
-    f();
-    let after = counters(mp);
-    after
-        .iter()
-        .filter(|(k, _)| k.starts_with("fuse.") && (k.ends_with(".requests") || *k == "fuse.requests"))
-        .filter_map(|(k, v)| {
-            let d = v - before.get(k).copied().unwrap_or(0);
-            (d > 0).then(|| (k.trim_start_matches("fuse.").trim_end_matches(".requests").to_string(), d))
-        })
-        .collect()
-}
-
-fn per_op(what: &str, n: u64, d: &std::collections::BTreeMap<String, u64>) {
-    let total = d.get("requests").copied().unwrap_or(0);
-    let parts: Vec<String> =
-        d.iter().filter(|(k, _)| *k != "requests").map(|(k, v)| format!("{k} {:.2}", *v as f64 / n as f64)).collect();
-    println!("requests per {what}: {:.2} ({})", total as f64 / n as f64, parts.join(", "));
 }
 
 #[test]
@@ -616,10 +488,6 @@ fn writes_truncates_and_chowns_by_others_drop_suid_sgid_and_capabilities() {
     assert!(!o.status.success(), "chown kept the file capability");
     unmount(&mp, pid);
     assert_fsck_clean(&img, "fsck");
-}
-
-fn sh(cmd: &str) -> Output {
-    Command::new("sh").arg("-c").arg(cmd).output().expect("run sh")
 }
 
 #[test]
