@@ -16,6 +16,7 @@ import threading
 import time
 
 from . import fs as fsmod
+from . import report
 from .fs import run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -180,7 +181,8 @@ class DbenchSync(Experiment):
             " `--profile`: the first 1-client run on each file system runs under `perf record -g -F 999` "
             "(dbench and its clients: `profiles/dbench-FS-client.txt`), and on cairn also with `perf record "
             "-g -F 999 -p DAEMON` of the `cairn mount` daemon (`profiles/dbench-FS-daemon.txt`); perf costs "
-            "that run some throughput, and with one repetition it is the only one."
+            "that run some throughput, so the figures come from the other repetitions (with one repetition "
+            "it is the only one)."
             if self.profile_dir else ""
         )
         return (
@@ -261,7 +263,7 @@ class DbenchSync(Experiment):
         import statistics
 
         def runs(lab, fs):
-            return [r for r in cells.get((self.name, lab, fs), []) if "error" not in r and "ops" in r]
+            return [r for r in report.measured(cells.get((self.name, lab, fs), [])) if "ops" in r]
 
         def med(lab, fs, op, key):
             vals = [r["ops"][op][key] for r in runs(lab, fs) if op in r["ops"]]

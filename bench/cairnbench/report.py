@@ -29,6 +29,14 @@ COLORS = {
 }
 
 
+def measured(runs):
+    """The runs a cell's figures come from: those without an error, and of
+    those the ones not slowed by a profiler (`--profile` records the first
+    repetition of some cells; it counts only when no other run succeeded)."""
+    ok = [r for r in runs if "error" not in r]
+    return [r for r in ok if not r.get("profiled")] or ok
+
+
 def summarize(values):
     vals = [x for x in values if x is not None]
     if not vals:
@@ -208,7 +216,7 @@ def write(outdir, meta, experiments, cells, fs_order, quick):
                 continue
             rows = []
             for fs in fs_order:
-                vals = [summarize([r.get(m.key) for r in cells.get((exp.name, v, fs), []) if "error" not in r])
+                vals = [summarize([r.get(m.key) for r in measured(cells.get((exp.name, v, fs), []))])
                         for v in variants]
                 if any(s is not None for s in vals):
                     rows.append((fs, vals))
