@@ -23,16 +23,24 @@ use std::sync::atomic::Ordering;
 impl Fs {
     /// Writes `data` at `off`; returns the bytes written. Overwrites of
     /// written blocks inside the file take the fast path (`overwrite`); the
-    /// rest is journaled, in steps.
+    /// rest is journaled, in steps. Sets mtime and ctime.
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
-        if let Some(n) = self.try_overwrite(ino, off, data)? {
+        self.write_data(ino, off, data, true)
+    }
+
+    /// [`Fs::write`], setting mtime and ctime only if `update_times`. FUSE's
+    /// writeback cache owns a cached file's times: the kernel sends them in
+    /// a SETATTR, and its WRITEs of dirty pages may reach cairn after that
+    /// SETATTR, so they must not move the times again.
+    pub fn write_data(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
+        if let Some(n) = self.try_overwrite(ino, off, data, update_times)? {
             return Ok(n);
         }
         self.ow.note_journaled(data.len());
         let mut done = 0usize;
         let mut waited = false;
         loop {
-            match self.write_steps(ino, off + done as u64, &data[done..]) {
+            match self.write_steps(ino, off + done as u64, &data[done..], update_times) {
                 Ok(n) => {
                     done += n as usize;
                     if done >= data.len() {
@@ -65,7 +73,7 @@ impl Fs {
     }
 
     /// The journaled write, in steps under the inode's I/O lock.
-    fn write_steps(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
+    fn write_steps(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         let _io = self.io_lock(ino);
         self.settle_truncate(ino)?;
         let mut done = 0usize;
@@ -89,9 +97,11 @@ impl Fs {
                         return Err(e);
                     }
                 };
-                let t = now();
-                g.d.mtime = t;
-                g.d.ctime = t;
+                if update_times {
+                    let t = now();
+                    g.d.mtime = t;
+                    g.d.ctime = t;
+                }
                 self.store(tx, &g)?;
                 Ok((n as usize, more))
             });

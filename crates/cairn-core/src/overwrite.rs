@@ -108,8 +108,9 @@ struct Piece {
 impl Fs {
     /// Writes `data` at `off` on the fast path if every byte lands inside
     /// the file over written blocks; `Ok(None)` (nothing written) sends the
-    /// caller down the journaled path.
-    pub(crate) fn try_overwrite(&self, ino: u64, off: u64, data: &[u8]) -> Result<Option<u32>> {
+    /// caller down the journaled path. Dirties the inode's times only if
+    /// `update_times` (see [`Fs::write_data`]).
+    pub(crate) fn try_overwrite(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<Option<u32>> {
         if !self.ow.enabled || data.is_empty() {
             return Ok(None);
         }
@@ -155,20 +156,22 @@ impl Fs {
             }
             Ok(())
         })?;
-        let t = now();
-        {
-            let mut lazy = g.lazy_time.lock();
-            if lazy.is_none_or(|x| x < t) {
-                *lazy = Some(t);
-            }
-        }
-        if !g.times_queued.swap(true, Ordering::AcqRel) {
-            self.ow.dirty.lock().push(r.clone());
-        }
         let s = &self.ow.stats;
+        if update_times {
+            let t = now();
+            {
+                let mut lazy = g.lazy_time.lock();
+                if lazy.is_none_or(|x| x < t) {
+                    *lazy = Some(t);
+                }
+            }
+            if !g.times_queued.swap(true, Ordering::AcqRel) {
+                self.ow.dirty.lock().push(r.clone());
+            }
+            s.lazy_time_updates.fetch_add(1, Relaxed);
+        }
         s.fast_writes.fetch_add(1, Relaxed);
         s.fast_bytes.fetch_add(data.len() as u64, Relaxed);
-        s.lazy_time_updates.fetch_add(1, Relaxed);
         Ok(Some(data.len() as u32))
     }
 

@@ -438,7 +438,9 @@ impl Filesystem for CairnFuse {
             if self.killpriv_v2 {
                 self.fs.kill_privs(ino.0, kill)?;
             }
-            self.fs.write(ino.0, offset, data)
+            // Under the writeback cache the kernel owns mtime and ctime and
+            // sends them in a SETATTR, possibly before these pages arrive.
+            self.fs.write_data(ino.0, offset, data, !self.writeback)
         });
         match res {
             Ok(n) => reply.written(n),

@@ -159,6 +159,34 @@ fn an_explicit_mtime_is_not_overridden_by_an_earlier_fast_path_write() {
     fs.unmount().unwrap();
 }
 
+#[test]
+fn writes_after_a_setattr_of_the_times_leave_them_alone_when_asked() {
+    // FUSE's writeback cache: the kernel sends the file's mtime in a SETATTR
+    // and may send the dirty pages after it; those writes keep the times.
+    for fast in [true, false] {
+        let dev = new_image(64);
+        let fs = mount_with(&dev, opts(fast));
+        let ino = file_with(&fs, "f", &[1u8; 8192]);
+        let past = Timestamp { sec: 1_000_000_000, nsec: 7 };
+        let set = SetAttr { mtime: Some(TimeSet::At(past)), ctime: Some(past), ..Default::default() };
+        fs.setattr(&Ctx::root(), ino, &set).unwrap();
+        // An overwrite (fast path when on) and an extending write (journaled).
+        fs.write_data(ino, 100, b"over", false).unwrap();
+        fs.write_data(ino, 8192, &[2u8; 5000], false).unwrap();
+        let a = fs.getattr(ino).unwrap();
+        assert_eq!((a.mtime, a.ctime, a.size), (past, past, 13192), "fast path {fast}");
+        fs.sync_fs().unwrap();
+        fs.unmount().unwrap();
+        let fs = mount_with(&dev, opts(fast));
+        let a = fs.getattr(ino).unwrap();
+        assert_eq!((a.mtime, a.ctime, a.size), (past, past, 13192), "fast path {fast}, after remount");
+        // An ordinary write still sets them.
+        fs.write(ino, 0, b"now").unwrap();
+        assert!(fs.getattr(ino).unwrap().mtime > past);
+        fs.unmount().unwrap();
+    }
+}
+
 /// Mounts the crash state made of every recorded operation up to `upto`
 /// and returns the bytes of the file `f`.
 fn crash_read(rec: &RecordingDevice, upto: usize, len: u32) -> (Vec<u8>, cairn_core::Attr) {
