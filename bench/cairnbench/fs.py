@@ -169,7 +169,8 @@ class Scratch:
 class FileSystem:
     """One file system under test, made fresh by `make()` for every cell.
 
-    As root each block file system gets a loop device; without root (only
+    As root each block file system gets a loop device, except cairn and
+    fuse2fs where the experiment says `cairn_on = "file"`; without root (only
     cairn and fuse2fs can run then) they serve the image file directly,
     through fusermount3, and there is no written-sectors counter."""
 

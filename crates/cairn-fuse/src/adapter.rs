@@ -185,8 +185,9 @@ impl CairnFuse {
     /// the only writer), and no FLUSH on close (there is nothing to flush:
     /// without the writeback cache every write has reached cairn already, and
     /// POSIX locks are the kernel's), which saves a round trip per `close`.
+    /// Under the writeback cache the kernel flushes at close regardless.
     fn file_open_flags(&self) -> FopenFlags {
-        if self.opts.writeback_cache {
+        if self.writeback {
             FopenFlags::FOPEN_KEEP_CACHE
         } else {
             FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH

@@ -181,9 +181,7 @@ pub(crate) fn possible_cpus() -> usize {
     }
 }
 
-/// Pins the calling thread to `cpu`; with `idle`, also makes it SCHED_IDLE
-/// (see `UringParams::idle_priority`).
-fn pin_to_cpu(cpu: usize, idle: bool) {
+fn pin_to_cpu(cpu: usize) {
     // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET write inside it, and
     // sched_setaffinity reads size_of::<cpu_set_t>() bytes of it.
     unsafe {
@@ -196,12 +194,16 @@ fn pin_to_cpu(cpu: usize, idle: bool) {
                 io::Error::last_os_error()
             );
         }
-        if idle {
-            let p = libc::sched_param { sched_priority: 0 };
-            if libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) != 0 {
-                warn!("io_uring queue {cpu}: could not set SCHED_IDLE: {}", io::Error::last_os_error());
-            }
-        }
+    }
+}
+
+/// Makes the calling thread SCHED_IDLE (see `UringParams::idle_priority`).
+fn make_idle(qid: u16) {
+    let p = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads the sched_param it is given and
+    // changes the calling thread only (pid 0).
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) } != 0 {
+        warn!("io_uring queue {qid}: could not set SCHED_IDLE: {}", io::Error::last_os_error());
     }
 }
 
@@ -280,7 +282,10 @@ pub(crate) fn queue_thread<FS: Filesystem>(
     qid: u16,
     params: UringParams,
 ) -> io::Result<()> {
-    pin_to_cpu(qid as usize, params.idle_priority);
+    pin_to_cpu(qid as usize);
+    if params.idle_priority {
+        make_idle(qid);
+    }
     ON_RING.with(|r| r.set(true));
     let fd = se.ch.as_fd_raw();
     let depth = 1usize;
