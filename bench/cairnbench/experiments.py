@@ -46,8 +46,9 @@ class Experiment:
     # serves its image file too; see fs.py).
     cairn_on = "loop"
     # File systems this experiment adds to the default list (not to an
-    # explicit --fs), e.g. a cairn variant it exists to compare.
-    extra_fs = []
+    # explicit --fs), e.g. a cairn variant it exists to compare. Every one
+    # shows the /dev/fuse transport beside the default, FUSE over io_uring.
+    extra_fs = ["cairn-devfuse"]
     # "bars": horizontal bars grouped by variant; "columns": vertical bars,
     # one cluster per variant (e.g. IOPS against job count, as seed 004's charts).
     chart = "bars"
@@ -919,7 +920,7 @@ class FioOverwrite(Experiment):
     tools = [("fio", "fio")]
     metrics = [Metric("iops", "IOPS", True, "IOPS")]
     cairn_on = "file"
-    extra_fs = ["cairn-nofast"]
+    extra_fs = ["cairn-nofast", "cairn-devfuse"]
     chart = "columns"
     FILES = [f"file1.0.{i}" for i in range(32)]
 

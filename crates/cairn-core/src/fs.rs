@@ -64,6 +64,10 @@ pub struct MountOptions {
     /// allocator's order lists and fragment buckets instead of walking every
     /// group (`-o mb_optimize_scan=0|1`, see `alloc`).
     pub mb_optimize_scan: bool,
+    /// Blocks a locality group's new run for small files searches for
+    /// (`-o mb_group_prealloc=N`, ext4's knob; 0 turns them off: see
+    /// `alloc::group_prealloc`).
+    pub mb_group_prealloc: u32,
     /// Write over allocated, written blocks with no transaction and shared
     /// locks (`-o overwrite_fastpath=0|1`, see `overwrite`).
     pub overwrite_fastpath: bool,
@@ -90,6 +94,7 @@ impl Default for MountOptions {
             lru_caches: true,
             errors: ErrorPolicy::default(),
             mb_optimize_scan: true,
+            mb_group_prealloc: crate::alloc::DEFAULT_GROUP_PREALLOC,
             overwrite_fastpath: true,
             mbcache: true,
             sync_delete: false,
@@ -183,6 +188,7 @@ impl Fs {
             // A loaded buddy costs about three blocks: a sixteenth of the
             // buffer cache's size in buddies.
             buddy_cap: opts.cache_blocks / 16,
+            group_prealloc: opts.mb_group_prealloc,
         };
         let alloc = Allocator::load(geo, seed, sb.gdt_start, &bufs, sb.next_ino, alloc_opts)?;
         let meta = Meta {

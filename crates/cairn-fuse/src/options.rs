@@ -18,6 +18,7 @@
 //! | `max_write=BYTES` | largest write request | 1048576 |
 //! | `readahead_kb=N` | the connection's readahead window, set after mounting (root only; 0 keeps the kernel's 128) | 1024 |
 //! | `mb_optimize_scan=0\|1` | find block groups through the allocator's order lists and fragment buckets (1) or by walking every group (0), as ext4's option | 1 |
+//! | `mb_group_prealloc=N` | blocks a locality group's run for small files searches for (ext4's knob); 0 turns locality groups off, small files then search near their inode for what they want | 512 |
 //! | `overwrite_fastpath=0\|1` | write over allocated, written blocks with no journal transaction and shared locks (1), or journal every write (0) | 1 |
 //! | `nombcache` (or `no_mbcache`) / `mbcache` | share identical xattr blocks through the dedup cache, or give every inode its own block (ext4's option) | on |
 //! | `acl` / `noacl` | POSIX ACLs (`setfacl`/`getfacl`, enforced by the kernel, inherited from default ACLs) | on |
@@ -167,6 +168,7 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                         .ok_or_else(|| format!("option errors={v}: expected continue, remount-ro or shutdown"))?;
                 }
                 "mb_optimize_scan" => s.engine.mb_optimize_scan = switch(key, need()?)?,
+                "mb_group_prealloc" => s.engine.mb_group_prealloc = number(key, need()?, 0, 8192)? as u32,
                 "overwrite_fastpath" => s.engine.overwrite_fastpath = switch(key, need()?)?,
                 "delaylog" => s.engine.delaylog = switch(key, need()?)?,
                 "nombcache" | "no_mbcache" => s.engine.mbcache = false,
@@ -318,6 +320,14 @@ mod tests {
         assert!(!parse(&["no_writeback_cache"]).unwrap().adapter.writeback_cache);
         assert!(parse(&["no_writeback_cache,writeback_cache=1"]).unwrap().adapter.writeback_cache);
         assert!(parse(&["writeback_cache=yes"]).is_err());
+    }
+
+    #[test]
+    fn locality_group_runs_are_sized_or_turned_off() {
+        assert_eq!(parse::<&str>(&[]).unwrap().engine.mb_group_prealloc, 512);
+        assert_eq!(parse(&["mb_group_prealloc=0"]).unwrap().engine.mb_group_prealloc, 0);
+        assert_eq!(parse(&["mb_group_prealloc=64"]).unwrap().engine.mb_group_prealloc, 64);
+        assert!(parse(&["mb_group_prealloc=9000"]).unwrap_err().contains("between 0 and 8192"));
     }
 
     #[test]

@@ -88,6 +88,12 @@ impl Publish for Allocator {
         put("alloc.mb.prealloc_discarded", self.pa.discarded.load(Relaxed));
         put("alloc.mb.prealloc_held", self.pa.reserved.load(Relaxed));
         put("alloc.mb.preallocs", self.pa.count() as u64);
+        put("alloc.mb.group_prealloc", u64::from(self.lg.chunk));
+        put("alloc.mb.group_preallocated", self.lg.made.load(Relaxed));
+        put("alloc.mb.group_prealloc_used", self.lg.used.load(Relaxed));
+        put("alloc.mb.group_prealloc_discarded", self.lg.discarded.load(Relaxed));
+        put("alloc.mb.group_prealloc_held", self.lg.reserved.load(Relaxed));
+        put("alloc.mb.group_prealloc_runs", self.lg.count() as u64);
         put("alloc.mb.buddies_generated", s.buddies_generated.load(Relaxed));
         put("alloc.mb.buddies_time_ns", s.buddies_time_ns.load(Relaxed));
         put("alloc.mb.buddies_evicted", s.buddies_evicted.load(Relaxed));

@@ -37,8 +37,9 @@
 //! A normalized request searches for its size class, takes what it wants
 //! from the chunk's start and holds the rest for the file's next blocks (a
 //! per-inode preallocation, `prealloc`; memory only, given back at the
-//! latest at the next commit). Not built: ext4's locality-group
-//! preallocations for small files (small files pack near their inode).
+//! latest at the next commit). Small files take their blocks from the runs
+//! of a locality group, one per serving thread (`group_prealloc`), which
+//! outlive commits.
 //!
 //! ## Locking
 //! One mutex per group (buddy, inode bitmap, pending frees); list locks are
@@ -48,6 +49,7 @@
 
 mod bits;
 pub mod buddy;
+mod group_prealloc;
 mod groups;
 mod inodes;
 mod lists;
@@ -56,6 +58,7 @@ mod prealloc;
 pub mod request;
 mod scan;
 
+pub use group_prealloc::DEFAULT_GROUP_PREALLOC;
 pub use mb_stats::AllocStats;
 pub use request::{AllocRequest, Purpose};
 
@@ -88,6 +91,8 @@ pub struct Allocator {
     pending_total: AtomicU64,
     /// Per-inode preallocations (see `prealloc`).
     pa: prealloc::Preallocs,
+    /// Locality groups' runs for small files (see `group_prealloc`).
+    lg: group_prealloc::LocalityGroups,
     /// Free blocks as the on-disk bitmaps say (superblock counter).
     pub disk_free_blocks: AtomicU64,
     /// Free blocks that can be allocated now (excludes pending frees).
@@ -108,6 +113,9 @@ pub struct AllocOptions {
     pub optimize_scan: bool,
     /// Buddies kept loaded at most.
     pub buddy_cap: usize,
+    /// Blocks a locality group's new run searches for (ext4's
+    /// `mb_group_prealloc`; 0 turns locality groups off).
+    pub group_prealloc: u32,
 }
 
 impl Allocator {
@@ -148,6 +156,7 @@ impl Allocator {
             pending_queue: Mutex::new(VecDeque::new()),
             pending_total: AtomicU64::new(0),
             pa: prealloc::Preallocs::default(),
+            lg: group_prealloc::LocalityGroups::new(opts.group_prealloc.min(1 << buddy::MAX_ORDER)),
             disk_free_blocks: AtomicU64::new(fb),
             alloc_free: AtomicU64::new(fb),
             reserve: (geo.total_blocks / 512).clamp(64, 16384),
@@ -165,8 +174,15 @@ impl Allocator {
             self.stats.reqs.fetch_add(1, Relaxed);
             return Ok(r);
         }
+        req.small &= self.lg.chunk > 0;
+        if req.small {
+            if let Some(r) = self.take_group_prealloc(tx, &req)? {
+                self.stats.reqs.fetch_add(1, Relaxed);
+                return Ok(r);
+            }
+        }
         let mut free = self.alloc_free.load(Ordering::Relaxed);
-        if free <= self.reserve && self.pa.reserved.load(Relaxed) > 0 {
+        if free <= self.reserve && self.pa.reserved.load(Relaxed) + self.lg.reserved.load(Relaxed) > 0 {
             self.discard_all_preallocs(&tx.bufs);
             free = self.alloc_free.load(Ordering::Relaxed);
         }
@@ -175,7 +191,18 @@ impl Allocator {
             return Err(FsError::Errno(libc::ENOSPC));
         }
         req.want = u64::from(req.want).min(free - self.reserve) as u32;
+        if req.small {
+            self.trim_group_preallocs(&tx.bufs);
+            req.search = req.search.max(self.lg.chunk);
+        }
         self.allocate(tx, req)
+    }
+
+    /// Gives every preallocation back to the buddy: the inodes' and the
+    /// locality groups' (a full file system, unmount).
+    pub fn discard_all_preallocs(&self, bufs: &BufferCache) {
+        self.discard_inode_preallocs(bufs);
+        self.discard_group_preallocs(bufs);
     }
 
     /// Allocates one metadata block near `goal`. Metadata may use the
@@ -283,7 +310,7 @@ impl Allocator {
         let pending = self.pending_blocks();
         let alloc_free = self.alloc_free.load(Ordering::Relaxed);
         let disk_free = self.disk_free_blocks.load(Ordering::Relaxed);
-        let held = self.pa.reserved.load(Relaxed);
+        let held = self.pa.reserved.load(Relaxed) + self.lg.reserved.load(Relaxed);
         assert_eq!(
             alloc_free + pending + held,
             disk_free,
@@ -306,7 +333,8 @@ impl Allocator {
                     assert!((off..off + len).all(|i| !b.is_free(i)), "group {g}: a pending free is allocatable");
                 }
                 let start = self.geo.group_start(g as u64);
-                for (off, len) in self.pa.in_range(start, start + self.geo.group_len(g as u64)) {
+                let end = start + self.geo.group_len(g as u64);
+                for (off, len) in self.pa.in_range(start, end).into_iter().chain(self.lg.in_range(start, end)) {
                     assert!((off..off + len).all(|i| !b.is_free(i)), "group {g}: a preallocation is allocatable");
                 }
             }

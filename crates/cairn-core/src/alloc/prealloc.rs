@@ -188,8 +188,8 @@ impl Allocator {
         self.return_to_buddy(bufs, g, &mut st, &[(pa.pblk - self.geo.group_start(g), r)]);
     }
 
-    /// Discards every preallocation (a full file system, unmount).
-    pub fn discard_all_preallocs(&self, bufs: &BufferCache) {
+    /// Discards every inode's preallocation (each commit).
+    pub fn discard_inode_preallocs(&self, bufs: &BufferCache) {
         let inos: Vec<u64> = self.pa.shards.iter().flat_map(|s| s.lock().keys().copied().collect::<Vec<_>>()).collect();
         for ino in inos {
             self.discard_prealloc(bufs, ino);

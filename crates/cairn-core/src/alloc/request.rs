@@ -12,8 +12,10 @@
 //! the search length, is reserved for the file as a *preallocation* (see
 //! `prealloc`). Only streaming writes (from
 //! the file's start or right after its last block) are normalized: a write
-//! into a hole would otherwise split a fresh chunk for every block. Small files search for what
-//! they want only, near their inode, and pack densely.
+//! into a hole would otherwise split a fresh chunk for every block. Small
+//! files (whose end stays within 64 KiB) are marked `small`: they take what
+//! they want from a locality group's run (see `group_prealloc`), or, with
+//! those off, search for exactly what they want near their inode.
 
 /// Files whose end stays within this many bytes are not normalized (ext4's
 /// `mb_stream_req`, 16 blocks of 4 KiB).
@@ -42,18 +44,21 @@ pub struct AllocRequest {
     /// file can be served from (and leave) a preallocation. 0 for metadata.
     pub ino: u64,
     pub lblk: u64,
+    /// A small file's data (its end within the stream threshold): served
+    /// from a locality group's runs (see `group_prealloc`).
+    pub small: bool,
 }
 
 impl AllocRequest {
     /// One metadata block near `goal`.
     pub fn meta(goal: u64) -> AllocRequest {
-        AllocRequest { goal, want: 1, search: 1, purpose: Purpose::Meta, ino: 0, lblk: 0 }
+        AllocRequest { goal, want: 1, search: 1, purpose: Purpose::Meta, ino: 0, lblk: 0, small: false }
     }
 
     /// `want` data blocks for file blocks from `lblk` of inode `ino`,
     /// searched for as they are, at `goal`.
     pub fn exact(ino: u64, goal: u64, want: u32, lblk: u64) -> AllocRequest {
-        AllocRequest { goal, want, search: want, purpose: Purpose::Data, ino, lblk }
+        AllocRequest { goal, want, search: want, purpose: Purpose::Data, ino, lblk, small: false }
     }
 
     /// `want` data blocks for file blocks from `lblk` of streaming file
@@ -73,7 +78,7 @@ impl AllocRequest {
             MAX_CLASS_BYTES
         };
         let search = (class / bs).min(1 << super::buddy::MAX_ORDER).max(u64::from(want)) as u32;
-        AllocRequest { goal, want, search, purpose: Purpose::Data, ino, lblk }
+        AllocRequest { goal, want, search, purpose: Purpose::Data, ino, lblk, small: class == 0 }
     }
 
     /// The buddy order to look for first: `Some(k)` when the search length
@@ -91,6 +96,9 @@ mod tests {
     fn size_classes() {
         let r = |lblk, want, size| AllocRequest::data(9, 0, want, lblk, size, 4096).search;
         assert_eq!(r(0, 1, 0), 1, "a small file is not normalized");
+        assert!(AllocRequest::data(9, 0, 16, 0, 0, 4096).small, "64 KiB is small");
+        assert!(!AllocRequest::data(9, 0, 17, 0, 0, 4096).small);
+        assert!(!AllocRequest::data(9, 0, 1, 16, 64 << 10, 4096).small, "appending past 64 KiB");
         assert_eq!(r(0, 16, 0), 16);
         assert_eq!(r(0, 17, 0), 32, "past 64 KiB: next power of two");
         assert_eq!(r(0, 256, 0), 256, "1 MiB");

@@ -81,7 +81,18 @@ impl Allocator {
         let mut st = self.lock_group(g);
         self.load_buddy(&tx.bufs, g, &mut st)?;
         let off = goal - self.geo.group_start(g);
-        let n = st.buddy.as_ref().expect("loaded above").run_at(off, u64::from(req.want));
+        let b = st.buddy.as_ref().expect("loaded above");
+        // A small file's goal is a hint of locality only: it is taken when a
+        // whole new run fits there (ext4 takes a goal only at its full
+        // normalized length), not to squeeze into a gap.
+        let n = if req.small {
+            match b.run_at(off, u64::from(req.search)) {
+                n if n == u64::from(req.search) => u64::from(req.want),
+                _ => 0,
+            }
+        } else {
+            b.run_at(off, u64::from(req.want))
+        };
         if n == 0 {
             return Ok(None);
         }
@@ -213,7 +224,11 @@ impl Allocator {
         grp.free.fetch_sub(n as u32, Relaxed);
         self.alloc_free.fetch_sub(n, Relaxed);
         self.summarise(g, st);
-        self.make_prealloc(g, st, off, n, &req);
+        if req.small {
+            self.make_group_prealloc(g, st, off, n, &req);
+        } else {
+            self.make_prealloc(g, st, off, n, &req);
+        }
         self.mark_in_use_on_disk(tx, g, off, n, &req)?;
         Ok((self.geo.group_start(g) + off, n as u32))
     }

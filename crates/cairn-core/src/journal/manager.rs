@@ -237,10 +237,10 @@ impl TxManager {
         }
         self.committed_snapshots.fetch_add(1, Ordering::AcqRel);
         meta.alloc.release_pending(&meta.bufs, self.log.durable_tail_seq());
-        // Preallocations last until the next commit: cairn hears of no
+        // Inode preallocations last until the next commit: cairn hears of no
         // close (zero-request opens), and a stream that goes on takes the
         // blocks right behind its last one again at once (its goal).
-        meta.alloc.discard_all_preallocs(&meta.bufs);
+        meta.alloc.discard_inode_preallocs(&meta.bufs);
         Ok(())
     }
 }

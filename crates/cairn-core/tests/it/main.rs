@@ -15,5 +15,6 @@ mod model;
 mod overwrite;
 mod pressure;
 mod reaper;
+mod small_files;
 mod xattr_big;
 mod xattr_share;
