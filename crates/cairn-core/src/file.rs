@@ -30,32 +30,45 @@ fn bs(meta: &Meta) -> u64 {
 
 /// Reads up to `size` bytes at `off`, clipped at end of file.
 pub fn read(meta: &Meta, st: &InodeState, off: u64, size: u32) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; st.d.size.saturating_sub(off).min(u64::from(size)) as usize];
+    let n = read_into(meta, st, off, &mut out)?;
+    out.truncate(n);
+    Ok(out)
+}
+
+/// Reads into `out` from `off`, clipped at end of file: the bytes read.
+/// Every byte counted is written (holes and unwritten extents as zeros), so
+/// `out` may hold anything before.
+pub fn read_into(meta: &Meta, st: &InodeState, off: u64, out: &mut [u8]) -> Result<usize> {
     if off >= st.d.size {
-        return Ok(Vec::new());
+        return Ok(0);
     }
-    let end = st.d.size.min(off + u64::from(size));
-    let mut out = vec![0u8; (end - off) as usize];
+    let end = st.d.size.min(off.saturating_add(out.len() as u64));
     let b = bs(meta);
     let mut pos = off;
     while pos < end {
         let lblk = pos / b;
         let inner = pos % b;
+        let o = (pos - off) as usize;
         match extent_map::lookup(meta, st, lblk)? {
             Mapping::Hole { len } => {
-                pos = end.min((lblk.saturating_add(len)).saturating_mul(b));
+                let stop = end.min((lblk.saturating_add(len)).saturating_mul(b));
+                out[o..(stop - off) as usize].fill(0);
+                pos = stop;
             }
             Mapping::Mapped { pblk, len, unwritten } => {
                 let stop = end.min((lblk + len) * b);
-                if !unwritten {
-                    let o = (pos - off) as usize;
-                    let n = (stop - pos) as usize;
+                let n = (stop - pos) as usize;
+                if unwritten {
+                    out[o..o + n].fill(0);
+                } else {
                     meta.dev.read_at(&mut out[o..o + n], pblk * b + inner)?;
                 }
                 pos = stop;
             }
         }
     }
-    Ok(out)
+    Ok((end - off) as usize)
 }
 
 /// The allocation request for `want` blocks of `st` from `lblk`: its goal is

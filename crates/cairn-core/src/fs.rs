@@ -520,11 +520,24 @@ impl Fs {
 
     /// Reads up to `size` bytes at `off` (short only at end of file).
     pub fn read(&self, ino: u64, off: u64, size: u32) -> Result<Vec<u8>> {
+        self.with_regular(ino, |st| file::read(&self.meta, st, off, size))
+    }
+
+    /// Reads into `buf` at `off` (clipped at end of file): the bytes read,
+    /// every one of them written (see `file::read_into`). For a caller that
+    /// has a buffer already, such as a FUSE reply's.
+    pub fn read_into(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.with_regular(ino, |st| file::read_into(&self.meta, st, off, buf))
+    }
+
+    /// Runs `f` on regular file `ino`, locked shared (EISDIR for a
+    /// directory, EINVAL for anything else).
+    fn with_regular<T>(&self, ino: u64, f: impl FnOnce(&crate::inode::InodeState) -> Result<T>) -> Result<T> {
         self.read_op(|| {
             let r = self.iget(ino)?;
             let g = r.read();
             match g.d.file_type() {
-                S_IFREG => file::read(&self.meta, &g, off, size),
+                S_IFREG => f(&g),
                 S_IFDIR => Err(FsError::Errno(libc::EISDIR)),
                 _ => Err(FsError::Errno(libc::EINVAL)),
             }

@@ -46,7 +46,39 @@ pub(crate) enum ReplySender {
     Sync(std::sync::mpsc::SyncSender<()>),
 }
 
+thread_local! {
+    /// cairn patch: the buffer a `/dev/fuse` thread fills `data_with`
+    /// replies in, kept for the thread's next read.
+    static FILL_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl ReplySender {
+    /// cairn patch: replies to `unique` with at most `max` bytes that
+    /// `fill` writes in place (see `ReplyData::data_with`).
+    pub(crate) fn send_with(
+        &self,
+        unique: ll::RequestId,
+        max: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize, Errno>,
+    ) -> std::io::Result<()> {
+        if let ReplySender::Uring(entry) = self {
+            if max <= entry.payload_capacity() {
+                return entry.send_with(unique.0, max, fill);
+            }
+        }
+        // Through /dev/fuse (or larger than a ring entry): a reused buffer.
+        FILL_BUF.with(|cell| {
+            let mut v = cell.borrow_mut();
+            if v.len() < max {
+                v.resize(max, 0);
+            }
+            match fill(&mut v[..max]) {
+                Ok(n) => ll::ResponseSlice(&v[..n.min(max)]).with_iovec(unique, |iov| self.send(iov)),
+                Err(e) => ll::ResponseErrno(e).with_iovec(unique, |iov| self.send(iov)),
+            }
+        })
+    }
+
     /// Send data.
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
@@ -214,6 +246,19 @@ impl ReplyData {
     /// Reply to a request with the given data
     pub fn data(self, data: &[u8]) {
         self.reply.send_ll(&ll::ResponseSlice(data));
+    }
+
+    /// cairn patch: replies with at most `max` bytes that `fill` writes
+    /// straight into the reply's buffer (an io_uring entry's payload, or a
+    /// `/dev/fuse` thread's reused buffer) and counts, or with the error it
+    /// returns. `fill` gets `max` bytes of the buffer, which hold old data:
+    /// it must write every byte it counts. A read replies without a buffer
+    /// of its own to zero, fill and copy.
+    pub fn data_with(mut self, max: usize, fill: impl FnOnce(&mut [u8]) -> Result<usize, Errno>) {
+        let sender = self.reply.sender.take().expect("a reply is sent once");
+        if let Err(err) = sender.send_with(self.reply.unique, max, fill) {
+            error!("Failed to send FUSE reply: {err}");
+        }
     }
 
     /// Reply to a request with the given error code

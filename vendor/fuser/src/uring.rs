@@ -152,6 +152,38 @@ impl UringReply {
     }
 }
 
+impl UringReply {
+    /// Size of the entry's payload buffer.
+    pub(crate) fn payload_capacity(&self) -> usize {
+        self.bufs.lock().payload.len()
+    }
+
+    /// Replies to `unique` with the bytes `fill` writes into the entry's
+    /// payload buffer (at most `max`, which must fit it), or with its error.
+    pub(crate) fn send_with(
+        &self,
+        unique: u64,
+        max: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize, crate::Errno>,
+    ) -> io::Result<()> {
+        let mut b = self.bufs.lock();
+        let b = &mut *b;
+        // The entry is this request's until `replied`: the queue thread
+        // waits for it and takes nothing else from the buffers meanwhile.
+        let (error, payload_len) = match fill(&mut b.payload[..max]) {
+            Ok(n) => (0i32, n.min(max)),
+            Err(e) => (-e.code(), 0),
+        };
+        b.header[..4].copy_from_slice(&((OUT_HEADER + payload_len) as u32).to_ne_bytes());
+        b.header[4..8].copy_from_slice(&error.to_ne_bytes());
+        b.header[8..16].copy_from_slice(&unique.to_ne_bytes());
+        b.header[ENT_PAYLOAD_SZ..ENT_PAYLOAD_SZ + 4].copy_from_slice(&(payload_len as u32).to_ne_bytes());
+        b.replied = true;
+        self.done.notify_one();
+        Ok(())
+    }
+}
+
 thread_local! {
     static ON_RING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }

@@ -103,6 +103,32 @@ fn truncate_fallocate_seek() {
     fs.unmount().unwrap();
 }
 
+/// `read_into` writes every byte it counts, over a buffer of old bytes:
+/// data, a hole and an unwritten extent, clipped at the end of the file.
+#[test]
+fn read_into_a_dirty_buffer_zeroes_holes_and_unwritten_blocks() {
+    let dev = new_image(32);
+    let c = Ctx::root();
+    let fs = mount(&dev);
+    let f = fs.mknod(&c, ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.write(f, 0, &[3u8; 5000]).unwrap();
+    fs.write(f, 20000, &[4u8; 100]).unwrap(); // a hole from 8192 to 16384
+    fs.fallocate(f, 32768, 8192, 0).unwrap(); // unwritten, the new end
+    let size = 32768 + 8192;
+    for (off, len) in [(0u64, 65536usize), (4000, 20000), (30000, 4096), (40000, 4096), (size, 10)] {
+        let mut buf = vec![0xeeu8; len];
+        let n = fs.read_into(f, off, &mut buf).unwrap();
+        let want = fs.read(f, off, len as u32).unwrap();
+        assert_eq!(n, want.len(), "count at {off}+{len}");
+        assert_eq!(&buf[..n], &want[..], "bytes at {off}+{len}");
+        assert!(buf[n..].iter().all(|&b| b == 0xee), "bytes past the count at {off}+{len} changed");
+    }
+    let mut buf = vec![0xeeu8; 65536];
+    assert_eq!(fs.read_into(f, 0, &mut buf).unwrap(), size as usize);
+    assert!(buf[5000..20000].iter().all(|&b| b == 0) && buf[20100..size as usize].iter().all(|&b| b == 0));
+    fs.unmount().unwrap();
+}
+
 #[test]
 fn big_directory_and_many_extents() {
     let dev = new_image(128);
