@@ -9,6 +9,12 @@
 //! Internal key 0 is kept a lower bound of its subtree: inserting a new
 //! minimum lowers it on the way down.
 //!
+//! A leaf takes an insert or a remove in place when it can (a slotted page,
+//! `cairn_format::leaf_edit`): the other values stay where they are, so the
+//! journal logs a few chunks of the leaf, not most of it. Only a put that no
+//! longer fits the leaf's free gap decodes and re-encodes it (packing it, or
+//! splitting it).
+//!
 //! Locking: a tree belongs to one inode (or to the orphan list) and is only
 //! touched under that owner's lock; callers hold the transaction gate.
 
@@ -16,6 +22,7 @@ use crate::error::Result;
 use crate::journal::Tx;
 use crate::meta::Meta;
 use cairn_format::btree::{Node, NodeBody, NodeView, MAX_LEVEL};
+use cairn_format::leaf_edit;
 use cairn_format::FormatError;
 
 /// A handle on one tree: which kind, whose, and where new nodes go.
@@ -96,6 +103,11 @@ impl<'a> Tree<'a> {
     }
 
     /// A checked view of a cached node (no copy of its entries).
+    /// Whether `buf` (a valid node, at level `want_level` if known) is a leaf.
+    fn is_leaf(&self, buf: &crate::buffer::Buf, want_level: Option<u8>) -> Result<bool> {
+        Ok(self.view(buf.blk, &buf.read(), want_level)?.level() == 0)
+    }
+
     fn view<'d>(&self, blk: u64, data: &'d [u8], want_level: Option<u8>) -> Result<NodeView<'d>> {
         let v = NodeView::parse(blk, data)?;
         check_level(blk, want_level, v.level())?;
@@ -182,7 +194,14 @@ impl<'a> Tree<'a> {
         level: Option<u8>,
     ) -> Result<Option<(u64, u64)>> {
         let bs = self.meta.bs();
-        let (buf, mut node) = self.load(blk, level)?;
+        let buf = self.meta.read_node(blk, self.kind, self.owner)?;
+        if self.is_leaf(&buf, level)? {
+            let seed = self.meta.seed;
+            if tx.modify(&buf, 0..bs, |d| leaf_edit::leaf_put(seed, d, key, value)) {
+                return Ok(None);
+            }
+        }
+        let mut node = self.meta.decode_node(&buf)?;
         let lvl = node.level;
         match &mut node.body {
             NodeBody::Leaf(e) => {
@@ -270,7 +289,14 @@ impl<'a> Tree<'a> {
     }
 
     fn remove_in(&mut self, tx: &Tx<'_>, blk: u64, key: u64, level: Option<u8>) -> Result<(Option<Vec<u8>>, bool)> {
-        let (buf, mut node) = self.load(blk, level)?;
+        let buf = self.meta.read_node(blk, self.kind, self.owner)?;
+        // A leaf that keeps an entry loses this one in place; one that would
+        // empty is freed below.
+        if self.is_leaf(&buf, level)? && NodeView::parse(blk, &buf.read())?.len() > 1 {
+            let (seed, bs) = (self.meta.seed, self.meta.bs());
+            return Ok((tx.modify(&buf, 0..bs, |d| leaf_edit::leaf_remove(seed, d, key)), false));
+        }
+        let mut node = self.meta.decode_node(&buf)?;
         let lvl = node.level;
         match &mut node.body {
             NodeBody::Leaf(e) => {

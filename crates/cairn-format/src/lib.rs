@@ -66,6 +66,7 @@ pub mod group_desc;
 pub mod inode;
 pub mod journal;
 pub mod layout;
+pub mod leaf_edit;
 pub mod superblock;
 pub mod xattr;
 
