@@ -44,6 +44,8 @@ CAIRN_VARIANTS = {
     "cairn-nowbcache": ["writeback_cache=0"],
     # FUSE over io_uring off: every request through /dev/fuse (issue #9).
     "cairn-devfuse": ["io_uring=0"],
+    # Locality groups off: small files search near their inode (issue #10).
+    "cairn-nolg": ["mb_group_prealloc=0"],
 }
 # cairn's engine alone, without FUSE or the kernel: the experiment runs a
 # `cairn debug ...` workload on an image file in the scratch tmpfs (nothing is
