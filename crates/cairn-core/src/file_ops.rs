@@ -60,11 +60,14 @@ impl Fs {
     }
 
     /// Waits until the reaper has freed what it holds, then commits so that
-    /// the blocks leave the journal's hold; false if nothing was queued, or
-    /// if the calling thread is itself freeing queued inodes (the reaper
-    /// thread, or a `sync_delete` caller): it would wait for itself.
+    /// the blocks leave the journal's hold; false if nothing was queued, if
+    /// the calling thread is itself freeing queued inodes (the reaper
+    /// thread, or a `sync_delete` caller): it would wait for itself, or if
+    /// it holds an I/O lock, which the reaper may need (see `IoGuard`): the
+    /// caller returns ENOSPC to an outer level that waits without it, as
+    /// `write_data` and `fallocate` do.
     pub(crate) fn wait_for_reaper(&self) -> Result<bool> {
-        if self.reaper.backlog_inodes() == 0 || crate::reaper::reaping_here() {
+        if self.reaper.backlog_inodes() == 0 || crate::reaper::reaping_here() || crate::fs::holds_io_lock() {
             return Ok(false);
         }
         self.reaper.wait_idle(std::time::Duration::from_secs(300));

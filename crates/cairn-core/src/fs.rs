@@ -106,6 +106,37 @@ impl Default for MountOptions {
 /// Stripes of the per-inode I/O lock.
 const IO_LOCKS: usize = 256;
 
+thread_local! {
+    /// I/O locks the calling thread holds (see [`IoGuard`]).
+    static IO_LOCKS_HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A held I/O lock. The locks are striped (`ino % IO_LOCKS`), so the reaper,
+/// which takes the I/O lock of every inode it frees, may need the very
+/// stripe a thread holds: a thread holding one must never wait for the
+/// reaper ([`Fs::wait_for_reaper`] declines), or both wait for each other.
+pub(crate) struct IoGuard<G> {
+    _guard: G,
+}
+
+impl<G> IoGuard<G> {
+    fn new(guard: G) -> IoGuard<G> {
+        IO_LOCKS_HELD.with(|n| n.set(n.get() + 1));
+        IoGuard { _guard: guard }
+    }
+}
+
+impl<G> Drop for IoGuard<G> {
+    fn drop(&mut self) {
+        IO_LOCKS_HELD.with(|n| n.set(n.get() - 1));
+    }
+}
+
+/// Whether the calling thread holds an I/O lock.
+pub(crate) fn holds_io_lock() -> bool {
+    IO_LOCKS_HELD.with(|n| n.get() > 0)
+}
+
 /// A mounted file system.
 pub struct Fs {
     pub(crate) meta: Meta,
@@ -396,13 +427,13 @@ impl Fs {
     /// The I/O lock of inode `ino`, exclusive (serialises journaled writes,
     /// truncates, fallocate and stepwise frees of one inode across their
     /// handles, and keeps fast-path overwrites out meanwhile).
-    pub(crate) fn io_lock(&self, ino: u64) -> RwLockWriteGuard<'_, ()> {
-        self.io_locks[(ino as usize) % IO_LOCKS].write()
+    pub(crate) fn io_lock(&self, ino: u64) -> IoGuard<RwLockWriteGuard<'_, ()>> {
+        IoGuard::new(self.io_locks[(ino as usize) % IO_LOCKS].write())
     }
 
     /// The I/O lock of inode `ino`, shared (fast-path overwrites).
-    pub(crate) fn io_lock_shared(&self, ino: u64) -> RwLockReadGuard<'_, ()> {
-        self.io_locks[(ino as usize) % IO_LOCKS].read()
+    pub(crate) fn io_lock_shared(&self, ino: u64) -> IoGuard<RwLockReadGuard<'_, ()>> {
+        IoGuard::new(self.io_locks[(ino as usize) % IO_LOCKS].read())
     }
 
     /// Whether changes are refused (read-only mount or aborted journal).

@@ -105,6 +105,53 @@ fn writing_right_after_deleting_a_large_file_does_not_fail_for_space() {
     fsck_clean_mem(dev.as_ref(), "after delete-then-write on a full disk");
 }
 
+/// A write that finds the disk full while the reaper holds a queued file
+/// whose inode shares the writer's I/O-lock stripe (`ino % 256`): the writer
+/// must not wait for the reaper while holding that stripe, which the
+/// reaper needs to free the file. Before the fix both waited until the
+/// writer's 300 s limit ran out (the stall `bench/run frag` hit).
+#[test]
+fn a_full_disk_write_never_waits_for_the_reaper_holding_its_io_lock() {
+    let dev = new_image(128);
+    let fs = mount_with(&dev, opts(false));
+    let old = fragmented(&fs, "old", 4_000);
+    // The writer's inode in the same stripe as `old`'s.
+    let mut n = 0;
+    let new = loop {
+        let ino = fs.mknod(&Ctx::root(), 1, format!("pad{n}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+        n += 1;
+        if ino % 256 == old % 256 {
+            break ino;
+        }
+    };
+    let filler = fs.mknod(&Ctx::root(), 1, b"filler", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let chunk = vec![1u8; 1 << 20];
+    let mut off = 0u64;
+    while let Ok(1048576) = fs.write(filler, off, &chunk) {
+        off += 1 << 20;
+    }
+    fs.sync_fs().unwrap();
+    fs.debug_hold_reaper(true);
+    fs.unlink(1, b"old").unwrap();
+    fs.forget(old, 1);
+    assert_eq!(stat(&fs, "reaper.backlog_inodes"), 1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let fs2 = fs.clone();
+    let writer = std::thread::spawn(move || {
+        let r = fs2.write(new, 0, &vec![2u8; 8 << 20]);
+        tx.send(()).unwrap();
+        r
+    });
+    // Let the writer find the disk full and start waiting, then let the
+    // reaper go.
+    std::thread::sleep(Duration::from_millis(300));
+    fs.debug_hold_reaper(false);
+    assert!(rx.recv_timeout(Duration::from_secs(60)).is_ok(), "the writer and the reaper wait for each other");
+    assert_eq!(writer.join().unwrap().unwrap(), 8 << 20);
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after a full-disk write beside the reaper");
+}
+
 #[test]
 fn sync_delete_frees_on_the_callers_thread() {
     let dev = new_image(128);
