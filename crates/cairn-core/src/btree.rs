@@ -102,12 +102,12 @@ impl<'a> Tree<'a> {
         Ok(None)
     }
 
-    /// A checked view of a cached node (no copy of its entries).
     /// Whether `buf` (a valid node, at level `want_level` if known) is a leaf.
     fn is_leaf(&self, buf: &crate::buffer::Buf, want_level: Option<u8>) -> Result<bool> {
         Ok(self.view(buf.blk, &buf.read(), want_level)?.level() == 0)
     }
 
+    /// A checked view of a cached node (no copy of its entries).
     fn view<'d>(&self, blk: u64, data: &'d [u8], want_level: Option<u8>) -> Result<NodeView<'d>> {
         let v = NodeView::parse(blk, data)?;
         check_level(blk, want_level, v.level())?;
