@@ -102,9 +102,12 @@ impl<'a> Tree<'a> {
         Ok(None)
     }
 
-    /// Whether `buf` (a valid node, at level `want_level` if known) is a leaf.
-    fn is_leaf(&self, buf: &crate::buffer::Buf, want_level: Option<u8>) -> Result<bool> {
-        Ok(self.view(buf.blk, &buf.read(), want_level)?.level() == 0)
+    /// The number of entries of `buf` if it is a leaf, `None` if it is an
+    /// internal node (checked, at level `want_level` if known).
+    fn leaf_len(&self, buf: &crate::buffer::Buf, want_level: Option<u8>) -> Result<Option<usize>> {
+        let data = buf.read();
+        let v = self.view(buf.blk, &data, want_level)?;
+        Ok((v.level() == 0).then(|| v.len()))
     }
 
     /// A checked view of a cached node (no copy of its entries).
@@ -195,7 +198,7 @@ impl<'a> Tree<'a> {
     ) -> Result<Option<(u64, u64)>> {
         let bs = self.meta.bs();
         let buf = self.meta.read_node(blk, self.kind, self.owner)?;
-        if self.is_leaf(&buf, level)? {
+        if self.leaf_len(&buf, level)?.is_some() {
             let seed = self.meta.seed;
             if tx.modify(&buf, 0..bs, |d| leaf_edit::leaf_put(seed, d, key, value)) {
                 return Ok(None);
@@ -292,7 +295,7 @@ impl<'a> Tree<'a> {
         let buf = self.meta.read_node(blk, self.kind, self.owner)?;
         // A leaf that keeps an entry loses this one in place; one that would
         // empty is freed below.
-        if self.is_leaf(&buf, level)? && NodeView::parse(blk, &buf.read())?.len() > 1 {
+        if self.leaf_len(&buf, level)?.is_some_and(|n| n > 1) {
             let (seed, bs) = (self.meta.seed, self.meta.bs());
             return Ok((tx.modify(&buf, 0..bs, |d| leaf_edit::leaf_remove(seed, d, key)), false));
         }

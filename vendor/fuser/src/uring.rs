@@ -144,15 +144,18 @@ impl UringReply {
             b.header[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
             payload_len = 0;
         }
-        b.header[ENT_PAYLOAD_SZ..ENT_PAYLOAD_SZ + 4]
-            .copy_from_slice(&(payload_len as u32).to_ne_bytes());
-        b.replied = true;
-        self.done.notify_one();
+        self.complete(b, payload_len);
         Ok(())
     }
-}
 
-impl UringReply {
+    /// Marks the reply in `b` done, with `payload_len` bytes of payload, and
+    /// wakes the queue thread waiting for it.
+    fn complete(&self, b: &mut EntryBufs, payload_len: usize) {
+        b.header[ENT_PAYLOAD_SZ..ENT_PAYLOAD_SZ + 4].copy_from_slice(&(payload_len as u32).to_ne_bytes());
+        b.replied = true;
+        self.done.notify_one();
+    }
+
     /// Size of the entry's payload buffer.
     pub(crate) fn payload_capacity(&self) -> usize {
         self.bufs.lock().payload.len()
@@ -174,14 +177,19 @@ impl UringReply {
             Ok(n) => (0i32, n.min(max)),
             Err(e) => (-e.code(), 0),
         };
-        b.header[..4].copy_from_slice(&((OUT_HEADER + payload_len) as u32).to_ne_bytes());
-        b.header[4..8].copy_from_slice(&error.to_ne_bytes());
-        b.header[8..16].copy_from_slice(&unique.to_ne_bytes());
-        b.header[ENT_PAYLOAD_SZ..ENT_PAYLOAD_SZ + 4].copy_from_slice(&(payload_len as u32).to_ne_bytes());
-        b.replied = true;
-        self.done.notify_one();
+        b.header[..OUT_HEADER].copy_from_slice(&out_header(OUT_HEADER + payload_len, error, unique));
+        self.complete(b, payload_len);
         Ok(())
     }
+}
+
+/// A `fuse_out_header`: total length, negative errno or 0, request id.
+fn out_header(len: usize, error: i32, unique: u64) -> [u8; OUT_HEADER] {
+    let mut out = [0u8; OUT_HEADER];
+    out[..4].copy_from_slice(&(len as u32).to_ne_bytes());
+    out[4..8].copy_from_slice(&error.to_ne_bytes());
+    out[8..16].copy_from_slice(&unique.to_ne_bytes());
+    out
 }
 
 thread_local! {
@@ -449,11 +457,7 @@ fn serve<FS: Filesystem>(
         }
         None => {
             error!("io_uring: malformed FUSE request {unique}; answering EIO");
-            let header = [OUT_HEADER as u32, (-libc::EIO) as u32];
-            let mut out = [0u8; OUT_HEADER];
-            out[..4].copy_from_slice(&header[0].to_ne_bytes());
-            out[4..8].copy_from_slice(&header[1].to_ne_bytes());
-            out[8..16].copy_from_slice(&unique.to_ne_bytes());
+            let out = out_header(OUT_HEADER, -libc::EIO, unique);
             let _ = entry.send(&[IoSlice::new(&out)]);
         }
     }

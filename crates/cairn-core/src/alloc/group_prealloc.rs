@@ -46,14 +46,15 @@
 //! between still finds it there and marks it.
 
 use super::groups::GroupState;
+use super::prealloc::Held;
 use super::request::AllocRequest;
 use super::Allocator;
 use crate::buffer::BufferCache;
 use crate::error::Result;
 use crate::journal::Tx;
 use parking_lot::Mutex;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 /// Runs a locality group keeps at most (ext4 trims its lists beyond 8).
 const MAX_RUNS: usize = 8;
@@ -73,25 +74,13 @@ pub struct LocalityGroups {
     groups: Vec<Mutex<Vec<Run>>>,
     /// Blocks a new run is searched for (`-o mb_group_prealloc`; 0: off).
     pub chunk: u32,
-    /// Blocks held in runs.
-    pub reserved: AtomicU64,
-    /// Blocks set aside in runs, taken from them, and given back.
-    pub made: AtomicU64,
-    pub used: AtomicU64,
-    pub discarded: AtomicU64,
+    pub held: Held,
 }
 
 impl LocalityGroups {
     pub fn new(chunk: u32) -> LocalityGroups {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        LocalityGroups {
-            groups: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
-            chunk,
-            reserved: AtomicU64::new(0),
-            made: AtomicU64::new(0),
-            used: AtomicU64::new(0),
-            discarded: AtomicU64::new(0),
-        }
+        LocalityGroups { groups: (0..n).map(|_| Mutex::new(Vec::new())).collect(), chunk, held: Held::default() }
     }
 
     /// The calling thread's locality group.
@@ -141,10 +130,7 @@ impl Allocator {
                 runs.swap_remove(i);
             }
         }
-        let n = u64::from(want);
-        self.lg.reserved.fetch_sub(n, Relaxed);
-        self.lg.used.fetch_add(n, Relaxed);
-        self.mark_in_use_on_disk(tx, g, run.pblk - self.geo.group_start(g), n, req)?;
+        self.use_held(tx, g, run.pblk, u64::from(want), req, &self.lg.held)?;
         Ok(Some((run.pblk, want)))
     }
 
@@ -152,19 +138,11 @@ impl Allocator {
     /// held, buddy loaded): files the free blocks behind it, up to the
     /// search length, as a run of the calling thread's locality group.
     pub(super) fn make_group_prealloc(&self, g: u64, st: &mut GroupState, off: u64, n: u64, req: &AllocRequest) {
-        let b = st.buddy.as_mut().expect("loaded by the caller");
-        // Never into the metadata reserve (see `make_prealloc`).
-        let room = self.alloc_free.load(Relaxed).saturating_sub(self.reserve + n);
-        let r = b.run_at(off + n, (u64::from(req.search).saturating_sub(n)).min(room));
+        let r = self.room_behind(st, off, n, req.search);
         if r == 0 {
             return;
         }
-        b.mark(off + n, r, true);
-        self.groups[g as usize].free.fetch_sub(r as u32, Relaxed);
-        self.alloc_free.fetch_sub(r, Relaxed);
-        self.lg.reserved.fetch_add(r, Relaxed);
-        self.lg.made.fetch_add(r, Relaxed);
-        self.summarise(g, st);
+        self.hold(g, st, off + n, r, &self.lg.held);
         let run = Run { pblk: self.geo.group_start(g) + off + n, len: r as u32 };
         self.lg.mine().lock().push(run);
     }
@@ -197,10 +175,7 @@ impl Allocator {
             let Some(i) = runs.iter().position(|r| *r == run) else { return };
             runs.swap_remove(i);
         }
-        let n = u64::from(run.len);
-        self.lg.reserved.fetch_sub(n, Relaxed);
-        self.lg.discarded.fetch_add(n, Relaxed);
-        self.return_to_buddy(bufs, g, &mut st, &[(run.pblk - self.geo.group_start(g), n)]);
+        self.release_held(bufs, g, &mut st, run.pblk, u64::from(run.len), &self.lg.held);
     }
 
     /// Gives every locality group's runs back to the buddy (a full file

@@ -195,9 +195,7 @@ impl Allocator {
         for &(_, off, len) in &st.pending {
             fill_range(&mut map, u64::from(off), u64::from(off) + u64::from(len), true);
         }
-        let start = self.geo.group_start(g);
-        let end = start + self.geo.group_len(g);
-        for (off, len) in self.pa.in_range(start, end).into_iter().chain(self.lg.in_range(start, end)) {
+        for (off, len) in self.preallocated_in(g) {
             fill_range(&mut map, off, off + len, true);
         }
         let buddy = Buddy::new(map, self.geo.group_len(g));

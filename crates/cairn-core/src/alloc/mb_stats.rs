@@ -83,16 +83,16 @@ impl Publish for Allocator {
             put(&format!("alloc.mb.cr{i}.extents_scanned"), c.extents_scanned.load(Relaxed));
             put(&format!("alloc.mb.cr{i}.useless_loops"), c.useless_loops.load(Relaxed));
         }
-        put("alloc.mb.preallocated", self.pa.made.load(Relaxed));
-        put("alloc.mb.prealloc_used", self.pa.used.load(Relaxed));
-        put("alloc.mb.prealloc_discarded", self.pa.discarded.load(Relaxed));
-        put("alloc.mb.prealloc_held", self.pa.reserved.load(Relaxed));
+        put("alloc.mb.preallocated", self.pa.held.made.load(Relaxed));
+        put("alloc.mb.prealloc_used", self.pa.held.used.load(Relaxed));
+        put("alloc.mb.prealloc_discarded", self.pa.held.discarded.load(Relaxed));
+        put("alloc.mb.prealloc_held", self.pa.held.reserved.load(Relaxed));
         put("alloc.mb.preallocs", self.pa.count() as u64);
         put("alloc.mb.group_prealloc", u64::from(self.lg.chunk));
-        put("alloc.mb.group_preallocated", self.lg.made.load(Relaxed));
-        put("alloc.mb.group_prealloc_used", self.lg.used.load(Relaxed));
-        put("alloc.mb.group_prealloc_discarded", self.lg.discarded.load(Relaxed));
-        put("alloc.mb.group_prealloc_held", self.lg.reserved.load(Relaxed));
+        put("alloc.mb.group_preallocated", self.lg.held.made.load(Relaxed));
+        put("alloc.mb.group_prealloc_used", self.lg.held.used.load(Relaxed));
+        put("alloc.mb.group_prealloc_discarded", self.lg.held.discarded.load(Relaxed));
+        put("alloc.mb.group_prealloc_held", self.lg.held.reserved.load(Relaxed));
         put("alloc.mb.group_prealloc_runs", self.lg.count() as u64);
         put("alloc.mb.buddies_generated", s.buddies_generated.load(Relaxed));
         put("alloc.mb.buddies_time_ns", s.buddies_time_ns.load(Relaxed));

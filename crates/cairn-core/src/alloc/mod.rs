@@ -182,7 +182,7 @@ impl Allocator {
             }
         }
         let mut free = self.alloc_free.load(Ordering::Relaxed);
-        if free <= self.reserve && self.pa.reserved.load(Relaxed) + self.lg.reserved.load(Relaxed) > 0 {
+        if free <= self.reserve && self.preallocated_blocks() > 0 {
             self.discard_all_preallocs(&tx.bufs);
             free = self.alloc_free.load(Ordering::Relaxed);
         }
@@ -196,6 +196,21 @@ impl Allocator {
             req.search = req.search.max(self.lg.chunk);
         }
         self.allocate(tx, req)
+    }
+
+    /// Blocks held by preallocations of either kind.
+    fn preallocated_blocks(&self) -> u64 {
+        self.pa.held.reserved.load(Relaxed) + self.lg.held.reserved.load(Relaxed)
+    }
+
+    /// Blocks of group `g` held by preallocations of either kind: (offset
+    /// in the group, length).
+    fn preallocated_in(&self, g: u64) -> Vec<(u64, u64)> {
+        let start = self.geo.group_start(g);
+        let end = start + self.geo.group_len(g);
+        let mut v = self.pa.in_range(start, end);
+        v.extend(self.lg.in_range(start, end));
+        v
     }
 
     /// Gives every preallocation back to the buddy: the inodes' and the
@@ -310,7 +325,7 @@ impl Allocator {
         let pending = self.pending_blocks();
         let alloc_free = self.alloc_free.load(Ordering::Relaxed);
         let disk_free = self.disk_free_blocks.load(Ordering::Relaxed);
-        let held = self.pa.reserved.load(Relaxed) + self.lg.reserved.load(Relaxed);
+        let held = self.preallocated_blocks();
         assert_eq!(
             alloc_free + pending + held,
             disk_free,
@@ -332,9 +347,7 @@ impl Allocator {
                     let (off, len) = (u64::from(off), u64::from(len));
                     assert!((off..off + len).all(|i| !b.is_free(i)), "group {g}: a pending free is allocatable");
                 }
-                let start = self.geo.group_start(g as u64);
-                let end = start + self.geo.group_len(g as u64);
-                for (off, len) in self.pa.in_range(start, end).into_iter().chain(self.lg.in_range(start, end)) {
+                for (off, len) in self.preallocated_in(g as u64) {
                     assert!((off..off + len).all(|i| !b.is_free(i)), "group {g}: a preallocation is allocatable");
                 }
             }

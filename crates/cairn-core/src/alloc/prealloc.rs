@@ -54,26 +54,27 @@ pub struct Prealloc {
     pub len: u32,
 }
 
-/// Every inode's preallocation.
-pub struct Preallocs {
-    shards: Vec<Mutex<HashMap<u64, Prealloc>>>,
-    /// Blocks held by preallocations.
+/// The blocks one kind of preallocation (per inode, or per locality group)
+/// holds, and what became of the blocks it set aside.
+#[derive(Default)]
+pub struct Held {
+    /// Blocks held now.
     pub reserved: AtomicU64,
-    /// Blocks reserved, used from a preallocation, and given back.
+    /// Blocks set aside, taken into use from a preallocation, and given back.
     pub made: AtomicU64,
     pub used: AtomicU64,
     pub discarded: AtomicU64,
 }
 
+/// Every inode's preallocation.
+pub struct Preallocs {
+    shards: Vec<Mutex<HashMap<u64, Prealloc>>>,
+    pub held: Held,
+}
+
 impl Default for Preallocs {
     fn default() -> Self {
-        Preallocs {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            reserved: AtomicU64::new(0),
-            made: AtomicU64::new(0),
-            used: AtomicU64::new(0),
-            discarded: AtomicU64::new(0),
-        }
+        Preallocs { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), held: Held::default() }
     }
 }
 
@@ -134,9 +135,7 @@ impl Allocator {
             }
             (start, u64::from(n))
         };
-        self.pa.reserved.fetch_sub(n, Relaxed);
-        self.pa.used.fetch_add(n, Relaxed);
-        self.mark_in_use_on_disk(tx, g, start - self.geo.group_start(g), n, req)?;
+        self.use_held(tx, g, start, n, req, &self.pa.held)?;
         Ok(Some((start, n as u32)))
     }
 
@@ -146,11 +145,7 @@ impl Allocator {
         if req.purpose != Purpose::Data || req.ino == 0 || u64::from(req.search) <= n {
             return;
         }
-        let b = st.buddy.as_mut().expect("loaded by the caller");
-        // Never into the metadata reserve: data taken from a preallocation
-        // is not checked against it again.
-        let room = self.alloc_free.load(Relaxed).saturating_sub(self.reserve + n);
-        let r = b.run_at(off + n, (u64::from(req.search) - n).min(room));
+        let r = self.room_behind(st, off, n, req.search);
         if r == 0 {
             return;
         }
@@ -162,12 +157,7 @@ impl Allocator {
             let pblk = self.geo.group_start(g) + off + n;
             map.insert(req.ino, Prealloc { lblk: req.lblk + n, pblk, len: r as u32 });
         }
-        b.mark(off + n, r, true);
-        self.groups[g as usize].free.fetch_sub(r as u32, Relaxed);
-        self.alloc_free.fetch_sub(r, Relaxed);
-        self.pa.reserved.fetch_add(r, Relaxed);
-        self.pa.made.fetch_add(r, Relaxed);
-        self.summarise(g, st);
+        self.hold(g, st, off + n, r, &self.pa.held);
     }
 
     /// Gives inode `ino`'s preallocation, if any, back to the buddy.
@@ -182,10 +172,7 @@ impl Allocator {
                 _ => return,
             }
         };
-        let r = u64::from(pa.len);
-        self.pa.reserved.fetch_sub(r, Relaxed);
-        self.pa.discarded.fetch_add(r, Relaxed);
-        self.return_to_buddy(bufs, g, &mut st, &[(pa.pblk - self.geo.group_start(g), r)]);
+        self.release_held(bufs, g, &mut st, pa.pblk, u64::from(pa.len), &self.pa.held);
     }
 
     /// Discards every inode's preallocation (each commit).
@@ -194,5 +181,51 @@ impl Allocator {
         for ino in inos {
             self.discard_prealloc(bufs, ino);
         }
+    }
+
+    /// How many of the free blocks right behind `[off, off+n)` of a group
+    /// (lock held, buddy loaded) a preallocation searching for `search`
+    /// blocks in all may hold: never into the metadata reserve, since data
+    /// taken from a preallocation is not checked against it again.
+    pub(super) fn room_behind(&self, st: &GroupState, off: u64, n: u64, search: u32) -> u64 {
+        let room = self.alloc_free.load(Relaxed).saturating_sub(self.reserve + n);
+        st.buddy.as_ref().expect("loaded by the caller").run_at(off + n, u64::from(search).saturating_sub(n).min(room))
+    }
+
+    /// Takes blocks `[at, at+r)` of group `g` (lock held, buddy loaded) out
+    /// of the buddy, held by a preallocation counted in `held`.
+    pub(super) fn hold(&self, g: u64, st: &mut GroupState, at: u64, r: u64, held: &Held) {
+        st.buddy.as_mut().expect("loaded by the caller").mark(at, r, true);
+        self.groups[g as usize].free.fetch_sub(r as u32, Relaxed);
+        self.alloc_free.fetch_sub(r, Relaxed);
+        held.reserved.fetch_add(r, Relaxed);
+        held.made.fetch_add(r, Relaxed);
+        self.summarise(g, st);
+    }
+
+    /// Takes `n` held blocks from `pblk` of group `g` into use on disk (the
+    /// caller holds the group's lock and has taken them off their
+    /// preallocation).
+    pub(super) fn use_held(
+        &self,
+        tx: &Tx<'_>,
+        g: u64,
+        pblk: u64,
+        n: u64,
+        req: &AllocRequest,
+        held: &Held,
+    ) -> Result<()> {
+        held.reserved.fetch_sub(n, Relaxed);
+        held.used.fetch_add(n, Relaxed);
+        self.mark_in_use_on_disk(tx, g, pblk - self.geo.group_start(g), n, req)
+    }
+
+    /// Gives `r` held blocks from `pblk` of group `g` back to the buddy (the
+    /// caller holds the group's lock and has taken them off their
+    /// preallocation).
+    pub(super) fn release_held(&self, bufs: &BufferCache, g: u64, st: &mut GroupState, pblk: u64, r: u64, held: &Held) {
+        held.reserved.fetch_sub(r, Relaxed);
+        held.discarded.fetch_add(r, Relaxed);
+        self.return_to_buddy(bufs, g, st, &[(pblk - self.geo.group_start(g), r)]);
     }
 }

@@ -5,36 +5,18 @@
 use crate::common::*;
 use cairn_core::Ctx;
 
-fn fill(fs: &cairn_core::Fs, name: &[u8]) -> u64 {
-    let f = fs.mknod(&Ctx::root(), 1, name, libc::S_IFREG | 0o644, 0).unwrap();
-    let chunk = vec![7u8; 1 << 20];
-    let mut off = 0u64;
-    loop {
-        match fs.write(f.ino, off, &chunk) {
-            Ok(n) if n > 0 => off += u64::from(n),
-            Ok(_) => break,
-            Err(e) => {
-                assert_eq!(e.errno(), libc::ENOSPC, "unexpected error {e}");
-                break;
-            }
-        }
-    }
-    fs.forget(f.ino, 1);
-    off
-}
-
 #[test]
 fn enospc_then_delete_and_refill() {
     let dev = new_image(48);
     let fs = mount(&dev);
-    let first = fill(&fs, b"big1");
+    let first = fill_up(&fs, b"big1");
     assert!(first > 30 << 20, "filled only {first} bytes");
     // Metadata still works on a full file system (it has a reserve).
     for i in 0..50 {
         fs.mknod(&Ctx::root(), 1, format!("small{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
     }
     fs.unlink(1, b"big1").unwrap();
-    let second = fill(&fs, b"big2");
+    let second = fill_up(&fs, b"big2");
     assert!(second + (1 << 20) >= first, "after delete only {second} of {first} bytes fit again");
     fs.unmount().unwrap();
     let fs = mount(&dev);

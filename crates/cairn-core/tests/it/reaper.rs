@@ -62,15 +62,7 @@ fn writing_right_after_deleting_a_large_file_does_not_fail_for_space() {
     let fs = mount_with(&dev, opts(false));
     // A fragmented file, and a filler up to the end of the space.
     let old = fragmented(&fs, "old", 8_000);
-    let filler = fs.mknod(&Ctx::root(), 1, b"filler", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    let chunk = vec![1u8; 1 << 20];
-    let mut off = 0u64;
-    loop {
-        match fs.write(filler, off, &chunk) {
-            Ok(n) if n as usize == chunk.len() => off += u64::from(n),
-            Ok(_) | Err(_) => break,
-        }
-    }
+    fill_up(&fs, b"filler");
     fs.sync_fs().unwrap();
     // Delete it and at once write as much as it held.
     if let Err(e) = fs.unlink(1, b"old") {
@@ -84,6 +76,7 @@ fn writing_right_after_deleting_a_large_file_does_not_fail_for_space() {
     }
     fs.forget(old, 1);
     let new = fs.mknod(&Ctx::root(), 1, b"new", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let chunk = vec![1u8; 1 << 20];
     let want = 8_000 * 4096u64 - (2 << 20);
     let mut off = 0u64;
     while off < want {
@@ -124,12 +117,7 @@ fn a_full_disk_write_never_waits_for_the_reaper_holding_its_io_lock() {
             break ino;
         }
     };
-    let filler = fs.mknod(&Ctx::root(), 1, b"filler", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    let chunk = vec![1u8; 1 << 20];
-    let mut off = 0u64;
-    while let Ok(1048576) = fs.write(filler, off, &chunk) {
-        off += 1 << 20;
-    }
+    fill_up(&fs, b"filler");
     fs.sync_fs().unwrap();
     fs.debug_hold_reaper(true);
     fs.unlink(1, b"old").unwrap();
