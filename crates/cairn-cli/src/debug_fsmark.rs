@@ -32,8 +32,9 @@
 //! per `--rows`th of the files (files/s of each tenth, say), as fs_mark
 //! prints one row per loop. Each phase also gives its start and end on
 //! CLOCK_MONOTONIC (`monotonic`), to cut a `perf record -k CLOCK_MONOTONIC`
-//! of the whole run by phase. Output: JSON on stdout, one line per phase on
-//! stderr.
+//! of the whole run by phase. The create phase also gives every `cairn
+//! stats` counter at its end (`stats`: write-backs, cache sizes, ...).
+//! Output: JSON on stdout, one line per phase on stderr.
 
 use crate::debug_dd::{mount_on, XorShift};
 use cairn_core::dev::{BlockDevice, FileDevice};
@@ -263,6 +264,7 @@ fn create_phase(a: &FsmarkArgs<'_>) -> Result<Value, String> {
     let (seconds, r) = join_and_commit(&fs, worker, t0);
     let journal = journal_bytes(&fs);
     let peak = status_kib("VmHWM");
+    let counters: serde_json::Map<String, Value> = fs.stats().into_iter().map(|(k, v)| (k, json!(v))).collect();
     let t = Instant::now();
     let un = fs.unmount();
     drop(fs);
@@ -282,6 +284,7 @@ fn create_phase(a: &FsmarkArgs<'_>) -> Result<Value, String> {
         "journal_bytes": journal,
         "io": io.json(),
         "rows": rows,
+        "stats": counters,
     }))
 }
 

@@ -71,6 +71,13 @@ use std::sync::Arc;
 
 const SHARDS: usize = 64;
 
+/// Memory a cached block costs beyond its bytes: the `Arc<Buf>` allocation
+/// (its header, locks and log state), the shard map's slot with its load
+/// factor's slack, and the clock's entry. `-o cache_mb` counts a block of
+/// the buffer cache as its size plus this (test
+/// `buf_overhead_covers_the_bookkeeping`).
+pub const BUF_OVERHEAD: usize = 192;
+
 /// One cached metadata block.
 pub struct Buf {
     /// Block number.
@@ -340,7 +347,7 @@ impl BufferCache {
         let mut st = buf.log.lock();
         if st.dirty_seq != 0 && st.dirty_seq < running {
             // Committing and not captured yet: the push gets today's bytes.
-            self.cil.freeze(&mut st, Arc::from(&data[..]));
+            self.cil.freeze(&mut st, crate::journal::cil::image_of(&data));
         }
         let (r, changed) = BEFORE.with(|before| {
             let mut before = before.borrow_mut();
@@ -419,5 +426,22 @@ impl Publish for BufferCache {
         put("cache.evictions", s.evictions.load(Relaxed));
         put("cache.reread_races", s.reread_races.load(Relaxed));
         put("cache.over_budget", s.over_budget.load(Relaxed));
+    }
+}
+
+#[cfg(test)]
+mod overhead_tests {
+    use super::*;
+
+    #[test]
+    fn buf_overhead_covers_the_bookkeeping() {
+        let arc = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Buf>();
+        // hashbrown keeps at least an eighth of its slots free; a slot is
+        // the entry plus a control byte.
+        let slot = (std::mem::size_of::<(u64, Arc<Buf>)>() + 1) * 8 / 7 + 1;
+        // The clock's ring may be up to twice its length.
+        let clock = 2 * std::mem::size_of::<u64>();
+        let total = arc.next_multiple_of(16) + slot + clock;
+        assert!(total <= BUF_OVERHEAD, "a cached block's bookkeeping is {total} bytes");
     }
 }

@@ -255,12 +255,12 @@ impl Fs {
         let fs = Arc::new(Fs {
             meta,
             // A checkpoint's dirty buffers cannot be evicted before its push,
-            // and the push copies them: a quarter of the cache at most, so a
+            // and the push copies them: an eighth of the cache at most, so a
             // small `cache_mb` bounds the commit's working set too.
             txm: TxManager::new(
                 journal,
                 Latch::new(opts.errors, had_errors, home_lock),
-                (cache_blocks / 4).max(256) as u64,
+                (cache_blocks / 8).max(256) as u64,
             ),
             icache: InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes)),
             dcache: DentryCache::new(opts.lru_caches.then_some(opts.dentry_cache_bytes)),

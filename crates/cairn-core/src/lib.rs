@@ -45,7 +45,7 @@ mod lru;
 mod stats;
 mod xattr;
 
-pub use buffer::BufState;
+pub use buffer::{BufState, BUF_OVERHEAD};
 pub use error::{FsError, Result};
 pub use fs::{Fs, MountOptions};
 pub use journal::ErrorPolicy;

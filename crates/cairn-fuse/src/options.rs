@@ -6,7 +6,7 @@
 //! | option | meaning | default |
 //! |---|---|---|
 //! | `commit=SECONDS` | journal commit interval | 5 |
-//! | `cache_mb=N` | memory for caches, MiB: the metadata buffer cache gets 3/4, the in-core inode cache and the dentry cache 1/8 each (see below) | 1/16 of RAM, 64..1024 |
+//! | `cache_mb=N` | memory for caches, MiB: the metadata buffer cache gets 15/32 (and sizes from it the committed images awaiting their home write, 1/8 of `cache_mb`; loaded buddies, under 1/10; a checkpoint's copies, 1/16), the in-core inode cache and the dentry cache 1/8 each (see below) | 1/16 of RAM, 64..1024 |
 //! | `lru_caches=0\|1` | bound the inode cache and keep a dentry cache (1), or keep every inode the kernel holds in core and read the directory on every LOOKUP, the buffer cache getting all of `cache_mb` (0, for comparison) | 1 |
 //! | `errors=continue\|remount-ro\|shutdown` | what corruption or an I/O error does (ext4's names) | remount-ro |
 //! | `threads=N` | FUSE worker threads reading `/dev/fuse` (1..64) | 2 |
@@ -26,15 +26,13 @@
 //! | `delaylog=0\|1` | delayed logging: log only the changed chunks of each metadata block and defer home writes until the log needs the room (1), or log whole blocks and write them home at every commit (0) | 1 |
 //! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
 //!
-//! `cache_mb` bounds the daemon's memory: the three caches stay within it,
-//! beyond it only by what busy inodes pin (open unlinked files, inodes in
-//! use). Outside it: a fixed overhead of about 10–21 bytes per inode the
-//! kernel holds one lookup reference on (19–37 with more than one; the
-//! lookup-count table, see `cairn_core`'s `inode` module); the commit's
-//! working set (dirty and in-flight metadata buffers, which the buffer cache
-//! cannot drop before their checkpoint is home, and the commit's copy of
-//! them), bounded by the journal's size rather than by `cache_mb`; code and
-//! thread stacks.
+//! `cache_mb` bounds the daemon's memory: the caches, the committed images
+//! waiting for their home write, loaded buddies and a checkpoint's copies
+//! stay within it, beyond it only by what busy inodes pin (open unlinked
+//! files, inodes in use). Outside it: a fixed overhead of about 10–21 bytes
+//! per inode the kernel holds one lookup reference on (19–37 with more than
+//! one; the lookup-count table, see `cairn_core`'s `inode` module); the FUSE
+//! request buffers, code and thread stacks.
 //!
 //! Only *fuseblk* connections receive FUSE_SYNCFS from the kernel (plain
 //! `fuse` mounts never do: an unprivileged server could stall `sync(1)`), so
@@ -65,6 +63,7 @@
 
 use crate::adapter::{AdapterOptions, Timeouts};
 use cairn_core::MountOptions;
+use cairn_core::BUF_OVERHEAD;
 use fuser::MountOption;
 use std::time::Duration;
 
@@ -239,17 +238,24 @@ pub fn default_cache_mb() -> u64 {
     }
 }
 
-/// Splits `cache_mb` between the buffer cache (3/4, counted in 4 KiB
-/// blocks), the inode cache and the dentry cache (1/8 each); with
-/// `lru_caches=0` the buffer cache gets it all, as before those caches.
+/// Splits `cache_mb` so that everything the engine keeps in memory in
+/// proportion to it fits within it (see `-o cache_mb` in the README):
+/// 15/32 to the buffer cache, each 4 KiB block counted with its bookkeeping
+/// ([`BUF_OVERHEAD`]); the engine sizes three things from the buffer
+/// cache's size: the committed images waiting for their home write (the
+/// AIL, a quarter of its bytes), loaded buddies (a sixteenth of its blocks
+/// as buddies of about three blocks each) and one checkpoint's captured
+/// copies (an eighth); 1/8 each to the inode and the dentry cache. With
+/// `lru_caches=0` the buffer cache also gets those two caches' share.
 fn split_cache(e: &mut MountOptions, mb: u64) {
     let bytes = (mb << 20) as usize;
+    let per_block = 4096 + BUF_OVERHEAD;
     if e.lru_caches {
-        e.cache_blocks = bytes / 4 * 3 / 4096;
+        e.cache_blocks = bytes / 32 * 15 / per_block;
         e.inode_cache_bytes = bytes / 8;
         e.dentry_cache_bytes = bytes / 8;
     } else {
-        e.cache_blocks = bytes / 4096;
+        e.cache_blocks = bytes / 32 * 23 / per_block;
     }
 }
 
@@ -272,12 +278,12 @@ mod tests {
     fn cache_mb_is_split_between_the_caches() {
         let s = parse(&["cache_mb=64"]).unwrap();
         assert!(s.engine.lru_caches);
-        assert_eq!(s.engine.cache_blocks, 48 << 20 >> 12);
+        assert_eq!(s.engine.cache_blocks, (30 << 20) / (4096 + BUF_OVERHEAD));
         assert_eq!(s.engine.inode_cache_bytes, 8 << 20);
         assert_eq!(s.engine.dentry_cache_bytes, 8 << 20);
         let s = parse(&["lru_caches=0,cache_mb=64"]).unwrap();
         assert!(!s.engine.lru_caches);
-        assert_eq!(s.engine.cache_blocks, 64 << 20 >> 12);
+        assert_eq!(s.engine.cache_blocks, (46 << 20) / (4096 + BUF_OVERHEAD));
         assert!(parse(&["lru_caches=2"]).is_err());
         let d = default_cache_mb();
         assert!((64..=1024).contains(&d));

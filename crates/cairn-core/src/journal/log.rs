@@ -262,8 +262,11 @@ impl Journal {
             self.ail.written(&done);
             self.write_jsb(record_start)?;
             st.written_tail = record_start;
-        } else if self.ail.over_budget() || self.region.used(st.durable_tail.off, st.head.off) * 3 > ring * 2 {
+        } else if self.region.used(st.durable_tail.off, st.head.off) * 8 > ring * 7 {
             self.write_back(&mut st)?;
+        } else if self.ail.over_budget() {
+            let _home = self.ail.home_lock.lock();
+            self.ail.shrink(self.dev.as_ref(), self.bs)?;
         }
         drop(st);
         let us = t0.elapsed().as_micros() as u64;

@@ -119,6 +119,7 @@ impl Journal {
 mod tests {
     use super::*;
     use crate::dev::MemDevice;
+    use crate::journal::cil::{image_of, Captured, Image};
     use crate::mkfs::{format, MkfsOptions};
     use cairn_format::checksum::seed_from_uuid;
     use cairn_format::journal::{chunk_size, decode_commit, encode_commit, encode_descriptor, WHOLE};
@@ -200,7 +201,7 @@ mod tests {
         j.ail.defer.store(false, Ordering::Relaxed);
         let mut starts = Vec::new();
         for rec in &records {
-            let imgs: Vec<(u64, u64, Arc<[u8]>)> = rec.iter().map(|(h, i)| (*h, WHOLE, Arc::from(&i[..]))).collect();
+            let imgs: Vec<Captured> = rec.iter().map(|(h, i)| (*h, WHOLE, image_of(i))).collect();
             let seq = j.commit(&imgs).unwrap();
             let start = jsb_tail(&dev, &sb, seed);
             assert_eq!(start.seq, seq, "the journal superblock points at the record just committed");
@@ -263,7 +264,7 @@ mod tests {
         write(&dev, bs, home, &vec![0x11; bs]);
         let tail = jsb_tail(&dev, &sb, seed);
         let (j, _) = open(&dev, &sb, seed, true).unwrap();
-        let img = |fill: u8| -> Arc<[u8]> { Arc::from(vec![fill; bs]) };
+        let img = |fill: u8| -> Image { image_of(&vec![fill; bs]) };
         // A logs chunks 0 and 2, B chunk 2 again and chunk 63.
         assert_eq!(j.commit(&[(home, 0b101, img(0xaa))]).unwrap(), tail.seq);
         j.commit(&[(home, 0b100 | 1 << 63, img(0xbb))]).unwrap();

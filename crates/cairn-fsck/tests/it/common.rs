@@ -173,10 +173,10 @@ pub fn unreplayed_image() -> Vec<u8> {
     fs.mkdir(&c, ROOT, b"open-dir", 0o755).unwrap();
     fs.rmdir(ROOT, b"open-dir").unwrap();
     fs.sync_fs().unwrap();
-    // A commit that finds the log two-thirds full writes every block home
+    // A commit that finds the log 7/8 full writes every block home
     // and empties the log (`journal::log`), and how full it is depends on how
     // the backend's commits fell. After that, one small change leaves a
-    // record to replay: an empty log cannot be two-thirds full again.
+    // record to replay: an empty log cannot be 7/8 full again.
     for _ in 0..2 {
         let bytes = dev.snapshot();
         let r = cairn_fsck::check_image(&bytes, &cairn_fsck::Options::default()).expect("fsck");
