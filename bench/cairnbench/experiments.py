@@ -579,6 +579,7 @@ class FsMarkScale(FsMark):
         Metric("rss_create", "MiB", False, "daemon peak RSS, create"),
         Metric("rss_walk", "MiB", False, "daemon peak RSS, walk", table=False),
         Metric("rss_unlink", "MiB", False, "daemon peak RSS, unlink", table=False),
+        Metric("fsck_s", "s", False, "cairn fsck of the image after create", table=False),
         Metric("create_s", "s", False, "create time", table=False),
         Metric("walk_s", "s", False, "walk time", table=False),
         Metric("unlink_s", "s", False, "unlink time", table=False),
@@ -629,8 +630,8 @@ class FsMarkScale(FsMark):
             f"Seed 001's three phases with {self.THREADS} fs_mark threads ({cmds}): one row per loop of "
             f"{vs[0]['per_loop']:,} files, so the create rate of the first and of the last million files (the "
             "first and last fifth below 5M) can be compared; each thread's directory ends with "
-            f"{self.PER_DIR:,} files in each subdirectory. Then `sync`, unmount, `echo 3 > "
-            "/proc/sys/vm/drop_caches`, mount, and the seed's cold walk `find MP -ctime 1` (one process; "
+            f"{self.PER_DIR:,} files in each subdirectory. Then `sync`, unmount (cairn: `cairn fsck` of the image, "
+            "timed), `echo 3 > /proc/sys/vm/drop_caches`, mount, and the seed's cold walk `find MP -ctime 1` (one process; "
             "it stats every inode, matches none), then `rm -rf MP/0` and `rm -rf MP/1` at once. Device "
             "figures from the loop device's /sys/block/loopN/stat: bytes written per file from before "
             "fs_mark until the unmount has finished; per phase, reads and writes completed (IOPS) and "
@@ -698,6 +699,15 @@ class FsMarkScale(FsMark):
         if fs.name != "tmpfs":
             fs.unmount()  # everything on the device (the daemons have exited)
             res["bytes_per_file"] = bytes_per(fs, s0, n)
+        if fs.is_cairn:
+            # The issue's "fsck clean" at this count: the full check of the
+            # unmounted image, every inode, directory and bitmap.
+            t0 = time.time()
+            p = run([fs.cairn, "fsck", fs.src], check=False, capture_output=True, text=True)
+            res["fsck_s"] = time.time() - t0
+            res["fsck_clean"] = int(p.returncode == 0)
+            if p.returncode != 0:
+                raise RuntimeError(f"cairn fsck after {n} creates exited {p.returncode}:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
         fs.remount_cold()  # drop caches, mount
         entries = 1 + self.THREADS * (1 + v["dirs"]) + n
         phase("walk", lambda: run(["find", fs.mp, "-ctime", "1"], stdout=subprocess.DEVNULL))
@@ -798,6 +808,13 @@ class FsMarkScale(FsMark):
                     f"{f(g('bytes_per_file'))} | {f(g('journal_bytes_per_file'))} | "
                     f"{rss if fs.startswith('cairn') or fs == 'fuse2fs' else '—'} |"
                 )
+            for fs in shown:
+                if fs.startswith("cairn") and fs != fsmod.ENGINE:
+                    runs = [r for r in cells.get((self.name, lab, fs), []) if "fsck_clean" in r]
+                    if runs:
+                        clean = sum(r["fsck_clean"] for r in runs)
+                        md.append(f"\n`cairn fsck` of {fs}'s image after create: clean in {clean} of {len(runs)} "
+                                  f"runs, {f(med(lab, fs, 'fsck_s'), 1)} s.")
             md += [
                 "",
                 f"Device I/O per phase, {lab} (loop device; IOPS and MB/s averaged over the phase):",
