@@ -964,7 +964,7 @@ class FioOverwrite(Experiment):
     tools = [("fio", "fio")]
     metrics = [Metric("iops", "IOPS", True, "IOPS")]
     cairn_on = "file"
-    extra_fs = ["cairn-nofast", "cairn-devfuse"]
+    extra_fs = ["cairn-nofast", "cairn-devfuse", "cairn-pdio", "cairn-pdio-nofast"]
     chart = "columns"
     FILES = [f"file1.0.{i}" for i in range(32)]
 
@@ -989,7 +989,10 @@ class FioOverwrite(Experiment):
             f"--ramp_time={p['ramp']} --runtime={p['runtime']} --numjobs=N --group_reporting`, N = "
             f"{', '.join(map(str, p['jobs']))}. The seed ran 16 GiB, numjobs 1–16, ramp_time=30, runtime=60 "
             f"on simulated pmem. {CAIRN_ON_FILE} `cairn-nofast` is cairn mounted with "
-            "`-o overwrite_fastpath=0` (every overwrite through the journaled path)."
+            "`-o overwrite_fastpath=0` (every overwrite through the journaled path); `cairn-pdio` with "
+            "`-o parallel_dio=1` (OPEN answered, an O_DIRECT open gets FOPEN_DIRECT_IO | "
+            "FOPEN_PARALLEL_DIRECT_WRITES: the kernel takes the inode lock shared for these writes, where by "
+            "default it holds it exclusively for each, so jobs writing the same file wait for each other); `cairn-pdio-nofast` with both."
         )
 
     def run(self, fs, v):

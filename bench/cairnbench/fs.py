@@ -46,6 +46,12 @@ CAIRN_VARIANTS = {
     "cairn-devfuse": ["io_uring=0"],
     # Locality groups off: small files search near their inode (issue #10).
     "cairn-nolg": ["mb_group_prealloc=0"],
+    # OPEN answered, O_DIRECT opens with FOPEN_PARALLEL_DIRECT_WRITES: O_DIRECT
+    # writers to one file overlap in the kernel too (issue #14).
+    "cairn-pdio": ["parallel_dio=1"],
+    # ... and every overwrite through the journaled path, to measure the fast
+    # path where the kernel does not serialise the writers (issue #14).
+    "cairn-pdio-nofast": ["parallel_dio=1", "overwrite_fastpath=0"],
 }
 # cairn's engine alone, without FUSE or the kernel: the experiment runs a
 # `cairn debug ...` workload on an image file in the scratch tmpfs (nothing is

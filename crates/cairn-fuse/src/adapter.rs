@@ -74,6 +74,13 @@ pub struct AdapterOptions {
     /// Ask for FUSE over io_uring in INIT (`-o io_uring=0|1`, default 1;
     /// the session serves it, see the vendored fuser's `uring`).
     pub io_uring: bool,
+    /// Answer OPEN (`-o parallel_dio=1`), so that a file opened with
+    /// O_DIRECT gets FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES: the
+    /// kernel then takes its inode lock shared for O_DIRECT writes inside
+    /// the file, and writers to one file overlap end to end. It costs an
+    /// OPEN and a RELEASE request per open of any file; off, OPEN is
+    /// answered ENOSYS once and opens cost no request (see `open`).
+    pub parallel_dio: bool,
 }
 
 impl Default for AdapterOptions {
@@ -84,6 +91,7 @@ impl Default for AdapterOptions {
             max_write: 1 << 20,
             acl: true,
             io_uring: true,
+            parallel_dio: false,
         }
     }
 }
@@ -160,15 +168,15 @@ impl CairnFuse {
         }
     }
 
-    /// Answers a create-and-open (CREATE, TMPFILE).
-    fn created(&self, reply: ReplyCreate, r: cairn_core::Result<cairn_core::Attr>) {
+    /// Answers a create-and-open (CREATE, TMPFILE) with open flags `flags`.
+    fn created(&self, reply: ReplyCreate, flags: i32, r: cairn_core::Result<cairn_core::Attr>) {
         match r {
             Ok(a) => reply.created(
                 &self.opts.timeouts.entry,
                 &file_attr(&a),
                 Generation(u64::from(a.generation)),
                 FileHandle(0),
-                self.file_open_flags(),
+                self.file_open_flags(flags),
             ),
             Err(e) => reply.error(errno(&e)),
         }
@@ -181,13 +189,19 @@ impl CairnFuse {
         }
     }
 
-    /// Flags of every file open: keep the page cache across opens (cairn is
+    /// Flags of a file open: keep the page cache across opens (cairn is
     /// the only writer), and no FLUSH on close (there is nothing to flush:
     /// without the writeback cache every write has reached cairn already, and
     /// POSIX locks are the kernel's), which saves a round trip per `close`.
-    /// Under the writeback cache the kernel flushes at close regardless.
-    fn file_open_flags(&self) -> FopenFlags {
-        if self.writeback {
+    /// Under the writeback cache the kernel flushes at close regardless. An
+    /// O_DIRECT open (with `parallel_dio`) bypasses the page cache instead,
+    /// and lets O_DIRECT writers to one file run at once: cairn's overwrite
+    /// fast path takes only shared locks, so the kernel's exclusive inode
+    /// lock would be the only thing serialising them.
+    fn file_open_flags(&self, open_flags: i32) -> FopenFlags {
+        if self.opts.parallel_dio && open_flags & libc::O_DIRECT != 0 {
+            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+        } else if self.writeback {
             FopenFlags::FOPEN_KEEP_CACHE
         } else {
             FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
@@ -212,6 +226,12 @@ impl Filesystem for CairnFuse {
         }
         if self.opts.io_uring {
             wanted |= InitFlags::FUSE_OVER_IO_URING;
+        }
+        if self.opts.parallel_dio {
+            // MAP_SHARED of a file opened with FOPEN_DIRECT_IO (fsx -Z
+            // mmaps its O_DIRECT descriptor); the kernel keeps such an
+            // inode in caching mode while it is mapped.
+            wanted |= InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         }
         if self.opts.acl {
             // The kernel caches and enforces POSIX ACLs; cairn keeps them
@@ -393,14 +413,20 @@ impl Filesystem for CairnFuse {
         self.entry(reply, t.call(|| self.fs.link(ino.0, newparent.0, name_bytes(newname))));
     }
 
-    /// OPEN is answered ENOSYS: the kernel then sets `no_open` for the
-    /// connection and never sends OPEN or RELEASE again, opening every file
-    /// as if with FOPEN_KEEP_CACHE (what cairn answered anyway: file
-    /// handles are 0 and cairn keeps no per-open state). Zero requests per
-    /// open + close of a cached file.
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    /// With `parallel_dio` OPEN is answered with the flags
+    /// of [`CairnFuse::file_open_flags`] and file handle 0 (cairn keeps no
+    /// per-open state). Without it (the default) OPEN is answered ENOSYS: the kernel then
+    /// sets `no_open` for the connection and never sends OPEN or RELEASE
+    /// again, opening every file as if with FOPEN_KEEP_CACHE: zero requests
+    /// per open + close of a cached file, but O_DIRECT writes to one file
+    /// serialised under the kernel's exclusive inode lock.
+    fn open(&self, _req: &Request, _ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _t = self.metrics.timer(Op::Open);
-        reply.error(Errno::ENOSYS);
+        if self.opts.parallel_dio {
+            reply.opened(FileHandle(0), self.file_open_flags(flags.0));
+        } else {
+            reply.error(Errno::ENOSYS);
+        }
     }
 
     fn read(
@@ -606,13 +632,13 @@ impl Filesystem for CairnFuse {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
         let mut t = self.metrics.timer(Op::Create);
         let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
         let c = self.create_ctx(req, umask);
-        self.created(reply, t.call(|| self.fs.mknod(&c, parent.0, name_bytes(name), mode, 0)));
+        self.created(reply, flags, t.call(|| self.fs.mknod(&c, parent.0, name_bytes(name), mode, 0)));
     }
 
     fn ioctl(
@@ -673,9 +699,9 @@ impl Filesystem for CairnFuse {
         Self::empty(reply, t.call(|| self.fs.sync_fs()));
     }
 
-    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, _flags: i32, reply: ReplyCreate) {
+    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let mut t = self.metrics.timer(Op::Tmpfile);
         let c = self.create_ctx(req, umask);
-        self.created(reply, t.call(|| self.fs.tmpfile(&c, parent.0, mode)));
+        self.created(reply, flags, t.call(|| self.fs.tmpfile(&c, parent.0, mode)));
     }
 }
