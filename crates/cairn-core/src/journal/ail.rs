@@ -108,9 +108,9 @@ impl Ail {
         self.len() == 0
     }
 
-    /// True when the images exceed the budget (or deferring is off).
+    /// True when the images exceed their memory budget.
     pub fn over_budget(&self) -> bool {
-        !self.defer.load(Relaxed) || self.bytes.load(Relaxed) > self.budget.load(Relaxed)
+        self.bytes.load(Relaxed) > self.budget.load(Relaxed)
     }
 
     /// Adds the images of durable checkpoint `seq`.
@@ -148,23 +148,19 @@ impl Ail {
     /// crash replays over whatever reached home.
     pub fn shrink(&self, dev: &dyn BlockDevice, bs: usize) -> Result<()> {
         let target = self.budget.load(Relaxed) / 4 * 3;
-        let mut by_age: Vec<(u64, u64, u64)> =
-            self.map.lock().iter().map(|(b, e)| (e.seq, *b, e.image.len() as u64)).collect();
-        by_age.sort_unstable();
+        let mut by_age: Vec<(u64, u64, Image)> =
+            self.map.lock().iter().map(|(b, e)| (e.seq, *b, e.image.clone())).collect();
+        by_age.sort_unstable_by_key(|i| (i.0, i.1));
         let mut bytes = self.bytes.load(Relaxed);
-        let mut oldest = Vec::new();
-        for (seq, blk, len) in by_age {
+        let mut items = Vec::new();
+        for (seq, blk, image) in by_age {
             if bytes <= target {
                 break;
             }
-            bytes -= len;
-            oldest.push((blk, seq));
+            bytes -= image.len() as u64;
+            items.push((blk, seq, image));
         }
-        oldest.sort_unstable();
-        let items: Vec<(u64, u64, Image)> = {
-            let map = self.map.lock();
-            oldest.iter().filter_map(|&(b, _)| map.get(&b).map(|e| (b, e.seq, e.image.clone()))).collect()
-        };
+        items.sort_unstable_by_key(|i| i.0);
         let done = self.write_items(dev, bs, items)?;
         self.stats.shrinks.fetch_add(1, Relaxed);
         self.written(&done);
