@@ -63,7 +63,7 @@ use crate::stats::Publish;
 use cairn_format::journal::{changed_chunks, WHOLE};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -167,7 +167,7 @@ pub struct CacheStats {
 
 #[derive(Default)]
 struct Shard {
-    map: HashMap<u64, Arc<Buf>>,
+    map: foldhash::HashMap<u64, Arc<Buf>>,
     clock: VecDeque<u64>,
     /// Bumped whenever a buffer leaves the map.
     epoch: u64,

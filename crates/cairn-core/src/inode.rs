@@ -84,7 +84,6 @@ use cairn_format::inode::{DataArea, DiskInode};
 use cairn_format::FormatError;
 use parking_lot::lock_api::ArcRwLockWriteGuard;
 use parking_lot::{Mutex, RawRwLock, RwLock};
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -167,8 +166,8 @@ const REF_SHARDS: usize = 64;
 /// rest a map slot (16 and one).
 #[derive(Default)]
 struct RefShard {
-    one: HashSet<u64>,
-    more: HashMap<u64, u64>,
+    one: foldhash::HashSet<u64>,
+    more: foldhash::HashMap<u64, u64>,
 }
 
 impl RefShard {
