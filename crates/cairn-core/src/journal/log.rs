@@ -258,8 +258,8 @@ impl Journal {
         self.ail.insert(seq, images.iter().map(|(blk, _, img)| (*blk, img.clone())));
         if !self.ail.defer.load(Ordering::Relaxed) {
             let _home = self.ail.home_lock.lock();
-            let done = self.ail.write_home(self.dev.as_ref(), self.bs)?;
-            self.ail.written(&done);
+            self.ail.write_home(self.dev.as_ref(), self.bs)?;
+            self.ail.home_written();
             self.write_jsb(record_start)?;
             st.written_tail = record_start;
         } else if self.region.used(st.durable_tail.off, st.head.off) * 8 > ring * 7 {
@@ -325,14 +325,14 @@ impl Journal {
     /// The AIL's images home, **flush**, the tail to the head, **flush**.
     fn write_back(&self, st: &mut State) -> Result<()> {
         let _home = self.ail.home_lock.lock();
-        let done = self.ail.write_home(self.dev.as_ref(), self.bs)?;
+        self.ail.write_home(self.dev.as_ref(), self.bs)?;
         self.flush()?;
         self.write_jsb(st.head)?;
         self.flush()?;
         st.written_tail = st.head;
         st.durable_tail = st.head;
         self.publish_positions(st);
-        self.ail.written(&done);
+        self.ail.home_written();
         Ok(())
     }
 }
