@@ -201,11 +201,12 @@ impl Ail {
             chosen.push(blk);
         }
         let mut taken: HashMap<u64, Entry> = HashMap::with_capacity(chosen.len());
-        self.with_map(|map| {
+        let taken = self.with_map(|map| {
             taken.extend(chosen.iter().filter_map(|b| map.remove_entry(b)));
+            self.publish_flight(taken)
         });
         self.bytes.fetch_sub(taken.len() as u64 * bs as u64, Relaxed);
-        self.write_flight(dev, bs, taken)?;
+        self.write_flight(dev, bs, &taken)?;
         self.stats.shrinks.fetch_add(1, Relaxed);
         // Written (not flushed): the log still holds every record of these
         // blocks, and a miss now reads their bytes from home.
@@ -221,19 +222,26 @@ impl Ail {
         self.restore_flight();
         let taken = self.with_map(|map| {
             self.bytes.store(0, Relaxed);
-            std::mem::take(map)
+            self.publish_flight(std::mem::take(map))
         });
-        self.write_flight(dev, bs, taken)?;
+        self.write_flight(dev, bs, &taken)?;
         self.stats.write_backs.fetch_add(1, Relaxed);
         Ok(())
     }
 
-    /// Publishes `taken` as in flight and writes it home (sorted by block,
-    /// runs coalesced). On an error the images stay in flight, and the
-    /// next write-back or shrink takes them back first.
-    fn write_flight(&self, dev: &dyn BlockDevice, bs: usize, taken: HashMap<u64, Entry>) -> Result<()> {
+    /// Makes `taken` the set in flight. Called with the list locked, in the
+    /// same critical section that took the images out of it: a lookup
+    /// between the two would miss both and read a stale home block.
+    fn publish_flight(&self, taken: HashMap<u64, Entry>) -> Arc<HashMap<u64, Entry>> {
         let taken = Arc::new(taken);
         *self.flight.lock() = Some(taken.clone());
+        taken
+    }
+
+    /// Writes the images in flight home (sorted by block, runs coalesced).
+    /// On an error they stay in flight, and the next write-back or shrink
+    /// takes them back first.
+    fn write_flight(&self, dev: &dyn BlockDevice, bs: usize, taken: &HashMap<u64, Entry>) -> Result<()> {
         let mut items: Vec<(u64, &Image)> = taken.iter().map(|(b, e)| (*b, &e.image)).collect();
         items.sort_unstable_by_key(|i| i.0);
         let mut i = 0;
@@ -267,11 +275,16 @@ impl Ail {
     /// Puts images left in flight by a failed write back in the list,
     /// unless a newer image of the same block is there.
     fn restore_flight(&self) {
-        let Some(flight) = self.flight.lock().take() else { return };
-        let flight = Arc::try_unwrap(flight).unwrap_or_else(|shared| {
-            shared.iter().map(|(b, e)| (*b, Entry { seq: e.seq, image: e.image.clone() })).collect()
-        });
+        if self.flight.lock().is_none() {
+            return;
+        }
+        // Under the list's lock, so that a lookup finds the images in one
+        // place or the other (this runs only after a failed home write).
         self.with_map(|map| {
+            let Some(flight) = self.flight.lock().take() else { return };
+            let flight = Arc::try_unwrap(flight).unwrap_or_else(|shared| {
+                shared.iter().map(|(b, e)| (*b, Entry { seq: e.seq, image: e.image.clone() })).collect()
+            });
             for (blk, e) in flight {
                 if let std::collections::hash_map::Entry::Vacant(v) = map.entry(blk) {
                     self.bytes.fetch_add(e.image.len() as u64, Relaxed);
@@ -334,5 +347,36 @@ mod tests {
         assert_eq!(b, vec![0; bs], "block 11, relogged lately, is not home yet");
         assert_eq!(ail.stats.shrinks.load(Relaxed), 1);
         assert_eq!(ail.stats.write_backs.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn a_failed_write_back_keeps_every_image_findable_and_retries_it() {
+        let bs = 1024;
+        let mem: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * bs as u64));
+        let dev = crate::testdev::FaultDevice::new(mem);
+        let ail = Ail::new(64 * bs as u64, true);
+        for blk in 10..20u64 {
+            ail.insert(1, std::iter::once((blk, image_of(&vec![blk as u8; bs]))));
+        }
+        dev.fail_writes(15 * bs as u64..16 * bs as u64);
+        assert!(ail.write_home(&dev, bs).is_err());
+        // In flight, not home: a miss must still find every image.
+        for blk in 10..20u64 {
+            assert_eq!(ail.lookup(blk).expect("still listed")[0], blk as u8);
+        }
+        assert!(!ail.is_empty());
+        // A newer image inserted meanwhile wins over the one in flight.
+        ail.insert(2, std::iter::once((12, image_of(&vec![99; bs]))));
+        dev.heal();
+        ail.write_home(&dev, bs).unwrap();
+        ail.home_written();
+        assert!(ail.is_empty());
+        assert_eq!(ail.bytes.load(Relaxed), 0);
+        let mut b = vec![0u8; bs];
+        for blk in 10..20u64 {
+            dev.read_at(&mut b, blk * bs as u64).unwrap();
+            let want = if blk == 12 { 99 } else { blk as u8 };
+            assert_eq!(b, vec![want; bs], "block {blk} is home with its newest image");
+        }
     }
 }
