@@ -79,6 +79,7 @@ else
         step "Using the existing image $IMG (--fresh makes a new one)"
     else
         step "Make a $SIZE file system in $IMG"
+        mkdir -p "$(dirname "$IMG")"
         run "$CAIRN" mkfs "$IMG" --size "$SIZE" --force
     fi
     step "Mount it at $MP"
