@@ -126,15 +126,28 @@ impl Fs {
     }
 
     /// fallocate(2): `mode` is 0 or a combination of `FALLOC_FL_*`. A full
-    /// file system waits once for the reaper (see [`Fs::write`]).
+    /// file system waits once for the reaper (see [`Fs::write`]). Sets ctime,
+    /// and mtime for a punch or zero-range.
     pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
-        match self.fallocate_steps(ino, off, len, mode) {
-            Err(FsError::Errno(libc::ENOSPC)) if self.wait_for_reaper()? => self.fallocate_steps(ino, off, len, mode),
+        self.fallocate_data(ino, off, len, mode, true)
+    }
+
+    /// [`Fs::fallocate`], setting the times only if `update_times`: under
+    /// FUSE's writeback cache the kernel owns a cached file's times (see
+    /// [`Fs::write_data`]). It does not change them for a punch that keeps
+    /// the size, and sends them in a SETATTR when it does (a size that
+    /// grows); times set here would race with that SETATTR and could differ
+    /// from what the caller saw once the file is read back.
+    pub fn fallocate_data(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
+        match self.fallocate_steps(ino, off, len, mode, update_times) {
+            Err(FsError::Errno(libc::ENOSPC)) if self.wait_for_reaper()? => {
+                self.fallocate_steps(ino, off, len, mode, update_times)
+            }
             r => r,
         }
     }
 
-    fn fallocate_steps(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
+    fn fallocate_steps(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
         let _io = self.io_lock(ino);
         self.settle_truncate(ino)?;
         let mut phase = 0u8;
@@ -159,11 +172,13 @@ impl Fs {
                         return Err(e);
                     }
                 };
-                let t = now();
-                if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 {
-                    g.d.mtime = t;
+                if update_times {
+                    let t = now();
+                    if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 {
+                        g.d.mtime = t;
+                    }
+                    g.d.ctime = t;
                 }
-                g.d.ctime = t;
                 self.store(tx, &g)?;
                 Ok((more, p))
             })?;

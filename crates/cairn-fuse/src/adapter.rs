@@ -667,7 +667,9 @@ impl Filesystem for CairnFuse {
         reply: ReplyEmpty,
     ) {
         let mut t = self.metrics.timer(Op::Fallocate);
-        Self::empty(reply, t.call(|| self.fs.fallocate(ino.0, offset, length, mode)));
+        // Under the writeback cache the kernel owns the file's times (as for
+        // WRITE): it keeps them for a punch, and sends them when the size grows.
+        Self::empty(reply, t.call(|| self.fs.fallocate_data(ino.0, offset, length, mode, !self.writeback)));
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {

@@ -160,7 +160,7 @@ fn an_explicit_mtime_is_not_overridden_by_an_earlier_fast_path_write() {
 }
 
 #[test]
-fn writes_after_a_setattr_of_the_times_leave_them_alone_when_asked() {
+fn writes_and_fallocates_after_a_setattr_of_the_times_leave_them_alone_when_asked() {
     // FUSE's writeback cache: the kernel sends the file's mtime in a SETATTR
     // and may send the dirty pages after it; those writes keep the times.
     for fast in [true, false] {
@@ -173,6 +173,11 @@ fn writes_after_a_setattr_of_the_times_leave_them_alone_when_asked() {
         // An overwrite (fast path when on) and an extending write (journaled).
         fs.write_data(ino, 100, b"over", false).unwrap();
         fs.write_data(ino, 8192, &[2u8; 5000], false).unwrap();
+        // So do a punch, a zero-range and a preallocation that keep the size.
+        const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
+        fs.fallocate_data(ino, 4096, 4096, libc::FALLOC_FL_PUNCH_HOLE | KEEP, false).unwrap();
+        fs.fallocate_data(ino, 0, 50, libc::FALLOC_FL_ZERO_RANGE | KEEP, false).unwrap();
+        fs.fallocate_data(ino, 16384, 8192, KEEP, false).unwrap();
         let a = fs.getattr(ino).unwrap();
         assert_eq!((a.mtime, a.ctime, a.size), (past, past, 13192), "fast path {fast}");
         fs.sync_fs().unwrap();
@@ -180,7 +185,11 @@ fn writes_after_a_setattr_of_the_times_leave_them_alone_when_asked() {
         let fs = mount_with(&dev, opts(fast));
         let a = fs.getattr(ino).unwrap();
         assert_eq!((a.mtime, a.ctime, a.size), (past, past, 13192), "fast path {fast}, after remount");
-        // An ordinary write still sets them.
+        // An ordinary punch and write still set them.
+        fs.fallocate(ino, 4096, 4096, libc::FALLOC_FL_PUNCH_HOLE | KEEP).unwrap();
+        let a = fs.getattr(ino).unwrap();
+        assert!(a.mtime > past && a.ctime > past, "fast path {fast}: a punch sets the times");
+        fs.setattr(&Ctx::root(), ino, &set).unwrap();
         fs.write(ino, 0, b"now").unwrap();
         assert!(fs.getattr(ino).unwrap().mtime > past);
         fs.unmount().unwrap();
