@@ -274,18 +274,24 @@ impl Allocator {
         }
     }
 
-    /// Applies `f` to group `g`'s on-disk block or inode bitmap (writing it
-    /// for the first time if needed), then stores its checksum and the
-    /// free-count deltas in the descriptor.
+    /// Sets (`set`) or clears bits `bits` of group `g`'s on-disk block or
+    /// inode bitmap (writing it for the first time if needed), then stores
+    /// its checksum and the free-count deltas in the descriptor. Returns how
+    /// many of the bits already had that value (a double free, to the
+    /// caller). Only the bytes of `bits` are changed through the journal,
+    /// so an allocation costs a compare of those bytes, not of the block;
+    /// the checksum is then taken over the whole block, read in place (the
+    /// caller's group lock keeps every other change of the bitmap out).
     pub(super) fn change_disk_bitmap(
         &self,
         tx: &Tx<'_>,
         g: u64,
         inode_map: bool,
-        f: impl FnOnce(&mut [u8]),
+        bits: std::ops::Range<u64>,
+        set: bool,
         free_delta: i64,
         dirs_delta: i64,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, &tx.bufs, g)?;
         let (blk, uninit_flag) =
             if inode_map { (gd.inode_bitmap, GD_INODE_UNINIT) } else { (gd.block_bitmap, GD_BLOCK_UNINIT) };
@@ -298,10 +304,17 @@ impl Allocator {
         } else {
             tx.bufs.get(blk, |_, _| Ok(()))?
         };
-        let csum = tx.modify(&buf, 0..tx.bs(), |d| {
-            f(d);
-            crc(self.seed, d)
+        let first_byte = bits.start / 8;
+        let bytes = first_byte as usize..bits.end.div_ceil(8) as usize;
+        let same = tx.modify(&buf, bytes, |d| {
+            let mut same = 0;
+            for x in bits.start - first_byte * 8..bits.end - first_byte * 8 {
+                same += u64::from(disk_bit(d, x) == set);
+                disk_set(d, x, set);
+            }
+            same
         });
+        let csum = crc(self.seed, &buf.read());
         self.update_gd(tx, g, |gd| {
             gd.flags &= !uninit_flag;
             if inode_map {
@@ -312,7 +325,8 @@ impl Allocator {
                 gd.block_bitmap_csum = csum;
                 gd.free_blocks = (i64::from(gd.free_blocks) + free_delta) as u32;
             }
-        })
+        })?;
+        Ok(same)
     }
 
     /// Locks group `g`.

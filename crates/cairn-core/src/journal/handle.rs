@@ -32,6 +32,8 @@ pub struct Tx<'a> {
     credits: Cell<u64>,
     used: Cell<u64>,
     touched: Cell<bool>,
+    /// When the gate was taken: a commit waits for the longest such hold.
+    since: std::time::Instant,
 }
 
 impl<'a> Tx<'a> {
@@ -41,7 +43,15 @@ impl<'a> Tx<'a> {
         gate: Option<RwLockReadGuard<'a, ()>>,
         credits: u64,
     ) -> Tx<'a> {
-        Tx { meta, mgr, _gate: gate, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false) }
+        Tx {
+            meta,
+            mgr,
+            _gate: gate,
+            credits: Cell::new(credits),
+            used: Cell::new(0),
+            touched: Cell::new(false),
+            since: std::time::Instant::now(),
+        }
     }
 
     /// Buffers this handle newly dirtied so far.
@@ -114,6 +124,8 @@ impl Drop for Tx<'_> {
     fn drop(&mut self) {
         if self._gate.is_some() {
             self.mgr.release(self.credits.get());
+            let us = self.since.elapsed().as_micros() as u64;
+            self.mgr.stats.gate_hold_us_max.fetch_max(us, Ordering::Relaxed);
         }
     }
 }

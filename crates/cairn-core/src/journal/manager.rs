@@ -59,6 +59,9 @@ pub struct TxStats {
     pub group_joins: AtomicU64,
     /// Steps of long operations (truncate, delete, large writes).
     pub steps: AtomicU64,
+    /// Longest time one handle held the gate (shared), in µs: a commit
+    /// waits for every running handle, and new handles wait behind it.
+    pub gate_hold_us_max: AtomicU64,
 }
 
 /// See the module essay.
@@ -273,6 +276,7 @@ impl Publish for TxManager {
         put("tx.credit_overruns", t.credit_overruns.load(Relaxed));
         put("tx.max_credits", t.max_credits.load(Relaxed));
         put("tx.steps", t.steps.load(Relaxed));
+        put("tx.gate_hold_us_max", t.gate_hold_us_max.load(Relaxed));
         put("tx.reserved_credits", self.reserved());
         put("tx.record_limit_blocks", self.limit());
         self.log.publish(put);
