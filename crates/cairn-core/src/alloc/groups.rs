@@ -276,7 +276,8 @@ impl Allocator {
 
     /// Sets (`set`) or clears bits `bits` of group `g`'s on-disk block or
     /// inode bitmap (writing it for the first time if needed), then stores
-    /// its checksum and the free-count deltas in the descriptor. Returns how
+    /// its checksum, the free count (less or more by the bits' number) and
+    /// `dirs_delta` in the descriptor. Returns how
     /// many of the bits already had that value (a double free, to the
     /// caller). Only the bytes of `bits` are changed through the journal,
     /// so an allocation costs a compare of those bytes, not of the block;
@@ -289,9 +290,10 @@ impl Allocator {
         inode_map: bool,
         bits: std::ops::Range<u64>,
         set: bool,
-        free_delta: i64,
         dirs_delta: i64,
     ) -> Result<u64> {
+        let n = (bits.end - bits.start) as i64;
+        let free_delta = if set { -n } else { n };
         let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, &tx.bufs, g)?;
         let (blk, uninit_flag) =
             if inode_map { (gd.inode_bitmap, GD_INODE_UNINIT) } else { (gd.block_bitmap, GD_BLOCK_UNINIT) };

@@ -86,7 +86,7 @@ impl Allocator {
         let Some(idx) = pick(map) else { return Ok(None) };
         set_bit(map, idx);
         grp.free_inodes.fetch_sub(1, Relaxed);
-        self.change_disk_bitmap(tx, g, true, idx..idx + 1, true, -1, i64::from(is_dir))?;
+        self.change_disk_bitmap(tx, g, true, idx..idx + 1, true, i64::from(is_dir))?;
         drop(st);
         self.free_inodes.fetch_sub(1, Relaxed);
         self.stats.inodes_allocated.fetch_add(1, Relaxed);
@@ -120,7 +120,7 @@ impl Allocator {
             return Err(cairn_format::FormatError::corrupt("inode", ino, "freeing an inode that is not in use").into());
         }
         clear_bit(map, idx);
-        self.change_disk_bitmap(tx, g, true, idx..idx + 1, false, 1, -i64::from(was_dir))?;
+        self.change_disk_bitmap(tx, g, true, idx..idx + 1, false, -i64::from(was_dir))?;
         grp.free_inodes.fetch_add(1, Relaxed);
         self.free_inodes.fetch_add(1, Relaxed);
         self.stats.inodes_freed.fetch_add(1, Relaxed);

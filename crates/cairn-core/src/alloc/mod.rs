@@ -245,7 +245,7 @@ impl Allocator {
             let gend = (base + self.geo.group_len(g)).min(end);
             let (s, n) = (b - base, gend - b);
             let mut st = self.lock_group(g);
-            let double = self.change_disk_bitmap(tx, g, false, s..s + n, false, n as i64, 0)? > 0;
+            let double = self.change_disk_bitmap(tx, g, false, s..s + n, false, 0)? > 0;
             if double {
                 // The bitmap and counters just changed are wrong: the error
                 // (corruption) aborts the journal before they are committed.

@@ -236,7 +236,7 @@ impl Allocator {
     /// Marks `[off, off+n)` of group `g`, already out of its buddy, in use
     /// on disk and counts the allocation (the caller holds the group lock).
     pub(super) fn mark_in_use_on_disk(&self, tx: &Tx<'_>, g: u64, off: u64, n: u64, req: &AllocRequest) -> Result<()> {
-        self.change_disk_bitmap(tx, g, false, off..off + n, true, -(n as i64), 0)?;
+        self.change_disk_bitmap(tx, g, false, off..off + n, true, 0)?;
         self.disk_free_blocks.fetch_sub(n, Relaxed);
         self.stats.blocks_allocated.fetch_add(n, Relaxed);
         if n == u64::from(req.want) {
