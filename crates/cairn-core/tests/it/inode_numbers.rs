@@ -59,3 +59,49 @@ fn once_the_counter_wraps_freed_numbers_are_found_by_a_search() {
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the counter wrapped");
 }
+
+#[test]
+fn an_inode_table_block_of_free_inodes_starts_as_zeros_and_a_block_with_live_ones_is_read() {
+    let dev = new_image(16);
+    let fs = mount(&dev);
+    let mut inos = Vec::new();
+    while let Ok(ino) = create(&fs, &format!("f{}", inos.len())) {
+        inos.push(ino);
+    }
+    let n = inos.len();
+    // A fresh image: every inode-table block but the root's started as zeros.
+    let per_block = 16u64;
+    let fresh = stat(&fs, "alloc.itable_blocks_unread");
+    assert!(fresh + 2 >= n as u64 / per_block, "{fresh} blocks unread for {n} creates");
+    // Free every inode of the first half, every other one of the second.
+    let half = n / 2;
+    let freed: Vec<usize> = (0..n).filter(|&i| i < half || i % 2 == 0).collect();
+    for &i in &freed {
+        fs.unlink(1, format!("f{i}").as_bytes()).unwrap();
+        fs.forget(inos[i], 1);
+    }
+    // A new mount, so that no inode-table block is cached.
+    fs.unmount().unwrap();
+    let fs = mount(&dev);
+    let before = stat(&fs, "alloc.itable_blocks_unread");
+    for i in 0..freed.len() {
+        create(&fs, &format!("g{i}")).unwrap_or_else(|e| panic!("create {i} of {} after freeing: {e}", freed.len()));
+    }
+    // The first half's blocks held free inodes only; the second half's keep
+    // live ones, which must survive (they were read, not zeroed).
+    let zeroed = stat(&fs, "alloc.itable_blocks_unread") - before;
+    assert!(zeroed + 2 >= half as u64 / per_block, "{zeroed} blocks restarted as zeros");
+    assert!(zeroed <= (half as u64).div_ceil(per_block) + 1, "{zeroed} blocks zeroed: some held live inodes");
+    fs.unmount().unwrap();
+    let fs = mount(&dev);
+    for i in (half..n).filter(|i| i % 2 == 1) {
+        let a = fs.lookup(1, format!("f{i}").as_bytes()).unwrap_or_else(|e| panic!("f{i} lost: {e}"));
+        assert_eq!(a.ino, inos[i]);
+        assert_eq!(a.nlink, 1);
+    }
+    for i in 0..freed.len() {
+        fs.lookup(1, format!("g{i}").as_bytes()).unwrap_or_else(|e| panic!("g{i} lost: {e}"));
+    }
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after creates into freed inode-table blocks");
+}
