@@ -265,23 +265,6 @@ impl BufferCache {
         }
     }
 
-    /// Caches a zero-filled buffer for `blk`, without reading it, unless one
-    /// is cached: for a block none of whose bytes its owner needs (an
-    /// inode-table block whose inodes are all free). It is not dirtied:
-    /// changes log their chunks as usual, and replay over the home block
-    /// leaves whatever the free bytes held there. Returns whether it was
-    /// inserted.
-    pub fn insert_zeroed(&self, blk: u64) -> bool {
-        let mut sh = self.shards[self.shard(blk)].lock();
-        if sh.map.contains_key(&blk) {
-            return false;
-        }
-        sh.map.insert(blk, Arc::new(Buf::new(blk, vec![0u8; self.block_size].into_boxed_slice())));
-        sh.clock.push_back(blk);
-        self.maybe_evict(&mut sh);
-        true
-    }
-
     /// Returns a zero-filled buffer for a block that is being (re)initialised
     /// in the running checkpoint, without reading it, logged whole (its home
     /// bytes are not what replay may build on). A cached copy is zeroed.

@@ -8,9 +8,6 @@
 //! checked free in its group's bitmap under the group's lock; if it is
 //! taken (freed numbers are not handed out again until the counter wraps),
 //! a search from it finds the next free one, wrapping around the groups.
-//! The first number taken in an inode-table block whose inodes are all free
-//! starts that block's buffer as zeros instead of reading it
-//! (`alloc.itable_blocks_unread`): a create storm reads no inode table.
 //! The counter is saved in the superblock at unmount as a hint; an
 //! out-of-range value is clamped. Counters: `alloc.inodes_by_counter`,
 //! `alloc.inodes_by_search`, `alloc.inode_counter_wraps`.
@@ -87,18 +84,6 @@ impl Allocator {
         }
         let map = st.inodes.as_mut().expect("loaded above");
         let Some(idx) = pick(map) else { return Ok(None) };
-        // The first number taken in an inode-table block whose inodes are
-        // all free: its buffer starts as zeros, not as a read of the home
-        // block (under the group's lock, so no other number of the block is
-        // taken meanwhile).
-        let per_block = self.geo.inodes_per_block();
-        let first = idx - idx % per_block;
-        if (first..(first + per_block).min(self.geo.inodes_per_group)).all(|i| !test_bit(map, i)) {
-            let (blk, _) = self.geo.inode_location(g * self.geo.inodes_per_group + idx + 1);
-            if tx.bufs.insert_zeroed(blk) {
-                self.stats.itable_blocks_unread.fetch_add(1, Relaxed);
-            }
-        }
         set_bit(map, idx);
         grp.free_inodes.fetch_sub(1, Relaxed);
         self.change_disk_bitmap(tx, g, true, idx..idx + 1, true, i64::from(is_dir))?;
