@@ -19,8 +19,11 @@
 //! ## Changing bytes
 //! Bytes change only through [`BufferCache::modify`] (or
 //! [`BufferCache::get_new`]), which takes a transaction handle. It (1) freezes
-//! a committing buffer first: copies its bytes for the push, so the push never
-//! sees a later checkpoint's change (jbd2's frozen data); (2) compares the
+//! a committing buffer first: keeps its bytes for the push, so the push never
+//! sees a later checkpoint's change (jbd2's frozen data); (1b) copies the
+//! bytes if an image shares them: a buffer's bytes are an `Arc`, shared
+//! copy-on-write with what a capture or a freeze took and the AIL holds, and
+//! a miss served by the AIL shares its image too; (2) compares the
 //! changed range before and after, chunk by chunk, and adds the chunks that
 //! differ to the buffer's dirty-region map (XFS's `xfs_buf_log_item`
 //! bitmap), so the log carries only those; (3) inserts the buffer into the
@@ -57,11 +60,11 @@
 use crate::dev::BlockDevice;
 use crate::error::Result;
 use crate::journal::ail::Ail;
-use crate::journal::cil::{Cil, Frozen};
+use crate::journal::cil::{Cil, Frozen, Image};
 use crate::journal::Tx;
 use crate::stats::Publish;
 use cairn_format::journal::{changed_chunks, WHOLE};
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -83,8 +86,11 @@ pub struct Buf {
     /// Block number.
     pub blk: u64,
     /// The block's bytes: read through [`Buf::read`], changed only through
-    /// [`BufferCache::modify`].
-    data: RwLock<Box<[u8]>>,
+    /// [`BufferCache::modify`]. Shared, copy-on-write, with the images a
+    /// push captured or a writer froze and the AIL holds: a capture takes a
+    /// reference, and the next change copies the bytes only if an image
+    /// still shares them.
+    data: RwLock<Image>,
     pub(crate) log: Mutex<LogState>,
     referenced: AtomicBool,
 }
@@ -117,12 +123,18 @@ pub enum BufState {
 }
 
 impl Buf {
-    fn new(blk: u64, data: Box<[u8]>) -> Buf {
+    fn new(blk: u64, data: Image) -> Buf {
         Buf { blk, data: RwLock::new(data), log: Mutex::new(LogState::default()), referenced: AtomicBool::new(false) }
     }
 
     /// The block's bytes, shared.
-    pub fn read(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
+    pub fn read(&self) -> MappedRwLockReadGuard<'_, [u8]> {
+        RwLockReadGuard::map(self.data.read(), |d| &d[..])
+    }
+
+    /// The block's bytes as an image, locked against changes while the
+    /// guard lives (a capture clones the reference under it).
+    pub(crate) fn read_image(&self) -> RwLockReadGuard<'_, Image> {
         self.data.read()
     }
 
@@ -237,11 +249,16 @@ impl BufferCache {
         };
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
         loop {
-            let mut data = vec![0u8; self.block_size].into_boxed_slice();
-            match self.ail.lookup(blk) {
-                Some(img) => data.copy_from_slice(&img),
-                None => self.dev.read_at(&mut data, blk * self.block_size as u64)?,
-            }
+            // An image the AIL holds is shared, not copied: the first change
+            // copies it (see `Buf::data`).
+            let data: Image = match self.ail.lookup(blk) {
+                Some(img) => img,
+                None => {
+                    let mut data = vec![0u8; self.block_size].into_boxed_slice();
+                    self.dev.read_at(&mut data, blk * self.block_size as u64)?;
+                    Arc::new(data)
+                }
+            };
             let verified = verify(blk, &data);
             let mut sh = self.shards[s].lock();
             if let Some(b) = sh.map.get(&blk) {
@@ -278,7 +295,7 @@ impl BufferCache {
                     b.clone()
                 }
                 None => {
-                    let buf = Arc::new(Buf::new(blk, vec![0u8; self.block_size].into_boxed_slice()));
+                    let buf = Arc::new(Buf::new(blk, Arc::new(vec![0u8; self.block_size].into_boxed_slice())));
                     sh.map.insert(blk, buf.clone());
                     sh.clock.push_back(blk);
                     self.maybe_evict(&mut sh);
@@ -340,15 +357,18 @@ impl BufferCache {
         force: u64,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> R {
-        let mut data = buf.data.write();
+        let mut guard = buf.data.write();
         // Stable while `tx` holds the gate (a push changes it under the
         // exclusive gate).
         let running = self.cil.running();
         let mut st = buf.log.lock();
         if st.dirty_seq != 0 && st.dirty_seq < running {
-            // Committing and not captured yet: the push gets today's bytes.
-            self.cil.freeze(&mut st, crate::journal::cil::image_of(&data));
+            // Committing and not captured yet: the push gets today's bytes
+            // (a reference; the copy is made just below).
+            self.cil.freeze(&mut st, Image::clone(&guard));
         }
+        // Copy-on-write: a captured, frozen or AIL image may share the bytes.
+        let data: &mut Box<[u8]> = Arc::make_mut(&mut guard);
         let (r, changed) = BEFORE.with(|before| {
             let mut before = before.borrow_mut();
             before.clear();
@@ -366,7 +386,7 @@ impl BufferCache {
         }
         st.map |= map;
         drop(st);
-        drop(data);
+        drop(guard);
         if first {
             self.cil.insert(buf.clone());
             tx.charge(1);

@@ -15,11 +15,14 @@
 //! for empty ones and advance the running sequence ([`Cil::swap`]: one lock
 //! per list, independent of how much is dirty). With the gate released,
 //! operations go on into the next checkpoint while the push captures each
-//! buffer of the old one ([`Cil::capture`]): its bytes and chunk map. A
-//! writer that reaches a buffer the push has not captured yet copies it for
-//! the push first (`BufferCache::modify`: jbd2's frozen copy), so a record
-//! never holds a change of a later checkpoint and a writer never waits for
-//! the capture. The captured buffers stay pinned (in flight) until their
+//! buffer of the old one ([`Cil::capture`]): a reference to its bytes and
+//! its chunk map. The bytes are shared copy-on-write with the buffer: the
+//! buffer's next change copies them, so a block that is not changed again
+//! before its home write is never copied at all. A writer that reaches a
+//! buffer the push has not captured yet freezes its bytes for the push first
+//! (`BufferCache::modify`: jbd2's frozen copy, here a reference and the
+//! copy-on-write), so a record never holds a change of a later checkpoint
+//! and a writer never waits for the capture. The captured buffers stay pinned (in flight) until their
 //! home writes are done ([`Cil::unpin`]).
 //!
 //! ## Counters (`cil.*` in `cairn stats`)
@@ -44,13 +47,15 @@ use std::sync::Arc;
 /// rarely share one).
 const LISTS: usize = 16;
 
-/// A block's bytes as captured for the log and the AIL: a boxed slice of
-/// exactly one block behind the `Arc`, not `Arc<[u8]>`, whose 16-byte
-/// header in the same allocation would push every 4 KiB image into the
-/// allocator's next size class (a fifth more memory per image).
+/// A block's bytes, as a buffer holds them and as captured for the log and
+/// the AIL (the same allocation, copy-on-write: see `buffer::Buf`): a boxed
+/// slice of exactly one block behind the `Arc`, not `Arc<[u8]>`, whose
+/// 16-byte header in the same allocation would push every 4 KiB image into
+/// the allocator's next size class (a fifth more memory per image).
 pub type Image = Arc<Box<[u8]>>;
 
 /// Copies `data` into a new [`Image`].
+#[cfg(test)]
 pub fn image_of(data: &[u8]) -> Image {
     Arc::new(data.into())
 }
@@ -187,7 +192,9 @@ impl Cil {
         let mut bufs = Vec::with_capacity(n);
         let mut bytes = 0u64;
         for b in batch.lists.into_iter().flatten() {
-            let data = b.read();
+            // A reference to the bytes, not a copy: the next change copies
+            // them if this image still shares them (see `Buf`).
+            let data = b.read_image();
             let mut st = b.log.lock();
             let (map, image) = match st.frozen.take() {
                 Some(fz) => {
@@ -199,7 +206,7 @@ impl Cil {
                     let map = std::mem::take(&mut st.map);
                     st.dirty_seq = 0;
                     st.inflight = batch.seq;
-                    (map, image_of(&data))
+                    (map, Image::clone(&data))
                 }
             };
             drop(st);
