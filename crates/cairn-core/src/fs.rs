@@ -255,7 +255,8 @@ impl Fs {
         let fs = Arc::new(Fs {
             meta,
             // A checkpoint's dirty buffers cannot be evicted before its push,
-            // and the push copies them: an eighth of the cache at most, so a
+            // and a change after the capture copies them (copy-on-write): an
+            // eighth of the cache at most, so a
             // small `cache_mb` bounds the commit's working set too.
             txm: TxManager::new(
                 journal,

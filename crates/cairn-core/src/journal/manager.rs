@@ -4,7 +4,8 @@
 //! ## Limits
 //! One checkpoint is one log record, and a record may fill at most a third
 //! of the ring (`log`); it also holds at most a quarter of the buffer cache
-//! (its dirty buffers stay in memory until the push, which copies them). The
+//! (its dirty buffers stay in memory until the push, and a change after the
+//! capture copies them). The
 //! manager keeps the invariant
 //! `dirty buffers + outstanding reservations <= limit`, with
 //! `limit = max record images - MARGIN`: a handle is admitted only if its
