@@ -282,6 +282,23 @@ impl BufferCache {
         }
     }
 
+    /// Caches a zero-filled buffer for `blk` without reading it, unless one
+    /// is cached: for a block whose home bytes the caller knows are zeros (an
+    /// inode table mkfs zeroed, untouched since). It is not dirtied: changes
+    /// log their chunks against those zeros as usual. Returns whether it was
+    /// inserted.
+    pub fn insert_zeroed(&self, blk: u64) -> bool {
+        let mut sh = self.shards[self.shard(blk)].lock();
+        if sh.map.contains_key(&blk) {
+            return false;
+        }
+        let zeros: Image = Arc::new(vec![0u8; self.block_size].into_boxed_slice());
+        sh.map.insert(blk, Arc::new(Buf::new(blk, zeros)));
+        sh.clock.push_back(blk);
+        self.maybe_evict(&mut sh);
+        true
+    }
+
     /// Returns a zero-filled buffer for a block that is being (re)initialised
     /// in the running checkpoint, without reading it, logged whole (its home
     /// bytes are not what replay may build on). A cached copy is zeroed.

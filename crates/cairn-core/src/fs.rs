@@ -221,7 +221,8 @@ impl Fs {
             buddy_cap: opts.cache_blocks / 16,
             group_prealloc: opts.mb_group_prealloc,
         };
-        let alloc = Allocator::load(geo, seed, sb.gdt_start, &bufs, sb.next_ino, alloc_opts)?;
+        let zeroed = sb.feature_compat & cairn_format::superblock::COMPAT_ITABLES_ZEROED != 0;
+        let alloc = Allocator::load(geo, seed, sb.gdt_start, &bufs, sb.next_ino, zeroed, alloc_opts)?;
         let meta = Meta {
             dev,
             bufs,

@@ -149,7 +149,7 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
 /// Formats `dev` (its whole size). `progress(done, total)` is called as
 /// the group descriptor table is written.
 pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<FormatSummary> {
-    let sb = plan(dev.size(), opts)?;
+    let mut sb = plan(dev.size(), opts)?;
     let geo = Geometry::new(&sb)?;
     let bs = sb.block_size() as usize;
     let seed = seed_from_uuid(&sb.uuid);
@@ -227,6 +227,20 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
     let mut itb = vec![0u8; bs];
     root.encode(seed, ROOT_INO, &mut itb[ioff..ioff + INODE_SIZE]);
     dev.write_at(&itb, iblk * bs as u64)?;
+    // Every other group's inode table reads as zeros if the device can make
+    // it so without writing it (holes in an image file): then the engine
+    // need not read a table block before it takes the block's first inode.
+    let table_bytes = geo.itable_blocks * bs as u64;
+    let mut zeroed = true;
+    for g in 1..sb.group_count {
+        if !dev.zero_range(geo.inode_table(g) * bs as u64, table_bytes)? {
+            zeroed = false;
+            break;
+        }
+    }
+    if zeroed {
+        sb.feature_compat |= cairn_format::superblock::COMPAT_ITABLES_ZEROED;
+    }
     dev.flush()?;
     // Superblock last.
     let mut b0 = vec![0u8; bs];

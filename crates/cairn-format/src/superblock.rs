@@ -53,6 +53,12 @@ pub const STATE_ERRORS: u32 = 2;
 /// `xattr`). mkfs sets it; on an image without it the engine keeps every
 /// value inside its xattr block, as builds before it did.
 pub const INCOMPAT_XATTR_EXTERNAL: u32 = 1;
+/// Compatible feature: mkfs left every inode table but group 0's reading as
+/// zeros. A group whose inode bitmap has never been written (`GD_INODE_UNINIT`)
+/// then has an all-zero table, so the engine may start a table block it
+/// takes its first inode from as zeros instead of reading it. Builds that do
+/// not know the flag ignore it and read.
+pub const COMPAT_ITABLES_ZEROED: u32 = 1;
 /// Incompatible features this build understands.
 pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_XATTR_EXTERNAL;
 

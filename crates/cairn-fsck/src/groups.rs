@@ -42,6 +42,7 @@ use cairn_format::checksum::crc;
 use cairn_format::codec::get_u32;
 use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_INODE_UNINIT, GD_SIZE};
 use cairn_format::layout::Geometry;
+use cairn_format::superblock::COMPAT_ITABLES_ZEROED;
 
 /// One group's descriptor and what pass 0 concluded about it.
 #[derive(Debug, Clone, Default)]
@@ -138,7 +139,15 @@ pub fn load(ctx: &mut Ctx) -> Result<(), FsckError> {
             if g >= geo.group_count {
                 break;
             }
+            let damaged = GroupDesc::decode(ctx.seed, g, raw).is_err();
             let grp = check_one(&geo, g, raw, ctx.seed, ctx.repair, &mut ctx.report);
+            if damaged && grp.inode_uninit() && ctx.repair && ctx.sb.feature_compat & COMPAT_ITABLES_ZEROED != 0 {
+                // The rebuilt descriptor keeps a flag the damaged bytes said:
+                // its inode table may not be the zeros the flag promises the
+                // engine (see `COMPAT_ITABLES_ZEROED`), so the promise goes.
+                ctx.sb.feature_compat &= !COMPAT_ITABLES_ZEROED;
+                ctx.sb_dirty = true;
+            }
             if grp.block_uninit() && grp.inode_uninit() {
                 ctx.report.uninit_groups += 1;
             }

@@ -50,6 +50,9 @@ pub struct GroupState {
     /// Blocks freed on disk by checkpoints the journal may still replay:
     /// (checkpoint, offset in the group, length). Not allocatable yet.
     pub pending: Vec<(u64, u32, u32)>,
+    /// Inode-table blocks from this index on are all zeros at home and were
+    /// never changed in this mount (see `inodes`); the table's length: none.
+    pub itable_fresh_from: u32,
 }
 
 /// One block group in memory.
@@ -71,7 +74,11 @@ pub struct Group {
 }
 
 impl Group {
-    pub fn new(gd: &GroupDesc, geo: &Geometry, g: u64) -> Group {
+    pub fn new(gd: &GroupDesc, geo: &Geometry, g: u64, itables_zeroed: bool) -> Group {
+        // A table mkfs zeroed stays zero while no inode of the group has been
+        // taken: the checkpoint that takes the first also clears the flag.
+        let fresh = itables_zeroed && gd.flags & GD_INODE_UNINIT != 0;
+        let itable_fresh_from = if fresh { 0 } else { geo.itable_blocks as u32 };
         let (largest, fragments) = if gd.flags & GD_BLOCK_UNINIT != 0 {
             let (a, b) = (geo.initially_used(g), geo.group_len(g));
             (largest_order_of_run(a, b).map_or(ORDER_NONE, |k| k as u8), u32::from(a < b))
@@ -79,7 +86,7 @@ impl Group {
             (ORDER_UNKNOWN, 0)
         };
         Group {
-            lock: Mutex::new(GroupState { buddy: None, inodes: None, pending: Vec::new() }),
+            lock: Mutex::new(GroupState { buddy: None, inodes: None, pending: Vec::new(), itable_fresh_from }),
             free: AtomicU32::new(gd.free_blocks),
             free_inodes: AtomicU32::new(gd.free_inodes),
             fragments: AtomicU32::new(fragments),

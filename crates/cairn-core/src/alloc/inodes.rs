@@ -8,6 +8,19 @@
 //! checked free in its group's bitmap under the group's lock; if it is
 //! taken (freed numbers are not handed out again until the counter wraps),
 //! a search from it finds the next free one, wrapping around the groups.
+//!
+//! ## Inode tables not read
+//! mkfs punches every inode table but group 0's (`COMPAT_ITABLES_ZEROED`).
+//! A group whose inode bitmap is still uninitialised at mount has taken no
+//! inode since: the checkpoint that takes the first also clears the flag,
+//! and a block goes home only after its checkpoint is durable. So its table
+//! is all zeros at home, and the block a create takes its first inode from
+//! starts as a zero buffer instead of a read (`alloc.itable_blocks_unread`),
+//! as ext4 zeroes a table block whose inodes are all free. The group keeps
+//! the index from which its table is still untouched in this mount; a block
+//! below it is read as usual. Zeros must be what home holds, not merely
+//! free inodes: a change logs only the chunks it alters, and replay applies
+//! them over the home block.
 //! The counter is saved in the superblock at unmount as a hint; an
 //! out-of-range value is clamped. Counters: `alloc.inodes_by_counter`,
 //! `alloc.inodes_by_search`, `alloc.inode_counter_wraps`.
@@ -85,6 +98,17 @@ impl Allocator {
         let map = st.inodes.as_mut().expect("loaded above");
         let Some(idx) = pick(map) else { return Ok(None) };
         set_bit(map, idx);
+        let table_block = idx / self.geo.inodes_per_block();
+        if table_block >= u64::from(st.itable_fresh_from) {
+            // Zeros at home and untouched in this mount: start the buffer
+            // as zeros, not as a read (changes log their chunks against the
+            // zeros home holds, so replay is exact).
+            st.itable_fresh_from = table_block as u32 + 1;
+            let (blk, _) = self.geo.inode_location(g * self.geo.inodes_per_group + idx + 1);
+            if tx.bufs.insert_zeroed(blk) {
+                self.stats.itable_blocks_unread.fetch_add(1, Relaxed);
+            }
+        }
         grp.free_inodes.fetch_sub(1, Relaxed);
         self.change_disk_bitmap(tx, g, true, idx..idx + 1, true, i64::from(is_dir))?;
         drop(st);

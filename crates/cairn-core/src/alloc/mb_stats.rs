@@ -42,6 +42,8 @@ pub struct AllocStats {
     /// Inode numbers found by a search (the counter's number was taken).
     pub inodes_by_search: AtomicU64,
     pub inode_counter_wraps: AtomicU64,
+    /// Inode-table blocks started as zeros, not read (see `inodes`).
+    pub itable_blocks_unread: AtomicU64,
     pub inodes_freed: AtomicU64,
     pub enospc: AtomicU64,
 }
@@ -68,6 +70,7 @@ impl Publish for Allocator {
         put("alloc.inodes_allocated", s.inodes_allocated.load(Relaxed));
         put("alloc.inodes_by_counter", s.inodes_by_counter.load(Relaxed));
         put("alloc.inodes_by_search", s.inodes_by_search.load(Relaxed));
+        put("alloc.itable_blocks_unread", s.itable_blocks_unread.load(Relaxed));
         put("alloc.inode_counter_wraps", s.inode_counter_wraps.load(Relaxed));
         put("alloc.inodes_freed", s.inodes_freed.load(Relaxed));
         put("alloc.next_ino", self.next_ino.load(Relaxed));

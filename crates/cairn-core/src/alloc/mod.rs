@@ -127,6 +127,7 @@ impl Allocator {
         gdt_start: u64,
         bufs: &BufferCache,
         next_ino: u64,
+        itables_zeroed: bool,
         opts: AllocOptions,
     ) -> Result<Allocator> {
         let mut groups = Vec::with_capacity(geo.group_count as usize);
@@ -138,7 +139,7 @@ impl Allocator {
             }
             fb += u64::from(gd.free_blocks);
             fi += u64::from(gd.free_inodes);
-            groups.push(Group::new(&gd, &geo, g));
+            groups.push(Group::new(&gd, &geo, g, itables_zeroed));
         }
         let lists = GroupLists::new();
         for (g, grp) in groups.iter().enumerate() {

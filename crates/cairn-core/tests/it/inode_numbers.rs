@@ -1,10 +1,16 @@
 //! Inode numbers from Tux3's "next inode number" counter (seed 003):
 //! creates in a row take consecutive numbers without a search, the counter
 //! survives a remount, and numbers freed earlier are found by a search once
-//! the counter has run past the last inode.
+//! the counter has run past the last inode. Inode tables that mkfs zeroed
+//! are not read while their group has taken no inode, and creates into them
+//! survive a crash.
 
 use crate::common::*;
-use cairn_core::{Ctx, Fs};
+use cairn_core::crashdev::RecordingDevice;
+use cairn_core::dev::{BlockDevice, MemDevice};
+use cairn_core::mkfs::{format, MkfsOptions};
+use cairn_core::{Ctx, Fs, MountOptions};
+use std::sync::Arc;
 
 fn create(fs: &Fs, name: &str) -> cairn_core::Result<u64> {
     fs.mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).map(|a| a.ino)
@@ -58,4 +64,70 @@ fn once_the_counter_wraps_freed_numbers_are_found_by_a_search() {
     assert!(extra.is_err(), "more inodes than the image holds: n {n}, {sf:?}, got {extra:?}");
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the counter wrapped");
+}
+
+/// 8 MiB groups of 512 inodes (32 inode-table blocks each).
+fn small_groups() -> MkfsOptions {
+    MkfsOptions { blocks_per_group: Some(2048), ..Default::default() }
+}
+
+#[test]
+fn a_fresh_groups_inode_table_is_not_read_and_a_used_groups_is() {
+    let dev = new_image_with(48, &small_groups());
+    let fs = mount(&dev);
+    // Group 0 holds the root: its table is read. Groups 1.. are fresh.
+    for i in 0..900 {
+        create(&fs, &format!("a{i}")).unwrap();
+    }
+    let unread = stat(&fs, "alloc.itable_blocks_unread");
+    assert!((20..=26).contains(&unread), "{unread} table blocks unread for ~390 inodes in group 1");
+    assert!(stat(&fs, "cache.misses") < 40, "table blocks were read: {} misses", stat(&fs, "cache.misses"));
+    fs.unmount().unwrap();
+    // Group 1 has taken inodes: in a new mount its table is read, even
+    // the blocks no inode was taken from yet; group 2 is still fresh.
+    let fs = mount(&dev);
+    for i in 0..100 {
+        create(&fs, &format!("b{i}")).unwrap();
+    }
+    assert_eq!(stat(&fs, "alloc.itable_blocks_unread"), 0, "group 1's table must be read after a remount");
+    for i in 100..400 {
+        create(&fs, &format!("b{i}")).unwrap();
+    }
+    assert!(stat(&fs, "alloc.itable_blocks_unread") > 0, "group 2 is fresh");
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after creates into fresh tables");
+}
+
+#[test]
+fn creates_into_zeroed_inode_tables_survive_a_crash_at_every_flush() {
+    let mem = MemDevice::new(48 << 20);
+    format(&mem, &small_groups(), &mut |_, _| {}).unwrap();
+    let rec = Arc::new(RecordingDevice::new(mem.snapshot()));
+    let d: Arc<dyn BlockDevice> = rec.clone();
+    let fs = Fs::mount(d, MountOptions::default()).unwrap();
+    let mut synced = Vec::new();
+    for i in 0..1200 {
+        create(&fs, &format!("f{i}")).unwrap();
+        if i % 150 == 149 {
+            fs.sync_fs().unwrap();
+            synced.push((rec.ops().len(), i + 1));
+        }
+    }
+    assert!(stat(&fs, "alloc.itable_blocks_unread") > 30);
+    fs.unmount().unwrap();
+    let plan = rec.plan();
+    let flushes = plan.flushes();
+    assert!(flushes.len() > 10);
+    for &f in &flushes {
+        let img = plan.image(f + 1, &[], None);
+        let d: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(img.to_vec()));
+        let fs = Fs::mount(d.clone(), MountOptions::default()).expect("crash state mounts");
+        let durable = synced.iter().filter(|(at, _)| *at <= f + 1).map(|(_, n)| *n).max().unwrap_or(0);
+        for i in 0..durable {
+            let a = fs.lookup(1, format!("f{i}").as_bytes()).unwrap_or_else(|e| panic!("f{i} lost at op {f}: {e}"));
+            fs.getattr(a.ino).unwrap_or_else(|e| panic!("f{i}'s inode unreadable at op {f}: {e}"));
+        }
+        fs.unmount().unwrap();
+        fsck_clean_mem(d.as_ref(), "crash state of creates into zeroed tables");
+    }
 }
