@@ -8,6 +8,9 @@
 //! checked free in its group's bitmap under the group's lock; if it is
 //! taken (freed numbers are not handed out again until the counter wraps),
 //! a search from it finds the next free one, wrapping around the groups.
+//! The counter is saved in the superblock at unmount as a hint; an
+//! out-of-range value is clamped. Counters: `alloc.inodes_by_counter`,
+//! `alloc.inodes_by_search`, `alloc.inode_counter_wraps`.
 //!
 //! ## Inode tables not read
 //! mkfs punches every inode table but group 0's (`COMPAT_ITABLES_ZEROED`).
@@ -21,9 +24,6 @@
 //! below it is read as usual. Zeros must be what home holds, not merely
 //! free inodes: a change logs only the chunks it alters, and replay applies
 //! them over the home block.
-//! The counter is saved in the superblock at unmount as a hint; an
-//! out-of-range value is clamped. Counters: `alloc.inodes_by_counter`,
-//! `alloc.inodes_by_search`, `alloc.inode_counter_wraps`.
 //!
 //! ## Tux3's volatile bitmap, here
 //! Tux3 marks numbers taken-but-not-yet-in-the-itable in an in-memory
