@@ -188,6 +188,31 @@ fn damaged_group_descriptor() {
 }
 
 #[test]
+fn a_rebuilt_descriptor_that_keeps_inode_uninit_drops_the_zeroed_tables_feature() {
+    use cairn_format::superblock::COMPAT_ITABLES_ZEROED;
+    let (mut bytes, _) = populated_image();
+    let (sb, _, seed) = sb_geo(&bytes);
+    assert!(sb.feature_compat & COMPAT_ITABLES_ZEROED != 0, "mkfs on a MemDevice zeroes the tables");
+    // A group that has taken no inode (the per-block packing of descriptors
+    // is GD_SIZE apart in one table here).
+    let at = |g: u64| sb.gdt_start as usize * bs(&bytes) + g as usize * GD_SIZE;
+    let g = (1..sb.group_count)
+        .find(|&g| {
+            let gd = GroupDesc::decode(seed, g, &bytes[at(g)..at(g) + GD_SIZE]).unwrap();
+            gd.flags & cairn_format::group_desc::GD_INODE_UNINIT != 0
+        })
+        .expect("a group that has taken no inode");
+    let off = at(g);
+    bytes[off + 50] ^= 0xff;
+    let f = to_file(&bytes);
+    let (code, out) = fsck(f.path(), true);
+    assert_eq!(code, 1, "{out}");
+    let (sb, _, _) = sb_geo(&std::fs::read(f.path()).unwrap());
+    assert_eq!(sb.feature_compat & COMPAT_ITABLES_ZEROED, 0, "the promise of zeroed tables stayed");
+    assert_eq!(fsck(f.path(), false).0, 0);
+}
+
+#[test]
 fn wrong_dirent_type() {
     let (mut bytes, m) = populated_image();
     let (_, _, seed) = sb_geo(&bytes);
