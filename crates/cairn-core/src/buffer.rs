@@ -274,12 +274,23 @@ impl BufferCache {
                 continue;
             }
             verified?;
-            let b = Arc::new(Buf::new(blk, data));
-            sh.map.insert(blk, b.clone());
-            sh.clock.push_back(blk);
-            self.maybe_evict(&mut sh);
-            return Ok(b);
+            return Ok(self.install(&mut sh, blk, data));
         }
+    }
+
+    /// Puts a new buffer for `blk` (not cached) in its locked shard, on the
+    /// clock, and evicts if the shard is over its budget.
+    fn install(&self, sh: &mut Shard, blk: u64, data: Image) -> Arc<Buf> {
+        let b = Arc::new(Buf::new(blk, data));
+        sh.map.insert(blk, b.clone());
+        sh.clock.push_back(blk);
+        self.maybe_evict(sh);
+        b
+    }
+
+    /// A block of zeros.
+    fn zeros(&self) -> Image {
+        Arc::new(vec![0u8; self.block_size].into_boxed_slice())
     }
 
     /// Caches a zero-filled buffer for `blk` without reading it, unless one
@@ -292,10 +303,7 @@ impl BufferCache {
         if sh.map.contains_key(&blk) {
             return false;
         }
-        let zeros: Image = Arc::new(vec![0u8; self.block_size].into_boxed_slice());
-        sh.map.insert(blk, Arc::new(Buf::new(blk, zeros)));
-        sh.clock.push_back(blk);
-        self.maybe_evict(&mut sh);
+        self.install(&mut sh, blk, self.zeros());
         true
     }
 
@@ -311,13 +319,7 @@ impl BufferCache {
                     b.touch();
                     b.clone()
                 }
-                None => {
-                    let buf = Arc::new(Buf::new(blk, Arc::new(vec![0u8; self.block_size].into_boxed_slice())));
-                    sh.map.insert(blk, buf.clone());
-                    sh.clock.push_back(blk);
-                    self.maybe_evict(&mut sh);
-                    buf
-                }
+                None => self.install(&mut sh, blk, self.zeros()),
             }
         };
         self.change(tx, &buf, 0..self.block_size, WHOLE, |d| d.fill(0));

@@ -134,10 +134,10 @@ impl Fs {
 
     /// [`Fs::fallocate`], setting the times only if `update_times`: under
     /// FUSE's writeback cache the kernel owns a cached file's times (see
-    /// [`Fs::write_data`]). It does not change them for a punch that keeps
-    /// the size, and sends them in a SETATTR when it does (a size that
-    /// grows); times set here would race with that SETATTR and could differ
-    /// from what the caller saw once the file is read back.
+    /// [`Fs::write_data`]). It stamps them itself before it sends FALLOCATE
+    /// and sends them in the SETATTR of the inode's write-back, which may
+    /// reach cairn first; times set here would then stay on disk, different
+    /// from what the caller saw.
     pub fn fallocate_data(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
         match self.fallocate_steps(ino, off, len, mode, update_times) {
             Err(FsError::Errno(libc::ENOSPC)) if self.wait_for_reaper()? => {

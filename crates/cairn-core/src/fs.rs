@@ -257,8 +257,8 @@ impl Fs {
             meta,
             // A checkpoint's dirty buffers cannot be evicted before its push,
             // and a change after the capture copies them (copy-on-write): an
-            // eighth of the cache at most, so a
-            // small `cache_mb` bounds the commit's working set too.
+            // eighth of the cache at most, so a small `cache_mb` bounds the
+            // commit's working set too.
             txm: TxManager::new(
                 journal,
                 Latch::new(opts.errors, had_errors, home_lock),

@@ -64,7 +64,9 @@ impl Group {
     }
 }
 
-fn check_one(geo: &Geometry, g: u64, raw: &[u8], seed: u32, repair: bool, report: &mut Report) -> Group {
+/// Checks group `g`'s descriptor bytes `raw`; returns what pass 0 keeps of
+/// it and whether it was damaged (rebuilt from the layout and its bytes).
+fn check_one(geo: &Geometry, g: u64, raw: &[u8], seed: u32, repair: bool, report: &mut Report) -> (Group, bool) {
     let want = (geo.block_bitmap(g), geo.inode_bitmap(g), geo.inode_table(g));
     let mut grp = match GroupDesc::decode(seed, g, raw) {
         Ok(gd) => Group { gd, gd_dirty: false },
@@ -84,7 +86,7 @@ fn check_one(geo: &Geometry, g: u64, raw: &[u8], seed: u32, repair: bool, report
                 inode_bitmap_csum: get_u32(raw, 44),
                 itable_unused: 0,
             };
-            return Group { gd, gd_dirty: true };
+            return (Group { gd, gd_dirty: true }, true);
         }
     };
     let gd = &mut grp.gd;
@@ -120,7 +122,7 @@ fn check_one(geo: &Geometry, g: u64, raw: &[u8], seed: u32, repair: bool, report
         report.push(Pass::Groups, format!("group {g}: free counters exceed the group's size"), repair);
         grp.gd_dirty = true;
     }
-    grp
+    (grp, false)
 }
 
 /// Reads and verifies every group descriptor.
@@ -139,8 +141,7 @@ pub fn load(ctx: &mut Ctx) -> Result<(), FsckError> {
             if g >= geo.group_count {
                 break;
             }
-            let damaged = GroupDesc::decode(ctx.seed, g, raw).is_err();
-            let grp = check_one(&geo, g, raw, ctx.seed, ctx.repair, &mut ctx.report);
+            let (grp, damaged) = check_one(&geo, g, raw, ctx.seed, ctx.repair, &mut ctx.report);
             if damaged && grp.inode_uninit() && ctx.repair && ctx.sb.feature_compat & COMPAT_ITABLES_ZEROED != 0 {
                 // The rebuilt descriptor keeps a flag the damaged bytes said:
                 // its inode table may not be the zeros the flag promises the

@@ -668,7 +668,7 @@ impl Filesystem for CairnFuse {
     ) {
         let mut t = self.metrics.timer(Op::Fallocate);
         // Under the writeback cache the kernel owns the file's times (as for
-        // WRITE): it keeps them for a punch, and sends them when the size grows.
+        // WRITE): it stamps them itself and sends them in a SETATTR.
         Self::empty(reply, t.call(|| self.fs.fallocate_data(ino.0, offset, length, mode, !self.writeback)));
     }
 

@@ -284,9 +284,9 @@ impl Allocator {
     /// Sets (`set`) or clears bits `bits` of group `g`'s on-disk block or
     /// inode bitmap (writing it for the first time if needed), then stores
     /// its checksum, the free count (less or more by the bits' number) and
-    /// `dirs_delta` in the descriptor. Returns how
-    /// many of the bits already had that value (a double free, to the
-    /// caller). Only the bytes of `bits` are changed through the journal,
+    /// `dirs_delta` in the descriptor. Returns how many of the bits already
+    /// had that value (a double free, to the caller). Only the bytes of
+    /// `bits` are changed through the journal,
     /// so an allocation costs a compare of those bytes, not of the block;
     /// the checksum is then taken over the whole block, read in place (the
     /// caller's group lock keeps every other change of the bitmap out).

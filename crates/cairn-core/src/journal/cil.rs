@@ -22,8 +22,8 @@
 //! buffer the push has not captured yet freezes its bytes for the push first
 //! (`BufferCache::modify`: jbd2's frozen copy, here a reference and the
 //! copy-on-write), so a record never holds a change of a later checkpoint
-//! and a writer never waits for the capture. The captured buffers stay pinned (in flight) until their
-//! home writes are done ([`Cil::unpin`]).
+//! and a writer never waits for the capture. The captured buffers stay
+//! pinned (in flight) until their home writes are done ([`Cil::unpin`]).
 //!
 //! ## Counters (`cil.*` in `cairn stats`)
 //! items inserted and relogged, frozen copies, pushes, the bytes each push

@@ -21,37 +21,29 @@ use parking_lot::RwLockReadGuard;
 use std::cell::Cell;
 use std::ops::Deref;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 /// A transaction handle (see the module essay).
 pub struct Tx<'a> {
     meta: &'a Meta,
     mgr: &'a TxManager,
-    /// `None` only for the commit's own handle, which runs under the
+    /// The gate and when it was taken (a commit waits for the longest
+    /// hold); `None` only for the commit's own handle, which runs under the
     /// exclusive gate and holds no reservation.
-    _gate: Option<RwLockReadGuard<'a, ()>>,
+    gate: Option<(RwLockReadGuard<'a, ()>, Instant)>,
     credits: Cell<u64>,
     used: Cell<u64>,
     touched: Cell<bool>,
-    /// When the gate was taken: a commit waits for the longest such hold.
-    since: std::time::Instant,
 }
 
 impl<'a> Tx<'a> {
     pub(super) fn new(
         meta: &'a Meta,
         mgr: &'a TxManager,
-        gate: Option<RwLockReadGuard<'a, ()>>,
+        gate: Option<(RwLockReadGuard<'a, ()>, Instant)>,
         credits: u64,
     ) -> Tx<'a> {
-        Tx {
-            meta,
-            mgr,
-            _gate: gate,
-            credits: Cell::new(credits),
-            used: Cell::new(0),
-            touched: Cell::new(false),
-            since: std::time::Instant::now(),
-        }
+        Tx { meta, mgr, gate, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false) }
     }
 
     /// Buffers this handle newly dirtied so far.
@@ -88,7 +80,7 @@ impl<'a> Tx<'a> {
         if total <= have {
             return Ok(());
         }
-        if self._gate.is_none() || self.mgr.try_extend(self.meta, total - have) {
+        if self.gate.is_none() || self.mgr.try_extend(self.meta, total - have) {
             self.credits.set(total);
             return Ok(());
         }
@@ -122,9 +114,9 @@ impl Deref for Tx<'_> {
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
-        if self._gate.is_some() {
+        if let Some((_, entered)) = &self.gate {
             self.mgr.release(self.credits.get());
-            let us = self.since.elapsed().as_micros() as u64;
+            let us = entered.elapsed().as_micros() as u64;
             self.mgr.stats.gate_hold_us_max.fetch_max(us, Ordering::Relaxed);
         }
     }

@@ -5,8 +5,7 @@
 //! One checkpoint is one log record, and a record may fill at most a third
 //! of the ring (`log`); it also holds at most a quarter of the buffer cache
 //! (its dirty buffers stay in memory until the push, and a change after the
-//! capture copies them). The
-//! manager keeps the invariant
+//! capture copies them). The manager keeps the invariant
 //! `dirty buffers + outstanding reservations <= limit`, with
 //! `limit = max record images - MARGIN`: a handle is admitted only if its
 //! credits fit; otherwise the caller commits (emptying the running
@@ -178,11 +177,13 @@ impl TxManager {
         self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
         let t0 = Instant::now();
         let gate = self.gate.read();
-        let us = t0.elapsed().as_micros() as u64;
+        // One clock read ends the wait and starts the hold.
+        let entered = Instant::now();
+        let us = (entered - t0).as_micros() as u64;
         let cil = &meta.bufs.cil.stats;
         cil.writer_wait.add(us);
         cil.writer_wait_us_max.fetch_max(us, Relaxed);
-        Ok(Tx::new(meta, self, Some(gate), credits))
+        Ok(Tx::new(meta, self, Some((gate, entered)), credits))
     }
 
     /// Makes everything changed before this call durable (see the module
