@@ -61,6 +61,7 @@ use crate::dev::BlockDevice;
 use crate::error::Result;
 use crate::journal::ail::Ail;
 use crate::journal::cil::{Cil, Frozen, Image};
+use crate::journal::image::ImageBytes;
 use crate::journal::Tx;
 use crate::stats::Publish;
 use cairn_format::journal::{changed_chunks, WHOLE};
@@ -79,7 +80,7 @@ const SHARDS: usize = 64;
 /// factor's slack, and the clock's entry. `-o cache_mb` counts a block of
 /// the buffer cache as its size plus this (test
 /// `buf_overhead_covers_the_bookkeeping`).
-pub const BUF_OVERHEAD: usize = 192;
+pub const BUF_OVERHEAD: usize = 208;
 
 /// One cached metadata block.
 pub struct Buf {
@@ -155,11 +156,15 @@ impl Buf {
         }
     }
 
-    /// True if the buffer may leave the cache: clean, not in flight and held
-    /// by nobody but the map (`try_lock`: a busy buffer is simply skipped).
+    /// True if the buffer may leave the cache: clean, not in flight, held by
+    /// nobody but the map, and its bytes shared with no image (an AIL image
+    /// of the block: evicting the buffer would free none of its bytes, only
+    /// move them out of the cache's count; the AIL's shrink sends the image
+    /// home first). `try_lock`: a busy buffer is simply skipped.
     fn evictable(self: &Arc<Buf>) -> bool {
         Arc::strong_count(self) == 1
             && self.log.try_lock().is_some_and(|st| st.dirty_seq == 0 && st.inflight == 0 && st.frozen.is_none())
+            && self.data.try_read().is_some_and(|d| Arc::strong_count(&d) == 1)
     }
 }
 
@@ -256,7 +261,7 @@ impl BufferCache {
                 None => {
                     let mut data = vec![0u8; self.block_size].into_boxed_slice();
                     self.dev.read_at(&mut data, blk * self.block_size as u64)?;
-                    Arc::new(data)
+                    ImageBytes::new(data, &self.ail.meter)
                 }
             };
             let verified = verify(blk, &data);
@@ -283,6 +288,7 @@ impl BufferCache {
     fn install(&self, sh: &mut Shard, blk: u64, data: Image) -> Arc<Buf> {
         let b = Arc::new(Buf::new(blk, data));
         sh.map.insert(blk, b.clone());
+        self.ail.meter.cache_in(self.block_size);
         sh.clock.push_back(blk);
         self.maybe_evict(sh);
         b
@@ -290,7 +296,7 @@ impl BufferCache {
 
     /// A block of zeros.
     fn zeros(&self) -> Image {
-        Arc::new(vec![0u8; self.block_size].into_boxed_slice())
+        ImageBytes::new(vec![0u8; self.block_size].into_boxed_slice(), &self.ail.meter)
     }
 
     /// Caches a zero-filled buffer for `blk` without reading it, unless one
@@ -347,6 +353,7 @@ impl BufferCache {
                 continue;
             }
             sh.map.remove(&blk);
+            self.ail.meter.cache_out(self.block_size);
             sh.epoch += 1;
             self.stats.evictions.fetch_add(1, Ordering::Relaxed);
         }
@@ -387,7 +394,7 @@ impl BufferCache {
             self.cil.freeze(&mut st, Image::clone(&guard));
         }
         // Copy-on-write: a captured, frozen or AIL image may share the bytes.
-        let data: &mut Box<[u8]> = Arc::make_mut(&mut guard);
+        let data: &mut [u8] = Arc::<ImageBytes>::make_mut(&mut guard);
         let (r, changed) = BEFORE.with(|before| {
             let mut before = before.borrow_mut();
             before.clear();
@@ -475,8 +482,9 @@ mod overhead_tests {
     #[test]
     fn buf_overhead_covers_the_bookkeeping() {
         let arc = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Buf>();
-        // The bytes' own `Arc` (an `Image`): counts and the box's pointer.
-        let image = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Box<[u8]>>();
+        // The bytes' own `Arc` (an `Image`): counts, the box's pointer and
+        // the meter's.
+        let image = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<ImageBytes>();
         // hashbrown keeps at least an eighth of its slots free; a slot is
         // the entry plus a control byte.
         let slot = (std::mem::size_of::<(u64, Arc<Buf>)>() + 1) * 8 / 7 + 1;

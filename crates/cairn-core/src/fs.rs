@@ -208,8 +208,10 @@ impl Fs {
         // `journal::latch`): a replayed superblock image must not clear it.
         sb.state |= errors_before_replay;
         let cache_blocks = opts.cache_blocks.max(64);
-        // Deferred images may hold a quarter of the cache's size in memory.
-        journal.ail.set_budget((cache_blocks * geo.block_size as usize / 4) as u64);
+        // Deferred images no cached buffer shares may hold a quarter of the
+        // cache's size in memory; those it shares keep their buffers cached.
+        let cache_bytes = (cache_blocks * geo.block_size as usize) as u64;
+        journal.ail.set_budget(cache_bytes / 4, cache_bytes);
         journal.ail.defer.store(opts.delaylog, Ordering::Relaxed);
         let home_lock = journal.ail.home_lock.clone();
         let bufs =

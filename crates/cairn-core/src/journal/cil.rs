@@ -47,18 +47,9 @@ use std::sync::Arc;
 /// rarely share one).
 const LISTS: usize = 16;
 
-/// A block's bytes, as a buffer holds them and as captured for the log and
-/// the AIL (the same allocation, copy-on-write: see `buffer::Buf`): a boxed
-/// slice of exactly one block behind the `Arc`, not `Arc<[u8]>`, whose
-/// 16-byte header in the same allocation would push every 4 KiB image into
-/// the allocator's next size class (a fifth more memory per image).
-pub type Image = Arc<Box<[u8]>>;
-
-/// Copies `data` into a new [`Image`].
 #[cfg(test)]
-pub fn image_of(data: &[u8]) -> Image {
-    Arc::new(data.into())
-}
+pub use super::image::image_of;
+pub use super::image::Image;
 
 /// A buffer's image of a committing checkpoint, copied by a writer.
 pub(crate) struct Frozen {

@@ -220,6 +220,12 @@ impl Journal {
                 st.written_tail = st.head;
                 st.durable_tail = st.head;
             }
+            // The backend's idle commits bound the AIL's memory while
+            // nothing changes (a walk that fills the cache, say).
+            if self.ail.over_budget() {
+                let _home = self.ail.home_lock.lock();
+                self.ail.shrink(self.dev.as_ref(), self.bs)?;
+            }
             self.publish_positions(&st);
             return Ok(st.committed_seq);
         }

@@ -11,6 +11,8 @@
 //!   buffer is charged to the handle. [`credits`] gives the worst cases.
 //! * [`ail`] — deferred home writes: committed images wait here (and serve
 //!   cache misses) until the log needs the room, then go home at once.
+//! * [`image`] — block images, shared copy-on-write between buffers,
+//!   captures and the AIL, and the meter of the memory they really hold.
 //! * [`cil`] — the committed-item list: which buffers each checkpoint
 //!   changed (per-thread insertion lists), and the push that swaps it out
 //!   under the gate and captures the buffers outside it.
@@ -45,6 +47,7 @@ pub mod ail;
 pub mod cil;
 pub mod credits;
 pub mod handle;
+pub mod image;
 pub mod latch;
 pub mod log;
 pub mod manager;

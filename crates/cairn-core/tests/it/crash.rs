@@ -542,7 +542,14 @@ fn named_workload(cfg: &Config) {
     }
     if cfg.cache_blocks == TINY_CACHE.cache_blocks {
         assert!(r.stats["cache.evictions"] > 0, "the tiny cache never evicted");
-        assert!(r.stats["ail.shrinks"] > 0, "the AIL never went home in part (its budget follows the cache)");
+        assert!(
+            r.stats["ail.shrinks"] > 0,
+            "the AIL never went home in part (its budget follows the cache) {:?}",
+            r.stats
+                .iter()
+                .filter(|(k, _)| k.starts_with("ail") || k.starts_with("cache") || k.starts_with("images"))
+                .collect::<Vec<_>>()
+        );
     }
 }
 
