@@ -27,6 +27,25 @@ use cairn_format::layout::Geometry;
 use cairn_format::superblock::{Superblock, STATE_CLEAN, VERSION};
 use cairn_format::{FIRST_INO, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, ROOT_INO};
 
+/// The journal mkfs makes when none is asked for, in blocks: 1/64 of the
+/// image from 1,024 to 32,768 blocks (4 to 128 MiB of 4 KiB blocks), and
+/// from 32 GiB on what mke2fs 1.47 gives ext4
+/// (256 MiB, 512 MiB from 64 GiB, 1 GiB from 128 GiB), which takes more
+/// groups than group 0. A longer log lets a block changed all the time — a
+/// directory leaf in a create storm — go home once per cycle of the log, and
+/// a cycle then lasts longer.
+pub fn default_journal_blocks(total: u64, block_size: u64) -> u64 {
+    const GIB: u64 = 1 << 30;
+    let small = (total / 64).clamp(1024, 32768);
+    let big = match total.saturating_mul(block_size) {
+        b if b >= 128 * GIB => GIB,
+        b if b >= 64 * GIB => GIB / 2,
+        b if b >= 32 * GIB => GIB / 4,
+        _ => 0,
+    };
+    small.max(big / block_size)
+}
+
 /// Options for [`format`].
 #[derive(Debug, Clone)]
 pub struct MkfsOptions {
@@ -103,7 +122,24 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     let gdt_blocks = (groups * GD_SIZE as u64).div_ceil(bs64);
     let g0_len = bpg.min(total);
     let room = g0_len.saturating_sub(1 + gdt_blocks + meta_blocks + 16);
-    let journal = opts.journal_blocks.unwrap_or_else(|| (total / 64).clamp(1024, 32768)).min(room);
+    let want = opts.journal_blocks.unwrap_or_else(|| default_journal_blocks(total, bs64));
+    // A journal larger than group 0's room fills it and goes on through
+    // whole groups (past their metadata): the nearest whole number of
+    // groups below, one at least.
+    let segment = bpg - meta_blocks;
+    let (journal, journal_groups) = if want <= room || groups < 2 {
+        (want.min(room), 0)
+    } else {
+        let k = ((want - room) / segment).max(1);
+        // At most half of the groups after group 0, and never the last.
+        if k > (groups - 1) / 2 || k + 1 >= groups {
+            return Err(invalid(format!(
+                "a journal of {want} blocks would fill {k} of the image's {groups} groups: at most {} can hold it",
+                ((groups - 1) / 2).min(groups - 2)
+            )));
+        }
+        (room + k * segment, k)
+    };
     if opts.journal_blocks.is_some_and(|j| j < MKFS_MIN_JOURNAL_BLOCKS) {
         return Err(invalid(format!(
             "a journal of {journal} blocks is too small: cairn needs at least {MKFS_MIN_JOURNAL_BLOCKS} (one record \
@@ -123,7 +159,8 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
         version: VERSION,
         block_size_log2: bs.trailing_zeros(),
         state: STATE_CLEAN,
-        feature_incompat: cairn_format::superblock::INCOMPAT_XATTR_EXTERNAL,
+        feature_incompat: cairn_format::superblock::INCOMPAT_XATTR_EXTERNAL
+            | if journal_groups > 0 { cairn_format::superblock::INCOMPAT_JOURNAL_GROUPS } else { 0 },
         uuid: rand::random(),
         total_blocks: total,
         blocks_per_group: bpg as u32,
@@ -133,6 +170,7 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
         gdt_blocks,
         journal_start: 1 + gdt_blocks,
         journal_blocks: journal,
+        journal_groups: journal_groups as u32,
         next_ino: FIRST_INO,
         mkfs_time: t,
         last_write_time: t,
@@ -255,4 +293,42 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
         journal_blocks: sb.journal_blocks,
         uuid: sb.uuid,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_format::superblock::INCOMPAT_JOURNAL_GROUPS;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn the_default_journal_follows_mke2fs_past_32_gib() {
+        let mib = |size: u64| (default_journal_blocks(size / 4096, 4096) * 4096) >> 20;
+        assert_eq!([1, 16, 40, 120, 200].map(|g| mib(g * GIB)), [16, 128, 256, 512, 1024]);
+    }
+
+    #[test]
+    fn a_journal_larger_than_group_0_fills_whole_groups_after_it() {
+        let sb = plan(120 * GIB, &MkfsOptions::default()).unwrap();
+        let geo = Geometry::new(&sb).unwrap();
+        assert_ne!(sb.feature_incompat & INCOMPAT_JOURNAL_GROUPS, 0);
+        // 512 MiB asked: group 0's room and three groups (whole groups below).
+        assert_eq!(sb.journal_groups, 3);
+        assert_eq!(sb.journal_blocks, geo.reserved_end - sb.journal_start + 3 * sb.journal_segment_blocks());
+        for g in 1..=3 {
+            assert_eq!(geo.initially_used(g), geo.group_len(g), "group {g} is all journal");
+        }
+        assert!(geo.initially_used(4) < geo.group_len(4));
+        assert!(!geo.valid_data_range(geo.group_start(2) + 1000, 1), "a block of the journal is not data");
+        assert!(geo.valid_data_range(geo.group_start(4) + 1000, 1));
+        let free: u64 = (0..sb.group_count).map(|g| geo.group_len(g) - geo.initially_used(g)).sum();
+        assert_eq!(sb.free_blocks, free);
+        // A small image keeps its journal in group 0.
+        let small = plan(GIB, &MkfsOptions::default()).unwrap();
+        assert_eq!((small.journal_groups, small.feature_incompat & INCOMPAT_JOURNAL_GROUPS), (0, 0));
+        // Asking for more than half the groups is refused with the reason.
+        let err = plan(GIB, &MkfsOptions { journal_blocks: Some(200_000), ..Default::default() }).unwrap_err();
+        assert!(err.to_string().contains("groups"), "{err}");
+    }
 }

@@ -96,6 +96,7 @@ mod tests {
             group_count: 2,
             itable_blocks: 16,
             reserved_end: 70,
+            journal_groups: 0,
         }
     }
 

@@ -90,6 +90,7 @@ fn superblock() {
         mount_count: 3,
         hash_seed: *b"fedcba9876543210",
         label: *b"golden label\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
+        journal_groups: 0,
     };
     let mut b = vec![0u8; SB_SIZE];
     sb.encode(&mut b);

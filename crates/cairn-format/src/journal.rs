@@ -1,7 +1,8 @@
 //! The write-ahead journal region: formats of its superblock and records.
 //!
-//! The region is `journal_blocks` blocks at `journal_start`. Its block 0 is
-//! the journal superblock; blocks 1.. form a ring of records. A record is one
+//! The region is `journal_blocks` blocks from `journal_start` on: in group 0,
+//! and, when it does not fit there, on through the next groups past each
+//! one's metadata ([`JournalRegion`]). Its block 0 is the journal superblock; blocks 1.. form a ring of records. A record is one
 //! checkpoint (a committed transaction group):
 //!
 //! ```text
@@ -347,6 +348,11 @@ pub fn claimed_seq(b: &[u8]) -> Option<u64> {
 
 /// Where the journal region is, and how big the image is: what the record
 /// walk needs to know besides the blocks themselves.
+///
+/// The region's blocks, in ring order: `first` blocks from `start` (in group
+/// 0), then, in each group the journal continues into
+/// (`INCOMPAT_JOURNAL_GROUPS`), the group's blocks past its `skip` blocks of
+/// metadata. Without that feature `first == blocks` and the region is one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JournalRegion {
     /// First block of the region (the journal superblock).
@@ -355,17 +361,49 @@ pub struct JournalRegion {
     pub blocks: u64,
     /// Blocks of the whole image.
     pub total_blocks: u64,
+    /// Blocks of the region in group 0, from `start`.
+    pub first: u64,
+    /// Blocks per group.
+    pub bpg: u64,
+    /// Metadata blocks at the start of each group the journal continues into.
+    pub skip: u64,
 }
 
 impl JournalRegion {
     /// The journal region of a (decoded, hence validated) superblock.
     pub fn of(sb: &Superblock) -> JournalRegion {
-        JournalRegion { start: sb.journal_start, blocks: sb.journal_blocks, total_blocks: sb.total_blocks }
+        let bpg = u64::from(sb.blocks_per_group);
+        JournalRegion {
+            start: sb.journal_start,
+            blocks: sb.journal_blocks,
+            total_blocks: sb.total_blocks,
+            first: sb.journal_blocks_in_group0(),
+            bpg,
+            skip: bpg - sb.journal_segment_blocks(),
+        }
+    }
+
+    /// A region that is one run of `blocks` blocks at `start`.
+    pub const fn contiguous(start: u64, blocks: u64, total_blocks: u64) -> JournalRegion {
+        JournalRegion { start, blocks, total_blocks, first: blocks, bpg: u64::MAX, skip: 0 }
+    }
+
+    /// Blocks of the region in each group after group 0.
+    fn segment(&self) -> u64 {
+        self.bpg - self.skip
     }
 
     /// True if `blk` lies inside the journal region.
     pub fn contains(&self, blk: u64) -> bool {
-        blk >= self.start && blk - self.start < self.blocks
+        if blk >= self.start && blk - self.start < self.first {
+            return true;
+        }
+        if self.first == self.blocks || blk < self.bpg {
+            return false;
+        }
+        let groups = (self.blocks - self.first) / self.segment();
+        let g = blk / self.bpg;
+        g >= 1 && g <= groups && blk % self.bpg >= self.skip
     }
 
     /// True if a record may name `home` as a home block: inside the image
@@ -374,9 +412,27 @@ impl JournalRegion {
         home < self.total_blocks && !self.contains(home)
     }
 
-    /// Absolute block number of ring position `off`.
+    /// Absolute block number of ring position `off` (`off < blocks`).
     pub fn block_of(&self, off: u64) -> u64 {
-        self.start + off
+        if off < self.first {
+            return self.start + off;
+        }
+        let r = off - self.first;
+        let g = 1 + r / self.segment();
+        g * self.bpg + self.skip + r % self.segment()
+    }
+
+    /// How many blocks from ring position `off` on (at most `n`) lie in one
+    /// run on the device: up to the end of the region or of its part in a
+    /// group.
+    pub fn run(&self, off: u64, n: u64) -> u64 {
+        let end = if off < self.first {
+            self.first
+        } else {
+            let r = off - self.first;
+            off + self.segment() - r % self.segment()
+        };
+        n.min(end.min(self.blocks) - off)
     }
 
     /// See [`ring_next`].
@@ -524,7 +580,7 @@ mod tests {
 
     const BS: usize = 1024;
     const SEED: u32 = 0x1234_5678;
-    const REGION: JournalRegion = JournalRegion { start: 10, blocks: 64, total_blocks: 1000 };
+    const REGION: JournalRegion = JournalRegion::contiguous(10, 64, 1000);
 
     fn write_record(ring: &mut HashMap<u64, Vec<u8>>, seq: u64, off: u64, images: &[(u64, u8)]) -> u64 {
         write_record_in(&REGION, ring, seq, off, images)
@@ -614,7 +670,7 @@ mod tests {
     #[test]
     fn records_with_several_descriptors() {
         // 130 images need two descriptors in 1 KiB blocks (124 each): 133 blocks.
-        let big = JournalRegion { blocks: 400, ..REGION };
+        let big = JournalRegion::contiguous(10, 400, 1000);
         let images: Vec<(u64, u8)> = (0..130).map(|i| (500 + i, i as u8)).collect();
         let mut ring = HashMap::new();
         assert_eq!(write_record_in(&big, &mut ring, 3, 1, &images), 134);
@@ -809,5 +865,26 @@ mod tests {
     #[should_panic(expected = "descriptor of 125 home blocks")]
     fn overfull_descriptor_is_a_bug() {
         encode_descriptor(SEED, 1, &[1; 125], &mut [0u8; BS]);
+    }
+
+    #[test]
+    fn a_region_across_groups_maps_positions_past_each_groups_metadata() {
+        // 5 blocks in group 0 from block 10, then groups 1 and 2 of 16
+        // blocks past their 3 blocks of metadata (13 each).
+        let r = JournalRegion { start: 10, blocks: 31, total_blocks: 64, first: 5, bpg: 16, skip: 3 };
+        let blocks: Vec<u64> = (0..31).map(|o| r.block_of(o)).collect();
+        let want: Vec<u64> = (10..15).chain(19..32).chain(35..48).collect();
+        assert_eq!(blocks, want);
+        for b in 0..64 {
+            assert_eq!(r.contains(b), want.contains(&b), "block {b}");
+        }
+        // Group 1's and 2's metadata are homes; the region's blocks are not.
+        assert!(r.valid_home(16) && r.valid_home(34) && r.valid_home(48));
+        assert!(!r.valid_home(19) && !r.valid_home(47));
+        // Runs end where a part of the region ends.
+        assert_eq!((r.run(3, 10), r.run(5, 100), r.run(17, 100), r.run(18, 4), r.run(30, 9)), (2, 13, 1, 4, 1));
+        // One run without the feature.
+        let c = JournalRegion::contiguous(10, 31, 64);
+        assert_eq!((c.block_of(30), c.run(1, 100), c.contains(41)), (40, 30, false));
     }
 }

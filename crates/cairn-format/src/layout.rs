@@ -4,9 +4,12 @@
 //! Group `g` covers blocks `[g * bpg, min((g+1) * bpg, total_blocks))`. Its
 //! metadata — block bitmap, inode bitmap, inode table — starts at the group's
 //! first block, except in group 0, where the superblock, the group descriptor
-//! table and the journal come first. mkfs guarantees that all of group 0's
-//! fixed metadata fits inside group 0, and that the last group has room for
-//! its metadata plus data.
+//! table and the journal come first. A journal larger than group 0's room
+//! (`INCOMPAT_JOURNAL_GROUPS`) continues through groups `1 ..= journal_groups`,
+//! filling each past its own metadata: those groups are all fixed metadata,
+//! their inodes still usable, their blocks never data. mkfs guarantees that
+//! all of group 0's fixed metadata fits inside group 0, and that the last
+//! group has room for its metadata plus data.
 
 use crate::error::{FormatError, Result};
 use crate::inode::INODE_SIZE;
@@ -22,8 +25,11 @@ pub struct Geometry {
     pub group_count: u64,
     /// Blocks of one group's inode table.
     pub itable_blocks: u64,
-    /// First block after superblock, descriptor table and journal.
+    /// First block after superblock, descriptor table and group 0's part
+    /// of the journal.
     pub reserved_end: u64,
+    /// Groups after group 0 that the journal fills (see the module essay).
+    pub journal_groups: u64,
 }
 
 impl Geometry {
@@ -37,7 +43,8 @@ impl Geometry {
             inodes_per_group: u64::from(sb.inodes_per_group),
             group_count: sb.group_count,
             itable_blocks: u64::from(sb.inodes_per_group) * INODE_SIZE as u64 / bs,
-            reserved_end: sb.journal_start + sb.journal_blocks,
+            reserved_end: sb.journal_start + sb.journal_blocks_in_group0(),
+            journal_groups: u64::from(sb.journal_groups),
         };
         if g.meta_start(0) + g.meta_blocks() > g.blocks_per_group.min(g.total_blocks) {
             return Err(FormatError::corrupt("superblock", 0, "group 0 cannot hold its metadata"));
@@ -94,9 +101,18 @@ impl Geometry {
     }
 
     /// Number of blocks at the start of group `g` that are used when the
-    /// group is fresh (fixed metadata): the "uninit" bitmap.
+    /// group is fresh (fixed metadata): the "uninit" bitmap. All of a group
+    /// the journal fills.
     pub fn initially_used(&self, g: u64) -> u64 {
+        if self.is_journal_group(g) {
+            return self.group_len(g);
+        }
         self.meta_start(g) + self.meta_blocks() - self.group_start(g)
+    }
+
+    /// True if the journal fills group `g` past its metadata.
+    pub fn is_journal_group(&self, g: u64) -> bool {
+        g >= 1 && g <= self.journal_groups
     }
 
     /// Group that holds block `b`.
@@ -143,9 +159,13 @@ impl Geometry {
         if end > self.total_blocks {
             return false;
         }
-        // Must not overlap any group's fixed metadata.
+        // Must not overlap any group's fixed metadata, nor a group the
+        // journal fills.
         let g0 = self.group_of_block(start);
         let g1 = self.group_of_block(end - 1);
+        if self.journal_groups > 0 && g0 <= self.journal_groups && g1 >= 1 {
+            return false;
+        }
         for g in g0..=g1 {
             let ms = self.meta_start(g);
             let me = ms + self.meta_blocks();

@@ -20,7 +20,9 @@
 //! 160     4 mount_count      164 4 reserved
 //! 168    16 hash_seed (directory name hash seed)
 //! 184    32 label
-//! 216   292 reserved, zero
+//! 216     4 journal_groups (groups after group 0 the journal continues
+//!           into, INCOMPAT_JOURNAL_GROUPS; 0 without it)
+//! 220   288 reserved, zero
 //! 508     4 crc32c of bytes 0..512 with this field zero (seed 0xffffffff)
 //! ```
 //! The superblock checksum is seeded with a constant, not the UUID, because
@@ -59,8 +61,13 @@ pub const INCOMPAT_XATTR_EXTERNAL: u32 = 1;
 /// takes its first inode from as zeros instead of reading it. Builds that do
 /// not know the flag ignore it and read.
 pub const COMPAT_ITABLES_ZEROED: u32 = 1;
+/// Incompatible feature: the journal does not fit group 0 and continues
+/// through groups `1 ..= journal_groups`, each past its own bitmaps and inode
+/// table (see `journal::JournalRegion`). Those groups hold no data blocks.
+/// A build without it would take their blocks for data.
+pub const INCOMPAT_JOURNAL_GROUPS: u32 = 2;
 /// Incompatible features this build understands.
-pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_XATTR_EXTERNAL;
+pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_XATTR_EXTERNAL | INCOMPAT_JOURNAL_GROUPS;
 
 /// The decoded superblock.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -90,12 +97,26 @@ pub struct Superblock {
     pub mount_count: u32,
     pub hash_seed: [u8; 16],
     pub label: [u8; 32],
+    pub journal_groups: u32,
 }
 
 impl Superblock {
     /// Block size in bytes.
     pub fn block_size(&self) -> u32 {
         1u32 << self.block_size_log2
+    }
+
+    /// Journal blocks in each group after group 0 that the journal continues
+    /// into: all of the group past its bitmaps and inode table.
+    pub fn journal_segment_blocks(&self) -> u64 {
+        let bs = u64::from(self.block_size());
+        let itable = u64::from(self.inodes_per_group) * crate::inode::INODE_SIZE as u64 / bs;
+        u64::from(self.blocks_per_group).saturating_sub(2 + itable)
+    }
+
+    /// Journal blocks in group 0, from `journal_start` on.
+    pub fn journal_blocks_in_group0(&self) -> u64 {
+        self.journal_blocks - u64::from(self.journal_groups) * self.journal_segment_blocks()
     }
 
     /// Total number of inodes.
@@ -138,6 +159,7 @@ impl Superblock {
         put_u32(b, 160, self.mount_count);
         b[168..184].copy_from_slice(&self.hash_seed);
         b[184..216].copy_from_slice(&self.label);
+        put_u32(b, 216, self.journal_groups);
         let c = crc_skipping(CSUM_SEED, b, CSUM_OFF);
         put_u32(b, CSUM_OFF, c);
     }
@@ -187,6 +209,7 @@ impl Superblock {
             mount_count: get_u32(b, 160),
             hash_seed,
             label,
+            journal_groups: get_u32(b, 216),
         };
         sb.validate(image_bytes)?;
         Ok(sb)
@@ -236,11 +259,20 @@ impl Superblock {
                 self.gdt_start, self.gdt_blocks
             ));
         }
+        let spans = self.feature_incompat & INCOMPAT_JOURNAL_GROUPS != 0;
+        let k = u64::from(self.journal_groups);
+        if spans != (k > 0) || (k > 0 && k.saturating_add(1) >= groups) {
+            return bad(format!("journal continues into {k} groups (of {groups})"));
+        }
+        let in_group0 = self.journal_blocks.checked_sub(k.saturating_mul(self.journal_segment_blocks()));
         if self.journal_start != self.gdt_start + self.gdt_blocks
             || self.journal_blocks < crate::journal::MIN_JOURNAL_BLOCKS
-            || self.journal_start + self.journal_blocks > self.total_blocks
+            || in_group0.is_none_or(|j0| j0 == 0 || self.journal_start + j0 > bpg.min(self.total_blocks))
         {
-            return bad(format!("journal at {}+{} out of range", self.journal_start, self.journal_blocks));
+            return bad(format!(
+                "journal at {}+{} ({k} more groups) out of range",
+                self.journal_start, self.journal_blocks
+            ));
         }
         if self.free_blocks > self.total_blocks || self.free_inodes > self.total_inodes() {
             return bad("free counters exceed totals".into());
@@ -295,5 +327,30 @@ mod tests {
         buf[50] ^= 1;
         assert!(matches!(Superblock::decode(&buf, u64::MAX), Err(FormatError::Checksum { .. })));
         assert_eq!(Superblock::decode(&[0u8; 512], u64::MAX), Err(FormatError::BadMagic { what: "superblock", at: 0 }));
+    }
+
+    #[test]
+    fn a_journal_across_groups_needs_its_feature_and_a_group_left_for_data() {
+        let decode = |sb: &Superblock| {
+            let mut buf = vec![0u8; 4096];
+            sb.encode(&mut buf);
+            Superblock::decode(&buf, u64::MAX)
+        };
+        // Four groups; the journal fills group 0's room (30,000 blocks) and
+        // group 1 past its 514 blocks of metadata (bitmaps, inode table).
+        let mut sb = Superblock { total_blocks: 4 * 32768, group_count: 4, ..sample() };
+        assert_eq!(sb.journal_segment_blocks(), 32768 - 514);
+        sb.journal_blocks = 30_000 + sb.journal_segment_blocks();
+        sb.journal_groups = 1;
+        assert!(decode(&sb).is_err(), "groups without the feature");
+        sb.feature_incompat |= INCOMPAT_JOURNAL_GROUPS;
+        let back = decode(&sb).unwrap();
+        assert_eq!((back.journal_groups, back.journal_blocks_in_group0()), (1, 30_000));
+        // The feature without groups, every group but the last, and more
+        // than group 0 holds are all refused.
+        assert!(decode(&Superblock { journal_groups: 0, ..sb.clone() }).is_err());
+        assert!(decode(&Superblock { journal_groups: 3, ..sb.clone() }).is_err());
+        assert!(decode(&Superblock { journal_blocks: sb.journal_blocks + 3000, ..sb.clone() }).is_err());
+        assert!(decode(&Superblock { journal_blocks: sb.journal_segment_blocks(), ..sb.clone() }).is_err());
     }
 }

@@ -58,7 +58,7 @@ fn max_seq_in_ring(img: &mut Image, region: &JournalRegion) -> std::io::Result<u
     let chunk = (1 << 20) / bs;
     let mut off = 1;
     while off < region.blocks {
-        let n = chunk.min(region.blocks - off);
+        let n = region.run(off, chunk);
         let buf = img.read_blocks(region.block_of(off), n)?;
         for b in buf.chunks(bs as usize) {
             max = max.max(claimed_seq(b).unwrap_or(0));

@@ -161,16 +161,15 @@ impl Journal {
         Ok(self.dev.flush()?)
     }
 
-    /// Writes `data` at ring offset `off`, splitting at the wrap.
-    fn write_ring(&self, off: u64, data: &[u8]) -> Result<()> {
-        let nblocks = (data.len() / self.bs) as u64;
-        let room = self.region.blocks - off;
-        if nblocks <= room {
-            self.dev.write_at(data, self.addr(off))?;
-        } else {
-            let split = (room as usize) * self.bs;
-            self.dev.write_at(&data[..split], self.addr(off))?;
-            self.dev.write_at(&data[split..], self.addr(1))?;
+    /// Writes `data` at ring offset `off`, splitting at the wrap and where
+    /// the region moves on to its part in the next group.
+    fn write_ring(&self, mut off: u64, mut data: &[u8]) -> Result<()> {
+        while !data.is_empty() {
+            let n = self.region.run(off, (data.len() / self.bs) as u64);
+            let (now, rest) = data.split_at(n as usize * self.bs);
+            self.dev.write_at(now, self.addr(off))?;
+            data = rest;
+            off = self.region.next(off, n);
         }
         Ok(())
     }

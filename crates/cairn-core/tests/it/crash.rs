@@ -12,6 +12,8 @@ use cairn_core::dev::{BlockDevice, MemDevice};
 use cairn_core::mkfs::MKFS_MIN_JOURNAL_BLOCKS;
 use cairn_core::mkfs::{format, MkfsOptions};
 use cairn_core::{Ctx, Fs, MountOptions};
+use cairn_format::journal::JournalRegion;
+use cairn_format::superblock::{Superblock, SB_SIZE};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -84,6 +86,8 @@ pub(crate) struct Config {
     /// Delayed logging (`-o delaylog`): chunk logging and deferred home
     /// writes; off, whole blocks go to the log and home at every commit.
     delaylog: bool,
+    /// mkfs's group size (`None`: the largest).
+    blocks_per_group: Option<u32>,
 }
 
 /// The default configuration: mkfs's default journal (1024 blocks for these
@@ -97,11 +101,29 @@ const NORMAL: Config = Config {
     preload: 0,
     slow_flush_us: 0,
     delaylog: true,
+    blocks_per_group: None,
 };
 
 /// Delayed logging off (`-o delaylog=0`): whole-block records, home writes
 /// and a tail move at every commit.
 const NO_DELAYLOG: Config = Config { name: "delaylog=0", delaylog: false, ..NORMAL };
+
+/// A journal larger than group 0 (`INCOMPAT_JOURNAL_GROUPS`): 1 KiB blocks
+/// and the smallest groups (256 blocks), so that the asked 300 blocks fill
+/// group 0's room and one more group past its metadata. Operation by
+/// operation, with slow flushes, as the tiny journal. The preload's records
+/// move the log's head near the end of group 0's part, so the workload's
+/// records cross into the next group's (the named workload asserts it).
+const JOURNAL_GROUPS: Config = Config {
+    name: "journal across groups",
+    block_size: 1024,
+    journal_blocks: 300,
+    blocks_per_group: Some(256),
+    per_op: true,
+    slow_flush_us: 300,
+    preload: 600,
+    ..NORMAL
+};
 
 /// The smallest cache the engine allows (64 blocks): buffers are evicted
 /// during every commit.
@@ -327,12 +349,44 @@ struct Recording {
     stats: BTreeMap<String, u64>,
 }
 
+/// mkfs's options for `cfg`'s image.
+fn mkfs_options(cfg: &Config) -> MkfsOptions {
+    MkfsOptions {
+        block_size: cfg.block_size,
+        journal_blocks: Some(cfg.journal_blocks),
+        blocks_per_group: cfg.blocks_per_group,
+        ..Default::default()
+    }
+}
+
+/// The groups whose part of the journal region the recording wrote (group
+/// 0's part and, with `INCOMPAT_JOURNAL_GROUPS`, the next groups').
+fn journal_groups_written(cfg: &Config, r: &Recording) -> std::collections::BTreeSet<u64> {
+    let mem = MemDevice::new(16 << 20);
+    format(&mem, &mkfs_options(cfg), &mut |_, _| {}).unwrap();
+    let mut b = vec![0u8; SB_SIZE];
+    mem.read_at(&mut b, 0).unwrap();
+    let sb = Superblock::decode(&b, 16 << 20).unwrap();
+    let region = JournalRegion::of(&sb);
+    let bs = u64::from(cfg.block_size);
+    let mut groups = std::collections::BTreeSet::new();
+    for op in &r.plan.ops {
+        if let Op::Write(off, d) = op {
+            for blk in off / bs..(off + d.len() as u64).div_ceil(bs) {
+                if region.contains(blk) {
+                    groups.insert(blk / u64::from(sb.blocks_per_group));
+                }
+            }
+        }
+    }
+    groups
+}
+
 /// Runs the workload in `cfg`, syncing after each step, snapshotting after
 /// each unit and checking the engine's invariants at each unit boundary.
 fn record(cfg: &Config, label: &str, steps: &[Step]) -> Recording {
     let mem = MemDevice::new(16 << 20);
-    let mk = MkfsOptions { block_size: cfg.block_size, journal_blocks: Some(cfg.journal_blocks), ..Default::default() };
-    format(&mem, &mk, &mut |_, _| {}).unwrap();
+    format(&mem, &mkfs_options(cfg), &mut |_, _| {}).unwrap();
     let mem = Arc::new(mem);
     if cfg.preload > 0 {
         let d: Arc<dyn BlockDevice> = mem.clone();
@@ -535,10 +589,16 @@ fn named_workload(cfg: &Config) {
     );
     assert!(n.states > 50);
     assert!(n.replayed > 0, "no crash state left the journal to replay");
-    if cfg.per_op {
+    if cfg.per_op && cfg.blocks_per_group.is_none() {
         // Log-full waits and stepped operations are asserted where they are
         // certain (`big_delete`, `pressure`); here the record is small.
         assert!(r.stats["tx.record_limit_blocks"] < 100, "the tiny journal is not tiny");
+    }
+    if cfg.blocks_per_group.is_some() {
+        // The preload moved the log's head near the end of group 0's part:
+        // the workload's records go on into group 1's.
+        let written = journal_groups_written(cfg, &r);
+        assert_eq!(written.into_iter().collect::<Vec<_>>(), [0, 1], "the records stayed in one part of the region");
     }
     if cfg.cache_blocks == TINY_CACHE.cache_blocks {
         assert!(r.stats["cache.evictions"] > 0, "the tiny cache never evicted");
@@ -566,6 +626,11 @@ fn named_workload_survives_every_crash_point_tiny_cache() {
 #[test]
 fn named_workload_survives_every_crash_point_tiny_journal() {
     named_workload(&tiny_journal());
+}
+
+#[test]
+fn named_workload_survives_every_crash_point_with_a_journal_across_groups() {
+    named_workload(&JOURNAL_GROUPS);
 }
 
 /// `len` bytes of a pattern that differs per `seed`.
@@ -735,6 +800,11 @@ fn random_workloads_survive_every_crash_point_tiny_cache() {
 #[test]
 fn random_workloads_survive_every_crash_point_tiny_journal() {
     random_workloads(&tiny_journal());
+}
+
+#[test]
+fn random_workloads_survive_every_crash_point_with_a_journal_across_groups() {
+    random_workloads(&JOURNAL_GROUPS);
 }
 
 #[test]
