@@ -32,8 +32,9 @@
 //! per `--rows`th of the files (files/s of each tenth, say), as fs_mark
 //! prints one row per loop. Each phase also gives its start and end on
 //! CLOCK_MONOTONIC (`monotonic`), to cut a `perf record -k CLOCK_MONOTONIC`
-//! of the whole run by phase. The create phase also gives every `cairn
-//! stats` counter at its end (`stats`: write-backs, cache sizes, ...).
+//! of the whole run by phase. The create and unlink phases also give every
+//! `cairn stats` counter at their end (`stats`: write-backs, cache sizes,
+//! ...; the unlink's count from the walk's mount).
 //! Output: JSON on stdout, one line per phase on stderr.
 
 use crate::debug_dd::{mount_on, XorShift};
@@ -421,6 +422,7 @@ fn walk_and_unlink(a: &FsmarkArgs<'_>) -> Result<(Value, Option<Value>), String>
     let (seconds, r) = join_and_commit(&fs, worker, t0);
     let journal = journal_bytes(&fs) - j1;
     let peak = status_kib("VmHWM");
+    let counters: serde_json::Map<String, Value> = fs.stats().into_iter().map(|(k, v)| (k, json!(v))).collect();
     let un = fs.unmount();
     let commit_seconds = r?;
     un.map_err(|e| format!("unmount: {e}"))?;
@@ -439,6 +441,7 @@ fn walk_and_unlink(a: &FsmarkArgs<'_>) -> Result<(Value, Option<Value>), String>
             "writes": sub("writes"), "write_bytes": sub("write_bytes"),
             "reads": sub("reads"), "read_bytes": sub("read_bytes"), "flushes": sub("flushes"),
         },
+        "stats": counters,
     });
     Ok((walk, Some(unlink)))
 }
