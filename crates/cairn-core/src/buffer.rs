@@ -501,3 +501,38 @@ mod overhead_tests {
         assert!(total <= BUF_OVERHEAD, "a cached block's bookkeeping is {total} bytes");
     }
 }
+
+#[cfg(test)]
+mod eviction_tests {
+    use super::*;
+    use crate::dev::MemDevice;
+
+    #[test]
+    fn a_buffer_whose_bytes_the_ail_shares_stays_cached_until_its_image_goes_home() {
+        let bs = 1024;
+        let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096 * bs as u64));
+        let ail = Arc::new(Ail::new(u64::MAX, true));
+        // 64 blocks: one per shard.
+        let cache = BufferCache::new(dev.clone(), bs, 64, ail.clone(), true);
+        let ok = |_: u64, _: &[u8]| Ok(());
+        let listed = 7u64;
+        let same_shard: Vec<u64> = (8..4096).filter(|b| cache.shard(*b) == cache.shard(listed)).take(8).collect();
+        let image = Image::clone(&cache.get(listed, ok).unwrap().read_image());
+        ail.insert(1, std::iter::once((listed, image)));
+        assert_eq!(ail.meter.unshared(), 0, "the AIL's image is the buffer's bytes");
+        for &b in &same_shard {
+            cache.get(b, ok).unwrap();
+        }
+        let cached = |b: u64| cache.shards[cache.shard(b)].lock().map.contains_key(&b);
+        assert!(cached(listed), "evicting it would have freed none of its bytes");
+        assert!(same_shard[..7].iter().any(|&b| !cached(b)), "the shard evicted the others");
+        // Home: the AIL lets go of the image, and the buffer may leave.
+        ail.write_home(dev.as_ref(), bs).unwrap();
+        ail.home_written();
+        for &b in &same_shard {
+            cache.get(b, ok).unwrap();
+        }
+        assert!(!cached(listed));
+        assert_eq!(ail.meter.cached(), cache.len() as u64 * bs as u64, "the meter counts what the cache holds");
+    }
+}
