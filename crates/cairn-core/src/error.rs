@@ -15,6 +15,9 @@ pub enum FsError {
     /// The image could not be read or written.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// A request that cannot be carried out as asked (mkfs's geometry, say).
+    #[error("{0}")]
+    Invalid(String),
     /// An earlier I/O error or corruption shut the file system down.
     #[error("file system shut down after an earlier error")]
     Shutdown,
@@ -31,6 +34,7 @@ impl FsError {
             FsError::Errno(e) => *e,
             FsError::Corrupt(_) => libc::EUCLEAN,
             FsError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            FsError::Invalid(_) => libc::EINVAL,
             FsError::Shutdown => libc::EIO,
             FsError::NeedCredits(_) => libc::EAGAIN,
         }

@@ -91,7 +91,7 @@ pub struct FormatSummary {
 }
 
 fn invalid(msg: String) -> FsError {
-    FsError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, msg))
+    FsError::Invalid(msg)
 }
 
 /// Computes the superblock for a device of `size` bytes.
@@ -124,13 +124,14 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     let room = g0_len.saturating_sub(1 + gdt_blocks + meta_blocks + 16);
     let want = opts.journal_blocks.unwrap_or_else(|| default_journal_blocks(total, bs64));
     // A journal larger than group 0's room fills it and goes on through
-    // whole groups (past their metadata): the nearest whole number of
-    // groups below, one at least.
+    // whole groups (past their metadata), as many as come nearest to the
+    // size asked; none (group 0's room) when that is nearer.
     let segment = bpg - meta_blocks;
-    let (journal, journal_groups) = if want <= room || groups < 2 {
+    let extra_groups = want.saturating_sub(room).saturating_add(segment / 2) / segment;
+    let (journal, journal_groups) = if extra_groups == 0 || groups < 2 {
         (want.min(room), 0)
     } else {
-        let k = ((want - room) / segment).max(1);
+        let k = extra_groups;
         // At most half of the groups after group 0, and never the last.
         if k > (groups - 1) / 2 || k + 1 >= groups {
             return Err(invalid(format!(
