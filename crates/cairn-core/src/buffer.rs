@@ -47,7 +47,12 @@
 //! ## Eviction
 //! Second chance (CLOCK) per shard under the `cache_mb` budget: a hit sets
 //! the buffer's referenced bit; the hand clears it once before the buffer
-//! can go, and skips buffers that are dirty, in flight or held by a caller.
+//! can go, and skips buffers that are dirty, in flight, held by a caller, or
+//! whose bytes an AIL image shares (evicting one would free none of its
+//! bytes; the AIL's shrink sends the image home when the cache is over its
+//! size, see `journal::ail`). One pass looks at 256 buffers at most, and the
+//! hand goes on from there at the next. Locks are only tried here (`try_*`),
+//! so the hand's order of them does not matter.
 //!
 //! ## Locking
 //! The map is split into shards, each behind its own mutex, so lookups from
