@@ -261,7 +261,7 @@ impl Superblock {
         }
         let spans = self.feature_incompat & INCOMPAT_JOURNAL_GROUPS != 0;
         let k = u64::from(self.journal_groups);
-        if spans != (k > 0) || (k > 0 && k.saturating_add(1) >= groups) {
+        if spans != (k > 0) || (k > 0 && (k.saturating_add(1) >= groups || self.journal_segment_blocks() == 0)) {
             return bad(format!("journal continues into {k} groups (of {groups})"));
         }
         let in_group0 = self.journal_blocks.checked_sub(k.saturating_mul(self.journal_segment_blocks()));
@@ -352,5 +352,16 @@ mod tests {
         assert!(decode(&Superblock { journal_groups: 3, ..sb.clone() }).is_err());
         assert!(decode(&Superblock { journal_blocks: sb.journal_blocks + 3000, ..sb.clone() }).is_err());
         assert!(decode(&Superblock { journal_blocks: sb.journal_segment_blocks(), ..sb.clone() }).is_err());
+        // Groups whose metadata leaves no room for the journal (a damaged
+        // geometry) would map every ring position to nothing.
+        let full = Superblock {
+            blocks_per_group: 512,
+            inodes_per_group: 8192,
+            total_blocks: 4 * 512,
+            journal_blocks: 300,
+            ..sb.clone()
+        };
+        assert_eq!(full.journal_segment_blocks(), 0);
+        assert!(decode(&full).is_err());
     }
 }
