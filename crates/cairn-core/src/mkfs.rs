@@ -125,9 +125,13 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     let want = opts.journal_blocks.unwrap_or_else(|| default_journal_blocks(total, bs64));
     // A journal larger than group 0's room fills it and goes on through
     // whole groups (past their metadata), as many as come nearest to the
-    // size asked; none (group 0's room) when that is nearer.
+    // size asked; none (group 0's room) when that is nearer and enough.
     let segment = bpg - meta_blocks;
-    let extra_groups = want.saturating_sub(room).saturating_add(segment / 2) / segment;
+    let mut extra_groups = want.saturating_sub(room).saturating_add(segment / 2) / segment;
+    if extra_groups == 0 && want > room && room < MKFS_MIN_JOURNAL_BLOCKS {
+        // Group 0's room alone is too small a journal: one group more.
+        extra_groups = 1;
+    }
     let (journal, journal_groups) = if extra_groups == 0 || groups < 2 {
         (want.min(room), 0)
     } else {
@@ -328,6 +332,12 @@ mod tests {
         // A small image keeps its journal in group 0.
         let small = plan(GIB, &MkfsOptions::default()).unwrap();
         assert_eq!((small.journal_groups, small.feature_incompat & INCOMPAT_JOURNAL_GROUPS), (0, 0));
+        // Group 0's room is nearer to 150M, 252 MiB (one group more) to 200M.
+        let mib = |asked_mib: u64| {
+            let o = MkfsOptions { journal_blocks: Some(asked_mib * 256), ..Default::default() };
+            (plan(GIB, &o).unwrap().journal_blocks * 4096) >> 20
+        };
+        assert_eq!((mib(150), mib(200)), (125, 251));
         // Asking for more than half the groups is refused with the reason.
         let err = plan(GIB, &MkfsOptions { journal_blocks: Some(200_000), ..Default::default() }).unwrap_err();
         assert!(err.to_string().contains("groups"), "{err}");

@@ -110,7 +110,8 @@ const NO_DELAYLOG: Config = Config { name: "delaylog=0", delaylog: false, ..NORM
 
 /// A journal larger than group 0 (`INCOMPAT_JOURNAL_GROUPS`): 1 KiB blocks
 /// and the smallest groups (256 blocks), so that the asked 300 blocks fill
-/// group 0's room and one more group past its metadata. Operation by
+/// group 0's room (229 blocks, less than mkfs's smallest journal) and one
+/// more group past its metadata: 479 blocks. Operation by
 /// operation, with slow flushes, as the tiny journal. The preload's records
 /// move the log's head near the end of group 0's part, so the workload's
 /// records cross into the next group's (the named workload asserts it).
