@@ -2,8 +2,9 @@
 //!
 //! The region is `journal_blocks` blocks from `journal_start` on: in group 0,
 //! and, when it does not fit there, on through the next groups past each
-//! one's metadata ([`JournalRegion`]). Its block 0 is the journal superblock; blocks 1.. form a ring of records. A record is one
-//! checkpoint (a committed transaction group):
+//! one's metadata ([`JournalRegion`]). Its block 0 is the journal superblock;
+//! blocks 1.. form a ring of records. A record is one checkpoint (a committed
+//! transaction group):
 //!
 //! ```text
 //! descriptor | logged bytes ... | descriptor | logged bytes ... | commit

@@ -161,6 +161,16 @@ impl Journal {
         Ok(self.dev.flush()?)
     }
 
+    /// Sends the AIL's oldest images home when they, or the cache, are over
+    /// their memory budget (see `ail`; under the home lock).
+    fn shrink_if_over_budget(&self) -> Result<()> {
+        if self.ail.over_budget() {
+            let _home = self.ail.home_lock.lock();
+            self.ail.shrink(self.dev.as_ref(), self.bs)?;
+        }
+        Ok(())
+    }
+
     /// Writes `data` at ring offset `off`, splitting at the wrap and where
     /// the region moves on to its part in the next group.
     fn write_ring(&self, mut off: u64, mut data: &[u8]) -> Result<()> {
@@ -221,10 +231,7 @@ impl Journal {
             }
             // The backend's idle commits bound the AIL's memory while
             // nothing changes (a walk that fills the cache, say).
-            if self.ail.over_budget() {
-                let _home = self.ail.home_lock.lock();
-                self.ail.shrink(self.dev.as_ref(), self.bs)?;
-            }
+            self.shrink_if_over_budget()?;
             self.publish_positions(&st);
             return Ok(st.committed_seq);
         }
@@ -269,9 +276,8 @@ impl Journal {
             st.written_tail = record_start;
         } else if self.region.used(st.durable_tail.off, st.head.off) * 8 > ring * 7 {
             self.write_back(&mut st)?;
-        } else if self.ail.over_budget() {
-            let _home = self.ail.home_lock.lock();
-            self.ail.shrink(self.dev.as_ref(), self.bs)?;
+        } else {
+            self.shrink_if_over_budget()?;
         }
         drop(st);
         let us = t0.elapsed().as_micros() as u64;
