@@ -11,7 +11,7 @@
 //! seed's patch), so concurrent operations do not meet on one lock.
 //!
 //! ## The push
-//! A commit takes the transaction gate exclusively only to *swap* the lists
+//! A commit closes the transaction gate (`gate`) only to *swap* the lists
 //! for empty ones and advance the running sequence ([`Cil::swap`]: one lock
 //! per list, independent of how much is dirty). With the gate released,
 //! operations go on into the next checkpoint while the push captures each
@@ -32,7 +32,7 @@
 //! percentiles).
 //!
 //! ## Locking
-//! commit mutex → gate (exclusive, the swap) → insertion lists. The capture
+//! commit mutex → gate (closed, the swap) → insertion lists. The capture
 //! runs under the commit mutex only: buffer bytes (read) → buffer log state.
 
 use crate::buffer::{Buf, LogState};
@@ -94,7 +94,9 @@ pub struct CilStats {
     pub swap_us_max: AtomicU64,
     pub capture_us_total: AtomicU64,
     pub capture_us_max: AtomicU64,
-    /// Time an operation waited to enter a checkpoint (the gate, shared).
+    /// Time an operation that found the gate closed by a push waited to
+    /// enter the next checkpoint (operations that found it open do not
+    /// wait and are not counted).
     pub writer_wait: Histogram,
     pub writer_wait_us_max: AtomicU64,
 }

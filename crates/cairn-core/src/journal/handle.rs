@@ -14,10 +14,10 @@
 //! after a commit. Every newly dirtied buffer is charged; charging past the
 //! reservation is an accounting bug, counted in `journal.credit_overruns`.
 
+use super::gate::Held;
 use super::manager::TxManager;
 use crate::error::{FsError, Result};
 use crate::meta::Meta;
-use parking_lot::RwLockReadGuard;
 use std::cell::Cell;
 use std::ops::Deref;
 use std::sync::atomic::Ordering;
@@ -30,19 +30,14 @@ pub struct Tx<'a> {
     /// The gate and when it was taken (a commit waits for the longest
     /// hold); `None` only for the commit's own handle, which runs under the
     /// exclusive gate and holds no reservation.
-    gate: Option<(RwLockReadGuard<'a, ()>, Instant)>,
+    gate: Option<(Held<'a>, Instant)>,
     credits: Cell<u64>,
     used: Cell<u64>,
     touched: Cell<bool>,
 }
 
 impl<'a> Tx<'a> {
-    pub(super) fn new(
-        meta: &'a Meta,
-        mgr: &'a TxManager,
-        gate: Option<(RwLockReadGuard<'a, ()>, Instant)>,
-        credits: u64,
-    ) -> Tx<'a> {
+    pub(super) fn new(meta: &'a Meta, mgr: &'a TxManager, gate: Option<(Held<'a>, Instant)>, credits: u64) -> Tx<'a> {
         Tx { meta, mgr, gate, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false) }
     }
 

@@ -15,9 +15,12 @@
 //! built while handles keep within their credits.
 //!
 //! ## Commit
-//! [`TxManager::commit`] takes the gate exclusively only to let the caller
+//! [`TxManager::commit`] closes the gate (see `gate`) only to let the caller
 //! rewrite the superblock buffer and to swap the committed-item list for an
-//! empty one (see `cil`: a few locks, whatever the amount dirty); capturing
+//! empty one (see `cil`: a few locks, whatever the amount dirty). That swap
+//! runs on whichever thread finds the gate empty first: the commit's, or
+//! the last handle's to leave, in its drop, so no thread need be scheduled
+//! while the gate holds operations out. Capturing
 //! the buffers, the log write, the barriers and the home writes run with the
 //! gate released, so operations go on meanwhile. The captured buffers
 //! stay pinned (in flight) until their home writes are done. Commits are
@@ -26,15 +29,20 @@
 //! returns at once.
 //!
 //! ## Locking order
-//! commit mutex → gate → inode locks → buffer-cache shards.
+//! commit mutex → gate → inode locks → buffer-cache shards. The swap, run on
+//! a handle's thread as that handle leaves, takes only what a swap takes
+//! (the superblock buffer, the insertion lists): a handle must not hold an
+//! inode lock or an allocator lock when it is dropped.
 
+use super::cil::Batch;
+use super::gate::Gate;
 use super::handle::Tx;
 use super::latch::Latch;
 use super::log::Journal;
 use crate::error::{FsError, Result};
 use crate::meta::Meta;
 use crate::stats::Publish;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -68,7 +76,7 @@ pub struct TxStats {
 pub struct TxManager {
     pub log: Journal,
     pub latch: Latch,
-    gate: RwLock<()>,
+    gate: Gate,
     commit_lock: Mutex<()>,
     reserved: AtomicU64,
     limit: u64,
@@ -86,7 +94,7 @@ impl TxManager {
         TxManager {
             log,
             latch,
-            gate: RwLock::new(()),
+            gate: Gate::default(),
             commit_lock: Mutex::new(()),
             reserved: AtomicU64::new(0),
             limit,
@@ -103,10 +111,9 @@ impl TxManager {
 
     /// Runs `f` with no handle and no commit running (the invariants of
     /// the cache and the allocator hold then).
-    pub fn quiesced<R>(&self, f: impl FnOnce() -> R) -> R {
+    pub fn quiesced<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         let _c = self.commit_lock.lock();
-        let _g = self.gate.write();
-        f()
+        self.gate.close_and(f)
     }
 
     /// Credits reserved by running handles.
@@ -175,21 +182,21 @@ impl TxManager {
         }
         self.stats.handles.fetch_add(1, Ordering::Relaxed);
         self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
-        let t0 = Instant::now();
-        let gate = self.gate.read();
-        // One clock read ends the wait and starts the hold.
+        let (gate, waited) = self.gate.enter();
         let entered = Instant::now();
-        let us = (entered - t0).as_micros() as u64;
-        let cil = &meta.bufs.cil.stats;
-        cil.writer_wait.add(us);
-        cil.writer_wait_us_max.fetch_max(us, Relaxed);
+        if let Some(w) = waited {
+            let us = w.as_micros() as u64;
+            let cil = &meta.bufs.cil.stats;
+            cil.writer_wait.add(us);
+            cil.writer_wait_us_max.fetch_max(us, Relaxed);
+        }
         Ok(Tx::new(meta, self, Some((gate, entered)), credits))
     }
 
     /// Makes everything changed before this call durable (see the module
     /// essay). `prepare` runs under the exclusive gate before the snapshot,
     /// when there is anything to commit (it rewrites the superblock buffer).
-    pub fn commit(&self, meta: &Meta, prepare: &dyn Fn(&Tx) -> Result<()>) -> Result<()> {
+    pub fn commit(&self, meta: &Meta, prepare: &(dyn Fn(&Tx) -> Result<()> + Sync)) -> Result<()> {
         let arrived = self.snapshots.load(Ordering::Acquire);
         let _c = self.commit_lock.lock();
         if self.committed_snapshots.load(Ordering::Acquire) > arrived {
@@ -197,8 +204,9 @@ impl TxManager {
             return Ok(());
         }
         self.latch.check_commit()?;
-        let batch = {
-            let _g = self.gate.write();
+        // Runs with no handle inside the gate, on this thread or on the last
+        // handle's to leave (see `gate`).
+        let swap = || -> Result<Batch> {
             let t0 = Instant::now();
             // An operation that failed while we waited may have aborted the
             // journal: its half-done changes must not be pushed.
@@ -218,8 +226,9 @@ impl TxManager {
             }
             self.snapshots.fetch_add(1, Ordering::AcqRel);
             meta.bufs.cil.stats.swap_us_max.fetch_max(t0.elapsed().as_micros() as u64, Relaxed);
-            batch
+            Ok(batch)
         };
+        let batch = self.gate.close_and(swap)?;
         // The gate is free again: operations fill the next checkpoint while
         // this one is captured and written.
         let t0 = Instant::now();
@@ -279,6 +288,9 @@ impl Publish for TxManager {
         put("tx.max_credits", t.max_credits.load(Relaxed));
         put("tx.steps", t.steps.load(Relaxed));
         put("tx.gate_hold_us_max", t.gate_hold_us_max.load(Relaxed));
+        let (defers, given_up) = self.gate.defers();
+        put("tx.push_defers", defers);
+        put("tx.push_defers_given_up", given_up);
         put("tx.reserved_credits", self.reserved());
         put("tx.record_limit_blocks", self.limit());
         self.log.publish(put);

@@ -9,6 +9,8 @@
 //!   `handle_t` and XFS's `xfs_trans` reservations). Marking a buffer dirty
 //!   takes a `&Tx`, so the types prove the gate is held; each newly dirtied
 //!   buffer is charged to the handle. [`credits`] gives the worst cases.
+//! * [`gate`] — the transaction gate: operations hold it shared, a push
+//!   closes it for its swap; both sides spin before they sleep.
 //! * [`ail`] — deferred home writes: committed images wait here (and serve
 //!   cache misses) until the log needs the room, then go home at once.
 //! * [`image`] — block images, shared copy-on-write between buffers,
@@ -46,6 +48,7 @@
 pub mod ail;
 pub mod cil;
 pub mod credits;
+pub mod gate;
 pub mod handle;
 pub mod image;
 pub mod latch;
