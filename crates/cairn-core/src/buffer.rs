@@ -37,7 +37,7 @@
 //!   when it is read from the device; a failed verification is not cached.
 //! * Dirty, committing and in-flight buffers stay in the map; a buffer is on
 //!   the committed-item list of the checkpoint that dirtied it until that
-//!   checkpoint's push takes the list (under the exclusive gate, a swap).
+//!   checkpoint's push takes the list (under the closed gate, a swap).
 //! * Marking a buffer dirty takes a transaction handle ([`Tx`]): the type
 //!   proves that the gate is held and charges the handle's log credits.
 //! * A miss never installs a stale read: the device read happens without the
@@ -397,7 +397,7 @@ impl BufferCache {
     ) -> R {
         let mut guard = buf.data.write();
         // Stable while `tx` holds the gate (a push changes it under the
-        // exclusive gate).
+        // closed gate).
         let running = self.cil.running();
         let mut st = buf.log.lock();
         if st.dirty_seq != 0 && st.dirty_seq < running {

@@ -21,8 +21,8 @@
 //! hot path: each operation holds the *transaction gate* shared (so a commit
 //! sees only whole operations), the inode locks it needs (in inode-number
 //! order when it needs several), and short buffer and group locks. A commit
-//! takes the gate exclusively only to snapshot dirty buffers (a memcpy),
-//! then writes the journal with the gate released. See each module's essay.
+//! closes the gate only to swap the committed-item lists (microseconds),
+//! then captures and writes them with the gate open. See each module's essay.
 
 pub mod crashdev;
 pub mod dev;

@@ -97,7 +97,7 @@ impl Fs {
     /// (for `fdatasync`).
     pub(crate) fn store(&self, tx: &Tx<'_>, st: &InodeState) -> Result<()> {
         // The running checkpoint's sequence is stable while a handle holds
-        // the gate (a snapshot moves it on under the exclusive gate).
+        // the gate (a push moves it on under the closed gate).
         st.stored_seq.fetch_max(self.meta.running_seq.load(Ordering::Acquire), Ordering::AcqRel);
         if st.lazy_time.lock().is_none() {
             return tx.store_inode(st.ino, &st.d);

@@ -22,7 +22,7 @@
 //! The engine changes bitmaps, descriptor counters and the in-memory totals
 //! in the same transaction, and every commit rewrites the superblock from the
 //! in-memory totals in the same checkpoint (`write_sb_buffer` under the
-//! exclusive gate). So every committed state — after a clean unmount or not,
+//! closed gate). So every committed state — after a clean unmount or not,
 //! after journal replay — has exact counters, and fsck checks them exactly.
 //!
 //! ## Speed

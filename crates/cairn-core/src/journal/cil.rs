@@ -27,7 +27,7 @@
 //!
 //! ## Counters (`cil.*` in `cairn stats`)
 //! items inserted and relogged, frozen copies, pushes, the bytes each push
-//! logged, how long the exclusive gate was held for a swap, and how long
+//! logged, how long the closed gate was held for a swap, and how long
 //! operations waited to enter a checkpoint (a histogram, shown as
 //! percentiles).
 //!
@@ -168,7 +168,7 @@ impl Cil {
     }
 
     /// Takes the running checkpoint's buffers and starts the next one.
-    /// Caller holds the transaction gate exclusively; costs one lock per list.
+    /// Caller has closed the transaction gate; costs one lock per list.
     pub fn swap(&self) -> Batch {
         let seq = self.running();
         let lists = self.lists.iter().map(|l| std::mem::take(&mut *l.lock())).collect();

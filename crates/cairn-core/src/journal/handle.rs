@@ -1,8 +1,8 @@
 //! The transaction handle, [`Tx`].
 //!
 //! A handle is what an operation holds while it changes metadata: the
-//! transaction gate (shared; a commit takes it exclusively, so it snapshots
-//! only whole operations) and a reservation of log credits. It derefs to
+//! transaction gate (shared; a commit closes it, so it snapshots only whole
+//! operations; see `gate`) and a reservation of log credits. It derefs to
 //! [`Meta`], so reading code takes `&Meta` and changing code takes `&Tx`;
 //! the only ways to dirty a buffer, allocate or free go through a `Tx`.
 //!
@@ -29,7 +29,7 @@ pub struct Tx<'a> {
     mgr: &'a TxManager,
     /// The gate and when it was taken (a commit waits for the longest
     /// hold); `None` only for the commit's own handle, which runs under the
-    /// exclusive gate and holds no reservation.
+    /// closed gate and holds no reservation.
     gate: Option<(Held<'a>, Instant)>,
     credits: Cell<u64>,
     used: Cell<u64>,

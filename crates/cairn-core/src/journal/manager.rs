@@ -194,7 +194,7 @@ impl TxManager {
     }
 
     /// Makes everything changed before this call durable (see the module
-    /// essay). `prepare` runs under the exclusive gate before the snapshot,
+    /// essay). `prepare` runs under the closed gate before the snapshot,
     /// when there is anything to commit (it rewrites the superblock buffer).
     pub fn commit(&self, meta: &Meta, prepare: &(dyn Fn(&Tx) -> Result<()> + Sync)) -> Result<()> {
         let arrived = self.snapshots.load(Ordering::Acquire);
