@@ -43,6 +43,7 @@ mod inode;
 pub(crate) mod journal;
 mod lru;
 mod stats;
+mod thread_index;
 mod xattr;
 
 pub use buffer::{BufState, BUF_OVERHEAD};

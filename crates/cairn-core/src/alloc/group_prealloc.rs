@@ -52,9 +52,8 @@ use super::Allocator;
 use crate::buffer::BufferCache;
 use crate::error::Result;
 use crate::journal::Tx;
+use crate::thread_index::thread_index;
 use parking_lot::Mutex;
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// Runs a locality group keeps at most (ext4 trims its lists beyond 8).
 const MAX_RUNS: usize = 8;
@@ -85,11 +84,7 @@ impl LocalityGroups {
 
     /// The calling thread's locality group.
     fn mine(&self) -> &Mutex<Vec<Run>> {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        thread_local! {
-            static INDEX: usize = NEXT.fetch_add(1, Relaxed);
-        }
-        &self.groups[INDEX.with(|i| *i) % self.groups.len()]
+        &self.groups[thread_index() % self.groups.len()]
     }
 
     /// Runs in blocks `[start, end)`: (offset from `start`, len).

@@ -37,10 +37,10 @@
 
 use crate::buffer::{Buf, LogState};
 use crate::stats::{Histogram, Publish};
+use crate::thread_index::thread_index;
 use parking_lot::Mutex;
-use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Insertion lists (more than the threads that serve requests, so threads
@@ -113,12 +113,6 @@ pub struct Cil {
     pub stats: CilStats,
 }
 
-static NEXT_LIST: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static MY_LIST: Cell<usize> = Cell::new(NEXT_LIST.fetch_add(1, Relaxed) % LISTS);
-}
-
 impl Default for Cil {
     fn default() -> Self {
         Self::new()
@@ -150,7 +144,7 @@ impl Cil {
     pub(crate) fn insert(&self, buf: Arc<Buf>) {
         self.count.fetch_add(1, Relaxed);
         self.stats.inserted.fetch_add(1, Relaxed);
-        self.lists[MY_LIST.with(|l| l.get())].lock().push(buf);
+        self.lists[thread_index() % LISTS].lock().push(buf);
     }
 
     pub(crate) fn note_relog(&self) {

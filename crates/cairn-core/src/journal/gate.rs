@@ -48,12 +48,13 @@
 //! lost. A panic in the swap (a failed debug check) is caught and rethrown
 //! in the push.
 
+use crate::thread_index::thread_index;
 use parking_lot::{Condvar, Mutex};
 use std::any::Any;
 use std::hint::spin_loop;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::{Duration, Instant};
 
 /// How long an operation spins on the closed gate before it parks.
@@ -69,12 +70,6 @@ const CLOSED: u64 = 1 << 63;
 
 /// Entry-time slots (threads share one only when there are more of them).
 const SLOTS: usize = 16;
-
-static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static MY_SLOT: usize = NEXT_SLOT.fetch_add(1, Relaxed) % SLOTS;
-}
 
 /// The push's swap, lent to whichever thread runs it.
 type Swap = dyn FnMut() + Send;
@@ -145,7 +140,7 @@ impl Gate {
     /// long it waited: `None` if the gate was open.
     pub fn enter(&self) -> (Held<'_>, Option<Duration>) {
         let waited = if self.try_enter() { None } else { Some(self.wait_to_enter()) };
-        let slot = MY_SLOT.with(|s| *s);
+        let slot = thread_index() % SLOTS;
         let stamped = self.entered[slot].compare_exchange(0, self.now_us(), Relaxed, Relaxed).is_ok();
         (Held { gate: self, slot: stamped.then_some(slot) }, waited)
     }
