@@ -124,6 +124,14 @@ pub struct Held<'a> {
     gate: &'a Gate,
     /// The entry-time slot this hold stamped, if it got one.
     slot: Option<usize>,
+    entered: Instant,
+}
+
+impl Held<'_> {
+    /// When the operation got in.
+    pub fn entered(&self) -> Instant {
+        self.entered
+    }
 }
 
 impl Gate {
@@ -132,17 +140,20 @@ impl Gate {
         s & CLOSED == 0 && self.state.compare_exchange_weak(s, s + 1, SeqCst, SeqCst).is_ok()
     }
 
-    fn now_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64 + 1
+    /// `at` as an entry-time stamp (never 0, which means "none").
+    fn stamp(&self, at: Instant) -> u64 {
+        (at - self.epoch).as_micros() as u64 + 1
     }
 
     /// Enters the gate, waiting while a push holds it closed. Returns how
     /// long it waited: `None` if the gate was open.
     pub fn enter(&self) -> (Held<'_>, Option<Duration>) {
         let waited = if self.try_enter() { None } else { Some(self.wait_to_enter()) };
+        // One clock read stamps the slot and starts the hold.
+        let entered = Instant::now();
         let slot = thread_index() % SLOTS;
-        let stamped = self.entered[slot].compare_exchange(0, self.now_us(), Relaxed, Relaxed).is_ok();
-        (Held { gate: self, slot: stamped.then_some(slot) }, waited)
+        let stamped = self.entered[slot].compare_exchange(0, self.stamp(entered), Relaxed, Relaxed).is_ok();
+        (Held { gate: self, slot: stamped.then_some(slot), entered }, waited)
     }
 
     /// Spins, then parks until the gate lets this thread in.
@@ -237,7 +248,7 @@ impl Gate {
         let young = YOUNG.as_micros() as u64;
         let mut deferred = false;
         loop {
-            let now = self.now_us();
+            let now = self.stamp(Instant::now());
             let old = self.entered.iter().any(|e| {
                 let t = e.load(Relaxed);
                 t != 0 && now.saturating_sub(t) > young

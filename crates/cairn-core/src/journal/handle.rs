@@ -21,23 +21,22 @@ use crate::meta::Meta;
 use std::cell::Cell;
 use std::ops::Deref;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 /// A transaction handle (see the module essay).
 pub struct Tx<'a> {
     meta: &'a Meta,
     mgr: &'a TxManager,
-    /// The gate and when it was taken (a commit waits for the longest
-    /// hold); `None` only for the commit's own handle, which runs under the
-    /// closed gate and holds no reservation.
-    gate: Option<(Held<'a>, Instant)>,
+    /// The hold on the gate, which knows when it began (a commit waits for
+    /// the longest hold); `None` only for the commit's own handle, which runs
+    /// under the closed gate and holds no reservation.
+    gate: Option<Held<'a>>,
     credits: Cell<u64>,
     used: Cell<u64>,
     touched: Cell<bool>,
 }
 
 impl<'a> Tx<'a> {
-    pub(super) fn new(meta: &'a Meta, mgr: &'a TxManager, gate: Option<(Held<'a>, Instant)>, credits: u64) -> Tx<'a> {
+    pub(super) fn new(meta: &'a Meta, mgr: &'a TxManager, gate: Option<Held<'a>>, credits: u64) -> Tx<'a> {
         Tx { meta, mgr, gate, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false) }
     }
 
@@ -109,9 +108,9 @@ impl Deref for Tx<'_> {
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
-        if let Some((_, entered)) = &self.gate {
+        if let Some(held) = &self.gate {
             self.mgr.release(self.credits.get());
-            let us = entered.elapsed().as_micros() as u64;
+            let us = held.entered().elapsed().as_micros() as u64;
             self.mgr.stats.gate_hold_us_max.fetch_max(us, Ordering::Relaxed);
         }
     }

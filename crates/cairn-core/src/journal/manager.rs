@@ -183,14 +183,13 @@ impl TxManager {
         self.stats.handles.fetch_add(1, Ordering::Relaxed);
         self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
         let (gate, waited) = self.gate.enter();
-        let entered = Instant::now();
         if let Some(w) = waited {
             let us = w.as_micros() as u64;
             let cil = &meta.bufs.cil.stats;
             cil.writer_wait.add(us);
             cil.writer_wait_us_max.fetch_max(us, Relaxed);
         }
-        Ok(Tx::new(meta, self, Some((gate, entered)), credits))
+        Ok(Tx::new(meta, self, Some(gate), credits))
     }
 
     /// Makes everything changed before this call durable (see the module
