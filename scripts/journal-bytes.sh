@@ -17,6 +17,8 @@
 # cairn is mounted with -o nofuseblk so the kernel does not claim the loop device that
 # cairn writes to. `cairn-nodelaylog` is cairn mounted with -o delaylog=0 (whole blocks
 # logged, home writes at every commit): the mechanism turned off, for comparison.
+# `cairn-nocompress` is cairn with -o journal_compress=0 (the changed chunks logged as
+# they are, not as one zstd frame per descriptor).
 set -euo pipefail
 # shellcheck source=tests/external/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../tests/external/lib.sh"
@@ -31,7 +33,7 @@ while [[ $# -gt 0 ]]; do
     --reps) REPS=$2; shift ;;
     --fs) FSLIST=$2; shift ;;
     --out) OUT=$2; shift ;;
-    -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
     esac
     shift
@@ -55,13 +57,14 @@ run_one() {
     dev=$(losetup -f --show "$img")
     mkdir -p "$mp"
     case $fs in
-    cairn | cairn-nodelaylog) "$CAIRN" mkfs "$dev" --force --quiet ;;
+    cairn | cairn-nodelaylog | cairn-nocompress) "$CAIRN" mkfs "$dev" --force --quiet ;;
     ext4) mkfs.ext4 -q -F "$dev" ;;
     xfs) mkfs.xfs -q -f "$dev" ;;
     esac
     case $fs in
     cairn) "$CAIRN" mount "$dev" "$mp" -o nofuseblk ;;
     cairn-nodelaylog) "$CAIRN" mount "$dev" "$mp" -o nofuseblk,delaylog=0 ;;
+    cairn-nocompress) "$CAIRN" mount "$dev" "$mp" -o nofuseblk,journal_compress=0 ;;
     *) mount "$dev" "$mp" ;;
     esac
     sync

@@ -81,6 +81,10 @@ pub struct MountOptions {
     /// home writes until the log needs the room (`-o delaylog=0`: whole
     /// blocks, home at every commit; see `journal::cil` and `journal::ail`).
     pub delaylog: bool,
+    /// Compress each checkpoint's logged chunks (zstd) on images with
+    /// `INCOMPAT_JOURNAL_ZSTD` (`-o journal_compress=0` logs them as they
+    /// are; see `journal::log`).
+    pub journal_compress: bool,
 }
 
 impl Default for MountOptions {
@@ -99,6 +103,7 @@ impl Default for MountOptions {
             mbcache: true,
             sync_delete: false,
             delaylog: true,
+            journal_compress: true,
         }
     }
 }
@@ -213,6 +218,9 @@ impl Fs {
         let cache_bytes = (cache_blocks * geo.block_size as usize) as u64;
         journal.ail.set_budget(cache_bytes / 4, cache_bytes);
         journal.ail.defer.store(opts.delaylog, Ordering::Relaxed);
+        if opts.journal_compress && sb.feature_incompat & cairn_format::superblock::INCOMPAT_JOURNAL_ZSTD != 0 {
+            journal.compress_records();
+        }
         let home_lock = journal.ail.home_lock.clone();
         let bufs =
             BufferCache::new(dev.clone(), geo.block_size as usize, cache_blocks, journal.ail.clone(), opts.delaylog);

@@ -165,6 +165,7 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
         block_size_log2: bs.trailing_zeros(),
         state: STATE_CLEAN,
         feature_incompat: cairn_format::superblock::INCOMPAT_XATTR_EXTERNAL
+            | cairn_format::superblock::INCOMPAT_JOURNAL_ZSTD
             | if journal_groups > 0 { cairn_format::superblock::INCOMPAT_JOURNAL_GROUPS } else { 0 },
         uuid: rand::random(),
         total_blocks: total,

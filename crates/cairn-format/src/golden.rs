@@ -428,6 +428,25 @@ fn journal_region_descriptor() {
 }
 
 #[test]
+fn journal_compressed_region_descriptor() {
+    // The descriptor only: the zstd frame that follows is zstd's format.
+    let entries = [(0, WHOLE), (0x0102_0304_0506, 0b101 | 1 << 63)];
+    let mut b = vec![0u8; 1024];
+    encode_compressed_region_descriptor(SEED, 0x0123_4567_89ab, &entries, 0x0304, &mut b);
+    assert_bytes(
+        &b,
+        &[(
+            0,
+            concat!(
+                "434a445a02000000 ab89674523010000 0403000000000000 00000000396e59c7",
+                "0000000000000000 ffffffffffffffff 0605040302010000 0500000000000080"
+            ),
+        )],
+    );
+    assert_eq!(decode_descriptor(SEED, 0x0123_4567_89ab, &b).unwrap(), entries);
+}
+
+#[test]
 fn journal_commit() {
     let mut b = vec![0u8; 1024];
     encode_commit(SEED, 0x0123_4567_89ab, 7, 0xfeed_face, &mut b);

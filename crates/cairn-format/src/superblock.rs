@@ -66,8 +66,13 @@ pub const COMPAT_ITABLES_ZEROED: u32 = 1;
 /// table (see `journal::JournalRegion`). Those groups hold no data blocks.
 /// A build without it would take their blocks for data.
 pub const INCOMPAT_JOURNAL_GROUPS: u32 = 2;
+/// Incompatible feature: journal records may carry compressed region
+/// descriptors (`journal`: `"CJDZ"`, the logged chunks as one zstd frame).
+/// mkfs sets it; on an image without it the engine logs the chunks as they
+/// are, so that builds before it can replay the log.
+pub const INCOMPAT_JOURNAL_ZSTD: u32 = 4;
 /// Incompatible features this build understands.
-pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_XATTR_EXTERNAL | INCOMPAT_JOURNAL_GROUPS;
+pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_XATTR_EXTERNAL | INCOMPAT_JOURNAL_GROUPS | INCOMPAT_JOURNAL_ZSTD;
 
 /// The decoded superblock.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -171,6 +171,7 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "mb_group_prealloc" => s.engine.mb_group_prealloc = number(key, need()?, 0, 8192)? as u32,
                 "overwrite_fastpath" => s.engine.overwrite_fastpath = switch(key, need()?)?,
                 "delaylog" => s.engine.delaylog = switch(key, need()?)?,
+                "journal_compress" => s.engine.journal_compress = switch(key, need()?)?,
                 "nombcache" | "no_mbcache" => s.engine.mbcache = false,
                 "acl" => s.adapter.acl = true,
                 "sync_delete" => s.engine.sync_delete = true,

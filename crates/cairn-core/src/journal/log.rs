@@ -48,8 +48,8 @@ use crate::error::{FsError, Result};
 use crate::stats::percentile;
 use crate::stats::Publish;
 use cairn_format::journal::{
-    body_crc_append, body_seed, encode_commit, encode_region_descriptor, gather_chunks, logged_bytes,
-    region_desc_capacity, JournalRegion, JournalSuper, LogPos,
+    body_crc_append, body_seed, encode_commit, encode_compressed_region_descriptor, encode_region_descriptor,
+    gather_chunks, logged_bytes, region_desc_capacity, BodyCompressor, JournalRegion, JournalSuper, LogPos,
 };
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering::Relaxed;
@@ -83,6 +83,10 @@ pub struct JournalStats {
     pub replayed_blocks: AtomicU64,
     pub commit_us_total: AtomicU64,
     pub commit_us_max: AtomicU64,
+    /// Chunk bytes the records logged, before compression, and the body
+    /// bytes they took (compressed frames, or the chunks as they are).
+    pub chunk_bytes: AtomicU64,
+    pub body_bytes: AtomicU64,
     /// Latencies of recent commits (µs), for percentiles.
     pub recent_us: Mutex<Vec<u64>>,
 }
@@ -99,6 +103,9 @@ pub struct Journal {
     /// a caller then commits once more, or releases frees one commit later.
     committed: AtomicU64,
     tail_seq: AtomicU64,
+    /// Compresses each descriptor's chunks (`compress_records`); none
+    /// logs them as they are. Locked only by the commit, which holds `state`.
+    compressor: Mutex<Option<BodyCompressor>>,
     /// Committed images whose home writes are deferred.
     pub ail: Arc<Ail>,
     pub stats: JournalStats,
@@ -122,6 +129,7 @@ impl Journal {
             state: Mutex::new(State::empty_at(tail)),
             committed: AtomicU64::new(tail.seq.saturating_sub(1)),
             tail_seq: AtomicU64::new(tail.seq),
+            compressor: Mutex::new(None),
             ail: Arc::new(Ail::new(u64::MAX, true)),
             stats: JournalStats::default(),
         }
@@ -295,24 +303,43 @@ impl Journal {
         Ok(seq)
     }
 
+    /// Compress the chunks of every record from now on (the image has
+    /// `INCOMPAT_JOURNAL_ZSTD`); zstd level 1, measured at about 700 MB/s
+    /// here, a fifth of the chunks' bytes for fs_mark's creates.
+    pub(crate) fn compress_records(&self) {
+        *self.compressor.lock() = BodyCompressor::new(1);
+    }
+
     /// The record's blocks before its commit block: region descriptors, each
-    /// followed by its entries' changed chunks (padded to a block), and the
-    /// body checksum over them.
+    /// followed by its entries' changed chunks (as one compressed frame when
+    /// that is smaller; padded to a block), and the body checksum over them.
     fn format_body(&self, seq: u64, items: &[Captured]) -> (Vec<u8>, u32) {
         let bs = self.bs;
         let mut body = Vec::new();
+        let mut chunks = Vec::new();
+        let mut compressor = self.compressor.lock();
         let mut crc = body_seed(self.seed, seq);
         for group in items.chunks(region_desc_capacity(bs)) {
             let entries: Vec<(u64, u64)> = group.iter().map(|(home, map, _)| (*home, *map)).collect();
+            chunks.clear();
+            chunks.reserve(group.iter().map(|(_, map, _)| logged_bytes(bs, *map)).sum::<usize>());
+            for (_, map, img) in group {
+                gather_chunks(img, *map, &mut chunks);
+            }
             let at = body.len();
             body.resize(at + bs, 0);
-            encode_region_descriptor(self.seed, seq, &entries, &mut body[at..]);
-            let chunks = at + bs;
-            body.reserve(group.iter().map(|(_, map, _)| logged_bytes(bs, *map)).sum::<usize>() + bs);
-            for (_, map, img) in group {
-                gather_chunks(img, *map, &mut body);
+            let stored = compressor.as_mut().and_then(|z| z.compress(&chunks, &mut body));
+            match stored {
+                Some(n) => encode_compressed_region_descriptor(self.seed, seq, &entries, n, &mut body[at..at + bs]),
+                None => {
+                    encode_region_descriptor(self.seed, seq, &entries, &mut body[at..at + bs]);
+                    body.extend_from_slice(&chunks);
+                }
             }
-            body.resize(chunks + (body.len() - chunks).div_ceil(bs) * bs, 0);
+            self.stats.chunk_bytes.fetch_add(chunks.len() as u64, Relaxed);
+            self.stats.body_bytes.fetch_add(stored.unwrap_or(chunks.len()) as u64, Relaxed);
+            let start = at + bs;
+            body.resize(start + (body.len() - start).div_ceil(bs) * bs, 0);
             for b in body[at..].chunks(bs) {
                 crc = body_crc_append(crc, b);
             }
@@ -354,6 +381,8 @@ impl Publish for Journal {
         put("journal.commits", j.commits.load(Relaxed));
         put("journal.blocks_logged", j.blocks_logged.load(Relaxed));
         put("journal.bytes_logged", j.bytes_logged.load(Relaxed));
+        put("journal.chunk_bytes", j.chunk_bytes.load(Relaxed));
+        put("journal.body_bytes", j.body_bytes.load(Relaxed));
         put("journal.home_bytes_written", self.ail.stats.blocks_written.load(Relaxed) * self.bs as u64);
         put("journal.flushes", j.flushes.load(Relaxed));
         put("journal.replayed_records_at_mount", j.replayed_records.load(Relaxed));

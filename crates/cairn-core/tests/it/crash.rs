@@ -383,6 +383,21 @@ fn journal_groups_written(cfg: &Config, r: &Recording) -> std::collections::BTre
     groups
 }
 
+/// The journal region of the unmounted image `mem` and its log's head (the
+/// tail, which a clean unmount leaves there).
+fn log_head(mem: &MemDevice) -> (JournalRegion, u64) {
+    let mut b = vec![0u8; SB_SIZE];
+    mem.read_at(&mut b, 0).unwrap();
+    let sb = Superblock::decode(&b, mem.size()).unwrap();
+    let region = JournalRegion::of(&sb);
+    let bs = sb.block_size() as usize;
+    let mut j = vec![0u8; bs];
+    mem.read_at(&mut j, region.start * bs as u64).unwrap();
+    let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
+    let jsb = cairn_format::journal::JournalSuper::decode(seed, region.start, &j, region.blocks).unwrap();
+    (region, jsb.tail_off)
+}
+
 /// Runs the workload in `cfg`, syncing after each step, snapshotting after
 /// each unit and checking the engine's invariants at each unit boundary.
 fn record(cfg: &Config, label: &str, steps: &[Step]) -> Recording {
@@ -391,13 +406,29 @@ fn record(cfg: &Config, label: &str, steps: &[Step]) -> Recording {
     let mem = Arc::new(mem);
     if cfg.preload > 0 {
         let d: Arc<dyn BlockDevice> = mem.clone();
-        let fs = Fs::mount(d, opts(&NORMAL)).unwrap();
+        // Uncompressed, the preload's records fill the log as far as the
+        // configurations above say.
+        let fs = Fs::mount(d, MountOptions { journal_compress: false, ..opts(&NORMAL) }).unwrap();
         let c = Ctx::root();
         let bulk = fs.mkdir(&c, 1, b"bulk", 0o755).unwrap().ino;
         for i in 0..cfg.preload {
             fs.mknod(&c, bulk, format!("b{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
         }
         fs.unmount().unwrap();
+        if cfg.blocks_per_group.is_some() {
+            // On until the log's head is a few blocks before the end of group
+            // 0's part, so that even the workload's compressed records cross.
+            let (region, mut head) = log_head(&mem);
+            let mut i = cfg.preload;
+            while head + 8 < region.first {
+                let d: Arc<dyn BlockDevice> = mem.clone();
+                let fs = Fs::mount(d, MountOptions { journal_compress: false, ..opts(&NORMAL) }).unwrap();
+                fs.mknod(&c, bulk, format!("b{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+                fs.unmount().unwrap();
+                i += 1;
+                head = log_head(&mem).1;
+            }
+        }
     }
     let rec = Arc::new(RecordingDevice::new(mem.snapshot()));
     let d: Arc<dyn BlockDevice> = if cfg.slow_flush_us > 0 {
