@@ -2,6 +2,18 @@
 //! `commit_interval`, and sooner when kicked (dirty metadata passed half of
 //! what one record may hold). A commit that fails latches the error (see
 //! `journal::latch`) and ends the thread.
+//!
+//! ## Priority
+//! The thread runs at nice `backend_nice` (default 10, `-o backend_nice=0`
+//! keeps the caller's). Its commits capture, compress and write checkpoints
+//! while the request threads go on; on a machine with as many busy threads
+//! as CPUs, an operation woken at a push's reopened gate otherwise sat
+//! runnable behind the capture until the scheduler's next tick (4 ms here).
+//! At a lower priority the woken operation takes the backend's CPU at once.
+//! Engine, 1M creates and unlinks (`cairn debug fsmark`), 6 runs each,
+//! alternating: the longest wait at a push was under 1 ms in 10 of 12
+//! phases at nice 10 against 7 of 12 at nice 0; at 2M, 3 runs each, 3 of 6
+//! against 1 of 6. Commits a `fsync` makes run on the caller's thread.
 
 use crate::fs::Fs;
 use parking_lot::{Condvar, Mutex};
@@ -21,15 +33,19 @@ pub struct Backend {
 
 impl Backend {
     /// Starts the thread for `fs`.
-    pub fn start(fs: &Arc<Fs>, interval: Duration) -> std::io::Result<()> {
+    pub fn start(fs: &Arc<Fs>, interval: Duration, nice: i32) -> std::io::Result<()> {
         let f2 = fs.clone();
-        let h =
-            std::thread::Builder::new().name("cairn-backend".into()).spawn(move || f2.backend().run(&f2, interval))?;
+        let h = std::thread::Builder::new()
+            .name("cairn-backend".into())
+            .spawn(move || f2.backend().run(&f2, interval, nice))?;
         *fs.backend().thread.lock() = Some(h);
         Ok(())
     }
 
-    fn run(&self, fs: &Fs, interval: Duration) {
+    fn run(&self, fs: &Fs, interval: Duration, nice: i32) {
+        if nice > 0 {
+            lower_own_priority(nice);
+        }
         loop {
             {
                 let mut k = self.kick.lock();
@@ -61,5 +77,21 @@ impl Backend {
         if let Some(h) = self.thread.lock().take() {
             let _ = h.join();
         }
+    }
+}
+
+/// Lowers the calling thread's priority to nice `nice` (only this thread's:
+/// Linux keeps a nice value per thread). Raising nice needs no privilege; a
+/// refusal is logged and ignored.
+fn lower_own_priority(nice: i32) {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    #[allow(unsafe_code)]
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority reads only its integer arguments; PRIO_PROCESS with
+    // a thread id changes that thread's nice value alone.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+    if rc != 0 {
+        tracing::warn!(nice, error = %std::io::Error::last_os_error(), "could not lower the backend's priority");
     }
 }

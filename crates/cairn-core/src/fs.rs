@@ -85,6 +85,9 @@ pub struct MountOptions {
     /// `INCOMPAT_JOURNAL_ZSTD` (`-o journal_compress=0` logs them as they
     /// are; see `journal::log`).
     pub journal_compress: bool,
+    /// Nice value of the backend thread (`-o backend_nice=N`, 0–19; 0 keeps
+    /// the mounting thread's; see `backend`).
+    pub backend_nice: i32,
 }
 
 impl Default for MountOptions {
@@ -104,6 +107,7 @@ impl Default for MountOptions {
             sync_delete: false,
             delaylog: true,
             journal_compress: true,
+            backend_nice: 10,
         }
     }
 }
@@ -292,7 +296,7 @@ impl Fs {
             fs.change(credits::DEFAULT, |tx| fs.write_sb_buffer(tx))?;
             fs.process_orphans(false)?;
             fs.commit()?;
-            Backend::start(&fs, fs.opts.commit_interval)?;
+            Backend::start(&fs, fs.opts.commit_interval, fs.opts.backend_nice)?;
             fs.meta.xattrs.cache.start()?;
             if fs.reaper.deferred {
                 Reaper::start(&fs)?;

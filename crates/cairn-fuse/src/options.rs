@@ -25,6 +25,8 @@
 //! | `acl` / `noacl` | POSIX ACLs (`setfacl`/`getfacl`, enforced by the kernel, inherited from default ACLs) | on |
 //! | `sync_delete` | free deleted files on the calling thread instead of the reaper thread | off |
 //! | `delaylog=0\|1` | delayed logging: log only the changed chunks of each metadata block and defer home writes until the log needs the room (1), or log whole blocks and write them home at every commit (0) | 1 |
+//! | `journal_compress=0\|1` | log each checkpoint's changed chunks as one zstd frame per descriptor (1, on images with `INCOMPAT_JOURNAL_ZSTD`, which mkfs sets) or as they are (0) | 1 |
+//! | `backend_nice=N` | nice value (0–19) of the thread that commits in the background; 0 keeps the daemon's | 10 |
 //! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
 //!
 //! `cache_mb` bounds the daemon's memory: the caches, the committed images
@@ -172,6 +174,7 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "overwrite_fastpath" => s.engine.overwrite_fastpath = switch(key, need()?)?,
                 "delaylog" => s.engine.delaylog = switch(key, need()?)?,
                 "journal_compress" => s.engine.journal_compress = switch(key, need()?)?,
+                "backend_nice" => s.engine.backend_nice = number(key, need()?, 0, 19)? as i32,
                 "nombcache" | "no_mbcache" => s.engine.mbcache = false,
                 "acl" => s.adapter.acl = true,
                 "sync_delete" => s.engine.sync_delete = true,
@@ -311,6 +314,20 @@ mod tests {
         let s = parse(&["rw", "ro"]).unwrap();
         assert!(s.engine.read_only);
         assert!(s.fuse.contains(&MountOption::RO));
+    }
+
+    #[test]
+    fn journal_options() {
+        let s = parse::<&str>(&[]).unwrap();
+        assert!(s.engine.journal_compress && s.engine.delaylog);
+        assert_eq!(s.engine.backend_nice, 10);
+        let s = parse(&["journal_compress=0,backend_nice=0"]).unwrap();
+        assert!(!s.engine.journal_compress);
+        assert_eq!(s.engine.backend_nice, 0);
+        assert_eq!(parse(&["backend_nice=19"]).unwrap().engine.backend_nice, 19);
+        assert!(parse(&["backend_nice=20"]).unwrap_err().contains("between 0 and 19"));
+        assert!(parse(&["backend_nice=-5"]).is_err());
+        assert!(parse(&["journal_compress=yes"]).is_err());
     }
 
     #[test]

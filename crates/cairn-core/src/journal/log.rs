@@ -10,7 +10,12 @@
 //! logged once (the dirty list holds each buffer once). A commit then:
 //! 1. writes the record — region descriptors listing home block numbers and
 //!    their changed-chunk maps, then only those chunks (XFS's dirty-region
-//!    logging) — into the ring at `head` (one or two `pwrite`s);
+//!    logging), each descriptor's chunks as one zstd frame when the image has
+//!    `INCOMPAT_JOURNAL_ZSTD` and the frame is smaller (`-o
+//!    journal_compress=0`: never) — into the ring at `head` (one or two
+//!    `pwrite`s). The compression runs here, on the committing thread, under
+//!    `state` (counters `journal.chunk_bytes` before, `journal.body_bytes`
+//!    after);
 //! 2. **fdatasync**: the record body, every file data block written by the
 //!    operations of this checkpoint (data ordering: data is durable before the
 //!    metadata that points at it), the previous checkpoint's home writes and

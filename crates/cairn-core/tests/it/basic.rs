@@ -158,3 +158,29 @@ fn big_directory_and_many_extents() {
     fs.rmdir(ROOT, b"big").unwrap();
     fs.unmount().unwrap();
 }
+
+/// The nice values of this process's threads named `cairn-backend`.
+fn backend_nice_values() -> Vec<i64> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else { continue };
+        // "tid (comm) state ppid ...": nice is the 19th field, the 17th after the comm.
+        let Some((head, rest)) = stat.rsplit_once(") ") else { continue };
+        if head.ends_with("(cairn-backend") {
+            out.push(rest.split_whitespace().nth(16).unwrap().parse().unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_backend_thread_runs_at_its_nice_value() {
+    let dev = new_image(16);
+    let fs = mount(&dev);
+    let nice = backend_nice_values();
+    assert!(!nice.is_empty(), "no cairn-backend thread");
+    // Every backend of this test process runs at the default (no test mounts
+    // with another value).
+    assert!(nice.iter().all(|n| *n == 10), "backend nice values {nice:?}");
+    fs.unmount().unwrap();
+}
