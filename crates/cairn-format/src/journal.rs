@@ -271,13 +271,20 @@ fn encode_desc(seed: u32, magic: u32, seq: u64, n: usize, out: &mut [u8], fill: 
 /// If `entries` is empty, holds more than [`region_desc_capacity`] entries or
 /// an empty map (a descriptor like that would not decode).
 pub fn encode_region_descriptor(seed: u32, seq: u64, entries: &[(u64, u64)], out: &mut [u8]) {
+    encode_region(seed, REGION_DESC_MAGIC, seq, entries, 0, out);
+}
+
+/// A region descriptor block of either kind: `stored` is the compressed
+/// descriptor's frame length (0, the reserved field, for a plain one).
+fn encode_region(seed: u32, magic: u32, seq: u64, entries: &[(u64, u64)], stored: u32, out: &mut [u8]) {
     assert!(
         !entries.is_empty() && entries.len() <= region_desc_capacity(out.len()) && entries.iter().all(|e| e.1 != 0),
         "encoder bug: region descriptor of {} entries in a {}-byte block",
         entries.len(),
         out.len()
     );
-    encode_desc(seed, REGION_DESC_MAGIC, seq, entries.len(), out, |out| {
+    encode_desc(seed, magic, seq, entries.len(), out, |out| {
+        put_u32(out, STORED_OFF, stored);
         for (i, (home, map)) in entries.iter().enumerate() {
             put_u64(out, DESC_HEADER + i * 16, *home);
             put_u64(out, DESC_HEADER + i * 16 + 8, *map);
@@ -295,11 +302,7 @@ pub fn encode_region_descriptor(seed: u32, seq: u64, entries: &[(u64, u64)], out
 pub fn encode_compressed_region_descriptor(seed: u32, seq: u64, entries: &[(u64, u64)], stored: usize, out: &mut [u8]) {
     let raw: usize = entries.iter().map(|e| logged_bytes(out.len(), e.1)).sum();
     assert!(stored > 0 && stored < raw, "encoder bug: compressed body of {stored} bytes for {raw} bytes of chunks");
-    encode_region_descriptor(seed, seq, entries, out);
-    put_u32(out, 0, ZREGION_DESC_MAGIC);
-    put_u32(out, STORED_OFF, stored as u32);
-    let c = crc_skipping(seed, out, CSUM_OFF);
-    put_u32(out, CSUM_OFF, c);
+    encode_region(seed, ZREGION_DESC_MAGIC, seq, entries, stored as u32, out);
 }
 
 /// Compresses the logged chunks of one region descriptor for a compressed
@@ -319,12 +322,13 @@ impl BodyCompressor {
     /// returns `None` (and leaves `out` as it was) when the frame would not
     /// be smaller than `raw`: the chunks are then logged as they are.
     pub fn compress(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Option<usize> {
-        let mut frame = Vec::with_capacity(raw.len().checked_sub(1)?);
-        let n = self.ctx.compress_to_buffer(raw, &mut frame).ok()?;
-        (n > 0 && n < raw.len()).then(|| {
-            out.extend_from_slice(&frame);
-            n
-        })
+        // The frame goes straight into `out`, into room one byte short of
+        // `raw`: zstd fails when it does not fit.
+        let at = out.len();
+        out.resize(at + raw.len().checked_sub(1)?, 0);
+        let n = self.ctx.compress_to_buffer(raw, &mut out[at..]).ok().filter(|n| *n > 0);
+        out.truncate(at + n.unwrap_or(0));
+        n
     }
 }
 

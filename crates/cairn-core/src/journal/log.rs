@@ -326,24 +326,30 @@ impl Journal {
         let mut crc = body_seed(self.seed, seq);
         for group in items.chunks(region_desc_capacity(bs)) {
             let entries: Vec<(u64, u64)> = group.iter().map(|(home, map, _)| (*home, *map)).collect();
-            chunks.clear();
-            chunks.reserve(group.iter().map(|(_, map, _)| logged_bytes(bs, *map)).sum::<usize>());
-            for (_, map, img) in group {
-                gather_chunks(img, *map, &mut chunks);
-            }
+            let raw = group.iter().map(|(_, map, _)| logged_bytes(bs, *map)).sum::<usize>();
+            let gather = |out: &mut Vec<u8>| group.iter().for_each(|(_, map, img)| gather_chunks(img, *map, out));
             let at = body.len();
-            body.resize(at + bs, 0);
-            let stored = compressor.as_mut().and_then(|z| z.compress(&chunks, &mut body));
+            let start = at + bs;
+            body.resize(start, 0);
+            // Compressing, the chunks are gathered apart and the frame goes
+            // into the body; otherwise (or if it would not be smaller) they
+            // are gathered into the body itself.
+            let stored = compressor.as_mut().and_then(|z| {
+                chunks.clear();
+                chunks.reserve(raw);
+                gather(&mut chunks);
+                z.compress(&chunks, &mut body)
+            });
             match stored {
-                Some(n) => encode_compressed_region_descriptor(self.seed, seq, &entries, n, &mut body[at..at + bs]),
+                Some(n) => encode_compressed_region_descriptor(self.seed, seq, &entries, n, &mut body[at..start]),
                 None => {
-                    encode_region_descriptor(self.seed, seq, &entries, &mut body[at..at + bs]);
-                    body.extend_from_slice(&chunks);
+                    encode_region_descriptor(self.seed, seq, &entries, &mut body[at..start]);
+                    body.reserve(raw + bs);
+                    gather(&mut body);
                 }
             }
-            self.stats.chunk_bytes.fetch_add(chunks.len() as u64, Relaxed);
-            self.stats.body_bytes.fetch_add(stored.unwrap_or(chunks.len()) as u64, Relaxed);
-            let start = at + bs;
+            self.stats.chunk_bytes.fetch_add(raw as u64, Relaxed);
+            self.stats.body_bytes.fetch_add(stored.unwrap_or(raw) as u64, Relaxed);
             body.resize(start + (body.len() - start).div_ceil(bs) * bs, 0);
             for b in body[at..].chunks(bs) {
                 crc = body_crc_append(crc, b);

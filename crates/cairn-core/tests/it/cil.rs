@@ -152,12 +152,7 @@ fn records_are_logged_as_they_are_without_the_feature_or_with_compression_off() 
     replays_every_file(crashed, "journal_compress=0");
     // An image made before the feature: a build before it can replay its log.
     let old = new_image(32);
-    let mut b = vec![0u8; 4096];
-    old.read_at(&mut b, 0).unwrap();
-    let mut sb = cairn_format::superblock::Superblock::decode(&b, old.size()).unwrap();
-    sb.feature_incompat &= !cairn_format::superblock::INCOMPAT_JOURNAL_ZSTD;
-    sb.encode(&mut b);
-    old.write_at(&b, 0).unwrap();
+    edit_superblock(&old, |sb| sb.feature_incompat &= !cairn_format::superblock::INCOMPAT_JOURNAL_ZSTD);
     let (crashed, chunks, body) = crash_after_creates(&old, MountOptions::default());
     assert!(chunks > 200_000 && body == chunks, "no INCOMPAT_JOURNAL_ZSTD: {chunks} bytes of chunks, {body} logged");
     replays_every_file(crashed, "an image without the feature");

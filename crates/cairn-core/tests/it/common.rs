@@ -29,6 +29,17 @@ pub fn mount_with(dev: &Arc<MemDevice>, opts: MountOptions) -> Arc<Fs> {
     Fs::mount(d, opts).expect("mount")
 }
 
+/// Rewrites the superblock of the unmounted image `dev` after `edit` (as an
+/// image made by an older build, say).
+pub fn edit_superblock(dev: &MemDevice, edit: impl FnOnce(&mut cairn_format::superblock::Superblock)) {
+    let mut b = vec![0u8; 4096];
+    dev.read_at(&mut b, 0).unwrap();
+    let mut sb = cairn_format::superblock::Superblock::decode(&b, dev.size()).unwrap();
+    edit(&mut sb);
+    sb.encode(&mut b);
+    dev.write_at(&b, 0).unwrap();
+}
+
 /// A live counter of `fs` by name (panics if there is no such counter).
 pub fn stat(fs: &Fs, name: &str) -> u64 {
     fs.stats().into_iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no counter {name}")).1

@@ -287,12 +287,7 @@ fn damaged_value_blocks_are_euclean_and_fsck_finds_them() {
 fn images_without_the_feature_keep_values_inline() {
     let dev = new_image(16);
     // Clear INCOMPAT_XATTR_EXTERNAL, as an image made before it.
-    let mut b = vec![0u8; 4096];
-    dev.read_at(&mut b, 0).unwrap();
-    let mut sb = Superblock::decode(&b, dev.size()).unwrap();
-    sb.feature_incompat = 0;
-    sb.encode(&mut b);
-    dev.write_at(&b, 0).unwrap();
+    edit_superblock(&dev, |sb| sb.feature_incompat = 0);
     let fs = mount_with(&dev, opts());
     let f = file(&fs, 1, "f");
     fs.setxattr(f, b"user.a", &value(3000, 1), 0).unwrap();
