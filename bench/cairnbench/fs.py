@@ -44,6 +44,8 @@ CAIRN_VARIANTS = {
     "cairn-nowbcache": ["writeback_cache=0"],
     # FUSE over io_uring off: every request through /dev/fuse (issue #9).
     "cairn-devfuse": ["io_uring=0"],
+    # Journal records logged as they are, not compressed (issue #12).
+    "cairn-nocompress": ["journal_compress=0"],
     # Locality groups off: small files search near their inode (issue #10).
     "cairn-nolg": ["mb_group_prealloc=0"],
     # OPEN answered, O_DIRECT opens with FOPEN_PARALLEL_DIRECT_WRITES: O_DIRECT
