@@ -554,6 +554,19 @@ class Profile:
         os.unlink(self.data)
 
 
+def writer_waits(phase, c):
+    """The writer-wait counters of a cairn phase (`cairn stats` names), keyed
+    `PHASE_...`; those a build does not have are left out."""
+    keys = {
+        "waits": "cil.writer_waits",
+        "wait_p99_us": "cil.writer_wait_us_p99",
+        "wait_max_us": "cil.writer_wait_us_max",
+        "wait_wall_max_us": "cil.writer_wait_wall_us_max",
+        "wait_preempted": "cil.writer_waits_preempted",
+    }
+    return {f"{phase}_{k}": c[name] for k, name in keys.items() if name in c}
+
+
 class FsMarkScale(FsMark):
     """Seed 001 at the seed's scale, as far as 2 cores and 24 GiB allow."""
 
@@ -588,6 +601,17 @@ class FsMarkScale(FsMark):
         Metric("walk_s", "s", False, "walk time", table=False),
         Metric("unlink_s", "s", False, "unlink time", table=False),
         Metric("unlink_journal_bytes_per_file", "B", False, "journal bytes per file removed", table=False),
+        *[
+            Metric(f"{ph}_{key}", unit, False, f"{ph}: {label}", table=False)
+            for ph in ("create", "unlink")
+            for key, unit, label in (
+                ("waits", "waits", "operations that found the gate closed by a push"),
+                ("wait_p99_us", "µs", "p99 of their waits"),
+                ("wait_max_us", "µs", "longest wait kept out by a push"),
+                ("wait_wall_max_us", "µs", "longest wait by the clock"),
+                ("wait_preempted", "waits", "waits whose spinning thread was preempted"),
+            )
+        ],
         *[
             Metric(f"{ph}_{d}_{u}", unit, True, f"{ph} {d} {unit}", table=False)
             for ph in ("create", "walk", "unlink")
@@ -700,6 +724,7 @@ class FsMarkScale(FsMark):
         c = fs.cairn_counters()
         if c:
             res["journal_bytes_per_file"] = c["journal.bytes_logged"] / n
+            res.update(writer_waits("create", c))
         if fs.name != "tmpfs":
             fs.unmount()  # everything on the device (the daemons have exited)
             res["bytes_per_file"] = bytes_per(fs, s0, n)
@@ -722,8 +747,10 @@ class FsMarkScale(FsMark):
         res["unlink"] = n / res["unlink_s"]
         if c0:
             run(["sync"])
-            res["unlink_journal_bytes_per_file"] = (fs.cairn_counters()["journal.bytes_logged"]
-                                                    - c0["journal.bytes_logged"]) / n
+            c1 = fs.cairn_counters()
+            res["unlink_journal_bytes_per_file"] = (c1["journal.bytes_logged"] - c0["journal.bytes_logged"]) / n
+            # This mount's counters: the walk (no pushes to speak of) and the unlink.
+            res.update(writer_waits("unlink", c1))
         left = os.listdir(fs.mp)
         if any(x in left for x in map(str, range(self.THREADS))):
             raise RuntimeError(f"rm -rf left {left}")
@@ -771,6 +798,8 @@ class FsMarkScale(FsMark):
             u = j["unlink"]
             res.update(unlink=u["files_per_s"], unlink_s=u["seconds"], rss_unlink=u["peak_rss_kib"] / 1024,
                        unlink_journal_bytes_per_file=u["journal_bytes"] / n)
+            res.update(writer_waits("unlink", u.get("stats", {})))
+        res.update(writer_waits("create", j["create"].get("stats", {})))
         return res
 
     def summary(self, cells, fs_order, quick):
@@ -782,6 +811,11 @@ class FsMarkScale(FsMark):
             vals = [r.get(key) for r in cells.get((self.name, label, fs), []) if "error" not in r]
             vals = [x for x in vals if x is not None]
             return statistics.median(vals) if vals else None
+
+        def worst(label, fs, key):
+            vals = [r.get(key) for r in cells.get((self.name, label, fs), []) if "error" not in r]
+            vals = [x for x in vals if x is not None]
+            return max(vals) if vals else None
 
         def f(x, nd=0):
             return "—" if x is None else f"{x:,.{nd}f}"
@@ -819,6 +853,28 @@ class FsMarkScale(FsMark):
                         clean = sum(r["fsck_clean"] for r in runs)
                         md.append(f"\n`cairn fsck` of {fs}'s image after create: clean in {clean} of {len(runs)} "
                                   f"runs, {f(med(lab, fs, 'fsck_s'), 1)} s.")
+            cairns = [fs for fs in shown if fs.startswith("cairn")
+                      and any(r.get("create_waits") is not None for r in cells.get((self.name, lab, fs), []))]
+            if cairns:
+                md += [
+                    "",
+                    f"Writers at a push, {lab} (cairn's `cil.writer_wait_*` counters at the end of the phase; "
+                    "an operation that finds the transaction gate closed by a push waits: kept out = until the "
+                    "gate next opened, by the clock = until it got in, which also counts time its spinning thread "
+                    "was preempted; the longest over all runs, the others the median of runs):",
+                    "",
+                    "| file system | phase | waits | p99 (µs) | longest kept out (µs) | longest by the clock (µs) "
+                    "| preempted waits |",
+                    "|---|---|---|---|---|---|---|",
+                ]
+                for fs in cairns:
+                    for ph in ("create", "unlink"):
+                        g = lambda k: med(lab, fs, f"{ph}_{k}")  # noqa: E731
+                        md.append(
+                            f"| {fs} | {ph} | {f(g('waits'))} | {f(g('wait_p99_us'))} | "
+                            f"{f(worst(lab, fs, f'{ph}_wait_max_us'))} | "
+                            f"{f(worst(lab, fs, f'{ph}_wait_wall_max_us'))} | {f(g('wait_preempted'))} |"
+                        )
             md += [
                 "",
                 f"Device I/O per phase, {lab} (loop device; IOPS and MB/s averaged over the phase):",

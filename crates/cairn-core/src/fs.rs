@@ -88,6 +88,11 @@ pub struct MountOptions {
     /// Nice value of the backend thread (`-o backend_nice=N`, 0–19; 0 keeps
     /// the mounting thread's; see `backend`).
     pub backend_nice: i32,
+    /// How long a push's close of the transaction gate waits for the
+    /// operations inside before it reopens and tries again
+    /// (`-o push_drain_us=N`; 0: never, the close waits however long; see
+    /// `journal::gate`).
+    pub push_drain: Option<Duration>,
 }
 
 impl Default for MountOptions {
@@ -108,6 +113,7 @@ impl Default for MountOptions {
             delaylog: true,
             journal_compress: true,
             backend_nice: 10,
+            push_drain: Some(crate::journal::gate::DRAIN),
         }
     }
 }
@@ -277,6 +283,7 @@ impl Fs {
                 journal,
                 Latch::new(opts.errors, had_errors, home_lock),
                 (cache_blocks / 8).max(256) as u64,
+                opts.push_drain,
             ),
             icache: InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes)),
             dcache: DentryCache::new(opts.lru_caches.then_some(opts.dentry_cache_bytes)),

@@ -27,6 +27,7 @@
 //! | `delaylog=0\|1` | delayed logging: log only the changed chunks of each metadata block and defer home writes until the log needs the room (1), or log whole blocks and write them home at every commit (0) | 1 |
 //! | `journal_compress=0\|1` | log each checkpoint's changed chunks as one zstd frame per descriptor (1, on images with `INCOMPAT_JOURNAL_ZSTD`, which mkfs sets) or as they are (0) | 1 |
 //! | `backend_nice=N` | nice value (0–19) of the thread that commits in the background; 0 keeps the daemon's | 10 |
+//! | `push_drain_us=N` | how long (µs, up to 100000) a commit's close of the transaction gate waits for the operations inside before it reopens the gate and tries again; 0: it waits however long | 200 |
 //! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
 //!
 //! `cache_mb` bounds the daemon's memory: the caches, the committed images
@@ -175,6 +176,10 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "delaylog" => s.engine.delaylog = switch(key, need()?)?,
                 "journal_compress" => s.engine.journal_compress = switch(key, need()?)?,
                 "backend_nice" => s.engine.backend_nice = number(key, need()?, 0, 19)? as i32,
+                "push_drain_us" => {
+                    let us = number(key, need()?, 0, 100_000)?;
+                    s.engine.push_drain = (us > 0).then(|| std::time::Duration::from_micros(us));
+                }
                 "nombcache" | "no_mbcache" => s.engine.mbcache = false,
                 "acl" => s.adapter.acl = true,
                 "sync_delete" => s.engine.sync_delete = true,
@@ -327,6 +332,11 @@ mod tests {
         assert_eq!(parse(&["backend_nice=19"]).unwrap().engine.backend_nice, 19);
         assert!(parse(&["backend_nice=20"]).unwrap_err().contains("between 0 and 19"));
         assert!(parse(&["backend_nice=-5"]).is_err());
+        assert_eq!(s.engine.push_drain, Some(std::time::Duration::from_micros(200)));
+        assert_eq!(parse(&["push_drain_us=0"]).unwrap().engine.push_drain, None);
+        let s = parse(&["push_drain_us=1000"]).unwrap();
+        assert_eq!(s.engine.push_drain, Some(std::time::Duration::from_micros(1000)));
+        assert!(parse(&["push_drain_us=100001"]).unwrap_err().contains("between 0 and 100000"));
         assert!(parse(&["journal_compress=yes"]).is_err());
     }
 

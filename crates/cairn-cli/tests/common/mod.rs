@@ -50,9 +50,23 @@ pub fn is_mounted(mp: &Path) -> bool {
 }
 
 /// Unmounts and waits until the daemon has exited (the image is clean then).
+///
+/// "target is busy" is retried for up to 10 s: tests run in parallel threads
+/// of one process, and a child another test is spawning holds a copy of this
+/// test's open descriptors from its fork until its exec (they are
+/// close-on-exec), which under load outlasts this test's own close. Any
+/// other failure, or a mount still busy after 10 s, fails the test.
 pub fn unmount(mp: &Path, pid: u64) {
-    let o = Command::new("umount").arg(mp).output().unwrap();
-    assert!(o.status.success(), "umount: {}", stderr(&o));
+    let t0 = Instant::now();
+    loop {
+        let o = Command::new("umount").arg(mp).output().unwrap();
+        if o.status.success() {
+            break;
+        }
+        let busy = stderr(&o).contains("busy");
+        assert!(busy && t0.elapsed() < Duration::from_secs(10), "umount: {}", stderr(&o));
+        std::thread::sleep(Duration::from_millis(100));
+    }
     wait_gone(pid, Duration::from_secs(60), "after unmount");
 }
 

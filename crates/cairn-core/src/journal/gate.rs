@@ -20,26 +20,51 @@
 //!   [`Held`]'s drop. It then reopens the gate and wakes the push. So the
 //!   gate is closed for the rest of the running operations plus the swap,
 //!   and no thread must be scheduled in between.
-//! * **Operations spin briefly, then park.** One that finds the gate closed
-//!   spins for up to [`SPIN`], long enough for a swap whose last operation
-//!   runs on another CPU, then parks. Spinning longer made things worse:
-//!   the operation the gate waits for was often queued on the spinner's own
+//! * **A close that does not drain is given up.** An operation inside can
+//!   lose its CPU for a scheduler tick (4 ms here) in the middle of an
+//!   ordinary create: traced, about 500 holds of 3–11 ms in 2 million
+//!   creates and unlinks, every one in `Fs::change`. A push that closed the
+//!   gate then held every entrant behind it. Now, when the operations inside
+//!   have not all left [`DRAIN`] after the close, the gate reopens: the
+//!   entrants go on, the push waits for the old operation to leave (the
+//!   deferral below) and closes again. Whoever notices first reopens: an
+//!   entrant spinning on the gate (it is on a CPU; the push, parked, may
+//!   have to wait for one) or the push at its timeout. A reopen clears
+//!   `CLOSED` only while operations are inside: once the count is zero the
+//!   last one out runs the swap, so a swap is never both run and abandoned.
+//!   After [`ATTEMPTS`] closes, the last waits for the drain however long
+//!   (operations that are long for real, say behind a device read, must not
+//!   starve the push).
+//! * **Operations spin through a close.** One that finds the gate closed
+//!   spins (a parked thread gets its CPU back only at a tick) while the
+//!   close may be given up, so for about [`DRAIN`] at most, and gives it up
+//!   itself once it is overdue; on a close that will not be given up (the
+//!   last attempt's, or every close with `push_drain_us=0`) it spins for
+//!   [`SPIN`] and then parks. Spinning longer there made things worse: the
+//!   operation the gate waited for was often queued on the spinner's own
 //!   CPU, and ran only when the spinner gave it up (traced: closes of
 //!   exactly the spin time, 1 ms, when operations spun for 1 ms). Yielding
 //!   instead of parking was worse still: the yielder got its CPU back only
 //!   at the next tick.
-//! * **The push waits for a good moment.** Before closing, it defers while
-//!   an operation has been inside for longer than [`YOUNG`] (most likely its
-//!   thread lost its CPU: closing then would hold every operation out until
-//!   it runs again), for at most [`MAX_DEFER`]. Operations stamp their entry
-//!   time in a per-thread slot for this.
+//! * **The push waits for a good moment.** Before each close, it defers
+//!   while an operation has been inside for longer than [`YOUNG`] (most
+//!   likely its thread lost its CPU: closing then would only be given up),
+//!   for at most [`MAX_DEFER`], sleeping so that the operation can have the
+//!   CPU. Operations stamp their entry time in a per-thread slot for this.
+//! * **What a wait is.** An operation's wait is measured from finding the
+//!   gate closed to the gate's first opening after that ([`Wait::kept_out`]):
+//!   what the push cost it. The time by the clock until it got in is kept
+//!   too, with whether the kernel switched the spinning thread out meanwhile
+//!   (its count of involuntary switches, `getrusage`): a thread that loses
+//!   its CPU while it spins waits for that CPU, not for the push.
 //!
 //! ## State
 //! One atomic word: the number of operations inside, and the `CLOSED` bit.
 //! An operation enters by incrementing the count while the bit is clear.
 //! Exactly one thread sees the word become `CLOSED` with a count of zero
 //! (the push's `fetch_or` or the last `fetch_sub`), and it runs the swap.
-//! One push at a time (the commit mutex).
+//! A reopen is a compare-and-swap from `CLOSED | n` (n > 0) to `n`, under
+//! the handoff mutex. One push at a time (the commit mutex).
 //!
 //! ## Wake-ups
 //! Parked threads sleep on one mutex and two condition variables; the swap's
@@ -53,11 +78,12 @@ use parking_lot::{Condvar, Mutex};
 use std::any::Any;
 use std::hint::spin_loop;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64};
 use std::time::{Duration, Instant};
 
-/// How long an operation spins on the closed gate before it parks.
+/// How long an operation spins on a close that will not be given up
+/// before it parks.
 pub const SPIN: Duration = Duration::from_micros(20);
 
 /// An operation inside for less than this is still running on its CPU.
@@ -66,31 +92,80 @@ pub const YOUNG: Duration = Duration::from_micros(50);
 /// The longest a push defers its close for an operation inside for long.
 pub const MAX_DEFER: Duration = Duration::from_millis(5);
 
+/// How long a closed gate waits for the operations inside to leave before
+/// it reopens and the push tries again (the default of `-o push_drain_us`).
+pub const DRAIN: Duration = Duration::from_micros(200);
+
+/// How many times a push closes the gate and reopens it; its last close
+/// waits for the drain, however long.
+pub const ATTEMPTS: u32 = 10;
+
 const CLOSED: u64 = 1 << 63;
 
 /// Entry-time slots (threads share one only when there are more of them).
 const SLOTS: usize = 16;
+
+/// Openings whose time a waiting operation can look up.
+const OPEN_STAMPS: usize = 8;
+
+/// How long an operation waited at a closed gate.
+#[derive(Debug, Clone, Copy)]
+pub struct Wait {
+    /// Until the gate first opened after it began to wait (all of `wall` if
+    /// it parked: its wake-up is the close's doing too). What a push cost it.
+    pub kept_out: Duration,
+    /// Until it was in: `kept_out` plus, if it lost its CPU while it waited,
+    /// the time until it got it back and the gate was open.
+    pub wall: Duration,
+    /// The kernel switched the waiting thread out while it spun
+    /// (involuntarily: its count of preemptions rose), so part of `wall`
+    /// may be another thread's time on its CPU. Never set for a thread that
+    /// parked (it gave its CPU up itself).
+    pub preempted: bool,
+}
+
+/// Times the kernel has switched this thread out involuntarily.
+fn preemptions() -> u64 {
+    // SAFETY: a zeroed `rusage` is a valid value of that plain C struct, and
+    // getrusage writes at most one `rusage` to the pointer, which is to a
+    // live local; RUSAGE_THREAD reports the calling thread alone.
+    #[allow(unsafe_code)]
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut ru) != 0 {
+            return 0;
+        }
+        ru
+    };
+    ru.ru_nivcsw as u64
+}
 
 /// The push's swap, lent to whichever thread runs it.
 type Swap = dyn FnMut() + Send;
 
 #[derive(Default)]
 struct Handoff {
-    /// The swap to run; `None` once taken.
-    swap: Option<*mut Swap>,
     done: bool,
+    /// The gate was reopened before the swap could run (see `reopen`).
+    reopened: bool,
     panic: Option<Box<dyn Any + Send>>,
 }
-
-// SAFETY: the pointer is to the push's `Send` closure, which outlives every
-// use: `close_and` does not return before `done`, and the runner clears the
-// pointer (under the mutex) before it sets `done`.
-#[allow(unsafe_code)]
-unsafe impl Send for Handoff {}
 
 /// See the module essay.
 pub struct Gate {
     state: AtomicU64,
+    /// The push's swap, lent: a pointer to the push's pointer to its
+    /// closure; null when there is none, or once taken. An atomic, not under
+    /// the handoff mutex, so the last one out runs the swap and reopens the
+    /// gate without waiting for a lock the parked push may hold.
+    ///
+    /// It points into `close_and`'s frame, which outlives every use:
+    /// `close_and` does not return before `done`, which the runner sets
+    /// after it has run the swap, and the runner takes the pointer (swaps in
+    /// null) before it runs it. The closure is `Send`.
+    swap: AtomicPtr<*mut Swap>,
+    /// [`DRAIN`], or `None`: a close is never given up.
+    drain: Option<Duration>,
     handoff: Mutex<Handoff>,
     opened: Condvar,
     swapped: Condvar,
@@ -98,22 +173,53 @@ pub struct Gate {
     /// 0: none), by thread slot.
     entered: [AtomicU64; SLOTS],
     epoch: Instant,
+    /// When the push closed the gate (a stamp).
+    closed_at: AtomicU64,
+    /// Whether the close may be given up (the push is not past its
+    /// [`ATTEMPTS`]).
+    reopenable: AtomicBool,
     /// Pushes that deferred their close, and those that gave up deferring.
     defers: AtomicU64,
     defers_given_up: AtomicU64,
+    /// Closes given up (the gate reopened) because an operation inside did
+    /// not leave within [`DRAIN`].
+    aborts: AtomicU64,
+    /// The longest the gate stayed closed (µs, one close to its swap or
+    /// reopening).
+    closed_us_max: AtomicU64,
+    /// Times the gate opened after a close, and when (stamps) the last
+    /// [`OPEN_STAMPS`] did, by count: a waiting operation's time kept out is
+    /// up to the first opening after it began to wait.
+    opens: AtomicU64,
+    open_stamps: [AtomicU64; OPEN_STAMPS],
 }
 
 impl Default for Gate {
     fn default() -> Gate {
+        Gate::new(Some(DRAIN))
+    }
+}
+
+impl Gate {
+    /// A gate whose closes are given up after `drain` (`None`: never).
+    pub fn new(drain: Option<Duration>) -> Gate {
         Gate {
             state: AtomicU64::new(0),
+            swap: AtomicPtr::new(std::ptr::null_mut()),
+            drain,
             handoff: Mutex::new(Handoff::default()),
             opened: Condvar::new(),
             swapped: Condvar::new(),
             entered: std::array::from_fn(|_| AtomicU64::new(0)),
             epoch: Instant::now(),
+            closed_at: AtomicU64::new(0),
+            reopenable: AtomicBool::new(false),
             defers: AtomicU64::new(0),
             defers_given_up: AtomicU64::new(0),
+            aborts: AtomicU64::new(0),
+            closed_us_max: AtomicU64::new(0),
+            opens: AtomicU64::new(0),
+            open_stamps: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 }
@@ -147,7 +253,7 @@ impl Gate {
 
     /// Enters the gate, waiting while a push holds it closed. Returns how
     /// long it waited: `None` if the gate was open.
-    pub fn enter(&self) -> (Held<'_>, Option<Duration>) {
+    pub fn enter(&self) -> (Held<'_>, Option<Wait>) {
         let waited = if self.try_enter() { None } else { Some(self.wait_to_enter()) };
         // One clock read stamps the slot and starts the hold.
         let entered = Instant::now();
@@ -157,17 +263,25 @@ impl Gate {
     }
 
     /// Spins, then parks until the gate lets this thread in.
-    fn wait_to_enter(&self) -> Duration {
+    fn wait_to_enter(&self) -> Wait {
+        let opens = self.opens.load(SeqCst);
         let start = Instant::now();
+        let switched_out = preemptions();
         let mut n = 0u32;
         loop {
             if self.try_enter() {
-                return start.elapsed();
+                let wall = start.elapsed();
+                let preempted = preemptions() != switched_out;
+                return Wait { kept_out: self.kept_out(opens, start, wall), wall, preempted };
             }
             n = n.wrapping_add(1);
             // Read the clock only every so often: it costs more than a spin.
-            if n.is_multiple_of(64) && start.elapsed() > SPIN {
-                break;
+            if n.is_multiple_of(64) {
+                // A close that may be given up lasts at most `DRAIN`: spin
+                // through it (a parked thread waits for a CPU at its wake-up).
+                if !self.reopen_if_stuck() && start.elapsed() > SPIN {
+                    break;
+                }
             }
             spin_loop();
         }
@@ -177,7 +291,20 @@ impl Gate {
                 self.opened.wait(&mut h);
             }
         }
-        start.elapsed()
+        // Parked because of the close: its wake-up counts too.
+        let wall = start.elapsed();
+        Wait { kept_out: wall, wall, preempted: false }
+    }
+
+    /// How long after `start` the gate first opened (`opens`: the count of
+    /// openings then); `wall` if that is no longer known.
+    fn kept_out(&self, opens: u64, start: Instant, wall: Duration) -> Duration {
+        let now = self.opens.load(SeqCst);
+        if now == opens || now - opens > OPEN_STAMPS as u64 {
+            return wall;
+        }
+        let first = self.open_stamps[opens as usize % OPEN_STAMPS].load(SeqCst);
+        Duration::from_micros(first.saturating_sub(self.stamp(start))).min(wall)
     }
 
     fn leave(&self, slot: Option<usize>) {
@@ -193,15 +320,20 @@ impl Gate {
     /// Runs the lent swap (the gate is closed and empty), reopens the gate
     /// and wakes everyone.
     fn run_swap(&self) {
-        let mut h = self.handoff.lock();
-        let swap = h.swap.take().expect("a closed, empty gate without a swap");
-        // SAFETY: see `Handoff`: the push waits for `done`, so the closure
-        // is alive, and nothing else uses it (the pointer was just taken).
+        let lent = self.swap.swap(std::ptr::null_mut(), SeqCst);
+        assert!(!lent.is_null(), "a closed, empty gate without a swap");
+        // SAFETY: see `Gate::swap`: the push waits for `done`, so its frame
+        // (the pointer to the closure, and the closure) is alive, and nothing
+        // else runs the closure (the pointer was just taken).
         #[allow(unsafe_code)]
-        let r = catch_unwind(AssertUnwindSafe(|| unsafe { (*swap)() }));
+        let r = catch_unwind(AssertUnwindSafe(|| unsafe { (**lent)() }));
+        self.note_opened();
+        // Operations spinning on the gate go on at once; the push, parked,
+        // is woken under the mutex.
+        self.state.fetch_and(!CLOSED, SeqCst);
+        let mut h = self.handoff.lock();
         h.panic = r.err();
         h.done = true;
-        self.state.fetch_and(!CLOSED, SeqCst);
         self.opened.notify_all();
         self.swapped.notify_one();
     }
@@ -215,30 +347,129 @@ impl Gate {
         let mut out: Option<R> = None;
         let mut run = || out = swap.take().map(|f| f());
         let lent: &mut (dyn FnMut() + Send + '_) = &mut run;
-        // SAFETY: only the lifetime is erased; see `Handoff` for why the
+        // SAFETY: only the lifetime is erased; see `Gate::swap` for why the
         // closure outlives every use of the pointer.
         #[allow(unsafe_code)]
-        let lent: *mut Swap = unsafe { std::mem::transmute::<&mut (dyn FnMut() + Send + '_), &'static mut Swap>(lent) };
+        let mut lent: *mut Swap =
+            unsafe { std::mem::transmute::<&mut (dyn FnMut() + Send + '_), &'static mut Swap>(lent) };
+        let mut attempt = 0;
         self.defer_for_old_holds();
-        {
-            let mut h = self.handoff.lock();
-            debug_assert!(h.swap.is_none(), "two pushes closed the gate");
-            *h = Handoff { swap: Some(lent), done: false, panic: None };
-        }
-        if self.state.fetch_or(CLOSED, SeqCst) == 0 {
-            // Nobody inside: swap here.
-            self.run_swap();
+        *self.handoff.lock() = Handoff::default();
+        let before = self.swap.swap(&mut lent, SeqCst);
+        debug_assert!(before.is_null(), "two pushes closed the gate");
+        loop {
+            // Past its patience the push waits for the drain, however long.
+            attempt += 1;
+            let patient = self.drain.is_some() && attempt < ATTEMPTS;
+            self.reopenable.store(patient, SeqCst);
+            self.closed_at.store(self.stamp(Instant::now()), SeqCst);
+            if self.state.fetch_or(CLOSED, SeqCst) == 0 {
+                // Nobody inside: swap here.
+                self.run_swap();
+            }
+            let deadline = self.drain.filter(|_| patient).map(|d| Instant::now() + d);
+            if self.wait_swapped(deadline) {
+                break;
+            }
+            // Reopened: let the operation inside get its CPU back first.
+            self.defer_for_old_holds();
         }
         let mut h = self.handoff.lock();
-        while !h.done {
-            self.swapped.wait(&mut h);
-        }
         if let Some(p) = h.panic.take() {
             drop(h);
             resume_unwind(p);
         }
         drop(h);
         out.expect("the swap ran")
+    }
+
+    /// Waits for the lent swap to have run (true), or for the gate to be
+    /// reopened before it could (false). With a deadline, reopens the gate
+    /// itself then if operations are still inside.
+    fn wait_swapped(&self, deadline: Option<Instant>) -> bool {
+        let mut h = self.handoff.lock();
+        loop {
+            if h.done {
+                return true;
+            }
+            if std::mem::take(&mut h.reopened) {
+                return false;
+            }
+            match deadline {
+                Some(at) if Instant::now() >= at => {
+                    if self.reopen(&mut h) {
+                        h.reopened = false;
+                        return false;
+                    }
+                    // The last one is out and runs the swap (it waits for
+                    // this mutex).
+                    self.swapped.wait(&mut h);
+                }
+                Some(at) => drop(self.swapped.wait_until(&mut h, at)),
+                None => self.swapped.wait(&mut h),
+            }
+        }
+    }
+
+    /// Gives up a close while operations are still inside: clears `CLOSED`
+    /// (nobody will run the swap until the push closes again) and wakes the
+    /// waiting operations and the push. False if the gate is not closed, or
+    /// is empty (its last operation out runs the swap).
+    fn reopen(&self, h: &mut Handoff) -> bool {
+        let mut s = self.state.load(SeqCst);
+        loop {
+            if s & CLOSED == 0 || s & !CLOSED == 0 {
+                return false;
+            }
+            match self.state.compare_exchange_weak(s, s & !CLOSED, SeqCst, SeqCst) {
+                Ok(_) => break,
+                Err(now) => s = now,
+            }
+        }
+        h.reopened = true;
+        self.aborts.fetch_add(1, Relaxed);
+        self.note_opened();
+        self.opened.notify_all();
+        self.swapped.notify_one();
+        true
+    }
+
+    /// Notes that the gate opens now (one opener at a time: the swap's
+    /// runner, or the one reopening, for the one push).
+    fn note_opened(&self) {
+        let now = self.stamp(Instant::now());
+        let us = now.saturating_sub(self.closed_at.load(SeqCst));
+        self.closed_us_max.fetch_max(us, Relaxed);
+        let n = self.opens.load(SeqCst);
+        self.open_stamps[n as usize % OPEN_STAMPS].store(now, SeqCst);
+        self.opens.store(n + 1, SeqCst);
+    }
+
+    /// The longest the gate stayed closed for one close (µs).
+    pub fn closed_us_max(&self) -> u64 {
+        self.closed_us_max.load(Relaxed)
+    }
+
+    /// Called by a spinning operation: reopens a gate that has been closed
+    /// for longer than [`DRAIN`] (an operation inside lost its CPU; the push,
+    /// parked, may not get one soon either).
+    /// Returns whether the close may still be given up (the caller need not
+    /// park).
+    fn reopen_if_stuck(&self) -> bool {
+        if !self.reopenable.load(SeqCst) {
+            return false;
+        }
+        let c = self.closed_at.load(SeqCst);
+        let drain = self.drain.unwrap_or(Duration::MAX).as_micros() as u64;
+        if self.stamp(Instant::now()).saturating_sub(c) > drain {
+            // Only tried: the swap's runner holds the mutex while it swaps.
+            if let Some(mut h) = self.handoff.try_lock() {
+                if self.closed_at.load(SeqCst) == c {
+                    self.reopen(&mut h);
+                }
+            }
+        }
+        true
     }
 
     /// Waits (without closing: operations go on) while an operation has
@@ -264,7 +495,7 @@ impl Gate {
                 deferred = true;
                 self.defers.fetch_add(1, Relaxed);
             }
-            std::thread::yield_now();
+            std::thread::sleep(Duration::from_micros(20));
         }
     }
 
@@ -272,6 +503,11 @@ impl Gate {
     /// and those of them that closed after [`MAX_DEFER`] regardless.
     pub fn defers(&self) -> (u64, u64) {
         (self.defers.load(Relaxed), self.defers_given_up.load(Relaxed))
+    }
+
+    /// Closes given up because an operation inside did not leave in time.
+    pub fn aborts(&self) -> u64 {
+        self.aborts.load(Relaxed)
     }
 
     /// Operations inside the gate now.
@@ -290,7 +526,6 @@ impl Drop for Held<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicBool;
     use std::thread;
 
     fn wait_closed(gate: &Gate) {
@@ -301,7 +536,8 @@ mod tests {
 
     #[test]
     fn the_last_operation_out_runs_the_swap_while_new_ones_wait() {
-        let gate = Gate::default();
+        // A close that is never given up (see the next tests for those that are).
+        let gate = Gate::new(None);
         let inside = AtomicBool::new(false);
         let (held, waited) = gate.enter();
         assert!(waited.is_none(), "an open gate made an operation wait");
@@ -320,7 +556,7 @@ mod tests {
                 let (h, waited) = gate.enter();
                 inside.store(true, SeqCst);
                 drop(h);
-                waited.expect("the gate was closed")
+                waited.expect("the gate was closed").kept_out
             });
             thread::sleep(Duration::from_millis(3));
             assert!(!push.is_finished(), "the push did not wait for the operation inside");
@@ -334,7 +570,7 @@ mod tests {
 
     #[test]
     fn a_push_defers_for_an_old_operation_then_closes_regardless() {
-        let gate = Gate::default();
+        let gate = Gate::new(None);
         let (held, _) = gate.enter();
         thread::sleep(YOUNG * 4);
         thread::scope(|s| {
@@ -377,8 +613,56 @@ mod tests {
     }
 
     #[test]
-    fn many_operations_and_pushes_never_overlap() {
-        let gate = Gate::default();
+    fn a_close_that_does_not_drain_is_given_up_and_tried_again() {
+        let gate = &Gate::new(Some(Duration::from_millis(1)));
+        let (held, _) = gate.enter();
+        thread::scope(|s| {
+            let push = s.spawn(|| gate.close_and(|| assert_eq!(gate.holders(), 0)));
+            wait_closed(gate);
+            // The operation inside does not leave; a new one still gets in.
+            let (tx, rx) = std::sync::mpsc::channel();
+            s.spawn(move || {
+                let (h, _) = gate.enter();
+                drop(h);
+                tx.send(()).unwrap();
+            });
+            let got_in = rx.recv_timeout(Duration::from_secs(20));
+            assert!(got_in.is_ok(), "an operation stayed out while an old one held a close");
+            assert!(!push.is_finished(), "the push swapped with an operation inside");
+            drop(held);
+            push.join().unwrap();
+        });
+        assert!(gate.aborts() >= 1);
+        assert_eq!(gate.state.load(SeqCst), 0);
+    }
+
+    #[test]
+    fn the_last_attempt_waits_for_the_drain() {
+        let gate = &Gate::new(Some(Duration::from_micros(100)));
+        let (held, _) = gate.enter();
+        thread::scope(|s| {
+            let push = s.spawn(|| gate.close_and(|| assert_eq!(gate.holders(), 0)));
+            while !(gate.aborts() == u64::from(ATTEMPTS - 1) && gate.state.load(SeqCst) & CLOSED != 0) {
+                thread::sleep(Duration::from_micros(50));
+            }
+            let (tx, rx) = std::sync::mpsc::channel();
+            s.spawn(move || {
+                let (h, _) = gate.enter();
+                drop(h);
+                tx.send(()).unwrap();
+            });
+            assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "an operation entered the last close");
+            drop(held);
+            push.join().unwrap();
+            assert!(rx.recv_timeout(Duration::from_secs(20)).is_ok(), "the gate did not reopen after the swap");
+        });
+        assert_eq!(gate.aborts(), u64::from(ATTEMPTS - 1));
+        assert_eq!(gate.state.load(SeqCst), 0);
+    }
+
+    /// Three threads run operations while 2,000 pushes swap: no swap sees an
+    /// operation inside.
+    fn operations_and_pushes_never_overlap(gate: Gate) {
         let in_ops = AtomicU64::new(0);
         let stop = AtomicBool::new(false);
         let swaps = AtomicU64::new(0);
@@ -404,5 +688,19 @@ mod tests {
         });
         assert_eq!(swaps.load(SeqCst), 2000);
         assert_eq!(gate.state.load(SeqCst), 0);
+    }
+
+    #[test]
+    fn many_operations_and_pushes_never_overlap() {
+        operations_and_pushes_never_overlap(Gate::default());
+        operations_and_pushes_never_overlap(Gate::new(None));
+    }
+
+    #[test]
+    fn closes_given_up_at_once_never_let_a_swap_overlap_an_operation() {
+        // A zero drain gives up every close that does not drain at once:
+        // reopens race the last operations' leaving all the time.
+        let gate = Gate::new(Some(Duration::ZERO));
+        operations_and_pushes_never_overlap(gate);
     }
 }

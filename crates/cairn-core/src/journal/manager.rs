@@ -20,7 +20,10 @@
 //! empty one (see `cil`: a few locks, whatever the amount dirty). That swap
 //! runs on whichever thread finds the gate empty first: the commit's, or
 //! the last handle's to leave, in its drop, so no thread need be scheduled
-//! while the gate holds operations out. Capturing
+//! while the gate holds operations out. A close that has not drained after
+//! `-o push_drain_us` (a handle inside lost its CPU) is given up and tried
+//! again, so a preempted handle holds up the push but not the other
+//! handles. Capturing
 //! the buffers, the log write, the barriers and the home writes run with the
 //! gate released, so operations go on meanwhile. The captured buffers
 //! stay pinned (in flight) until their home writes are done. Commits are
@@ -89,12 +92,14 @@ pub struct TxManager {
 impl TxManager {
     /// `max_dirty`: the most buffers one checkpoint may hold whatever the
     /// log's room (the memory the caller allows a checkpoint).
-    pub fn new(log: Journal, latch: Latch, max_dirty: u64) -> TxManager {
+    /// `drain`: how long a push's close waits for the operations inside
+    /// before it is given up (`None`: never; see `gate`).
+    pub fn new(log: Journal, latch: Latch, max_dirty: u64, drain: Option<Duration>) -> TxManager {
         let limit = log.max_record_images().min(max_dirty).saturating_sub(MARGIN).max(1);
         TxManager {
             log,
             latch,
-            gate: Gate::default(),
+            gate: Gate::new(drain),
             commit_lock: Mutex::new(()),
             reserved: AtomicU64::new(0),
             limit,
@@ -184,10 +189,17 @@ impl TxManager {
         self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
         let (gate, waited) = self.gate.enter();
         if let Some(w) = waited {
-            let us = w.as_micros() as u64;
+            let us = w.kept_out.as_micros() as u64;
             let cil = &meta.bufs.cil.stats;
             cil.writer_wait.add(us);
             cil.writer_wait_us_max.fetch_max(us, Relaxed);
+            let wall = w.wall.as_micros() as u64;
+            cil.writer_wait_wall_us_max.fetch_max(wall, Relaxed);
+            if w.preempted {
+                cil.writer_waits_preempted.fetch_add(1, Relaxed);
+            } else {
+                cil.writer_wait_on_cpu_us_max.fetch_max(wall, Relaxed);
+            }
         }
         Ok(Tx::new(meta, self, Some(gate), credits))
     }
@@ -290,6 +302,8 @@ impl Publish for TxManager {
         let (defers, given_up) = self.gate.defers();
         put("tx.push_defers", defers);
         put("tx.push_defers_given_up", given_up);
+        put("tx.push_reopens", self.gate.aborts());
+        put("tx.gate_closed_us_max", self.gate.closed_us_max());
         put("tx.reserved_credits", self.reserved());
         put("tx.record_limit_blocks", self.limit());
         self.log.publish(put);
