@@ -184,6 +184,8 @@ pub struct Gate {
     /// Closes given up (the gate reopened) because an operation inside did
     /// not leave within [`DRAIN`].
     aborts: AtomicU64,
+    /// Pushes that reached their last close, the one never given up.
+    last_closes: AtomicU64,
     /// The longest the gate stayed closed (µs, one close to its swap or
     /// reopening).
     closed_us_max: AtomicU64,
@@ -217,6 +219,7 @@ impl Gate {
             defers: AtomicU64::new(0),
             defers_given_up: AtomicU64::new(0),
             aborts: AtomicU64::new(0),
+            last_closes: AtomicU64::new(0),
             closed_us_max: AtomicU64::new(0),
             opens: AtomicU64::new(0),
             open_stamps: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -361,6 +364,9 @@ impl Gate {
             // Past its patience the push waits for the drain, however long.
             attempt += 1;
             let patient = self.drain.is_some() && attempt < ATTEMPTS;
+            if self.drain.is_some() && !patient {
+                self.last_closes.fetch_add(1, Relaxed);
+            }
             self.reopenable.store(patient, SeqCst);
             self.closed_at.store(self.stamp(Instant::now()), SeqCst);
             if self.state.fetch_or(CLOSED, SeqCst) == 0 {
@@ -510,6 +516,12 @@ impl Gate {
         self.aborts.load(Relaxed)
     }
 
+    /// Pushes whose closes were given up until their last, which waited for
+    /// the operations inside however long.
+    pub fn last_closes(&self) -> u64 {
+        self.last_closes.load(Relaxed)
+    }
+
     /// Operations inside the gate now.
     #[cfg(test)]
     fn holders(&self) -> u64 {
@@ -657,6 +669,7 @@ mod tests {
             assert!(rx.recv_timeout(Duration::from_secs(20)).is_ok(), "the gate did not reopen after the swap");
         });
         assert_eq!(gate.aborts(), u64::from(ATTEMPTS - 1));
+        assert_eq!(gate.last_closes(), 1);
         assert_eq!(gate.state.load(SeqCst), 0);
     }
 

@@ -303,6 +303,7 @@ impl Publish for TxManager {
         put("tx.push_defers", defers);
         put("tx.push_defers_given_up", given_up);
         put("tx.push_reopens", self.gate.aborts());
+        put("tx.push_last_closes", self.gate.last_closes());
         put("tx.gate_closed_us_max", self.gate.closed_us_max());
         put("tx.reserved_credits", self.reserved());
         put("tx.record_limit_blocks", self.limit());
