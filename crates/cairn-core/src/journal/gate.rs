@@ -624,6 +624,17 @@ mod tests {
         drop(gate.enter());
     }
 
+    /// Runs an operation (enter, leave) on a new thread of `s`; the receiver
+    /// hears when it has left.
+    fn enter_and_leave<'s>(s: &'s thread::Scope<'s, '_>, gate: &'s Gate) -> std::sync::mpsc::Receiver<()> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        s.spawn(move || {
+            drop(gate.enter());
+            tx.send(()).unwrap();
+        });
+        rx
+    }
+
     #[test]
     fn a_close_that_does_not_drain_is_given_up_and_tried_again() {
         let gate = &Gate::new(Some(Duration::from_millis(1)));
@@ -632,13 +643,7 @@ mod tests {
             let push = s.spawn(|| gate.close_and(|| assert_eq!(gate.holders(), 0)));
             wait_closed(gate);
             // The operation inside does not leave; a new one still gets in.
-            let (tx, rx) = std::sync::mpsc::channel();
-            s.spawn(move || {
-                let (h, _) = gate.enter();
-                drop(h);
-                tx.send(()).unwrap();
-            });
-            let got_in = rx.recv_timeout(Duration::from_secs(20));
+            let got_in = enter_and_leave(s, gate).recv_timeout(Duration::from_secs(20));
             assert!(got_in.is_ok(), "an operation stayed out while an old one held a close");
             assert!(!push.is_finished(), "the push swapped with an operation inside");
             drop(held);
@@ -657,12 +662,7 @@ mod tests {
             while !(gate.aborts() == u64::from(ATTEMPTS - 1) && gate.state.load(SeqCst) & CLOSED != 0) {
                 thread::sleep(Duration::from_micros(50));
             }
-            let (tx, rx) = std::sync::mpsc::channel();
-            s.spawn(move || {
-                let (h, _) = gate.enter();
-                drop(h);
-                tx.send(()).unwrap();
-            });
+            let rx = enter_and_leave(s, gate);
             assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "an operation entered the last close");
             drop(held);
             push.join().unwrap();
