@@ -56,7 +56,9 @@
 //!   what the push cost it. The time by the clock until it got in is kept
 //!   too, with whether the kernel switched the spinning thread out meanwhile
 //!   (its count of involuntary switches, `getrusage`): a thread that loses
-//!   its CPU while it spins waits for that CPU, not for the push.
+//!   its CPU while it spins waits for that CPU, not for the push. A swap
+//!   that has begun is waited for however long it takes; swaps whose thread
+//!   the kernel switched out are counted apart from the others' longest.
 //!
 //! ## State
 //! One atomic word: the number of operations inside, and the `CLOSED` bit.
@@ -186,6 +188,10 @@ pub struct Gate {
     aborts: AtomicU64,
     /// Pushes that reached their last close, the one never given up.
     last_closes: AtomicU64,
+    /// Swaps during which the kernel switched their thread out, and the
+    /// longest (µs) of the others.
+    swaps_preempted: AtomicU64,
+    swap_on_cpu_us_max: AtomicU64,
     /// The longest the gate stayed closed (µs, one close to its swap or
     /// reopening).
     closed_us_max: AtomicU64,
@@ -220,6 +226,8 @@ impl Gate {
             defers_given_up: AtomicU64::new(0),
             aborts: AtomicU64::new(0),
             last_closes: AtomicU64::new(0),
+            swaps_preempted: AtomicU64::new(0),
+            swap_on_cpu_us_max: AtomicU64::new(0),
             closed_us_max: AtomicU64::new(0),
             opens: AtomicU64::new(0),
             open_stamps: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -328,8 +336,16 @@ impl Gate {
         // SAFETY: see `Gate::swap`: the push waits for `done`, so its frame
         // (the pointer to the closure, and the closure) is alive, and nothing
         // else runs the closure (the pointer was just taken).
+        let (switched_out, t0) = (preemptions(), Instant::now());
         #[allow(unsafe_code)]
         let r = catch_unwind(AssertUnwindSafe(|| unsafe { (**lent)() }));
+        let us = t0.elapsed().as_micros() as u64;
+        // Operations wait for a swap that has begun, however long it takes.
+        if preemptions() != switched_out {
+            self.swaps_preempted.fetch_add(1, Relaxed);
+        } else {
+            self.swap_on_cpu_us_max.fetch_max(us, Relaxed);
+        }
         self.note_opened();
         // Operations spinning on the gate go on at once; the push, parked,
         // is woken under the mutex.
@@ -514,6 +530,12 @@ impl Gate {
     /// Closes given up because an operation inside did not leave in time.
     pub fn aborts(&self) -> u64 {
         self.aborts.load(Relaxed)
+    }
+
+    /// Swaps whose thread the kernel switched out while it ran one, and the
+    /// longest swap (µs, run to reopening) of the others.
+    pub fn swaps(&self) -> (u64, u64) {
+        (self.swaps_preempted.load(Relaxed), self.swap_on_cpu_us_max.load(Relaxed))
     }
 
     /// Pushes whose closes were given up until their last, which waited for

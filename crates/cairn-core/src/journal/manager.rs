@@ -304,6 +304,9 @@ impl Publish for TxManager {
         put("tx.push_defers_given_up", given_up);
         put("tx.push_reopens", self.gate.aborts());
         put("tx.push_last_closes", self.gate.last_closes());
+        let (preempted, on_cpu_max) = self.gate.swaps();
+        put("tx.swaps_preempted", preempted);
+        put("tx.swap_on_cpu_us_max", on_cpu_max);
         put("tx.gate_closed_us_max", self.gate.closed_us_max());
         put("tx.reserved_credits", self.reserved());
         put("tx.record_limit_blocks", self.limit());
