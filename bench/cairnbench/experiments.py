@@ -554,18 +554,22 @@ class Profile:
         os.unlink(self.data)
 
 
+# Writer waits at a push, per phase: (result key, `cairn stats` counter, unit, label).
+WRITER_WAITS = (
+    ("waits", "cil.writer_waits", "waits", "operations that found the gate closed by a push"),
+    ("wait_p99_us", "cil.writer_wait_us_p99", "µs", "p99 of their waits"),
+    ("wait_max_us", "cil.writer_wait_us_max", "µs", "longest wait kept out by a push"),
+    ("wait_wall_max_us", "cil.writer_wait_wall_us_max", "µs", "longest wait by the clock"),
+    ("wait_preempted", "cil.writer_waits_preempted", "waits", "waits whose spinning thread was preempted"),
+    ("wait_on_cpu_max_us", "cil.writer_wait_on_cpu_us_max", "µs",
+     "longest wait by the clock of a thread not preempted"),
+)
+
+
 def writer_waits(phase, c):
     """The writer-wait counters of a cairn phase (`cairn stats` names), keyed
     `PHASE_...`; those a build does not have are left out."""
-    keys = {
-        "waits": "cil.writer_waits",
-        "wait_p99_us": "cil.writer_wait_us_p99",
-        "wait_max_us": "cil.writer_wait_us_max",
-        "wait_wall_max_us": "cil.writer_wait_wall_us_max",
-        "wait_preempted": "cil.writer_waits_preempted",
-        "wait_on_cpu_max_us": "cil.writer_wait_on_cpu_us_max",
-    }
-    return {f"{phase}_{k}": c[name] for k, name in keys.items() if name in c}
+    return {f"{phase}_{key}": c[name] for key, name, _, _ in WRITER_WAITS if name in c}
 
 
 class FsMarkScale(FsMark):
@@ -605,14 +609,7 @@ class FsMarkScale(FsMark):
         *[
             Metric(f"{ph}_{key}", unit, False, f"{ph}: {label}", table=False)
             for ph in ("create", "unlink")
-            for key, unit, label in (
-                ("waits", "waits", "operations that found the gate closed by a push"),
-                ("wait_p99_us", "µs", "p99 of their waits"),
-                ("wait_max_us", "µs", "longest wait kept out by a push"),
-                ("wait_wall_max_us", "µs", "longest wait by the clock"),
-                ("wait_preempted", "waits", "waits whose spinning thread was preempted"),
-                ("wait_on_cpu_max_us", "µs", "longest wait by the clock of a thread not preempted"),
-            )
+            for key, _, unit, label in WRITER_WAITS
         ],
         *[
             Metric(f"{ph}_{d}_{u}", unit, True, f"{ph} {d} {unit}", table=False)
@@ -809,15 +806,13 @@ class FsMarkScale(FsMark):
         device's IOPS and bandwidth per phase."""
         import statistics
 
-        def med(label, fs, key):
+        def med(label, fs, key, over_runs=statistics.median):
             vals = [r.get(key) for r in cells.get((self.name, label, fs), []) if "error" not in r]
             vals = [x for x in vals if x is not None]
-            return statistics.median(vals) if vals else None
+            return over_runs(vals) if vals else None
 
         def worst(label, fs, key):
-            vals = [r.get(key) for r in cells.get((self.name, label, fs), []) if "error" not in r]
-            vals = [x for x in vals if x is not None]
-            return max(vals) if vals else None
+            return med(label, fs, key, over_runs=max)
 
         def f(x, nd=0):
             return "—" if x is None else f"{x:,.{nd}f}"
@@ -863,7 +858,8 @@ class FsMarkScale(FsMark):
                     f"Writers at a push, {lab} (cairn's `cil.writer_wait_*` counters at the end of the phase; "
                     "an operation that finds the transaction gate closed by a push waits: kept out = until the "
                     "gate next opened, by the clock = until it got in, which also counts time its spinning thread "
-                    "was preempted (the kernel switched it out: `getrusage`'s involuntary switches rose); the longest over all runs, the others the median of runs):",
+                    "was preempted (the kernel switched it out: `getrusage`'s involuntary switches rose); the "
+                    "longest over all runs, the others the median of runs):",
                     "",
                     "| file system | phase | waits | p99 (µs) | longest kept out (µs) | longest by the clock (µs) "
                     "| preempted waits | longest of the others by the clock (µs) |",

@@ -184,8 +184,8 @@ pub struct Gate {
     defers: AtomicU64,
     defers_given_up: AtomicU64,
     /// Closes given up (the gate reopened) because an operation inside did
-    /// not leave within [`DRAIN`].
-    aborts: AtomicU64,
+    /// not leave within the drain.
+    reopens: AtomicU64,
     /// Pushes that reached their last close, the one never given up.
     last_closes: AtomicU64,
     /// Swaps during which the kernel switched their thread out, and the
@@ -224,7 +224,7 @@ impl Gate {
             reopenable: AtomicBool::new(false),
             defers: AtomicU64::new(0),
             defers_given_up: AtomicU64::new(0),
-            aborts: AtomicU64::new(0),
+            reopens: AtomicU64::new(0),
             last_closes: AtomicU64::new(0),
             swaps_preempted: AtomicU64::new(0),
             swap_on_cpu_us_max: AtomicU64::new(0),
@@ -333,10 +333,10 @@ impl Gate {
     fn run_swap(&self) {
         let lent = self.swap.swap(std::ptr::null_mut(), SeqCst);
         assert!(!lent.is_null(), "a closed, empty gate without a swap");
+        let (switched_out, t0) = (preemptions(), Instant::now());
         // SAFETY: see `Gate::swap`: the push waits for `done`, so its frame
         // (the pointer to the closure, and the closure) is alive, and nothing
         // else runs the closure (the pointer was just taken).
-        let (switched_out, t0) = (preemptions(), Instant::now());
         #[allow(unsafe_code)]
         let r = catch_unwind(AssertUnwindSafe(|| unsafe { (**lent)() }));
         let us = t0.elapsed().as_micros() as u64;
@@ -449,7 +449,7 @@ impl Gate {
             }
         }
         h.reopened = true;
-        self.aborts.fetch_add(1, Relaxed);
+        self.reopens.fetch_add(1, Relaxed);
         self.note_opened();
         self.opened.notify_all();
         self.swapped.notify_one();
@@ -473,7 +473,7 @@ impl Gate {
     }
 
     /// Called by a spinning operation: reopens a gate that has been closed
-    /// for longer than [`DRAIN`] (an operation inside lost its CPU; the push,
+    /// for longer than its drain (an operation inside lost its CPU; the push,
     /// parked, may not get one soon either).
     /// Returns whether the close may still be given up (the caller need not
     /// park).
@@ -528,8 +528,8 @@ impl Gate {
     }
 
     /// Closes given up because an operation inside did not leave in time.
-    pub fn aborts(&self) -> u64 {
-        self.aborts.load(Relaxed)
+    pub fn reopens(&self) -> u64 {
+        self.reopens.load(Relaxed)
     }
 
     /// Swaps whose thread the kernel switched out while it ran one, and the
@@ -671,7 +671,7 @@ mod tests {
             drop(held);
             push.join().unwrap();
         });
-        assert!(gate.aborts() >= 1);
+        assert!(gate.reopens() >= 1);
         assert_eq!(gate.state.load(SeqCst), 0);
     }
 
@@ -681,7 +681,7 @@ mod tests {
         let (held, _) = gate.enter();
         thread::scope(|s| {
             let push = s.spawn(|| gate.close_and(|| assert_eq!(gate.holders(), 0)));
-            while !(gate.aborts() == u64::from(ATTEMPTS - 1) && gate.state.load(SeqCst) & CLOSED != 0) {
+            while !(gate.reopens() == u64::from(ATTEMPTS - 1) && gate.state.load(SeqCst) & CLOSED != 0) {
                 thread::sleep(Duration::from_micros(50));
             }
             let rx = enter_and_leave(s, gate);
@@ -690,7 +690,7 @@ mod tests {
             push.join().unwrap();
             assert!(rx.recv_timeout(Duration::from_secs(20)).is_ok(), "the gate did not reopen after the swap");
         });
-        assert_eq!(gate.aborts(), u64::from(ATTEMPTS - 1));
+        assert_eq!(gate.reopens(), u64::from(ATTEMPTS - 1));
         assert_eq!(gate.last_closes(), 1);
         assert_eq!(gate.state.load(SeqCst), 0);
     }

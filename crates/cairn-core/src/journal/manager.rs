@@ -302,7 +302,7 @@ impl Publish for TxManager {
         let (defers, given_up) = self.gate.defers();
         put("tx.push_defers", defers);
         put("tx.push_defers_given_up", given_up);
-        put("tx.push_reopens", self.gate.aborts());
+        put("tx.push_reopens", self.gate.reopens());
         put("tx.push_last_closes", self.gate.last_closes());
         let (preempted, on_cpu_max) = self.gate.swaps();
         put("tx.swaps_preempted", preempted);
