@@ -93,6 +93,11 @@ pub struct MountOptions {
     /// (`-o push_drain_us=N`; 0: never, the close waits however long; see
     /// `journal::gate`).
     pub push_drain: Option<Duration>,
+    /// How long a push waits for a moment with no operation inside the
+    /// transaction gate (then nobody waits for its swap but for the swap
+    /// itself) before it closes the gate on the operations inside
+    /// (`-o push_patience_us=N`; 0: it closes at once; see `journal::gate`).
+    pub push_patience: Option<Duration>,
 }
 
 impl Default for MountOptions {
@@ -114,6 +119,7 @@ impl Default for MountOptions {
             journal_compress: true,
             backend_nice: 10,
             push_drain: Some(crate::journal::gate::DRAIN),
+            push_patience: Some(crate::journal::gate::PATIENCE),
         }
     }
 }
@@ -284,6 +290,7 @@ impl Fs {
                 Latch::new(opts.errors, had_errors, home_lock),
                 (cache_blocks / 8).max(256) as u64,
                 opts.push_drain,
+                opts.push_patience,
             ),
             icache: InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes)),
             dcache: DentryCache::new(opts.lru_caches.then_some(opts.dentry_cache_bytes)),

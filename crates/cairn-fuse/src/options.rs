@@ -28,6 +28,7 @@
 //! | `journal_compress=0\|1` | log each checkpoint's changed chunks as one zstd frame per descriptor (1, on images with `INCOMPAT_JOURNAL_ZSTD`, which mkfs sets) or as they are (0) | 1 |
 //! | `backend_nice=N` | nice value (0–19) of the thread that commits in the background; 0 keeps the daemon's | 10 |
 //! | `push_drain_us=N` | how long (µs, up to 100000) a commit's close of the transaction gate waits for the operations inside before it reopens the gate and tries again; 0: it waits however long | 200 |
+//! | `push_patience_us=N` | how long (µs, up to 100000) a commit waits for a moment with no operation inside the transaction gate (then it swaps at once, nobody kept out) before it closes the gate on the operations inside; 0: it closes at once | 5000 |
 //! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
 //!
 //! `cache_mb` bounds the daemon's memory: the caches, the committed images
@@ -179,6 +180,10 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "push_drain_us" => {
                     let us = number(key, need()?, 0, 100_000)?;
                     s.engine.push_drain = (us > 0).then(|| std::time::Duration::from_micros(us));
+                }
+                "push_patience_us" => {
+                    let us = number(key, need()?, 0, 100_000)?;
+                    s.engine.push_patience = (us > 0).then(|| std::time::Duration::from_micros(us));
                 }
                 "nombcache" | "no_mbcache" => s.engine.mbcache = false,
                 "acl" => s.adapter.acl = true,
@@ -337,6 +342,11 @@ mod tests {
         let s = parse(&["push_drain_us=1000"]).unwrap();
         assert_eq!(s.engine.push_drain, Some(std::time::Duration::from_micros(1000)));
         assert!(parse(&["push_drain_us=100001"]).unwrap_err().contains("between 0 and 100000"));
+        assert_eq!(s.engine.push_patience, Some(std::time::Duration::from_millis(5)));
+        assert_eq!(parse(&["push_patience_us=0"]).unwrap().engine.push_patience, None);
+        let p = parse(&["push_patience_us=300"]).unwrap().engine.push_patience;
+        assert_eq!(p, Some(std::time::Duration::from_micros(300)));
+        assert!(parse(&["push_patience_us=100001"]).unwrap_err().contains("between 0 and 100000"));
         assert!(parse(&["journal_compress=yes"]).is_err());
     }
 

@@ -20,7 +20,9 @@
 //! empty one (see `cil`: a few locks, whatever the amount dirty). That swap
 //! runs on whichever thread finds the gate empty first: the commit's, or
 //! the last handle's to leave, in its drop, so no thread need be scheduled
-//! while the gate holds operations out. A close that has not drained after
+//! while the gate holds operations out. The commit first waits up to
+//! `-o push_patience_us` for such a moment without closing the gate, so
+//! that nobody waits but for the swap itself. A close that has not drained after
 //! `-o push_drain_us` (a handle inside lost its CPU) is given up and tried
 //! again, so a preempted handle holds up the push but not the other
 //! handles. Capturing
@@ -93,13 +95,21 @@ impl TxManager {
     /// `max_dirty`: the most buffers one checkpoint may hold whatever the
     /// log's room (the memory the caller allows a checkpoint).
     /// `drain`: how long a push's close waits for the operations inside
-    /// before it is given up (`None`: never; see `gate`).
-    pub fn new(log: Journal, latch: Latch, max_dirty: u64, drain: Option<Duration>) -> TxManager {
+    /// before it is given up (`None`: never); `patience`: how long a push
+    /// waits for a moment with none inside before it closes (`None`: it
+    /// closes at once; see `gate`).
+    pub fn new(
+        log: Journal,
+        latch: Latch,
+        max_dirty: u64,
+        drain: Option<Duration>,
+        patience: Option<Duration>,
+    ) -> TxManager {
         let limit = log.max_record_images().min(max_dirty).saturating_sub(MARGIN).max(1);
         TxManager {
             log,
             latch,
-            gate: Gate::new(drain),
+            gate: Gate::new(drain, patience),
             commit_lock: Mutex::new(()),
             reserved: AtomicU64::new(0),
             limit,
@@ -303,6 +313,9 @@ impl Publish for TxManager {
         put("tx.push_defers", defers);
         put("tx.push_defers_given_up", given_up);
         put("tx.push_reopens", self.gate.reopens());
+        let (empty, impatient) = self.gate.empties();
+        put("tx.push_empty_swaps", empty);
+        put("tx.push_impatient_closes", impatient);
         put("tx.push_last_closes", self.gate.last_closes());
         let (preempted, on_cpu_max) = self.gate.swaps();
         put("tx.swaps_preempted", preempted);
