@@ -563,6 +563,10 @@ WRITER_WAITS = (
     ("wait_preempted", "cil.writer_waits_preempted", "waits", "waits whose spinning thread was preempted"),
     ("wait_on_cpu_max_us", "cil.writer_wait_on_cpu_us_max", "µs",
      "longest wait by the clock of a thread not preempted"),
+    ("gate_closed_max_us", "tx.gate_closed_us_max", "µs", "longest the gate stayed closed"),
+    ("empty_swaps", "tx.push_empty_swaps", "pushes", "pushes that swapped at a moment the gate was empty"),
+    ("impatient_closes", "tx.push_impatient_closes", "pushes",
+     "pushes that closed the gate on operations inside"),
 )
 
 
@@ -859,11 +863,14 @@ class FsMarkScale(FsMark):
                     "an operation that finds the transaction gate closed by a push waits: kept out = until the "
                     "gate next opened, by the clock = until it got in, which also counts time its spinning thread "
                     "was preempted (the kernel switched it out: `getrusage`'s involuntary switches rose); the "
-                    "longest over all runs, the others the median of runs):",
+                    "longest over all runs, the others the median of runs; pushes that swapped at an empty "
+                    "moment kept nobody out but for the swap, those out of patience closed the gate on the "
+                    "operations inside):",
                     "",
                     "| file system | phase | waits | p99 (µs) | longest kept out (µs) | longest by the clock (µs) "
-                    "| preempted waits | longest of the others by the clock (µs) |",
-                    "|---|---|---|---|---|---|---|---|",
+                    "| preempted waits | longest of the others by the clock (µs) | longest close (µs) "
+                    "| pushes at an empty moment | out of patience |",
+                    "|---|---|---|---|---|---|---|---|---|---|---|",
                 ]
                 for fs in cairns:
                     for ph in ("create", "unlink"):
@@ -872,7 +879,9 @@ class FsMarkScale(FsMark):
                             f"| {fs} | {ph} | {f(g('waits'))} | {f(g('wait_p99_us'))} | "
                             f"{f(worst(lab, fs, f'{ph}_wait_max_us'))} | "
                             f"{f(worst(lab, fs, f'{ph}_wait_wall_max_us'))} | {f(g('wait_preempted'))} | "
-                            f"{f(worst(lab, fs, f'{ph}_wait_on_cpu_max_us'))} |"
+                            f"{f(worst(lab, fs, f'{ph}_wait_on_cpu_max_us'))} | "
+                            f"{f(worst(lab, fs, f'{ph}_gate_closed_max_us'))} | {f(g('empty_swaps'))} | "
+                            f"{f(g('impatient_closes'))} |"
                         )
             md += [
                 "",

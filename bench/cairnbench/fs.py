@@ -54,6 +54,9 @@ CAIRN_VARIANTS = {
     # ... and every overwrite through the journaled path, to measure the fast
     # path where the kernel does not serialise the writers (issue #14).
     "cairn-pdio-nofast": ["parallel_dio=1", "overwrite_fastpath=0"],
+    # A push closes the transaction gate at once instead of first waiting for
+    # a moment with no operation inside (issue #12).
+    "cairn-impatient": ["push_patience_us=0"],
 }
 # cairn's engine alone, without FUSE or the kernel: the experiment runs a
 # `cairn debug ...` workload on an image file in the scratch tmpfs (nothing is

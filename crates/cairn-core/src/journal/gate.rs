@@ -62,11 +62,14 @@
 //!   exactly the spin time, 1 ms, when operations spun for 1 ms). Yielding
 //!   instead of parking was worse still: the yielder got its CPU back only
 //!   at the next tick.
-//! * **The push waits for a good moment.** Before each close, it defers
-//!   while an operation has been inside for longer than [`YOUNG`] (most
-//!   likely its thread lost its CPU: closing then would only be given up),
-//!   for at most [`MAX_DEFER`], sleeping so that the operation can have the
-//!   CPU. Operations stamp their entry time in a per-thread slot for this.
+//! * **The push waits for a good moment.** Before each close (once its
+//!   patience has run out, or at once without one), it defers while an
+//!   operation has been inside for longer than [`YOUNG`] (most likely its
+//!   thread lost its CPU: closing then would only be given up), for at most
+//!   [`MAX_DEFER`], sleeping so that the operation can have the CPU; the
+//!   gate stays open meanwhile (and, with a patience, its last one out may
+//!   still swap). Operations stamp their entry time in a per-thread slot
+//!   for this.
 //! * **What a wait is.** An operation's wait is measured from finding the
 //!   gate closed to the gate's first opening after that ([`Wait::kept_out`]):
 //!   what the push cost it. The time by the clock until it got in is kept
@@ -114,6 +117,9 @@ pub const YOUNG: Duration = Duration::from_micros(50);
 
 /// The longest a push defers its close for an operation inside for long.
 pub const MAX_DEFER: Duration = Duration::from_millis(5);
+
+/// How often a deferring push looks again.
+const DEFER_STEP: Duration = Duration::from_micros(20);
 
 /// How long a closed gate waits for the operations inside to leave before
 /// it reopens and the push tries again (the default of `-o push_drain_us`).
@@ -500,14 +506,31 @@ impl Gate {
             self.run_swap();
         }
         let mut h = self.handoff.lock();
+        let mut deferred = false;
         loop {
             if h.done {
                 return true;
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now < deadline {
+                let _ = self.swapped.wait_until(&mut h, deadline);
+                continue;
+            }
+            // Out of patience: close, but not on an operation inside for
+            // long (its thread most likely lost its CPU, and the close would
+            // only be given up), for at most MAX_DEFER more.
+            if !self.old_hold_inside() {
                 return false;
             }
-            let _ = self.swapped.wait_until(&mut h, deadline);
+            if now >= deadline + MAX_DEFER {
+                self.defers_given_up.fetch_add(1, Relaxed);
+                return false;
+            }
+            if !deferred {
+                deferred = true;
+                self.defers.fetch_add(1, Relaxed);
+            }
+            let _ = self.swapped.wait_until(&mut h, now + DEFER_STEP);
         }
     }
 
@@ -627,15 +650,9 @@ impl Gate {
     /// been inside for longer than [`YOUNG`], for at most [`MAX_DEFER`].
     fn defer_for_old_holds(&self) {
         let start = Instant::now();
-        let young = YOUNG.as_micros() as u64;
         let mut deferred = false;
         loop {
-            let now = self.stamp(Instant::now());
-            let old = self.entered.iter().any(|e| {
-                let t = e.load(Relaxed);
-                t != 0 && now.saturating_sub(t) > young
-            });
-            if !old {
+            if !self.old_hold_inside() {
                 return;
             }
             if start.elapsed() > MAX_DEFER {
@@ -646,8 +663,18 @@ impl Gate {
                 deferred = true;
                 self.defers.fetch_add(1, Relaxed);
             }
-            std::thread::sleep(Duration::from_micros(20));
+            std::thread::sleep(DEFER_STEP);
         }
+    }
+
+    /// Whether an operation has been inside for longer than [`YOUNG`].
+    fn old_hold_inside(&self) -> bool {
+        let now = self.stamp(Instant::now());
+        let young = YOUNG.as_micros() as u64;
+        self.entered.iter().any(|e| {
+            let t = e.load(Relaxed);
+            t != 0 && now.saturating_sub(t) > young
+        })
     }
 
     /// Pushes that deferred their close for an operation inside for long,

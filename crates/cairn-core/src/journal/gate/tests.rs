@@ -230,5 +230,27 @@ fn a_push_out_of_patience_closes_on_the_operations_inside() {
         assert!(rx.recv_timeout(Duration::from_secs(20)).is_ok(), "the gate did not reopen after the swap");
     });
     assert_eq!(gate.empties(), (0, 1));
+    // The operation inside was old: the push deferred its close for it, in vain.
+    assert_eq!(gate.defers(), (1, 1));
     assert_eq!(gate.state.load(SeqCst), 0);
+}
+
+#[test]
+fn a_push_of_lowered_priority_leaves_the_swap_to_the_next_operation_out() {
+    let gate = &Gate::new(Some(DRAIN), Some(Duration::from_secs(60)));
+    thread::scope(|s| {
+        let push = s.spawn(|| {
+            mark_lowered_priority();
+            gate.close_and(|| thread::current().id())
+        });
+        while gate.state.load(SeqCst) & WANT == 0 {
+            thread::sleep(Duration::from_micros(50));
+        }
+        assert!(!push.is_finished(), "the backend swapped on an empty gate itself");
+        drop(gate.enter());
+        assert_eq!(push.join().unwrap(), thread::current().id());
+    });
+    assert_eq!(gate.empties(), (1, 0));
+    // Other threads' pushes on an empty gate swap at once.
+    assert_eq!(gate.close_and(|| thread::current().id()), thread::current().id());
 }
