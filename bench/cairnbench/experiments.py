@@ -564,6 +564,7 @@ WRITER_WAITS = (
     ("wait_on_cpu_max_us", "cil.writer_wait_on_cpu_us_max", "µs",
      "longest wait by the clock of a thread not preempted"),
     ("gate_closed_max_us", "tx.gate_closed_us_max", "µs", "longest the gate stayed closed"),
+    ("swaps_preempted", "tx.swaps_preempted", "swaps", "swaps whose thread the kernel switched out"),
     ("empty_swaps", "tx.push_empty_swaps", "pushes", "pushes that swapped at a moment the gate was empty"),
     ("impatient_closes", "tx.push_impatient_closes", "pushes",
      "pushes that closed the gate on operations inside"),
@@ -869,8 +870,8 @@ class FsMarkScale(FsMark):
                     "",
                     "| file system | phase | waits | p99 (µs) | longest kept out (µs) | longest by the clock (µs) "
                     "| preempted waits | longest of the others by the clock (µs) | longest close (µs) "
-                    "| pushes at an empty moment | out of patience |",
-                    "|---|---|---|---|---|---|---|---|---|---|---|",
+                    "| swaps preempted | pushes at an empty moment | out of patience |",
+                    "|---|---|---|---|---|---|---|---|---|---|---|---|",
                 ]
                 for fs in cairns:
                     for ph in ("create", "unlink"):
@@ -880,7 +881,8 @@ class FsMarkScale(FsMark):
                             f"{f(worst(lab, fs, f'{ph}_wait_max_us'))} | "
                             f"{f(worst(lab, fs, f'{ph}_wait_wall_max_us'))} | {f(g('wait_preempted'))} | "
                             f"{f(worst(lab, fs, f'{ph}_wait_on_cpu_max_us'))} | "
-                            f"{f(worst(lab, fs, f'{ph}_gate_closed_max_us'))} | {f(g('empty_swaps'))} | "
+                            f"{f(worst(lab, fs, f'{ph}_gate_closed_max_us'))} | {f(g('swaps_preempted'))} | "
+                            f"{f(g('empty_swaps'))} | "
                             f"{f(g('impatient_closes'))} |"
                         )
             md += [

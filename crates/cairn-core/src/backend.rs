@@ -45,7 +45,7 @@ impl Backend {
     fn run(&self, fs: &Fs, interval: Duration, nice: i32) {
         if nice > 0 {
             lower_own_priority(nice);
-            crate::journal::gate::mark_lowered_priority();
+            crate::journal::gate::mark_background_thread();
         }
         loop {
             {

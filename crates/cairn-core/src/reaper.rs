@@ -238,6 +238,8 @@ impl Reaper {
     }
 
     fn run(&self, fs: &Fs) {
+        // Its operations do not take a push's swap on (see `journal::gate`).
+        crate::journal::gate::mark_background_thread();
         loop {
             {
                 let mut q = self.queue.lock();

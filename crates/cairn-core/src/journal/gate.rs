@@ -23,12 +23,11 @@
 //!   [`PATIENCE`]) does the push close it on the operations inside, as
 //!   below. Through FUSE, 1M creates and a parallel `rm -rf`: every push of
 //!   both phases found an empty moment, and the longest wait fell from 2.7
-//!   and 16 ms to 33 and 42 µs. A push on an empty gate swaps at once,
-//!   except from a thread of lowered priority (the backend, see
-//!   [`mark_lowered_priority`]): the kernel switches such a thread out at
-//!   the next wake-up of a normal one, and a swap it was running then held
-//!   the gate closed for milliseconds; it leaves the swap to the next
-//!   operation out.
+//!   and 16 ms to 33 and 42 µs. Background threads (the backend, the
+//!   reaper; see [`mark_background_thread`]) do not take such a swap on:
+//!   the kernel switches them out at the next wake-up of a request thread,
+//!   and a swap they were running then held the gate closed for
+//!   milliseconds.
 //! * **The last one out swaps.** The push hands its swap to the gate
 //!   ([`Gate::close_and`]) and closes it. Whoever sees the gate closed with
 //!   no operation inside runs the swap at once: the push itself if none
@@ -149,17 +148,21 @@ const SLOTS: usize = 16;
 const OPEN_STAMPS: usize = 8;
 
 thread_local! {
-    /// The calling thread runs at a lowered priority (see
-    /// [`mark_lowered_priority`]).
-    static LOWERED: Cell<bool> = const { Cell::new(false) };
+    /// The calling thread does background work (see
+    /// [`mark_background_thread`]).
+    static BACKGROUND: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks the calling thread as one that runs at a lowered priority (the
-/// backend): the kernel switches such a thread out at the next wake-up of
-/// a normal one, so its pushes leave the swap to the last operation out,
-/// and swap themselves only on a gate that stayed empty for the patience.
-pub fn mark_lowered_priority() {
-    LOWERED.with(|l| l.set(true));
+/// Marks the calling thread as one that does long stretches of background
+/// work (the backend, at a lowered priority; the reaper): the kernel
+/// switches such a thread out at the next wake-up of a request thread, and
+/// a swap it was running then held the gate closed for milliseconds. So it
+/// does not take a swap on at an empty moment: its pushes leave the swap
+/// to the last operation out (and swap themselves only on a gate that
+/// stayed empty for the patience), and its own operations leave it to the
+/// next one out. A close's last one out still swaps, whoever it is.
+pub fn mark_background_thread() {
+    BACKGROUND.with(|b| b.set(true));
 }
 
 /// How long an operation waited at a closed gate.
@@ -396,7 +399,10 @@ impl Gate {
             // The last one out while a push waits for an empty gate: it
             // closes the gate, unless an operation got in meanwhile (then a
             // later last one out will) or the push closed it first.
-            s if s == WANT | 1 && self.state.compare_exchange(WANT, CLOSED, SeqCst, SeqCst).is_ok() => {
+            s if s == WANT | 1
+                && !BACKGROUND.with(Cell::get)
+                && self.state.compare_exchange(WANT, CLOSED, SeqCst, SeqCst).is_ok() =>
+            {
                 self.closed_at.store(self.stamp(Instant::now()), SeqCst);
                 self.empty_swaps.fetch_add(1, Relaxed);
                 self.run_swap();
@@ -499,7 +505,7 @@ impl Gate {
         debug_assert_eq!(s & (WANT | CLOSED), 0, "a push found the gate closed");
         // Empty now: nobody is left to leave, so close it here (unless this
         // thread is likely to be switched out in the middle of the swap).
-        let here = s == 0 && !LOWERED.with(Cell::get);
+        let here = s == 0 && !BACKGROUND.with(Cell::get);
         if here && self.state.compare_exchange(WANT, CLOSED, SeqCst, SeqCst).is_ok() {
             self.closed_at.store(self.stamp(Instant::now()), SeqCst);
             self.empty_swaps.fetch_add(1, Relaxed);

@@ -236,17 +236,25 @@ fn a_push_out_of_patience_closes_on_the_operations_inside() {
 }
 
 #[test]
-fn a_push_of_lowered_priority_leaves_the_swap_to_the_next_operation_out() {
+fn a_background_thread_leaves_the_swap_to_a_request_thread() {
     let gate = &Gate::new(Some(DRAIN), Some(Duration::from_secs(60)));
     thread::scope(|s| {
         let push = s.spawn(|| {
-            mark_lowered_priority();
+            mark_background_thread();
             gate.close_and(|| thread::current().id())
         });
         while gate.state.load(SeqCst) & WANT == 0 {
             thread::sleep(Duration::from_micros(50));
         }
         assert!(!push.is_finished(), "the backend swapped on an empty gate itself");
+        // A background thread's operation comes and goes: it leaves the swap.
+        s.spawn(|| {
+            mark_background_thread();
+            drop(gate.enter());
+        })
+        .join()
+        .unwrap();
+        assert!(!push.is_finished(), "a background thread's operation took the swap on");
         drop(gate.enter());
         assert_eq!(push.join().unwrap(), thread::current().id());
     });
