@@ -400,14 +400,7 @@ impl Gate {
             // The last one out while a push waits for an empty gate: it
             // closes the gate, unless an operation got in meanwhile (then a
             // later last one out will) or the push closed it first.
-            s if s == WANT | 1
-                && !BACKGROUND.with(Cell::get)
-                && self.state.compare_exchange(WANT, CLOSED, SeqCst, SeqCst).is_ok() =>
-            {
-                self.closed_at.store(self.stamp(Instant::now()), SeqCst);
-                self.empty_swaps.fetch_add(1, Relaxed);
-                self.run_swap();
-            }
+            s if s == WANT | 1 && !BACKGROUND.with(Cell::get) => self.close_empty(),
             _ => {}
         }
     }
@@ -494,24 +487,25 @@ impl Gate {
 
     /// Before a close: waits up to the patience for a moment with no
     /// operation inside, at which the swap runs (on this thread if the gate
-    /// is empty now, else on the last one's out). True if it ran. Without a
-    /// patience, defers for old operations instead (see the essay).
+    /// is empty now, else on the last one's out), then defers while an
+    /// operation has been inside for long (see the essay). True if the swap
+    /// ran. Without a patience, only defers.
     fn wait_for_empty(&self) -> bool {
-        let Some(patience) = self.patience else {
-            self.defer_for_old_holds();
-            return false;
+        let now = Instant::now();
+        let deadline = match self.patience {
+            Some(patience) => {
+                let s = self.state.fetch_or(WANT, SeqCst);
+                debug_assert_eq!(s & (WANT | CLOSED), 0, "a push found the gate closed");
+                // Empty now: nobody is left to leave, so close it here
+                // (unless this thread is likely to be switched out in the
+                // middle of the swap).
+                if s == 0 && !BACKGROUND.with(Cell::get) {
+                    self.close_empty();
+                }
+                now + patience
+            }
+            None => now,
         };
-        let deadline = Instant::now() + patience;
-        let s = self.state.fetch_or(WANT, SeqCst);
-        debug_assert_eq!(s & (WANT | CLOSED), 0, "a push found the gate closed");
-        // Empty now: nobody is left to leave, so close it here (unless this
-        // thread is likely to be switched out in the middle of the swap).
-        let here = s == 0 && !BACKGROUND.with(Cell::get);
-        if here && self.state.compare_exchange(WANT, CLOSED, SeqCst, SeqCst).is_ok() {
-            self.closed_at.store(self.stamp(Instant::now()), SeqCst);
-            self.empty_swaps.fetch_add(1, Relaxed);
-            self.run_swap();
-        }
         let mut h = self.handoff.lock();
         let mut deferred = false;
         loop {
@@ -523,9 +517,10 @@ impl Gate {
                 let _ = self.swapped.wait_until(&mut h, deadline);
                 continue;
             }
-            // Out of patience: close, but not on an operation inside for
-            // long (its thread most likely lost its CPU, and the close would
-            // only be given up), for at most MAX_DEFER more.
+            // Out of patience (or without one): close, but not on an
+            // operation inside for long (its thread most likely lost its
+            // CPU, and the close would only be given up), for at most
+            // MAX_DEFER more. The gate stays open meanwhile.
             if !self.old_hold_inside() {
                 return false;
             }
@@ -538,6 +533,17 @@ impl Gate {
                 self.defers.fetch_add(1, Relaxed);
             }
             let _ = self.swapped.wait_until(&mut h, now + DEFER_STEP);
+        }
+    }
+
+    /// Closes the gate while a push waits for it to empty and nobody is
+    /// inside, and runs the swap; does nothing if an operation got in
+    /// meanwhile (a later last one out will) or the push closed it first.
+    fn close_empty(&self) {
+        if self.state.compare_exchange(WANT, CLOSED, SeqCst, SeqCst).is_ok() {
+            self.closed_at.store(self.stamp(Instant::now()), SeqCst);
+            self.empty_swaps.fetch_add(1, Relaxed);
+            self.run_swap();
         }
     }
 
@@ -651,27 +657,6 @@ impl Gate {
             }
         }
         true
-    }
-
-    /// Waits (without closing: operations go on) while an operation has
-    /// been inside for longer than [`YOUNG`], for at most [`MAX_DEFER`].
-    fn defer_for_old_holds(&self) {
-        let start = Instant::now();
-        let mut deferred = false;
-        loop {
-            if !self.old_hold_inside() {
-                return;
-            }
-            if start.elapsed() > MAX_DEFER {
-                self.defers_given_up.fetch_add(1, Relaxed);
-                return;
-            }
-            if !deferred {
-                deferred = true;
-                self.defers.fetch_add(1, Relaxed);
-            }
-            std::thread::sleep(DEFER_STEP);
-        }
     }
 
     /// Whether an operation has been inside for longer than [`YOUNG`].
