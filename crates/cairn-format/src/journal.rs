@@ -419,7 +419,7 @@ pub fn body_crc_append(crc: u32, block: &[u8]) -> u32 {
 /// descriptor or a commit block (by magic alone, checksum not verified), for
 /// tools that must pick a sequence number past every record in the ring.
 pub fn claimed_seq(b: &[u8]) -> Option<u64> {
-    matches!(get_u32(b, 0), DESC_MAGIC | REGION_DESC_MAGIC | COMMIT_MAGIC).then(|| get_u64(b, 8))
+    matches!(get_u32(b, 0), DESC_MAGIC | REGION_DESC_MAGIC | ZREGION_DESC_MAGIC | COMMIT_MAGIC).then(|| get_u64(b, 8))
 }
 
 /// Where the journal region is, and how big the image is: what the record

@@ -52,8 +52,9 @@
 //! group-descriptor location ([`group_desc::gd_loc`]), the implied bitmaps of
 //! uninitialised groups ([`bitmap::synth_block_bitmap`],
 //! [`bitmap::synth_inode_bitmap`]), journal ring arithmetic
-//! ([`journal::ring_next`], [`journal::ring_used`]) and the journal record
-//! walk ([`journal::read_record`]).
+//! ([`journal::ring_next`], [`journal::ring_used`]), the journal record
+//! walk ([`journal::read_record`]) and the test that tells a torn end of the
+//! log from damage in its middle ([`journal_damage`]).
 
 pub mod bitmap;
 pub mod btree;
@@ -65,6 +66,7 @@ pub mod extent;
 pub mod group_desc;
 pub mod inode;
 pub mod journal;
+pub mod journal_damage;
 pub mod layout;
 pub mod leaf_edit;
 pub mod superblock;

@@ -23,7 +23,10 @@
 //! * ring positions run `1 ..= journal_blocks - 1` and wrap;
 //! * records are applied in order while each decodes with the expected
 //!   sequence number and matching checksum; the first that does not ends the
-//!   log (it was torn by the crash). A record longer than the ring, or one
+//!   log (it was torn by the crash) — unless a record with a later sequence
+//!   number verifies somewhere after it: then the log is damaged in the
+//!   middle (`cairn_format::journal_damage`), a problem; the records before
+//!   the damage are applied and the rest dropped. A record longer than the ring, or one
 //!   naming a home block outside the image or inside the journal, also ends
 //!   the log (the engine's rule too: such a record cannot be ours).
 //!
@@ -34,7 +37,8 @@
 //! overlay, so every later read sees the replayed state.
 //! With `--repair`: the rebuilt blocks are written home, the image is
 //! fsynced, then the journal superblock is rewritten with the tail after the
-//! last replayed record (exactly what mount does), and fsynced again.
+//! last replayed record and a sequence number past every record in the ring
+//! (what mount does), and fsynced again.
 //!
 //! ## What it concludes
 //! How many records and blocks were replayed (a note, not a problem), or a
@@ -46,7 +50,8 @@
 use crate::image::Image;
 use crate::report::{num, Pass, Report};
 use crate::FsckError;
-use cairn_format::journal::{claimed_seq, read_record, JournalRegion, JournalSuper, LogPos, Patch};
+use cairn_format::journal::{claimed_seq, read_record, JournalRegion, JournalSuper, LogEnd, LogPos, Patch, Walk};
+use cairn_format::journal_damage::{damage_message, find_later_records, restart_seq};
 use cairn_format::superblock::Superblock;
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
@@ -66,6 +71,14 @@ fn max_seq_in_ring(img: &mut Image, region: &JournalRegion) -> std::io::Result<u
         off += n;
     }
     Ok(max)
+}
+
+/// Rewrites the journal superblock with an empty log at `tail`, durably.
+fn write_tail(img: &mut Image, region: &JournalRegion, seed: u32, tail: LogPos) -> std::io::Result<()> {
+    let mut b = vec![0u8; img.block_size()];
+    JournalSuper { tail_seq: tail.seq, tail_off: tail.off }.encode(seed, &mut b);
+    img.write_block(region.start, &b)?;
+    img.sync()
 }
 
 /// Replays the journal of `sb` (see the module essay). Returns true when
@@ -101,15 +114,46 @@ pub fn replay(img: &mut Image, sb: &Superblock, seed: u32, report: &mut Report) 
     // Each record takes at least two ring blocks and sequence numbers only
     // grow, so a log longer than the ring is impossible; the bound guards
     // against pathological images.
-    while records < region.blocks {
-        let walk = read_record(seed, &region, pos, |off| img.read_block(region.block_of(off)))?;
-        let Some(rec) = walk.record() else { break };
-        records += 1;
-        blocks += rec.patches.len() as u64;
-        replayed.extend(rec.patches);
-        pos = rec.next;
+    let why = loop {
+        match read_record(seed, &region, pos, |off| img.read_block(region.block_of(off)))? {
+            Walk::Record(rec) if records < region.blocks => {
+                records += 1;
+                blocks += rec.patches.len() as u64;
+                replayed.extend(rec.patches);
+                pos = rec.next;
+            }
+            Walk::Record(_) => break LogEnd::TooLong,
+            Walk::End(why) => break why,
+        }
+    };
+    let later = find_later_records(seed, &region, pos, |off| img.read_block(region.block_of(off)))?;
+    if let Some(later) = &later {
+        let msg = damage_message(pos, why, later);
+        if repair {
+            report.push(
+                Pass::Journal,
+                format!(
+                    "{msg}; replayed the {} record(s) before the damage and dropped the rest (the checks that follow repair what they lost)",
+                    num(records)
+                ),
+                true,
+            );
+        } else {
+            report.push(
+                Pass::Journal,
+                format!("{msg}; the image is checked as if the {} record(s) before it were replayed", num(records)),
+                false,
+            );
+        }
     }
+    // The log restarts past every sequence number in the ring (the
+    // engine's rule), and past every later record of a damaged log.
+    let restart =
+        LogPos { seq: restart_seq(&region, pos).max(later.map_or(0, |l| l.max_seq.saturating_add(1))), off: pos.off };
     if records == 0 {
+        if repair && later.is_some() {
+            write_tail(img, &region, seed, restart)?;
+        }
         return Ok(false);
     }
     report.journal_records_replayed = records;
@@ -131,10 +175,7 @@ pub fn replay(img: &mut Image, sb: &Superblock, seed: u32, report: &mut Report) 
             img.write_block(*home, data)?;
         }
         img.sync()?;
-        let mut b = vec![0u8; img.block_size()];
-        JournalSuper { tail_seq: pos.seq, tail_off: pos.off }.encode(seed, &mut b);
-        img.write_block(region.start, &b)?;
-        img.sync()?;
+        write_tail(img, &region, seed, restart)?;
         report.note(format!(
             "journal: replayed {} committed checkpoint(s), {} blocks, into the image",
             num(records),

@@ -18,18 +18,31 @@
 //! harmless: whatever changed after a record was logged again by a later one,
 //! applied after it.
 //!
+//! ## Damage in the middle of the log
+//! A torn record can only be the last one written (a record is begun only
+//! after the previous commit block is durable), so a record that verifies
+//! after the end with a later sequence number means the log was damaged
+//! ([`find_later_records`], see `cairn_format::journal_damage`). The open
+//! then refuses, before writing anything, with a message that names the
+//! damaged record and says to run `cairn fsck --repair` (which replays the
+//! records before the damage and restarts the log). So the walk runs twice:
+//! once to verify and find the end, once to apply.
+//!
 //! ## What is durable when
 //! Replay writes the images home, then **flush**: they are durable; then the
-//! journal superblock with the tail just past the last replayed record, then
-//! **flush**: the log is empty. A crash before the second flush leaves the old
-//! tail, and the next mount replays the same records again. A read-only mount
-//! (`replay == false`) writes nothing and refuses an image whose log is not
-//! empty.
+//! journal superblock with the tail at the end of the log and a sequence
+//! number past every record in the ring ([`restart_seq`]), then **flush**.
+//! Every read-write open writes that restart, replay or not, so that no
+//! record written from now on can line up with a stale one. A crash before
+//! the second flush leaves the old tail, and the next mount replays the same
+//! records again. A read-only open (`replay == false`) writes nothing and
+//! refuses an image whose log is not empty.
 
 use super::log::Journal;
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
-use cairn_format::journal::{read_record, JournalRegion, JournalSuper, LogEnd, LogPos, Walk};
+use cairn_format::journal::{read_record, JournalRegion, JournalSuper, LogEnd, LogPos, Record, Walk};
+use cairn_format::journal_damage::{damage_message, find_later_records, restart_seq};
 use cairn_format::superblock::Superblock;
 use cairn_format::FormatError;
 use std::sync::atomic::Ordering;
@@ -58,33 +71,31 @@ impl Journal {
         let jsb = JournalSuper::decode(seed, region.start, &jb, region.blocks)?;
         let tail = LogPos { seq: jsb.tail_seq, off: jsb.tail_off };
         let j = Journal::at_tail(dev, region, bs, seed, tail);
+        // First pass: verify the log and find its end, writing nothing.
+        let (records, end, why) = j.walk(tail, |_| Ok(()))?;
+        if let Some(later) = find_later_records(seed, &region, end, |off| j.read_ring_block(off))? {
+            let msg = damage_message(end, why, &later);
+            tracing::error!("{msg}");
+            return Err(FsError::Corrupt(FormatError::Incompatible(format!(
+                "{msg}; nothing was replayed or changed: run `cairn fsck --repair` on the image"
+            ))));
+        }
+        if let LogEnd::ImpossibleHome { off, home } = why {
+            tracing::warn!(seq = end.seq, off, home, "journal record names an impossible home block; ending replay");
+        }
+        if records > 0 && !replay {
+            return Err(FsError::Corrupt(FormatError::Incompatible(
+                "the journal holds committed changes that need replay; mount read-write once or run `cairn fsck --repair`".into(),
+            )));
+        }
         let mut report = ReplayReport::default();
-        let mut pos = tail;
-        loop {
-            let rec = match read_record(seed, &region, pos, |off| j.read_ring_block(off))? {
-                Walk::Record(rec) => rec,
-                Walk::End(LogEnd::ImpossibleHome { off, home }) => {
-                    tracing::warn!(
-                        seq = pos.seq,
-                        off,
-                        home,
-                        "journal record names an impossible home block; ending replay"
-                    );
-                    break;
-                }
-                Walk::End(end) => {
-                    tracing::debug!(seq = pos.seq, off = pos.off, ?end, "end of the journal");
-                    break;
-                }
-            };
-            if !replay {
-                return Err(FsError::Corrupt(FormatError::Incompatible(
-                    "the journal holds committed changes that need replay; mount read-write once or run `cairn fsck --repair`".into(),
-                )));
-            }
-            // In log order, each patch over the home block as the earlier
-            // ones left it.
-            let mut block = vec![0u8; bs];
+        if !replay {
+            return Ok((j, report));
+        }
+        // Second pass: in log order, each patch over the home block as the
+        // earlier ones left it.
+        let mut block = vec![0u8; bs];
+        j.walk(tail, |rec| {
             for p in &rec.patches {
                 if !p.is_whole() {
                     j.dev.read_at(&mut block, p.home * bs as u64)?;
@@ -94,17 +105,40 @@ impl Journal {
             }
             report.records += 1;
             report.blocks += rec.patches.len() as u64;
-            pos = rec.next;
-        }
+            Ok(())
+        })?;
+        // The images are durable before the log that held them is emptied;
+        // the log restarts past every sequence number in the ring.
+        let restart = LogPos { seq: restart_seq(&region, end), off: end.off };
         if report.records > 0 {
             j.dev.flush()?;
-            j.write_jsb(pos)?;
-            j.dev.flush()?;
-            j.restart_at(pos);
         }
+        j.write_jsb(restart)?;
+        j.dev.flush()?;
+        j.restart_at(restart);
         j.stats.replayed_records.store(report.records, Ordering::Relaxed);
         j.stats.replayed_blocks.store(report.blocks, Ordering::Relaxed);
         Ok((j, report))
+    }
+
+    /// Walks the log from `tail`, calling `each` with every verified record
+    /// in order; returns how many there were, where the log ends and why.
+    fn walk(&self, tail: LogPos, mut each: impl FnMut(&Record) -> Result<()>) -> Result<(u64, LogPos, LogEnd)> {
+        let mut pos = tail;
+        let mut records = 0u64;
+        // Sequence numbers only grow and a record takes at least two ring
+        // blocks, so a longer log is impossible; the bound guards the loop.
+        loop {
+            match read_record(self.seed, &self.region, pos, |off| self.read_ring_block(off))? {
+                Walk::Record(rec) if records < self.region.blocks => {
+                    each(&rec)?;
+                    records += 1;
+                    pos = rec.next;
+                }
+                Walk::Record(_) => return Ok((records, pos, LogEnd::TooLong)),
+                Walk::End(why) => return Ok((records, pos, why)),
+            }
+        }
     }
 
     /// Reads the whole block at ring position `off`.
@@ -177,11 +211,13 @@ mod tests {
     /// Commits three records A = {h0, h1}, B = {h2}, C = {h3, h0} (as the
     /// engine does), then puts the image back in the state of a crash after
     /// C's commit block but before any home write or journal superblock
-    /// update (homes old, tail at A), with B damaged as `damage` says. Returns
+    /// update (homes old, tail at A), with record `which` (0 = A, 1 = B,
+    /// 2 = C) damaged as `damage` says. Returns
     /// the image, the homes, their old contents and the images of A, B, C.
     #[allow(clippy::type_complexity)]
     fn crashed_log(
         damage: Damage,
+        which: usize,
     ) -> (Arc<MemDevice>, Superblock, u32, Vec<u64>, Vec<Vec<u8>>, [LogPos; 3], Vec<Vec<(u64, Vec<u8>)>>) {
         let (dev, sb, seed) = image();
         let bs = sb.block_size() as usize;
@@ -215,11 +251,12 @@ mod tests {
         let mut jb = vec![0u8; bs];
         JournalSuper { tail_seq: starts[0].seq, tail_off: starts[0].off }.encode(seed, &mut jb);
         write(&dev, bs, region.start, &jb);
-        let b = starts[1];
-        let commit_blk = region.block_of(region.next(b.off, 2));
+        let b = starts[which];
+        let len = 1 + records[which].len() as u64 + 1;
+        let commit_blk = region.block_of(region.next(b.off, len - 1));
         let mut cb = read(&dev, bs, commit_blk);
-        let (total, body) = decode_commit(seed, b.seq, &cb).expect("B's commit block");
-        assert_eq!(total, 3);
+        let (total, body) = decode_commit(seed, b.seq, &cb).expect("the damaged record's commit block");
+        assert_eq!(u64::from(total), len);
         match damage {
             Damage::Nothing => {}
             Damage::BodyChecksum => encode_commit(seed, b.seq, total, body ^ 1, &mut cb),
@@ -236,7 +273,7 @@ mod tests {
 
     #[test]
     fn replay_applies_every_committed_record_in_order() {
-        let (dev, sb, seed, homes, _, starts, records) = crashed_log(Damage::Nothing);
+        let (dev, sb, seed, homes, _, starts, records) = crashed_log(Damage::Nothing, 1);
         let bs = sb.block_size() as usize;
         let (j, rep) = open(&dev, &sb, seed, true).unwrap();
         assert_eq!((rep.records, rep.blocks), (3, 5));
@@ -247,12 +284,16 @@ mod tests {
         assert_eq!(read(&dev, bs, homes[3]), records[2][0].1);
         let region = JournalRegion::of(&sb);
         let end = LogPos { seq: starts[2].seq + 1, off: region.next(starts[2].off, 4) };
-        assert_eq!(jsb_tail(&dev, &sb, seed), end, "the log is empty after replay");
-        assert_eq!(j.next_seq(), end.seq);
+        let restart = LogPos { seq: end.seq + region.blocks, off: end.off };
+        assert_eq!(jsb_tail(&dev, &sb, seed), restart, "the log is empty after replay, past the ring's numbers");
+        assert_eq!(j.next_seq(), restart.seq);
         assert_eq!(j.used_blocks(), 0);
         drop(j);
-        let (_, rep) = open(&dev, &sb, seed, true).unwrap();
+        let (j, rep) = open(&dev, &sb, seed, true).unwrap();
         assert_eq!(rep.records, 0, "a second mount finds nothing to replay");
+        let again = LogPos { seq: restart.seq + region.blocks, off: end.off };
+        assert_eq!(j.next_seq(), again.seq, "every read-write mount restarts the log");
+        assert_eq!(jsb_tail(&dev, &sb, seed), again);
     }
 
     #[test]
@@ -262,8 +303,8 @@ mod tests {
         let c = chunk_size(bs);
         let home = sb.total_blocks - 3;
         write(&dev, bs, home, &vec![0x11; bs]);
-        let tail = jsb_tail(&dev, &sb, seed);
         let (j, _) = open(&dev, &sb, seed, true).unwrap();
+        let tail = jsb_tail(&dev, &sb, seed);
         let img = |fill: u8| -> Image { image_of(&vec![fill; bs]) };
         // A logs chunks 0 and 2, B chunk 2 again and chunk 63.
         assert_eq!(j.commit(&[(home, 0b101, img(0xaa))]).unwrap(), tail.seq);
@@ -288,24 +329,89 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_record_ends_replay_and_nothing_of_it_is_applied() {
+    fn a_damaged_last_record_ends_replay_and_nothing_of_it_is_applied() {
         for damage in [Damage::BodyChecksum, Damage::CommitChecksum, Damage::ImpossibleHome] {
-            let (dev, sb, seed, homes, old, starts, records) = crashed_log(damage);
+            let (dev, sb, seed, homes, old, starts, records) = crashed_log(damage, 2);
             let bs = sb.block_size() as usize;
+            let region = JournalRegion::of(&sb);
             let (j, rep) = open(&dev, &sb, seed, true).unwrap();
-            assert_eq!((rep.records, rep.blocks), (1, 2), "{damage:?}: only A replays");
+            assert_eq!((rep.records, rep.blocks), (2, 3), "{damage:?}: A and B replay");
             assert_eq!(read(&dev, bs, homes[0]), records[0][0].1, "{damage:?}: A applied, C not");
             assert_eq!(read(&dev, bs, homes[1]), records[0][1].1, "{damage:?}");
-            assert_eq!(read(&dev, bs, homes[2]), old[2], "{damage:?}: nothing of B");
-            assert_eq!(read(&dev, bs, homes[3]), old[3], "{damage:?}: nothing after B, though C verifies");
-            assert_eq!(jsb_tail(&dev, &sb, seed), starts[1], "{damage:?}: the log ends where B was");
-            assert_eq!(j.next_seq(), starts[1].seq, "{damage:?}: the next checkpoint reuses B's sequence");
+            assert_eq!(read(&dev, bs, homes[2]), records[1][0].1, "{damage:?}: B applied");
+            assert_eq!(read(&dev, bs, homes[3]), old[3], "{damage:?}: nothing of C");
+            let restart = LogPos { seq: starts[2].seq + region.blocks, off: starts[2].off };
+            assert_eq!(jsb_tail(&dev, &sb, seed), restart, "{damage:?}: the log restarts past the ring's numbers");
+            assert_eq!(j.next_seq(), restart.seq, "{damage:?}");
         }
     }
 
     #[test]
+    fn a_damaged_record_followed_by_one_that_verifies_refuses_the_mount_and_writes_nothing() {
+        for damage in [Damage::BodyChecksum, Damage::CommitChecksum, Damage::ImpossibleHome] {
+            for which in [0, 1] {
+                let (dev, sb, seed, _, _, starts, _) = crashed_log(damage, which);
+                let before = dev.snapshot();
+                for replay in [true, false] {
+                    let err = open(&dev, &sb, seed, replay).err().expect("a damaged log must not open");
+                    let msg = err.to_string();
+                    assert!(msg.contains("journal damaged"), "{damage:?} {which}: {msg}");
+                    assert!(
+                        msg.contains(&format!("record {} at ring block {}", starts[which].seq, starts[which].off)),
+                        "{msg}"
+                    );
+                    assert!(msg.contains("fsck --repair"), "{msg}");
+                    assert!(dev.snapshot() == before, "{damage:?} {which}: a refused open wrote to the image");
+                }
+            }
+        }
+    }
+
+    /// The failure of #32: after a damaged record was taken for the end of
+    /// the log, new records of the same length landed on the old ones and
+    /// old records after them verified again at the next mount. Now every
+    /// mount restarts the log past the ring's sequence numbers, so records
+    /// committed after a torn end never line up with stale ones.
+    #[test]
+    fn records_written_after_a_torn_end_never_continue_into_stale_ones() {
+        let (dev, sb, seed, homes, _, starts, records) = crashed_log(Damage::CommitChecksum, 1);
+        let bs = sb.block_size() as usize;
+        let region = JournalRegion::of(&sb);
+        // Make C stale-looking but still valid: rewind the tail to B's
+        // position with B's number, as the old engine would have restarted.
+        let mut jb = vec![0u8; bs];
+        JournalSuper { tail_seq: starts[1].seq, tail_off: starts[1].off }.encode(seed, &mut jb);
+        write(&dev, bs, region.start, &jb);
+        // B is damaged and C verifies: refused.
+        assert!(open(&dev, &sb, seed, true).is_err());
+        // Undamage B by committing a record of B's length over it from a
+        // journal restarted the new way: the scan then sees C as stale.
+        let restart = LogPos { seq: restart_seq(&region, starts[1]), off: starts[1].off };
+        let j = Journal::at_tail(dev.clone(), region, bs, seed, restart);
+        j.write_jsb(restart).unwrap();
+        j.ail.defer.store(false, Ordering::Relaxed);
+        let imgs: Vec<Captured> = records[1]
+            .iter()
+            .map(|(h, i)| (*h, WHOLE, image_of(&i.iter().map(|b| b ^ 0xff).collect::<Vec<u8>>())))
+            .collect();
+        assert_eq!(j.commit(&imgs).unwrap(), restart.seq);
+        drop(j);
+        // The new record takes B's place exactly; C, right after it, has a
+        // smaller number than the log expects next, so it is neither
+        // replayed nor counted as a later record.
+        let mut jb = vec![0u8; bs];
+        JournalSuper { tail_seq: restart.seq, tail_off: restart.off }.encode(seed, &mut jb);
+        write(&dev, bs, region.start, &jb);
+        let before_c = read(&dev, bs, homes[3]);
+        let (_, rep) = open(&dev, &sb, seed, true).expect("stale records after the log are not damage");
+        assert_eq!(rep.records, 1, "only the new record replays");
+        assert_eq!(read(&dev, bs, homes[3]), before_c, "C, stale, is not replayed");
+        assert_eq!(read(&dev, bs, homes[2]), vec![0xb2 ^ 0xff; bs]);
+    }
+
+    #[test]
     fn read_only_open_refuses_a_log_that_needs_replay_and_writes_nothing() {
-        let (dev, sb, seed, homes, old, starts, _) = crashed_log(Damage::Nothing);
+        let (dev, sb, seed, homes, old, starts, _) = crashed_log(Damage::Nothing, 1);
         let bs = sb.block_size() as usize;
         let before = dev.snapshot();
         let err = open(&dev, &sb, seed, false).err().expect("read-only open must fail");

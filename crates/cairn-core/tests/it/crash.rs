@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod damage;
+
 type Snapshot = BTreeMap<String, (u32, Vec<u8>, Vec<u8>)>;
 /// One operation of a workload.
 type Action = Box<dyn Fn(&Fs)>;

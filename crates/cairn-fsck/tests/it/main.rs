@@ -3,5 +3,6 @@
 mod clean;
 mod common;
 mod corrupt;
+mod damaged_log;
 mod fuzz;
 mod operational;
