@@ -31,7 +31,9 @@
 //! ([`crate::inode::InodeState::lazy_time`], see `inode`) and queues the
 //! inode once on [`Overwrite`]'s list. [`Fs::log_dirty_times`] stores every
 //! queued inode in ordinary handles at the start of each commit, so times are
-//! durable after `fsync`/`syncfs` and at the backend's periodic commit, one
+//! durable after `fsync`/`syncfs` and at the backend's periodic commit (a
+//! commit that starts while another is storing the times it took waits for
+//! them: `Overwrite::logging`), one
 //! inode-table update per file per commit instead of one transaction per
 //! write (ext4's `lazytime`).
 //!
@@ -57,7 +59,7 @@ use crate::inode::InodeRef;
 use crate::journal::credits;
 use crate::stats::Publish;
 use cairn_format::inode::S_IFREG;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, ReentrantMutex};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -83,12 +85,22 @@ pub struct Overwrite {
     /// Inodes with dirty times, each once (`times_queued`); the list holds a
     /// reference, so the inode cache keeps them until they are logged.
     dirty: Mutex<Vec<InodeRef>>,
+    /// Held by [`Fs::log_dirty_times`] from taking the list until the times
+    /// are in handles, so that a concurrent commit (an `fsync`) that finds
+    /// the list empty waits for them instead of committing without them.
+    /// Reentrant: logging may begin a handle that commits to make room.
+    logging: ReentrantMutex<()>,
     pub stats: OverwriteStats,
 }
 
 impl Overwrite {
     pub fn new(enabled: bool) -> Overwrite {
-        Overwrite { enabled, dirty: Mutex::new(Vec::new()), stats: OverwriteStats::default() }
+        Overwrite {
+            enabled,
+            dirty: Mutex::new(Vec::new()),
+            logging: ReentrantMutex::new(()),
+            stats: OverwriteStats::default(),
+        }
     }
 
     /// Notes a write that went down the journaled path.
@@ -177,8 +189,11 @@ impl Fs {
 
     /// Stores the dirty times of every queued inode (see the module essay);
     /// runs at the start of each commit. What it could not store (an error)
-    /// stays queued.
+    /// stays queued. A commit that starts while another is still storing the
+    /// times it took waits until they are in handles, so its commit covers
+    /// them (`fsync` must not return before the times it found are durable).
     pub(crate) fn log_dirty_times(&self) -> Result<()> {
+        let _logging = self.ow.logging.lock();
         let list = std::mem::take(&mut *self.ow.dirty.lock());
         if list.is_empty() {
             return Ok(());

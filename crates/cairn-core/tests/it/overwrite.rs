@@ -209,6 +209,55 @@ fn crash_read(rec: &RecordingDevice, upto: usize, len: u32) -> (Vec<u8>, cairn_c
     (bytes, a)
 }
 
+/// Issue 32, item 3: a commit (the backend's, or any `sync_fs`) takes the
+/// whole list of dirty times and stores them in handles; an `fsync` that
+/// started meanwhile found the list empty and committed without waiting for
+/// those times, so a crash right after the `fsync` returned showed the old
+/// mtime. Here another thread's `sync_fs` takes a list of 2,000 inodes with
+/// `f` last, and the `fsync` of `f` starts as soon as the list is taken.
+#[test]
+fn fsync_waits_for_dirty_times_that_a_concurrent_commit_has_taken() {
+    let mem = MemDevice::new(64 << 20);
+    format(&mem, &MkfsOptions::default(), &mut |_, _| {}).unwrap();
+    let rec = Arc::new(RecordingDevice::new(mem.snapshot()));
+    let d: Arc<dyn BlockDevice> = rec.clone();
+    let fs = Arc::new(Fs::mount(d, opts(true)).unwrap());
+    let c = Ctx::root();
+    let others: Vec<u64> = (0..2000)
+        .map(|i| {
+            let ino = fs.mknod(&c, 1, format!("o{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+            fs.write(ino, 0, &[1u8; 4096]).unwrap();
+            ino
+        })
+        .collect();
+    let ino = file_with(&fs, "f", &vec![1u8; 65536]);
+    let mut stale = Vec::new();
+    for round in 0..5u8 {
+        std::thread::sleep(Duration::from_millis(2));
+        for o in &others {
+            fs.write(*o, 0, &[round + 2]).unwrap();
+        }
+        fs.write(ino, u64::from(round) * 100, &[round + 2]).unwrap();
+        let want = fs.getattr(ino).unwrap().mtime;
+        assert_eq!(stat(&fs, "overwrite.dirty_times_queued"), 2001, "every write took the fast path");
+        let syncer = {
+            let fs = fs.clone();
+            std::thread::spawn(move || fs.sync_fs().unwrap())
+        };
+        while stat(&fs, "overwrite.dirty_times_queued") != 0 {
+            std::hint::spin_loop();
+        }
+        fs.fsync(ino, false).unwrap();
+        let (_, a) = crash_read(&rec, rec.ops().len(), 16);
+        if a.mtime < want {
+            stale.push(round);
+        }
+        syncer.join().unwrap();
+    }
+    assert!(stale.is_empty(), "rounds whose crash state after fsync had the old mtime: {stale:?}");
+    fs.unmount().unwrap();
+}
+
 #[test]
 fn fdatasync_after_overwrites_flushes_only_and_the_bytes_survive_a_crash() {
     let mem = MemDevice::new(32 << 20);
