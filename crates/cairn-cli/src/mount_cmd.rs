@@ -136,6 +136,20 @@ fn open_engine(image: &Path, settings: &cairn_fuse::Settings) -> Result<Arc<Fs>,
     })
 }
 
+/// The space guard keeps this many dirty limits free (the kernel was
+/// measured holding up to 2.3 times the limit; see `cairn_fuse::space`).
+const SPACE_RESERVE_DIRTY_LIMITS: u64 = 4;
+
+/// The bound on the kernel's dirty page cache for this mount: `-o
+/// dirty_limit_mb`, or 1/16 of the file system between 8 and 64 MiB.
+fn dirty_limit_bytes(settings: &cairn_fuse::Settings, fs: &Fs) -> u64 {
+    if let Some(mb) = settings.dirty_limit_mb {
+        return mb << 20;
+    }
+    let size = fs.statfs().map_or(0, |s| s.blocks * u64::from(s.block_size));
+    (size / 16).clamp(8 << 20, 64 << 20)
+}
+
 fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), String> {
     let image = std::path::absolute(&a.image).unwrap_or_else(|_| a.image.clone());
     let mp =
@@ -165,6 +179,10 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
         }
         None
     };
+    let dirty_limit = dirty_limit_bytes(&settings, &fs);
+    if settings.adapter.writeback_cache && !settings.engine.read_only {
+        settings.adapter.space_reserve = SPACE_RESERVE_DIRTY_LIMITS * dirty_limit;
+    }
     let metrics = Arc::new(cairn_fuse::Metrics::new());
     let mounted = cairn_fuse::mount(fs.clone(), &mp, &settings, &image.display().to_string(), metrics.clone());
     // Mounted: the loop device detaches itself when the mount goes. Not
@@ -172,13 +190,32 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
     if let Some(lo) = lo {
         lo.release();
     }
-    let mut session = match mounted {
+    let (mut session, space) = match mounted {
         Ok(s) => s,
         Err(e) => {
             let _ = fs.unmount();
             return Err(format!("cannot mount on {}: {e}", mp.display()));
         }
     };
+    if settings.adapter.space_reserve > 0 {
+        let mib = space.base_limit() >> 20;
+        if !whoami::is_root() {
+            tracing::warn!(
+                "not root: the kernel's dirty page cache for this mount is not bounded, so buffered writes to a nearly full disk may still fail only at fsync/close"
+            );
+        } else {
+            match cairn_fuse::set_dirty_limit(&mp, space.base_limit()) {
+                Ok(max_bytes) => {
+                    tracing::info!(mib, path = %max_bytes.display(), "dirty page cache of the mount bounded");
+                    space.set_bdi_max_bytes(max_bytes);
+                }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "could not bound the kernel's dirty page cache for this mount: buffered writes to a nearly full disk may fail only at fsync/close"
+                ),
+            }
+        }
+    }
     if settings.readahead_kb > 0 && whoami::is_root() {
         match cairn_fuse::set_readahead(&mp, settings.readahead_kb) {
             Ok(path) => tracing::info!(kb = settings.readahead_kb, path = %path.display(), "readahead window set"),

@@ -31,6 +31,7 @@
 
 use crate::convert::{errno, file_attr, from_system_time, kind_of_dtype, negative_attr};
 use crate::metrics::{Metrics, Op};
+use crate::space::SpaceGuard;
 use cairn_core::{Ctx, Fs, SetAttr, TimeSet};
 use fuser::{
     Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, OpenFlags, RenameFlags,
@@ -81,6 +82,9 @@ pub struct AdapterOptions {
     /// OPEN and a RELEASE request per open of any file; off, OPEN is
     /// answered ENOSYS once and opens cost no request (see `open`).
     pub parallel_dio: bool,
+    /// Free bytes below which the space guard gates buffered writes (see
+    /// `space`); 0 turns it off. Set by the mount from `-o dirty_limit_mb`.
+    pub space_reserve: u64,
 }
 
 impl Default for AdapterOptions {
@@ -92,6 +96,7 @@ impl Default for AdapterOptions {
             acl: true,
             io_uring: true,
             parallel_dio: false,
+            space_reserve: 0,
         }
     }
 }
@@ -113,6 +118,8 @@ pub struct CairnFuse {
     /// The kernel granted FUSE_WRITEBACK_CACHE: written pages may sit in the
     /// kernel, unseen by cairn, so LSEEK is answered ENOSYS (see `lseek`).
     writeback: bool,
+    /// Gates buffered writes while the disk is nearly full (`space`).
+    space: Arc<SpaceGuard>,
 }
 
 fn ctx(req: &Request) -> Ctx {
@@ -143,7 +150,8 @@ impl CairnFuse {
 
     /// Wraps a mounted engine, counting requests in `metrics`.
     pub fn with_metrics(fs: Arc<Fs>, opts: AdapterOptions, metrics: Arc<Metrics>) -> CairnFuse {
-        CairnFuse { fs, opts, metrics, dont_mask: false, killpriv_v2: false, writeback: false }
+        let space = SpaceGuard::start(fs.clone(), opts.space_reserve, metrics.space.clone());
+        CairnFuse { fs, opts, metrics, dont_mask: false, killpriv_v2: false, writeback: false, space }
     }
 
     /// The request counters.
@@ -156,11 +164,22 @@ impl CairnFuse {
         &self.fs
     }
 
+    /// The space guard (the session gives it its notifier).
+    pub fn space(&self) -> &Arc<SpaceGuard> {
+        &self.space
+    }
+
+    /// How long the kernel may trust attributes: zero while the space
+    /// guard is tight, so every buffered write asks first.
+    fn attr_ttl(&self) -> Duration {
+        self.space.attr_ttl(self.opts.timeouts.attr)
+    }
+
     fn entry(&self, reply: ReplyEntry, r: cairn_core::Result<cairn_core::Attr>) {
         match r {
             Ok(a) => reply.entry_with_ttls(
                 &self.opts.timeouts.entry,
-                &self.opts.timeouts.attr,
+                &self.attr_ttl(),
                 &file_attr(&a),
                 Generation(u64::from(a.generation)),
             ),
@@ -172,7 +191,7 @@ impl CairnFuse {
     fn created(&self, reply: ReplyCreate, flags: i32, r: cairn_core::Result<cairn_core::Attr>) {
         match r {
             Ok(a) => reply.created(
-                &self.opts.timeouts.entry,
+                &self.space.attr_ttl(self.opts.timeouts.entry),
                 &file_attr(&a),
                 Generation(u64::from(a.generation)),
                 FileHandle(0),
@@ -270,6 +289,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn destroy(&mut self) {
+        self.space.stop();
         // Already done in `destroy_request` when the kernel sent FUSE_DESTROY
         // (fuseblk mounts); this covers sessions that ended without it.
         if let Err(e) = self.fs.unmount() {
@@ -292,10 +312,16 @@ impl Filesystem for CairnFuse {
         t.engine(|| self.fs.forget(ino.0, nlookup));
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let mut t = self.metrics.timer(Op::Getattr);
+        // A GETATTR naming a file handle is what a buffered write sends
+        // before it fills the page cache: the space guard may answer it.
+        if self.writeback && fh.is_some() && self.space.refuse(ino.0) {
+            reply.error(Errno::ENOSPC);
+            return;
+        }
         match t.call(|| self.fs.getattr(ino.0)) {
-            Ok(a) => reply.attr(&self.opts.timeouts.attr, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.attr_ttl(), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -338,7 +364,7 @@ impl Filesystem for CairnFuse {
             self.fs.setattr(&ctx(req), ino.0, &set)
         });
         match res {
-            Ok(a) => reply.attr(&self.opts.timeouts.attr, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.attr_ttl(), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -468,6 +494,9 @@ impl Filesystem for CairnFuse {
             // sends them in a SETATTR, possibly before these pages arrive.
             self.fs.write_data(ino.0, offset, data, !self.writeback)
         });
+        if self.writeback {
+            self.space.note_write(ino.0, res.as_ref().map(|n| *n).map_err(errno));
+        }
         match res {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
@@ -528,7 +557,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let ttl = self.opts.timeouts.entry;
+        let ttl = self.space.attr_ttl(self.opts.timeouts.entry);
         let mut t = self.metrics.timer(Op::Readdirplus);
         let r = t.call(|| {
             self.fs.readdir(ino.0, offset, &mut |e| {

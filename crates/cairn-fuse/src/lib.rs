@@ -40,10 +40,12 @@ pub mod adapter;
 pub mod convert;
 pub mod metrics;
 pub mod options;
+pub mod space;
 
 pub use adapter::{AdapterOptions, CairnFuse, Timeouts};
 pub use metrics::Metrics;
 pub use options::{parse as parse_options, Settings};
+pub use space::SpaceGuard;
 
 use cairn_core::Fs;
 use fuser::{Config, MountOption, Session, SessionACL};
@@ -89,13 +91,14 @@ pub fn session_config(settings: &Settings, fsname: &str) -> Config {
 /// system answers requests once the returned session runs
 /// ([`Session::run`]). `fsname` is the mount table's source column; the
 /// session counts its requests in `metrics` ([`Metrics::counters`]).
+/// Returns the session and its space guard (see [`space`]).
 pub fn mount(
     fs: Arc<Fs>,
     mountpoint: &Path,
     settings: &Settings,
     fsname: &str,
     metrics: Arc<Metrics>,
-) -> io::Result<Session<CairnFuse>> {
+) -> io::Result<(Session<CairnFuse>, Arc<SpaceGuard>)> {
     let cfg = session_config(settings, fsname);
     let mut settings = settings.clone();
     if settings.adapter.io_uring && !fuser::io_uring_kernel_switch(true) {
@@ -105,7 +108,24 @@ pub fn mount(
         settings.adapter.io_uring = false;
     }
     let settings = &settings;
-    Session::new(CairnFuse::with_metrics(fs, settings.adapter, metrics), mountpoint, &cfg)
+    let fuse = CairnFuse::with_metrics(fs, settings.adapter, metrics);
+    let space = fuse.space().clone();
+    let session = Session::new(fuse, mountpoint, &cfg)?;
+    space.set_notifier(session.notifier());
+    Ok((session, space))
+}
+
+/// Bounds the dirty page cache the kernel keeps for the FUSE connection
+/// mounted at `mountpoint` to `bytes` (its bdi's `strict_limit` and
+/// `max_bytes` in sysfs; root only, Linux 6.2 or later), so that the space
+/// guard's reserve covers whatever the kernel may hold (see [`space`]).
+/// Returns the bdi's `max_bytes` file.
+pub fn set_dirty_limit(mountpoint: &Path, bytes: u64) -> io::Result<std::path::PathBuf> {
+    let dir = bdi_dir(mountpoint)?;
+    std::fs::write(dir.join("strict_limit"), "1\n")?;
+    let max = dir.join("max_bytes");
+    std::fs::write(&max, format!("{bytes}\n"))?;
+    Ok(max)
 }
 
 /// Sets the readahead window of the FUSE connection mounted at `mountpoint`
@@ -115,6 +135,14 @@ pub fn mount(
 /// arrive in requests of up to `max_pages` (1 MiB) instead of 128 KiB.
 /// Returns the sysfs file written.
 pub fn set_readahead(mountpoint: &Path, kb: u32) -> io::Result<std::path::PathBuf> {
+    let path = bdi_dir(mountpoint)?.join("read_ahead_kb");
+    std::fs::write(&path, format!("{kb}\n"))?;
+    Ok(path)
+}
+
+/// The sysfs directory of the bdi of the FUSE connection mounted at
+/// `mountpoint` (`/sys/class/bdi/MAJ:MIN[-fuseblk]`).
+fn bdi_dir(mountpoint: &Path) -> io::Result<std::path::PathBuf> {
     // The device number comes from the mount table, not from stat(2): a stat
     // of the mount point is a FUSE request, and the caller may not be
     // serving requests yet.
@@ -128,15 +156,13 @@ pub fn set_readahead(mountpoint: &Path, kb: u32) -> io::Result<std::path::PathBu
             (f.len() > 4 && unescape_mountinfo(f[4]) == want).then(|| f[2].to_string())
         })
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{want} is not in the mount table")))?;
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "no bdi for the mount in /sys/class/bdi");
     for name in [format!("{dev}-fuseblk"), dev.clone()] {
-        let path = Path::new("/sys/class/bdi").join(name).join("read_ahead_kb");
-        match std::fs::write(&path, format!("{kb}\n")) {
-            Ok(()) => return Ok(path),
-            Err(e) => last = e,
+        let dir = Path::new("/sys/class/bdi").join(name);
+        if dir.is_dir() {
+            return Ok(dir);
         }
     }
-    Err(last)
+    Err(io::Error::new(io::ErrorKind::NotFound, format!("no bdi for {dev} in /sys/class/bdi")))
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, ...).

@@ -19,8 +19,10 @@
 //! bound of the bucket where the cumulative count crosses the quantile, so
 //! they are accurate to a factor of two.
 
+use crate::space::SpaceStats;
 use cairn_core::Histogram;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Instant;
 
 macro_rules! opcodes {
@@ -79,6 +81,8 @@ pub struct Metrics {
     ops: Vec<OpStats>,
     /// Requests served by an io_uring queue thread (`-o io_uring`).
     ring_requests: AtomicU64,
+    /// The space guard's counters (`space`).
+    pub space: Arc<SpaceStats>,
 }
 
 impl Default for Metrics {
@@ -96,7 +100,11 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// All counters zero.
     pub fn new() -> Self {
-        Metrics { ops: Op::ALL.iter().map(|_| OpStats::new()).collect(), ring_requests: AtomicU64::new(0) }
+        Metrics {
+            ops: Op::ALL.iter().map(|_| OpStats::new()).collect(),
+            ring_requests: AtomicU64::new(0),
+            space: Arc::new(SpaceStats::default()),
+        }
     }
 
     /// Starts timing one request of `op`.
@@ -140,6 +148,7 @@ impl Metrics {
             ("fuse.requests".to_string(), self.total_requests()),
             ("fuse.io_uring_requests".to_string(), self.ring_requests.load(Relaxed)),
         ];
+        out.extend(self.space.counters());
         for &op in Op::ALL {
             let s = &self.ops[op as usize];
             let n = s.requests.load(Relaxed);

@@ -17,6 +17,7 @@
 //! | `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S` | kernel cache lifetimes (seconds, fractions allowed) | 60 |
 //! | `writeback_cache=0\|1` (`no_writeback_cache` = 0) | kernel writeback cache (see below) | 1 |
 //! | `max_write=BYTES` | largest write request | 1048576 |
+//! | `dirty_limit_mb=N` | the kernel's dirty page cache for this mount, bounded through its bdi (root only); the space guard keeps 4× that free for it and makes buffered writes say ENOSPC when the disk is full (see `space`); 0 leaves the kernel's limit and turns the guard off | 1/16 of the file system, 8–64 |
 //! | `readahead_kb=N` | the connection's readahead window, set after mounting (root only; 0 keeps the kernel's 128) | 1024 |
 //! | `mb_optimize_scan=0\|1` | find block groups through the allocator's order lists and fragment buckets (1) or by walking every group (0), as ext4's option | 1 |
 //! | `mb_group_prealloc=N` | blocks a locality group's run for small files searches for (ext4's knob); 0 turns locality groups off, small files then search near their inode for what they want | 512 |
@@ -98,6 +99,10 @@ pub struct Settings {
     /// Readahead window to set on the connection's bdi after mounting, KiB
     /// (0: leave the kernel's default).
     pub readahead_kb: u32,
+    /// Bound on the kernel's dirty page cache for this mount, MiB (`-o
+    /// dirty_limit_mb`; `None`: 1/16 of the file system, 8 to 64 MiB; 0: the
+    /// kernel's own limit and no space guard, see `space`).
+    pub dirty_limit_mb: Option<u64>,
 }
 
 impl Default for Settings {
@@ -115,6 +120,7 @@ impl Default for Settings {
             block_device: None,
             fuseblk: None,
             readahead_kb: 1024,
+            dirty_limit_mb: None,
         }
     }
 }
@@ -201,6 +207,7 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "writeback_cache" => s.adapter.writeback_cache = val.map_or(Ok(true), |v| switch(key, v))?,
                 "no_writeback_cache" => s.adapter.writeback_cache = false,
                 "readahead_kb" => s.readahead_kb = number(key, need()?, 0, 1 << 20)? as u32,
+                "dirty_limit_mb" => s.dirty_limit_mb = Some(number(key, need()?, 0, 1 << 20)?),
                 "max_write" => s.adapter.max_write = number(key, need()?, 4096, 16 << 20)? as u32,
                 "allow_other" => s.allow_other = true,
                 "allow_root" => s.allow_root = true,
