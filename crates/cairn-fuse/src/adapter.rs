@@ -31,6 +31,7 @@
 
 use crate::convert::{errno, file_attr, from_system_time, kind_of_dtype, negative_attr};
 use crate::metrics::{Metrics, Op};
+use crate::privs::{self, KernelNotifier, LazyCaller};
 use cairn_core::{Ctx, Fs, SetAttr, TimeSet};
 use fuser::{
     Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, OpenFlags, RenameFlags,
@@ -113,6 +114,9 @@ pub struct CairnFuse {
     /// The kernel granted FUSE_WRITEBACK_CACHE: written pages may sit in the
     /// kernel, unseen by cairn, so LSEEK is answered ENOSYS (see `lseek`).
     writeback: bool,
+    /// Invalidates the kernel's cached attributes where a reply cannot
+    /// carry new ones (see `privs`).
+    notify: KernelNotifier,
 }
 
 fn ctx(req: &Request) -> Ctx {
@@ -143,7 +147,20 @@ impl CairnFuse {
 
     /// Wraps a mounted engine, counting requests in `metrics`.
     pub fn with_metrics(fs: Arc<Fs>, opts: AdapterOptions, metrics: Arc<Metrics>) -> CairnFuse {
-        CairnFuse { fs, opts, metrics, dont_mask: false, killpriv_v2: false, writeback: false }
+        CairnFuse {
+            fs,
+            opts,
+            metrics,
+            dont_mask: false,
+            killpriv_v2: false,
+            writeback: false,
+            notify: KernelNotifier::default(),
+        }
+    }
+
+    /// Where the session's notifier goes once the session exists.
+    pub fn kernel_notifier(&self) -> KernelNotifier {
+        self.notify.clone()
     }
 
     /// The request counters.
@@ -333,7 +350,7 @@ impl Filesystem for CairnFuse {
             // it to cairn under HANDLE_KILLPRIV_V2; suid/sgid come through
             // `setattr_kill_suidgid`).
             if self.killpriv_v2 && (uid.is_some() || gid.is_some() || size.is_some()) {
-                self.fs.kill_privs(ino.0, false)?;
+                self.fs.kill_privs(ino.0, None)?;
             }
             self.fs.setattr(&ctx(req), ino.0, &set)
         });
@@ -343,8 +360,10 @@ impl Filesystem for CairnFuse {
         }
     }
 
-    fn setattr_kill_suidgid(&self, _req: &Request, ino: INodeNo) {
-        if let Err(e) = self.fs.kill_privs(ino.0, true) {
+    fn setattr_kill_suidgid(&self, req: &Request, ino: INodeNo) {
+        // Chown (by anyone) or truncate (without CAP_FSETID): the SETATTR
+        // reply that follows carries the new mode.
+        if let Err(e) = privs::on_write(&self.fs, req, ino.0, true) {
             tracing::warn!(ino = ino.0, error = %e, "could not clear suid/sgid");
         }
     }
@@ -448,7 +467,7 @@ impl Filesystem for CairnFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -460,9 +479,10 @@ impl Filesystem for CairnFuse {
     ) {
         let mut t = self.metrics.timer(Op::Write);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let mut dropped = false;
         let res = t.call(|| {
             if self.killpriv_v2 {
-                self.fs.kill_privs(ino.0, kill)?;
+                dropped = privs::on_write(&self.fs, req, ino.0, kill)?;
             }
             // Under the writeback cache the kernel owns mtime and ctime and
             // sends them in a SETATTR, possibly before these pages arrive.
@@ -471,6 +491,9 @@ impl Filesystem for CairnFuse {
         match res {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
+        }
+        if dropped {
+            self.notify.attributes_changed(ino.0);
         }
     }
 
@@ -581,7 +604,7 @@ impl Filesystem for CairnFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -590,7 +613,9 @@ impl Filesystem for CairnFuse {
         reply: ReplyEmpty,
     ) {
         let mut t = self.metrics.timer(Op::Setxattr);
-        Self::empty(reply, t.call(|| self.fs.setxattr(ino.0, name_bytes(name), value, flags)));
+        let caller = LazyCaller::new(req);
+        let keep = |gid| caller.may_keep_sgid(gid);
+        Self::empty(reply, t.call(|| self.fs.setxattr_by(ino.0, name_bytes(name), value, flags, &keep)));
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -658,7 +683,7 @@ impl Filesystem for CairnFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -667,9 +692,21 @@ impl Filesystem for CairnFuse {
         reply: ReplyEmpty,
     ) {
         let mut t = self.metrics.timer(Op::Fallocate);
+        // The kernel drops no privileges for a fallocate under
+        // HANDLE_KILLPRIV_V2 and sends no flag: cairn decides (`privs`).
         // Under the writeback cache the kernel owns the file's times (as for
         // WRITE): it stamps them itself and sends them in a SETATTR.
-        Self::empty(reply, t.call(|| self.fs.fallocate_data(ino.0, offset, length, mode, !self.writeback)));
+        let mut dropped = false;
+        let res = t.call(|| {
+            if self.killpriv_v2 {
+                dropped = privs::on_fallocate(&self.fs, req, ino.0)?;
+            }
+            self.fs.fallocate_data(ino.0, offset, length, mode, !self.writeback)
+        });
+        Self::empty(reply, res);
+        if dropped {
+            self.notify.attributes_changed(ino.0);
+        }
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {

@@ -40,6 +40,7 @@ pub mod adapter;
 pub mod convert;
 pub mod metrics;
 pub mod options;
+pub mod privs;
 
 pub use adapter::{AdapterOptions, CairnFuse, Timeouts};
 pub use metrics::Metrics;
@@ -105,7 +106,11 @@ pub fn mount(
         settings.adapter.io_uring = false;
     }
     let settings = &settings;
-    Session::new(CairnFuse::with_metrics(fs, settings.adapter, metrics), mountpoint, &cfg)
+    let adapter = CairnFuse::with_metrics(fs, settings.adapter, metrics);
+    let notify = adapter.kernel_notifier();
+    let session = Session::new(adapter, mountpoint, &cfg)?;
+    notify.set(session.notifier());
+    Ok(session)
 }
 
 /// Sets the readahead window of the FUSE connection mounted at `mountpoint`
