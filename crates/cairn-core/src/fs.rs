@@ -479,6 +479,10 @@ impl Fs {
         if name.len() > NAME_MAX {
             return Err(FsError::Errno(libc::ENAMETOOLONG));
         }
+        if name == b"." {
+            // Any inode, not only a directory: file handles (`lifecycle`).
+            return self.lookup_self(parent);
+        }
         self.read_op(|| {
             let p = self.iget(parent)?;
             let target = {
@@ -487,7 +491,6 @@ impl Fs {
                     return Err(FsError::Errno(libc::ENOTDIR));
                 }
                 match name {
-                    b"." => parent,
                     b".." => {
                         if parent == ROOT_INO {
                             ROOT_INO
