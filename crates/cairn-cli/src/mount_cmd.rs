@@ -60,6 +60,9 @@ fn precheck(a: &MountArgs) -> Result<cairn_fuse::Settings, String> {
 
 /// Runs `cairn mount`.
 pub fn run(a: &MountArgs) -> Result<(), String> {
+    if crate::remount_cmd::is_remount(&a.options) {
+        return crate::remount_cmd::run(&a.mountpoint, &a.options);
+    }
     let settings = precheck(a)?;
     if a.foreground {
         serve(a, settings)
