@@ -109,4 +109,18 @@ fn handles_open_after_the_kernel_forgot_the_inode_and_go_stale_with_the_file() {
     drop(mount);
     unmount(&mp, pid);
     assert_fsck_clean(&img, "fsck");
+
+    // generic/477: handles outlive a cycle mount (same numbers, same
+    // generations on disk).
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount again: {}", stderr(&o));
+    let pid = daemon_pid(&mp);
+    let mount = File::open(&mp).unwrap();
+    for (name, h, ino) in handles.iter().filter(|(n, _, _)| *n != "g") {
+        let flags = if name.ends_with('f') { libc::O_RDONLY } else { libc::O_RDONLY | libc::O_DIRECTORY };
+        let f = open_by_handle(&mount, h, flags).unwrap_or_else(|e| panic!("after a cycle mount, {name:?}: {e}"));
+        assert_eq!(f.metadata().unwrap().ino(), *ino, "{name:?}");
+    }
+    drop(mount);
+    unmount(&mp, pid);
 }
