@@ -190,6 +190,11 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
             }
         }
     }
+    if settings.engine.read_only && whoami::is_root() {
+        if let Err(e) = crate::remount_cmd::guard_read_only(mp.clone()) {
+            tracing::warn!(error = %e, "cannot watch the mount table: a bare remount,rw would go unnoticed");
+        }
+    }
     let _control = match control::serve(fs.clone(), metrics, image.clone(), mp.clone()) {
         Ok(c) => Some(c),
         Err(e) => {

@@ -18,8 +18,11 @@
 //!   error (`errors=remount-ro`) must not write again. This command asks
 //!   the daemon (its control socket's `read_only`) and refuses with exit 1
 //!   and an explanation, instead of a mount that says `rw` and answers
-//!   EROFS. (A bare `mount(2)` that bypasses this command still flips the
-//!   kernel's flag; cairn then answers every change with EROFS.)
+//!   EROFS. A bare `mount(2)` that bypasses this command (mount(8) on a
+//!   fuseblk mount without the `mount.fuseblk.cairn` helper) still flips the
+//!   kernel's flag, and returns 0: a daemon started with `-o ro` watches
+//!   the mount table ([`guard_read_only`]) and sets the flag back at once,
+//!   with an error in its log.
 //! * The per-mount flags (`nosuid`, `nodev`, `noexec`, the atime mode,
 //!   `sync`, `dirsync`, `lazytime`) are taken from the mount table and
 //!   changed as the options say; cairn's own options (`commit=`,
@@ -204,6 +207,47 @@ pub fn run<S: AsRef<str>>(mountpoint: &Path, options: &[S]) -> Result<(), String
             .and_then(|d| d.sync_all())
             .map_err(|e| format!("{} is read-only now, but the journal commit failed: {e}", mp.display()))?;
     }
+    Ok(())
+}
+
+/// Remounts `mp` read-only again whenever the mount table shows it
+/// read-write (a daemon that opened its image read-only cannot honour
+/// `rw`), for as long as it is mounted. The kernel wakes pollers of
+/// `/proc/self/mountinfo` (POLLPRI) at every change of the mount table.
+pub fn guard_read_only(mp: std::path::PathBuf) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let table = std::fs::File::open("/proc/self/mountinfo")?;
+    std::thread::Builder::new().name("cairn-ro-guard".into()).spawn(move || loop {
+        let Ok((_, current)) = mount_entry(&mp) else { return };
+        if current.split(',').any(|o| o == "rw") {
+            let flags = plan(&current, &["ro"]).map(|p| p.flags).unwrap_or(libc::MS_REMOUNT | libc::MS_RDONLY);
+            let r = CString::new(mp.as_os_str().as_bytes()).map(|target| {
+                // SAFETY: as in `run`.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::mount(std::ptr::null(), target.as_ptr(), std::ptr::null(), flags, std::ptr::null())
+                }
+            });
+            match r {
+                Ok(0) => tracing::error!(
+                    mountpoint = %mp.display(),
+                    "remounted read-write behind cairn's back (the image is open read-only): set back to read-only"
+                ),
+                _ => tracing::error!(
+                    mountpoint = %mp.display(),
+                    error = %std::io::Error::last_os_error(),
+                    "remounted read-write, and setting it back to read-only failed; changes fail with EROFS"
+                ),
+            }
+        }
+        let mut pfd = libc::pollfd { fd: table.as_raw_fd(), events: libc::POLLPRI, revents: 0 };
+        // SAFETY: one pollfd of ours, an open descriptor.
+        #[allow(unsafe_code)]
+        let n = unsafe { libc::poll(&mut pfd, 1, 60_000) };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    })?;
     Ok(())
 }
 

@@ -101,6 +101,17 @@ fn remount_read_write_of_a_read_only_mount_is_refused_with_the_reason() {
     assert_eq!(o.status.code(), Some(1), "remount,rw of an -o ro mount succeeded");
     assert!(stderr(&o).contains("read-only") && stderr(&o).contains("mount it again"), "{}", stderr(&o));
     assert!(mount_flags(&mp).starts_with("ro,"), "{}", mount_flags(&mp));
+    // A bare mount(2) past the helper flips the kernel's flag and returns 0;
+    // the daemon sets it back.
+    let o = Command::new("mount").args(["-i", "-o", "remount,rw", p(&mp)]).output().unwrap();
+    assert!(o.status.success(), "mount -i -o remount,rw: {}", stderr(&o));
+    let t0 = std::time::Instant::now();
+    while !mount_flags(&mp).starts_with("ro,") {
+        assert!(t0.elapsed() < Duration::from_secs(10), "still {} after a bare remount,rw", mount_flags(&mp));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let e = std::fs::write(mp.join("x"), b"x").expect_err("a write to an -o ro mount");
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
     // Unknown options and what is not a cairn mount are refused too.
     let o = run(&["mount", p(&img), p(&mp), "-o", "remount,ro,bogus"]);
     assert_eq!(o.status.code(), Some(1));
