@@ -13,7 +13,7 @@
 //! the inode on the orphan list, which the next mount finishes.
 
 use crate::error::{FsError, Result};
-use crate::fs::{now, Fs};
+use crate::fs::Fs;
 use crate::journal::credits;
 use crate::types::*;
 use crate::{acl, file};

@@ -56,7 +56,7 @@
 use crate::btree::Tree;
 use crate::error::{FsError, Result};
 use crate::file;
-use crate::fs::{now, Fs};
+use crate::fs::Fs;
 use crate::inode::{InodeRef, InodeState};
 use crate::journal::{credits, Tx};
 use crate::types::*;
