@@ -5,7 +5,9 @@
 //! `/run/cairn/<hash>.sock` for root, `$XDG_RUNTIME_DIR/cairn/<hash>.sock` (or
 //! `/tmp/cairn-<uid>/<hash>.sock`) for other users, where `<hash>` is the
 //! FNV-1a hash of the canonical mount-point path. A client connects and reads
-//! one JSON document (`{"image", "mountpoint", "pid", "counters": {...}}`);
+//! one JSON document (`{"image", "mountpoint", "pid", "read_only",
+//! "counters": {...}}`; `read_only`: the engine refuses changes, see
+//! `remount_cmd`);
 //! the daemon closes the connection after writing it. Later issues may add
 //! requests; today the protocol is "connect, read to EOF".
 //!
@@ -58,6 +60,7 @@ pub fn stats_document(fs: &Fs, fuse: &Metrics, image: &Path, mountpoint: &Path) 
         "image": image.display().to_string(),
         "mountpoint": mountpoint.display().to_string(),
         "pid": std::process::id(),
+        "read_only": fs.is_read_only(),
         "counters": counters,
     })
 }

@@ -15,6 +15,7 @@ mod debug_overwrite;
 mod loopdev;
 mod mkfs_cmd;
 mod mount_cmd;
+mod remount_cmd;
 mod size;
 mod stats_cmd;
 mod umount_cmd;

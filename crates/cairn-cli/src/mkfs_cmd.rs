@@ -124,20 +124,22 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
         cairn_core::mkfs::plan(planned_size, &opts)
             .map_err(|e| format!("cannot format {}: {e}", human(planned_size)))?;
     }
+    // Nothing changes before the image's lock is ours: a mounted image (its
+    // daemon holds the lock) must be refused before it is resized. A missing
+    // file is created empty first; it cannot be in use.
     if !is_blockdev {
-        let f = OpenOptions::new()
-            .read(true)
+        OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
             .open(a.image)
             .map_err(|e| format!("cannot create {shown}: {e}"))?;
-        if let Some(s) = size {
-            f.set_len(s).map_err(|e| format!("cannot size {shown} to {}: {e}", human(s)))?;
-        }
     }
-    let dev = FileDevice::open(a.image, false).map_err(|e| format!("cannot open {shown}: {e}"))?;
+    let mut dev = FileDevice::open(a.image, false).map_err(|e| format!("cannot open {shown}: {e}"))?;
     dev.lock_exclusive().map_err(|_| format!("{shown} is in use (mounted or being checked); not formatting it"))?;
+    if let (false, Some(s)) = (is_blockdev, size) {
+        dev.set_len(s).map_err(|e| format!("cannot size {shown} to {}: {e}", human(s)))?;
+    }
     if let (true, Some(s)) = (is_blockdev, size) {
         if s > dev.size() {
             return Err(format!("--size {} is larger than the device ({})", human(s), human(dev.size())));

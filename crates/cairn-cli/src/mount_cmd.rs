@@ -60,6 +60,9 @@ fn precheck(a: &MountArgs) -> Result<cairn_fuse::Settings, String> {
 
 /// Runs `cairn mount`.
 pub fn run(a: &MountArgs) -> Result<(), String> {
+    if crate::remount_cmd::is_remount(&a.options) {
+        return crate::remount_cmd::run(&a.mountpoint, &a.options);
+    }
     let settings = precheck(a)?;
     if a.foreground {
         serve(a, settings)
@@ -222,6 +225,11 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
             Err(e) => {
                 tracing::warn!(error = %e, "could not raise the readahead window; reads stay at the kernel's 128 KiB")
             }
+        }
+    }
+    if settings.engine.read_only && whoami::is_root() {
+        if let Err(e) = crate::remount_cmd::guard_read_only(mp.clone()) {
+            tracing::warn!(error = %e, "cannot watch the mount table: a bare remount,rw would go unnoticed");
         }
     }
     let _control = match control::serve(fs.clone(), metrics, image.clone(), mp.clone()) {

@@ -110,3 +110,33 @@ fn small_buffered_writes_arrive_in_few_requests_and_keep_size_and_mtime() {
     assert!(data.chunks(4096).all(|c| c == block.as_slice()));
     unmount(&mp, pid);
 }
+
+#[test]
+fn times_cairn_stamps_and_times_the_kernel_stamps_keep_their_order() {
+    // Under the writeback cache the kernel stamps a regular file's ctime
+    // itself (a link, a write) from its coarse clock; cairn stamps a new
+    // fifo's. Each object made after another must not look older
+    // (xfstests generic/423: a hard link's ctime against the socket made
+    // before it).
+    if !can_mount() {
+        return;
+    }
+    let (dir, _g, pid) = fresh_mount("t.img", "64M");
+    let mp = dir.path().join("mnt");
+    let f = mp.join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let time = |m: &std::fs::Metadata| (m.ctime(), m.ctime_nsec());
+    let mut inversions = Vec::new();
+    for i in 0..200 {
+        let fifo = mp.join(format!("p{i}"));
+        let o = std::process::Command::new("mkfifo").arg(&fifo).output().unwrap();
+        assert!(o.status.success(), "mkfifo: {}", stderr(&o));
+        std::fs::hard_link(&f, mp.join(format!("l{i}"))).unwrap();
+        let (before, after) = (std::fs::symlink_metadata(&fifo).unwrap(), std::fs::metadata(&f).unwrap());
+        if time(&after) < time(&before) {
+            inversions.push((i, time(&before), time(&after)));
+        }
+    }
+    assert!(inversions.is_empty(), "a link's ctime before the fifo made before it: {inversions:?}");
+    unmount(&mp, pid);
+}

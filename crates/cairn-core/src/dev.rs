@@ -67,6 +67,18 @@ impl FileDevice {
         }
     }
 
+    /// Makes an image file `len` bytes long (sparse when it grows). Take
+    /// the lock first ([`FileDevice::lock_exclusive`]): a mounted image must
+    /// not change size under its daemon.
+    pub fn set_len(&mut self, len: u64) -> io::Result<()> {
+        if !self.regular {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a block device has its own size"));
+        }
+        self.file.set_len(len)?;
+        self.size = len;
+        Ok(())
+    }
+
     /// The open file.
     pub fn file(&self) -> &File {
         &self.file

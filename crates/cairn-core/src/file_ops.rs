@@ -13,7 +13,7 @@
 //! the inode on the orphan list, which the next mount finishes.
 
 use crate::error::{FsError, Result};
-use crate::fs::{now, Fs};
+use crate::fs::Fs;
 use crate::journal::credits;
 use crate::types::*;
 use crate::{acl, file};
@@ -190,18 +190,29 @@ impl Fs {
         }
     }
 
-    /// Drops what a write, truncate or chown by an unprivileged caller must
-    /// drop, when the kernel leaves it to the file system
-    /// (FUSE_HANDLE_KILLPRIV_V2): the `security.capability` xattr always,
-    /// and with `suidgid` the suid bit and a group-executable file's sgid
-    /// bit. Costs one look at the inode when there is nothing to drop.
-    pub fn kill_privs(&self, ino: u64, suidgid: bool) -> Result<()> {
+    /// Drops what a write, truncate, chown or fallocate must drop, when the
+    /// kernel leaves it to the file system (FUSE_HANDLE_KILLPRIV_V2): the
+    /// `security.capability` xattr always, and with `suidgid` the set-id
+    /// bits of a regular file as the kernel's `setattr_should_drop_suidgid`
+    /// does: suid always, sgid of a group-executable file always, and a
+    /// sgid without group execute (a mandatory-locking mark) unless
+    /// `suidgid(gid)` says the caller may keep it: the caller is in the
+    /// file's group `gid` or holds CAP_FSETID. Whether to drop set-id bits
+    /// at all (the caller lacks CAP_FSETID; any chown) is the caller's
+    /// decision. Costs one look at the inode when there is nothing to drop.
+    /// Returns whether the mode changed: the kernel's cached attributes then
+    /// still show the old bits, and the adapter tells it.
+    pub fn kill_privs(&self, ino: u64, suidgid: Option<&dyn Fn(u32) -> bool>) -> Result<bool> {
         const CAPS: &[u8] = b"security.capability";
-        let needs = |st: &crate::inode::InodeState| -> Result<(bool, bool)> {
+        let needs = |st: &crate::inode::InodeState| -> Result<(u32, bool)> {
             let m = st.d.mode;
-            let bits = suidgid
-                && st.d.file_type() == S_IFREG
-                && (m & libc::S_ISUID != 0 || m & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP);
+            let mut bits = 0;
+            if let (Some(may_keep_sgid), S_IFREG) = (suidgid, st.d.file_type()) {
+                bits = m & libc::S_ISUID;
+                if m & libc::S_ISGID != 0 && (m & libc::S_IXGRP != 0 || !may_keep_sgid(st.d.gid)) {
+                    bits |= libc::S_ISGID;
+                }
+            }
             let caps = st.d.xattr_block != 0
                 && match crate::xattr::get(&self.meta, st, CAPS) {
                     Ok(_) => true,
@@ -211,24 +222,20 @@ impl Fs {
             Ok((bits, caps))
         };
         let (bits, caps) = self.read_op(|| needs(&self.iget(ino)?.read()))?;
-        if !bits && !caps {
-            return Ok(());
+        if bits == 0 && !caps {
+            return Ok(false);
         }
         self.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();
             let (bits, caps) = needs(&g)?;
-            if bits {
-                g.d.mode &= !libc::S_ISUID;
-                if g.d.mode & libc::S_IXGRP != 0 {
-                    g.d.mode &= !libc::S_ISGID;
-                }
-            }
+            g.d.mode &= !bits;
             if caps {
                 crate::xattr::remove(tx, &mut g, CAPS)?;
             }
             g.d.ctime = now();
-            self.store(tx, &g)
+            self.store(tx, &g)?;
+            Ok(bits != 0)
         })
     }
 

@@ -182,11 +182,6 @@ pub struct Fs {
     pub(crate) rename_lock: Mutex<()>,
 }
 
-pub(crate) fn now() -> Timestamp {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
-}
-
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
         return Err(FsError::Errno(libc::ENAMETOOLONG));
@@ -479,6 +474,10 @@ impl Fs {
         if name.len() > NAME_MAX {
             return Err(FsError::Errno(libc::ENAMETOOLONG));
         }
+        if name == b"." {
+            // Any inode, not only a directory: file handles (`lifecycle`).
+            return self.lookup_self(parent);
+        }
         self.read_op(|| {
             let p = self.iget(parent)?;
             let target = {
@@ -487,7 +486,6 @@ impl Fs {
                     return Err(FsError::Errno(libc::ENOTDIR));
                 }
                 match name {
-                    b"." => parent,
                     b".." => {
                         if parent == ROOT_INO {
                             ROOT_INO
@@ -725,6 +723,21 @@ impl Fs {
     /// POSIX ACLs (`system.posix_acl_access` / `_default`) are checked and
     /// kept in step with the mode (see `acl`).
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        self.setxattr_by(ino, name, value, flags, &|_| true)
+    }
+
+    /// [`Fs::setxattr`] for a caller who may keep a file's sgid bit only if
+    /// `may_keep_sgid(gid)` (in the file's group, or CAP_FSETID): setting an
+    /// access ACL updates the mode as the kernel's `posix_acl_update_mode`
+    /// does, dropping the sgid bit for anyone else.
+    pub fn setxattr_by(
+        &self,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+        may_keep_sgid: &dyn Fn(u32) -> bool,
+    ) -> Result<()> {
         let parsed = if name == acl::ACCESS || name == acl::DEFAULT { Some(acl::Acl::parse(value)?) } else { None };
         self.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
@@ -735,6 +748,9 @@ impl Fs {
                         return Err(FsError::Errno(libc::EOPNOTSUPP));
                     }
                     g.d.mode = (g.d.mode & !0o777) | a.mode_bits();
+                    if g.d.mode & libc::S_ISGID != 0 && !may_keep_sgid(g.d.gid) {
+                        g.d.mode &= !libc::S_ISGID;
+                    }
                     if a.is_mode_equivalent() {
                         // Says no more than the mode: no ACL is kept.
                         match xattr::remove(tx, &mut g, name) {

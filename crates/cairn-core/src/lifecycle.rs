@@ -36,6 +36,19 @@
 //! next write, fallocate or size change finishes the truncate first
 //! ([`Fs::settle_truncate`]), so no old byte comes back.
 //!
+//! ## By number: file handles
+//! cairn offers FUSE export support, so `name_to_handle_at` handles (and
+//! NFS) hold (inode number, generation). When the kernel has forgotten the
+//! inode, `open_by_handle_at` reconnects it with a LOOKUP of `.` on that
+//! number (`fuse_get_dentry`), whatever its type; the kernel itself then
+//! compares the generation. [`Fs::lookup_self`] answers it from the inode
+//! bitmap and the inode, never reading a table slot that is not in use (a
+//! stale or forged handle must not look like corruption): ESTALE for a
+//! number out of range, free, or with no links left (as ext4's
+//! `EXT4_IGET_HANDLE`: a file the kernel forgot after its last unlink is
+//! being freed). The root reports generation 0, as the kernel wants of
+//! FUSE's root node ("fuse: root generation should be zero").
+//!
 //! ## Locking
 //! Steps of one inode run under its I/O lock (`Fs::io_lock`), taken before
 //! each step's handle, so writes and truncates of the inode wait for them.
@@ -43,7 +56,7 @@
 use crate::btree::Tree;
 use crate::error::{FsError, Result};
 use crate::file;
-use crate::fs::{now, Fs};
+use crate::fs::Fs;
 use crate::inode::{InodeRef, InodeState};
 use crate::journal::{credits, Tx};
 use crate::types::*;
@@ -76,7 +89,7 @@ impl Fs {
         let (mtime, ctime) = st.times();
         Attr {
             ino: st.ino,
-            generation: d.generation,
+            generation: if st.ino == cairn_format::ROOT_INO { 0 } else { d.generation },
             size: d.size,
             blocks: d.blocks * u64::from(self.meta.geo.block_size / 512),
             atime: d.atime,
@@ -399,6 +412,28 @@ impl Fs {
             ..Default::default()
         };
         Ok((ino, d))
+    }
+
+    /// The inode `ino` itself, as a LOOKUP of `.` on it (any type) finds
+    /// it, taking one lookup reference: ESTALE unless it is a live, linked
+    /// inode (see "By number" above).
+    pub fn lookup_self(&self, ino: u64) -> Result<Attr> {
+        let stale = || FsError::Errno(libc::ESTALE);
+        self.read_op(|| {
+            if !self.meta.geo.valid_ino(ino) || !self.meta.alloc.inode_in_use(&self.meta.bufs, ino)? {
+                return Err(stale());
+            }
+            let r = match self.iget(ino) {
+                Err(FsError::Errno(libc::ENOENT)) => return Err(stale()),
+                r => r?,
+            };
+            let g = r.read();
+            if g.freed || g.d.nlink == 0 {
+                return Err(stale());
+            }
+            self.icache.add_lookups(ino, 1);
+            Ok(self.attr(&g))
+        })
     }
 
     /// Drops `n` lookup references; an unlinked inode is freed at zero.

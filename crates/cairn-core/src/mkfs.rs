@@ -249,10 +249,7 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
     JournalSuper { tail_seq: 1, tail_off: 1 }.encode(seed, &mut jb);
     dev.write_at(&jb, sb.journal_start * bs as u64)?;
     // Root directory.
-    let t = {
-        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
-    };
+    let t = crate::types::now();
     let root = DiskInode {
         mode: S_IFDIR | 0o755,
         uid: opts.root_uid,

@@ -21,7 +21,7 @@
 
 use crate::error::{FsError, Result};
 use crate::file;
-use crate::fs::{check_name, find, now, Fs};
+use crate::fs::{check_name, find, Fs};
 use crate::inode::{lock_many, InodeGuard, InodeState};
 use crate::journal::credits;
 use crate::types::*;

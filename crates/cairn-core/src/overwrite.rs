@@ -54,10 +54,11 @@
 
 use crate::error::Result;
 use crate::extent_map::{self, Mapping};
-use crate::fs::{now, Fs};
+use crate::fs::Fs;
 use crate::inode::InodeRef;
 use crate::journal::credits;
 use crate::stats::Publish;
+use crate::types::now;
 use cairn_format::inode::S_IFREG;
 use parking_lot::{Mutex, ReentrantMutex};
 use std::sync::atomic::Ordering::Relaxed;

@@ -11,9 +11,10 @@
 
 use crate::dir;
 use crate::error::{FsError, Result};
-use crate::fs::{find, now as now_ts, Fs};
+use crate::fs::{find, Fs};
 use crate::inode::lock_many;
 use crate::journal::{credits, Tx};
+use crate::types::now as now_ts;
 use crate::types::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 use cairn_format::dirent::dtype_of_mode;
 use cairn_format::ROOT_INO;

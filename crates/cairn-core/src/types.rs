@@ -2,6 +2,26 @@
 
 pub use cairn_format::inode::Timestamp;
 
+/// The time cairn stamps on inodes: the kernel's coarse wall clock
+/// (CLOCK_REALTIME_COARSE, the last timer tick), the clock of the kernel's
+/// `current_time()`. Under the writeback cache the kernel stamps a file's
+/// mtime and ctime itself; were cairn's stamps (a link's ctime, say) read
+/// from the fine clock, which runs up to a tick ahead, an object changed
+/// later could show an earlier time than one changed before it
+/// (xfstests generic/423). Several changes within one tick share a stamp,
+/// as on ext4.
+pub(crate) fn now() -> Timestamp {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, ours.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    if r != 0 {
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        return Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() };
+    }
+    Timestamp { sec: ts.tv_sec, nsec: ts.tv_nsec as u32 }
+}
+
 /// Who is asking: the caller's credentials, used for ownership of new files.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Ctx {

@@ -31,6 +31,7 @@
 
 use crate::convert::{errno, file_attr, from_system_time, kind_of_dtype, negative_attr};
 use crate::metrics::{Metrics, Op};
+use crate::privs::{self, KernelNotifier, LazyCaller};
 use crate::space::SpaceGuard;
 use cairn_core::{Ctx, Fs, SetAttr, TimeSet};
 use fuser::{
@@ -120,6 +121,9 @@ pub struct CairnFuse {
     writeback: bool,
     /// Gates buffered writes while the disk is nearly full (`space`).
     space: Arc<SpaceGuard>,
+    /// Invalidates the kernel's cached attributes where a reply cannot
+    /// carry new ones (see `privs`).
+    notify: KernelNotifier,
 }
 
 fn ctx(req: &Request) -> Ctx {
@@ -150,8 +154,14 @@ impl CairnFuse {
 
     /// Wraps a mounted engine, counting requests in `metrics`.
     pub fn with_metrics(fs: Arc<Fs>, opts: AdapterOptions, metrics: Arc<Metrics>) -> CairnFuse {
-        let space = SpaceGuard::start(fs.clone(), opts.space_reserve, metrics.space.clone());
-        CairnFuse { fs, opts, metrics, dont_mask: false, killpriv_v2: false, writeback: false, space }
+        let notify = KernelNotifier::default();
+        let space = SpaceGuard::start(fs.clone(), opts.space_reserve, metrics.space.clone(), notify.clone());
+        CairnFuse { fs, opts, metrics, dont_mask: false, killpriv_v2: false, writeback: false, space, notify }
+    }
+
+    /// Where the session's notifier goes once the session exists.
+    pub fn kernel_notifier(&self) -> KernelNotifier {
+        self.notify.clone()
     }
 
     /// The request counters.
@@ -359,7 +369,7 @@ impl Filesystem for CairnFuse {
             // it to cairn under HANDLE_KILLPRIV_V2; suid/sgid come through
             // `setattr_kill_suidgid`).
             if self.killpriv_v2 && (uid.is_some() || gid.is_some() || size.is_some()) {
-                self.fs.kill_privs(ino.0, false)?;
+                self.fs.kill_privs(ino.0, None)?;
             }
             self.fs.setattr(&ctx(req), ino.0, &set)
         });
@@ -369,8 +379,10 @@ impl Filesystem for CairnFuse {
         }
     }
 
-    fn setattr_kill_suidgid(&self, _req: &Request, ino: INodeNo) {
-        if let Err(e) = self.fs.kill_privs(ino.0, true) {
+    fn setattr_kill_suidgid(&self, req: &Request, ino: INodeNo) {
+        // Chown (by anyone) or truncate (without CAP_FSETID): the SETATTR
+        // reply that follows carries the new mode.
+        if let Err(e) = privs::on_write(&self.fs, req, ino.0, true) {
             tracing::warn!(ino = ino.0, error = %e, "could not clear suid/sgid");
         }
     }
@@ -474,7 +486,7 @@ impl Filesystem for CairnFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -486,9 +498,10 @@ impl Filesystem for CairnFuse {
     ) {
         let mut t = self.metrics.timer(Op::Write);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let mut dropped = false;
         let res = t.call(|| {
             if self.killpriv_v2 {
-                self.fs.kill_privs(ino.0, kill)?;
+                dropped = privs::on_write(&self.fs, req, ino.0, kill)?;
             }
             // Under the writeback cache the kernel owns mtime and ctime and
             // sends them in a SETATTR, possibly before these pages arrive.
@@ -500,6 +513,9 @@ impl Filesystem for CairnFuse {
         match res {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
+        }
+        if dropped {
+            self.notify.attributes_changed(ino.0);
         }
     }
 
@@ -610,7 +626,7 @@ impl Filesystem for CairnFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -619,7 +635,9 @@ impl Filesystem for CairnFuse {
         reply: ReplyEmpty,
     ) {
         let mut t = self.metrics.timer(Op::Setxattr);
-        Self::empty(reply, t.call(|| self.fs.setxattr(ino.0, name_bytes(name), value, flags)));
+        let caller = LazyCaller::new(req);
+        let keep = |gid| caller.may_keep_sgid(gid);
+        Self::empty(reply, t.call(|| self.fs.setxattr_by(ino.0, name_bytes(name), value, flags, &keep)));
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -687,7 +705,7 @@ impl Filesystem for CairnFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -696,9 +714,21 @@ impl Filesystem for CairnFuse {
         reply: ReplyEmpty,
     ) {
         let mut t = self.metrics.timer(Op::Fallocate);
+        // The kernel drops no privileges for a fallocate under
+        // HANDLE_KILLPRIV_V2 and sends no flag: cairn decides (`privs`).
         // Under the writeback cache the kernel owns the file's times (as for
         // WRITE): it stamps them itself and sends them in a SETATTR.
-        Self::empty(reply, t.call(|| self.fs.fallocate_data(ino.0, offset, length, mode, !self.writeback)));
+        let mut dropped = false;
+        let res = t.call(|| {
+            if self.killpriv_v2 {
+                dropped = privs::on_fallocate(&self.fs, req, ino.0)?;
+            }
+            self.fs.fallocate_data(ino.0, offset, length, mode, !self.writeback)
+        });
+        Self::empty(reply, res);
+        if dropped {
+            self.notify.attributes_changed(ino.0);
+        }
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {

@@ -40,6 +40,7 @@ pub mod adapter;
 pub mod convert;
 pub mod metrics;
 pub mod options;
+pub mod privs;
 pub mod space;
 
 pub use adapter::{AdapterOptions, CairnFuse, Timeouts};
@@ -110,8 +111,9 @@ pub fn mount(
     let settings = &settings;
     let fuse = CairnFuse::with_metrics(fs, settings.adapter, metrics);
     let space = fuse.space().clone();
+    let notify = fuse.kernel_notifier();
     let session = Session::new(fuse, mountpoint, &cfg)?;
-    space.set_notifier(session.notifier());
+    notify.set(session.notifier());
     Ok((session, space))
 }
 

@@ -72,15 +72,16 @@
 //! taken only in tight mode or on a failure. The guard's thread only sends
 //! attribute invalidations, which wait for no request.
 
+use crate::privs::KernelNotifier;
 use cairn_core::Fs;
-use fuser::{Errno, INodeNo, Notifier};
+use fuser::Errno;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// Recently written inodes remembered for invalidation on entering tight
@@ -140,13 +141,14 @@ pub struct SpaceGuard {
     /// Files a write-back of which failed with ENOSPC, not yet told.
     failed: Mutex<HashSet<u64>>,
     jobs: Mutex<Option<Sender<Vec<u64>>>>,
-    notifier: OnceLock<Notifier>,
+    notify: KernelNotifier,
 }
 
 impl SpaceGuard {
     /// A guard keeping `reserve` bytes (0: off) for the kernel's dirty
-    /// pages, counting in `stats`; its thread starts with it.
-    pub fn start(fs: Arc<Fs>, reserve: u64, stats: Arc<SpaceStats>) -> Arc<SpaceGuard> {
+    /// pages, counting in `stats` and invalidating through `notify`; its
+    /// thread starts with it.
+    pub fn start(fs: Arc<Fs>, reserve: u64, stats: Arc<SpaceStats>, notify: KernelNotifier) -> Arc<SpaceGuard> {
         stats.reserve_bytes.store(reserve, Relaxed);
         let (tx, rx) = channel::<Vec<u64>>();
         let guard = Arc::new(SpaceGuard {
@@ -159,7 +161,7 @@ impl SpaceGuard {
             recent: std::array::from_fn(|_| AtomicU64::new(0)),
             failed: Mutex::new(HashSet::new()),
             jobs: Mutex::new(if reserve > 0 { Some(tx) } else { None }),
-            notifier: OnceLock::new(),
+            notify,
         });
         if reserve > 0 {
             let weak: Weak<SpaceGuard> = Arc::downgrade(&guard);
@@ -175,11 +177,6 @@ impl SpaceGuard {
             }
         }
         guard
-    }
-
-    /// The session's notifier (the guard invalidates cached attributes).
-    pub fn set_notifier(&self, n: Notifier) {
-        let _ = self.notifier.set(n);
     }
 
     /// The bdi's `max_bytes` file, which the mount has set to the base
@@ -286,13 +283,10 @@ impl SpaceGuard {
         refuse
     }
 
-    /// Invalidates the kernel's cached attributes of `inos` (attributes
-    /// only: a negative offset; an inode the kernel no longer has is ENOENT).
+    /// Invalidates the kernel's cached attributes of `inos`.
     fn invalidate_attrs(&self, inos: Vec<u64>) {
-        if let Some(n) = self.notifier.get() {
-            for ino in inos {
-                let _ = n.inval_inode(INodeNo(ino), -1, 0);
-            }
+        for ino in inos {
+            self.notify.attributes_changed(ino);
         }
     }
 }

@@ -9,6 +9,7 @@ mod concurrency;
 mod contiguity;
 mod crash;
 mod full;
+mod handles;
 mod inode_numbers;
 mod latch;
 mod model;

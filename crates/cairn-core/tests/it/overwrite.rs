@@ -120,7 +120,7 @@ fn fast_path_times_are_seen_at_once_and_logged_at_the_next_commit() {
     let fs = mount_with(&dev, opts(true));
     let ino = file_with(&fs, "f", &[1u8; 16384]);
     let before = fs.getattr(ino).unwrap();
-    std::thread::sleep(Duration::from_millis(5));
+    std::thread::sleep(Duration::from_millis(20));
     fs.write(ino, 4096, &[2u8; 100]).unwrap();
     let after = fs.getattr(ino).unwrap();
     assert!(after.mtime > before.mtime && after.ctime > before.ctime, "{before:?} -> {after:?}");
@@ -282,7 +282,7 @@ fn fdatasync_after_overwrites_flushes_only_and_the_bytes_survive_a_crash() {
     assert_eq!(bytes, new);
 
     // fsync also logs the times.
-    std::thread::sleep(Duration::from_millis(5));
+    std::thread::sleep(Duration::from_millis(20));
     new[100] = 3;
     fs.write(ino, 100, &[3]).unwrap();
     let mtime2 = fs.getattr(ino).unwrap().mtime;

@@ -1,0 +1,123 @@
+//! An administrator's commands against a live mount: `cairn mkfs --force`
+//! of the mounted image is refused before anything changes, and
+//! `mount -o remount,ro|rw` (which mount(8)'s helper hands to
+//! `cairn mount ... -o remount,...`) does what it says or refuses with a
+//! reason (xfstests generic/294, 306 remount their scratch file system).
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// The per-mount options of the mount at `mp` (mountinfo's sixth field).
+fn mount_flags(mp: &Path) -> String {
+    let want = std::fs::canonicalize(mp).unwrap();
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = table.lines().rev().find(|l| l.split(' ').nth(4) == Some(want.to_str().unwrap())).expect("mounted");
+    line.split(' ').nth(5).unwrap().to_string()
+}
+
+/// What mount(8) passes the helper for `mount -o remount,OPT MP`: the
+/// mount table's options with the new one first.
+fn remount(img: &Path, mp: &Path, opt: &str) -> std::process::Output {
+    let merged = format!("{opt},nosuid,nodev,relatime,remount,user_id=0,group_id=0,default_permissions");
+    run(&["mount", p(img), p(mp), "-o", &merged])
+}
+
+#[test]
+fn mkfs_of_a_mounted_image_is_refused_before_anything_changes() {
+    if !can_mount() {
+        return;
+    }
+    let (dir, _g, pid) = fresh_mount("m.img", "256M");
+    let (img, mp) = (dir.path().join("m.img"), dir.path().join("mnt"));
+    std::fs::write(mp.join("f"), vec![7u8; 1 << 20]).unwrap();
+    std::fs::File::open(mp.join("f")).unwrap().sync_all().unwrap();
+    for size in ["512M", "128M"] {
+        let o = run(&["mkfs", p(&img), "--force", "--size", size, "--quiet"]);
+        assert_eq!(o.status.code(), Some(1), "mkfs --size {size} of a mounted image: {}", stderr(&o));
+        assert!(stderr(&o).contains("in use"), "{}", stderr(&o));
+        assert_eq!(std::fs::metadata(&img).unwrap().len(), 256 << 20, "a refused mkfs --size {size} resized the image");
+    }
+    assert_eq!(std::fs::read(mp.join("f")).unwrap(), vec![7u8; 1 << 20]);
+    unmount(&mp, pid);
+    assert_fsck_clean(&img, "fsck after the refused mkfs");
+}
+
+#[test]
+fn remount_read_only_commits_and_back_to_read_write() {
+    if !can_mount() {
+        return;
+    }
+    // A plain fuse mount: the kernel sends it no FUSE_SYNCFS, so only cairn's
+    // own commit makes the file durable before the kill below.
+    let (dir, _g, pid) = fresh_mount_with("r.img", "64M", &["-o", "nofuseblk"]);
+    let (img, mp) = (dir.path().join("r.img"), dir.path().join("mnt"));
+    std::fs::write(mp.join("before"), b"written before remount,ro").unwrap();
+    let o = remount(&img, &mp, "ro");
+    assert!(o.status.success(), "remount,ro: {}", stderr(&o));
+    assert!(mount_flags(&mp).starts_with("ro,"), "{}", mount_flags(&mp));
+    let e = std::fs::write(mp.join("after"), b"x").expect_err("a write to a read-only remount");
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    // generic/294: creating what exists is EEXIST, not EROFS.
+    let e = std::fs::create_dir(mp.join("before")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+    // Back to read-write: writes work again.
+    let o = remount(&img, &mp, "rw");
+    assert!(o.status.success(), "remount,rw: {}", stderr(&o));
+    assert!(mount_flags(&mp).starts_with("rw,"), "{}", mount_flags(&mp));
+    std::fs::write(mp.join("after"), b"x").unwrap();
+    let o = remount(&img, &mp, "ro");
+    assert!(o.status.success(), "remount,ro: {}", stderr(&o));
+    // The journal was committed by the remount: a killed daemon loses nothing.
+    Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    wait_gone(pid, Duration::from_secs(30), "after SIGKILL");
+    let _ = Command::new("umount").arg(&mp).status();
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount after the kill: {}", stderr(&o));
+    let pid = daemon_pid(&mp);
+    assert_eq!(std::fs::read(mp.join("before")).unwrap(), b"written before remount,ro");
+    assert_eq!(std::fs::read(mp.join("after")).unwrap(), b"x");
+    unmount(&mp, pid);
+    assert_fsck_clean(&img, "fsck");
+}
+
+#[test]
+fn remount_read_write_of_a_read_only_mount_is_refused_with_the_reason() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mp) = (dir.path().join("o.img"), dir.path().join("mnt"));
+    std::fs::create_dir(&mp).unwrap();
+    mkfs(&img, "64M");
+    let o = run(&["mount", p(&img), p(&mp), "-o", "ro"]);
+    assert!(o.status.success(), "mount -o ro: {}", stderr(&o));
+    let _g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    let o = remount(&img, &mp, "rw");
+    assert_eq!(o.status.code(), Some(1), "remount,rw of an -o ro mount succeeded");
+    assert!(stderr(&o).contains("read-only") && stderr(&o).contains("mount it again"), "{}", stderr(&o));
+    assert!(mount_flags(&mp).starts_with("ro,"), "{}", mount_flags(&mp));
+    // A bare mount(2) past the helper flips the kernel's flag and returns 0;
+    // the daemon sets it back.
+    let o = Command::new("mount").args(["-i", "-o", "remount,rw", p(&mp)]).output().unwrap();
+    assert!(o.status.success(), "mount -i -o remount,rw: {}", stderr(&o));
+    let t0 = std::time::Instant::now();
+    while !mount_flags(&mp).starts_with("ro,") {
+        assert!(t0.elapsed() < Duration::from_secs(10), "still {} after a bare remount,rw", mount_flags(&mp));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let e = std::fs::write(mp.join("x"), b"x").expect_err("a write to an -o ro mount");
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    // Unknown options and what is not a cairn mount are refused too.
+    let o = run(&["mount", p(&img), p(&mp), "-o", "remount,ro,bogus"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("bogus"), "{}", stderr(&o));
+    let o = run(&["mount", p(&img), p(dir.path()), "-o", "remount,ro"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not mounted") || stderr(&o).contains("not a cairn"), "{}", stderr(&o));
+    unmount(&mp, pid);
+}

@@ -1,0 +1,202 @@
+//! Set-id bits through a real mount, as ext4 keeps them (the kernel's
+//! `setattr_should_drop_suidgid`, `posix_acl_update_mode`): what
+//! unprivileged callers' chgrp, fallocate, punch hole, zero range, ACL
+//! changes and O_DIRECT writes drop, on disk and in what `stat` shows at
+//! once (xfstests generic/355, 375, 683–685). The unprivileged callers are
+//! `nobody` (65534) under `setpriv`, with chosen supplementary groups.
+
+mod common;
+
+use common::*;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+const NOBODY: u32 = 65534;
+/// Debian's `users` group: a second group for `nobody` to be in.
+const USERS: u32 = 100;
+
+fn mode(f: &Path) -> u32 {
+    std::fs::metadata(f).unwrap().mode() & 0o7777
+}
+
+fn set_mode(f: &Path, m: u32) {
+    std::fs::set_permissions(f, std::fs::Permissions::from_mode(m)).unwrap();
+}
+
+fn chown(f: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::chown(f, Some(uid), Some(gid)).unwrap();
+}
+
+/// Runs `cmd` as `nobody` with supplementary `groups`; it must succeed.
+fn as_nobody(groups: &[u32], cmd: &str) {
+    let g: Vec<String> = groups.iter().map(u32::to_string).collect();
+    let groups = if g.is_empty() { "--clear-groups".to_string() } else { format!("--groups {}", g.join(",")) };
+    let o = sh(&format!("setpriv --reuid {NOBODY} --regid {NOBODY} {groups} sh -c '{cmd}'"));
+    assert!(o.status.success(), "{cmd}: {}", stderr(&o));
+}
+
+/// A fresh image mounted with `allow_other` in a directory others may
+/// enter: (the directory, the guard, the daemon's pid, image, mount point).
+fn mount_for_others(name: &str) -> (tempfile::TempDir, Guard, u64, std::path::PathBuf, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    set_mode(dir.path(), 0o755);
+    let img = dir.path().join(name);
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    mkfs(&img, "64M");
+    let o = run(&["mount", p(&img), p(&mp), "-o", "allow_other"]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    set_mode(&mp, 0o777);
+    (dir, g, pid, img, mp)
+}
+
+/// Unmounts, checks the image and mounts it again: what `stat` shows then
+/// came from the disk.
+fn remount(img: &Path, mp: &Path, pid: u64) -> u64 {
+    unmount(mp, pid);
+    assert_fsck_clean(img, "fsck");
+    let o = run(&["mount", p(img), p(mp), "-o", "allow_other"]);
+    assert!(o.status.success(), "remount: {}", stderr(&o));
+    daemon_pid(mp)
+}
+
+#[test]
+fn chgrp_by_an_owner_follows_the_kernels_sgid_rule() {
+    if !can_mount() {
+        return;
+    }
+    let (_d, _g, pid, img, mp) = mount_for_others("chgrp.img");
+    let f = mp.join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let chgrp = |from: u32, m: u32| {
+        chown(&f, NOBODY, from);
+        set_mode(&f, m);
+        as_nobody(&[NOBODY, USERS], &format!("chgrp {USERS} {}", f.display()));
+        mode(&f)
+    };
+    // suid always goes; sgid of a group-executable file always goes.
+    assert_eq!(chgrp(NOBODY, 0o6755), 0o755);
+    assert_eq!(chgrp(NOBODY, 0o4744), 0o744);
+    // A sgid without group execute (a locking mark) stays for an owner in
+    // the file's group, and goes for one outside it.
+    assert_eq!(chgrp(NOBODY, 0o6745), 0o2745, "a member's locking sgid was dropped");
+    assert_eq!(chgrp(0, 0o2745), 0o745, "chgrp out of a group the owner is not in kept sgid");
+    assert_eq!(chgrp(0, 0o6745), 0o745);
+    // Root's chown keeps a locking sgid (CAP_FSETID), drops suid.
+    chown(&f, NOBODY, 0);
+    set_mode(&f, 0o6745);
+    chown(&f, NOBODY, USERS);
+    assert_eq!(mode(&f), 0o2745);
+    let pid = remount(&img, &mp, pid);
+    assert_eq!(mode(&f), 0o2745);
+    unmount(&mp, pid);
+}
+
+#[test]
+fn fallocate_punch_and_zero_by_an_unprivileged_caller_drop_suid_and_sgid() {
+    if !can_mount() {
+        return;
+    }
+    let (_d, _g, pid, img, mp) = mount_for_others("falloc.img");
+    let f = mp.join("f");
+    // (fallocate option, mode before, by nobody: mode after)
+    let cases = [
+        ("", 0o6666, 0o666),
+        ("", 0o6676, 0o676),
+        ("", 0o6766, 0o766),
+        ("-p", 0o6777, 0o777),
+        ("-p", 0o6666, 0o666),
+        ("-z", 0o6666, 0o666),
+        ("-z", 0o6676, 0o676),
+    ];
+    let mut on_disk = Vec::new();
+    for (i, (opt, before, after)) in cases.iter().enumerate() {
+        let fi = mp.join(format!("f{i}"));
+        std::fs::write(&fi, vec![0x58u8; 192 << 10]).unwrap();
+        set_mode(&fi, *before);
+        as_nobody(&[], &format!("fallocate {opt} -o 65536 -l 65536 {}", fi.display()));
+        assert_eq!(mode(&fi), *after, "fallocate {opt} by nobody on a {before:o} file");
+        on_disk.push((fi, *after));
+    }
+    // Root (CAP_FSETID) keeps them.
+    std::fs::write(&f, vec![0x58u8; 192 << 10]).unwrap();
+    for opt in ["", "-p", "-z"] {
+        set_mode(&f, 0o6777);
+        let o = sh(&format!("fallocate {opt} -o 65536 -l 65536 {}", f.display()));
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(mode(&f), 0o6777, "fallocate {opt} by root");
+    }
+    let pid = remount(&img, &mp, pid);
+    for (fi, after) in &on_disk {
+        assert_eq!(mode(fi), *after, "{} on disk", fi.display());
+    }
+    unmount(&mp, pid);
+}
+
+#[test]
+fn setting_an_acl_outside_the_files_group_drops_sgid() {
+    if !can_mount() {
+        return;
+    }
+    if !Path::new("/usr/bin/setfacl").exists() {
+        eprintln!("SKIPPED: setfacl not installed (Debian package acl)");
+        return;
+    }
+    let (_d, _g, pid, img, mp) = mount_for_others("acl.img");
+    let f = mp.join("f");
+    let d = mp.join("d");
+    std::fs::write(&f, b"x").unwrap();
+    std::fs::create_dir(&d).unwrap();
+    for t in [&f, &d] {
+        // In the group: sgid stays (chmod and setfacl alike).
+        chown(t, NOBODY, NOBODY);
+        set_mode(t, 0o2755);
+        as_nobody(&[NOBODY], &format!("setfacl -m u::rwx,g::rwx,o::rwx {}", t.display()));
+        assert_eq!(mode(t), 0o2777, "{}: a member's setfacl dropped sgid", t.display());
+        // Outside it: both drop it.
+        chown(t, NOBODY, USERS);
+        set_mode(t, 0o2755);
+        as_nobody(&[NOBODY], &format!("chmod 2777 {}", t.display()));
+        assert_eq!(mode(t), 0o777, "{}: chmod", t.display());
+        set_mode(t, 0o2755);
+        as_nobody(&[NOBODY], &format!("setfacl -m u::rwx,g::rwx,o::rwx {}", t.display()));
+        assert_eq!(mode(t), 0o777, "{}: a non-member's setfacl kept sgid", t.display());
+    }
+    // An ACL that says more than the mode does too.
+    set_mode(&f, 0o2755);
+    as_nobody(&[NOBODY], &format!("setfacl -m u:0:r {}", f.display()));
+    assert_eq!(mode(&f) & 0o2000, 0);
+    let pid = remount(&img, &mp, pid);
+    assert_eq!(mode(&d), 0o777);
+    unmount(&mp, pid);
+}
+
+#[test]
+fn an_owners_writes_drop_suid_and_sgid_and_stat_shows_it_at_once() {
+    if !can_mount() {
+        return;
+    }
+    let (_d, _g, pid, img, mp) = mount_for_others("dio.img");
+    let f = mp.join("f");
+    std::fs::write(&f, b"this is a test\n").unwrap();
+    chown(&f, NOBODY, NOBODY);
+    // generic/355's cases: (mode before, after), the owner in the group.
+    let cases = [(0o6644, 0o2644), (0o6744, 0o2744), (0o6654, 0o654), (0o6754, 0o754)];
+    for direct in [true, false] {
+        for (before, after) in cases {
+            set_mode(&f, before);
+            let flag = if direct { "oflag=direct" } else { "" };
+            as_nobody(
+                &[NOBODY],
+                &format!("dd if=/dev/zero of={} bs=4096 count=1 {flag} conv=notrunc status=none", f.display()),
+            );
+            // No wait for the attribute timeout (60 s): the kernel was told.
+            assert_eq!(mode(&f), after, "direct {direct}: {before:o} after the owner's write");
+        }
+    }
+    let pid = remount(&img, &mp, pid);
+    assert_eq!(mode(&f), 0o754);
+    unmount(&mp, pid);
+}
