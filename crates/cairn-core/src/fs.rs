@@ -674,7 +674,9 @@ impl Fs {
             block_size: self.meta.geo.block_size,
             blocks: self.meta.geo.total_blocks,
             blocks_free: free,
-            blocks_avail: free,
+            // File data cannot take the metadata reserve: a program that
+            // fallocates what statfs says is available must get it.
+            blocks_avail: free.saturating_sub(a.reserve_blocks()),
             files: self.meta.geo.total_inodes(),
             files_free: a.free_inodes.load(Ordering::Relaxed),
             name_max: NAME_MAX as u32,
@@ -747,9 +749,9 @@ impl Fs {
                     if g.d.file_type() == S_IFLNK {
                         return Err(FsError::Errno(libc::EOPNOTSUPP));
                     }
-                    g.d.mode = (g.d.mode & !0o777) | a.mode_bits();
-                    if g.d.mode & libc::S_ISGID != 0 && !may_keep_sgid(g.d.gid) {
-                        g.d.mode &= !libc::S_ISGID;
+                    let mut mode = (g.d.mode & !0o777) | a.mode_bits();
+                    if mode & libc::S_ISGID != 0 && !may_keep_sgid(g.d.gid) {
+                        mode &= !libc::S_ISGID;
                     }
                     if a.is_mode_equivalent() {
                         // Says no more than the mode: no ACL is kept.
@@ -760,6 +762,9 @@ impl Fs {
                     } else {
                         xattr::set(tx, &mut g, name, value, flags)?;
                     }
+                    // Only once the ACL is stored: a failure (ENOSPC) leaves
+                    // the mode as it was.
+                    g.d.mode = mode;
                 }
                 Some(_) if !g.d.is_dir() => return Err(FsError::Errno(libc::EACCES)),
                 _ => xattr::set(tx, &mut g, name, value, flags)?,

@@ -199,6 +199,12 @@ impl Allocator {
         self.allocate(tx, req)
     }
 
+    /// Blocks only metadata may take (not available to file data; statfs
+    /// leaves them out of the available blocks, as ext4 does its reserve).
+    pub fn reserve_blocks(&self) -> u64 {
+        self.reserve
+    }
+
     /// Blocks held by preallocations of either kind.
     fn preallocated_blocks(&self) -> u64 {
         self.pa.held.reserved.load(Relaxed) + self.lg.held.reserved.load(Relaxed)

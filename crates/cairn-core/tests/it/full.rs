@@ -51,3 +51,67 @@ fn churn_through_blocks_waiting_for_the_journal_never_writes_short() {
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the churn");
 }
+
+/// Issue 32, item 6 (xfstests generic/449): a POSIX ACL that cannot be
+/// stored for lack of space failed with ENOSPC but had already changed the
+/// file's mode. Now the mode changes only with the ACL.
+#[test]
+fn an_acl_that_does_not_fit_changes_nothing() {
+    let dev = new_image(48);
+    let fs = mount(&dev);
+    let c = Ctx::root();
+    let f = fs.mknod(&c, 1, b"f", libc::S_IFREG | 0o640, 0).unwrap().ino;
+    let others: Vec<u64> =
+        (0..4000).map(|i| fs.mknod(&c, 1, format!("x{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino).collect();
+    fill_up(&fs, b"big");
+    // Use up the metadata reserve with xattr blocks no other file shares.
+    let mut full = false;
+    for (i, o) in others.iter().enumerate() {
+        let value: Vec<u8> =
+            (0..3000u32).map(|k| (k as usize * 31 + i) as u8).chain((i as u32).to_le_bytes()).collect();
+        match fs.setxattr(*o, b"user.v", &value, 0) {
+            Ok(()) => {}
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                full = true;
+                break;
+            }
+        }
+    }
+    assert!(full, "4,000 xattr blocks fitted: the reserve was not used up");
+    // user::rwx, user:1:r--, group::r-x, mask::rwx, other::---
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in
+        [(1u16, 7u16, u32::MAX), (2, 4, 1), (4, 5, u32::MAX), (0x10, 7, u32::MAX), (0x20, 0, u32::MAX)]
+    {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&id.to_le_bytes());
+    }
+    let before = fs.getattr(f).unwrap();
+    let err = fs.setxattr(f, b"system.posix_acl_access", &acl, 0).expect_err("the ACL cannot fit");
+    assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+    let after = fs.getattr(f).unwrap();
+    assert_eq!(after.mode, before.mode, "a failed setfacl changed the mode");
+    assert_eq!(after.ctime, before.ctime, "a failed setfacl changed the ctime");
+    assert!(fs.getxattr(f, b"system.posix_acl_access").is_err());
+    fs.unmount().unwrap();
+    let fs = mount(&dev);
+    assert_eq!(fs.getattr(f).unwrap().mode, before.mode, "after a remount");
+    fs.unmount().unwrap();
+}
+
+/// Issue 32, item 6 (xfstests generic/103): statfs counted the metadata
+/// reserve as available, so a fallocate of nearly all the space it reported
+/// failed with ENOSPC. Available space now leaves the reserve out.
+#[test]
+fn fallocate_of_nearly_all_available_space_succeeds() {
+    let dev = new_image(64);
+    let fs = mount(&dev);
+    let f = fs.mknod(&Ctx::root(), 1, b"spc", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let s = fs.statfs().unwrap();
+    assert!(s.blocks_avail < s.blocks_free, "the reserve is not left out: {s:?}");
+    let avail = s.blocks_avail * u64::from(s.block_size);
+    fs.fallocate(f, 0, avail - (512 << 10), 0).expect("fallocate of the available space less 512 KiB");
+    fs.unmount().unwrap();
+}
