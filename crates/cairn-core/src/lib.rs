@@ -63,3 +63,4 @@ mod namespace;
 mod overwrite;
 mod reaper;
 mod rename;
+mod shutdown;

@@ -32,6 +32,7 @@
 use crate::convert::{errno, file_attr, from_system_time, kind_of_dtype, negative_attr};
 use crate::metrics::{Metrics, Op};
 use crate::privs::{self, KernelNotifier, LazyCaller};
+use crate::shutdown;
 use crate::space::SpaceGuard;
 use cairn_core::{Ctx, Fs, SetAttr, TimeSet};
 use fuser::{
@@ -688,19 +689,33 @@ impl Filesystem for CairnFuse {
         self.created(reply, flags, t.call(|| self.fs.mknod(&c, parent.0, name_bytes(name), mode, 0)));
     }
 
-    fn ioctl(
+    /// The one ioctl cairn serves is the shutdown (XFS_IOC_GOINGDOWN, also
+    /// EXT4_IOC_SHUTDOWN), on any inode, for root (see `shutdown`); the
+    /// rest are ENOTTY.
+    fn ioctl_with_arg(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
-        _cmd: u32,
+        cmd: u32,
+        arg: u64,
         _in_data: &[u8],
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        let _t = self.metrics.timer(Op::Ioctl);
-        reply.error(Errno::ENOTTY);
+        let mut t = self.metrics.timer(Op::Ioctl);
+        if cmd != shutdown::GOINGDOWN {
+            reply.error(Errno::ENOTTY);
+            return;
+        }
+        match shutdown::flush_of(req.uid(), req.pid(), arg) {
+            Ok(flush) => match t.call(|| self.fs.shutdown(flush)) {
+                Ok(()) => reply.ioctl(0, &[]),
+                Err(e) => reply.error(errno(&e)),
+            },
+            Err(e) => reply.error(e),
+        }
     }
 
     fn fallocate(

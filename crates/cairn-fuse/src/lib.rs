@@ -41,6 +41,7 @@ pub mod convert;
 pub mod metrics;
 pub mod options;
 pub mod privs;
+pub mod shutdown;
 pub mod space;
 
 pub use adapter::{AdapterOptions, CairnFuse, Timeouts};

@@ -928,6 +928,27 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// cairn patch: [`Filesystem::ioctl`] with the caller's argument `arg`
+    /// (for a restricted ioctl whose argument is a pointer, an address in
+    /// the caller's memory, which a server may read, for example with
+    /// `process_vm_readv`, when the ioctl's number declares no input). The
+    /// default calls `ioctl`.
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl_with_arg(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        flags: IoctlFlags,
+        cmd: u32,
+        _arg: u64,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        self.ioctl(req, ino, fh, flags, cmd, in_data, out_size, reply);
+    }
+
     /// control device
     fn ioctl(
         &self,

@@ -447,12 +447,14 @@ impl<'a> RequestWithSender<'a> {
                 if x.unrestricted() {
                     return Err(Errno::ENOSYS);
                 }
-                filesystem.ioctl(
+                // cairn patch: the caller's argument too (ioctl_with_arg).
+                filesystem.ioctl_with_arg(
                     self.request_header(),
                     self.request.nodeid(),
                     x.file_handle(),
                     x.flags(),
                     x.command(),
+                    x.user_arg(),
                     x.in_data(),
                     x.out_size(),
                     self.reply(),

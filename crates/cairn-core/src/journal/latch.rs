@@ -134,6 +134,14 @@ impl Latch {
         Ok(())
     }
 
+    /// Shuts down on request (the shutdown ioctl, `crate::shutdown`): the
+    /// journal is aborted and every later request fails with EIO, with no
+    /// mark on disk.
+    pub fn shut_down(&self) {
+        self.aborted.store(true, Ordering::Release);
+        self.shut.store(true, Ordering::Release);
+    }
+
     /// Looks at an operation's error: corruption and I/O errors are latched.
     /// `changed` says whether the failing operation had dirtied buffers.
     pub fn note(&self, dev: &Arc<dyn BlockDevice>, e: &FsError, changed: bool) {

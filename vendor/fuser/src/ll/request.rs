@@ -1364,6 +1364,11 @@ mod op {
         pub(crate) fn out_size(&self) -> u32 {
             self.arg.out_size
         }
+        /// cairn patch: the caller's argument (for a restricted ioctl whose
+        /// argument is a pointer, an address in the caller's memory).
+        pub(crate) fn user_arg(&self) -> u64 {
+            self.arg.arg
+        }
     }
 
     /// Poll.
