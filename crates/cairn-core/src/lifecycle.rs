@@ -436,6 +436,12 @@ impl Fs {
         })
     }
 
+    /// The kernel's lookup references on `ino` now (0: the kernel holds
+    /// it no more, nor any page of it).
+    pub fn kernel_lookups(&self, ino: u64) -> u64 {
+        self.icache.lookups(ino)
+    }
+
     /// Drops `n` lookup references; an unlinked inode is freed at zero.
     pub fn forget(&self, ino: u64, n: u64) {
         let (free, unused) = match self.icache.forget_uncached(ino, n) {

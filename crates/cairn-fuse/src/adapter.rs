@@ -29,6 +29,7 @@
 //! (fuseblk: before `umount(2)` returns), else `destroy` when the session
 //! ends.
 
+use crate::coherence::DirectWriteCoherence;
 use crate::convert::{errno, file_attr, from_system_time, kind_of_dtype, negative_attr};
 use crate::metrics::{Metrics, Op};
 use crate::privs::{self, KernelNotifier, LazyCaller};
@@ -87,6 +88,13 @@ pub struct AdapterOptions {
     /// Free bytes below which the space guard gates buffered writes (see
     /// `space`); 0 turns it off. Set by the mount from `-o dirty_limit_mb`.
     pub space_reserve: u64,
+    /// Threads that serve one request queue (`ring_threads` under FUSE
+    /// over io_uring, else `threads`): whether a direct write may drop the
+    /// kernel's pages inline (see `coherence`). Set by the mount.
+    pub serving_threads: usize,
+    /// Drop the kernel's pages over each direct write before replying
+    /// (`-o dio_coherence`, default 1; see `coherence`).
+    pub dio_coherence: bool,
 }
 
 impl Default for AdapterOptions {
@@ -99,6 +107,8 @@ impl Default for AdapterOptions {
             io_uring: true,
             parallel_dio: false,
             space_reserve: 0,
+            serving_threads: 2,
+            dio_coherence: true,
         }
     }
 }
@@ -125,6 +135,8 @@ pub struct CairnFuse {
     /// Invalidates the kernel's cached attributes where a reply cannot
     /// carry new ones (see `privs`).
     notify: KernelNotifier,
+    /// Drops the kernel's stale pages after direct writes (`coherence`).
+    dio: DirectWriteCoherence,
 }
 
 fn ctx(req: &Request) -> Ctx {
@@ -157,7 +169,8 @@ impl CairnFuse {
     pub fn with_metrics(fs: Arc<Fs>, opts: AdapterOptions, metrics: Arc<Metrics>) -> CairnFuse {
         let notify = KernelNotifier::default();
         let space = SpaceGuard::start(fs.clone(), opts.space_reserve, metrics.space.clone(), notify.clone());
-        CairnFuse { fs, opts, metrics, dont_mask: false, killpriv_v2: false, writeback: false, space, notify }
+        let dio = DirectWriteCoherence::start(notify.clone(), metrics.dio.clone(), opts.serving_threads);
+        CairnFuse { fs, opts, metrics, dont_mask: false, killpriv_v2: false, writeback: false, space, notify, dio }
     }
 
     /// Where the session's notifier goes once the session exists.
@@ -321,6 +334,7 @@ impl Filesystem for CairnFuse {
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let mut t = self.metrics.timer(Op::Forget);
         t.engine(|| self.fs.forget(ino.0, nlookup));
+        self.dio.forgotten(ino.0, || self.fs.kernel_lookups(ino.0));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -475,11 +489,14 @@ impl Filesystem for CairnFuse {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
         let mut t = self.metrics.timer(Op::Read);
+        if self.opts.dio_coherence {
+            self.dio.note_read(ino.0, flags.0);
+        }
         // Straight into the reply's buffer: no buffer of our own to zero,
         // fill and copy.
         reply.data_with(size as usize, |buf| t.call(|| self.fs.read_into(ino.0, offset, buf)).map_err(|e| errno(&e)));
@@ -493,7 +510,7 @@ impl Filesystem for CairnFuse {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
@@ -510,6 +527,10 @@ impl Filesystem for CairnFuse {
         });
         if self.writeback {
             self.space.note_write(ino.0, res.as_ref().map(|n| *n).map_err(errno));
+        }
+        let from_cache = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        if res.is_ok() && self.opts.dio_coherence && DirectWriteCoherence::is_direct(flags.0, from_cache) {
+            self.dio.after_direct_write(ino.0);
         }
         match res {
             Ok(n) => reply.written(n),

@@ -37,11 +37,12 @@
 //! exited" means "the image is clean"; `cairn umount` waits for exactly that.
 
 pub mod adapter;
+pub mod coherence;
 pub mod convert;
 pub mod metrics;
 pub mod options;
 pub mod privs;
-pub mod shutdown;
+mod shutdown;
 pub mod space;
 
 pub use adapter::{AdapterOptions, CairnFuse, Timeouts};
@@ -109,6 +110,7 @@ pub fn mount(
         );
         settings.adapter.io_uring = false;
     }
+    settings.adapter.serving_threads = if settings.adapter.io_uring { settings.ring_threads } else { settings.threads };
     let settings = &settings;
     let fuse = CairnFuse::with_metrics(fs, settings.adapter, metrics);
     let space = fuse.space().clone();

@@ -19,6 +19,7 @@
 //! bound of the bucket where the cumulative count crosses the quantile, so
 //! they are accurate to a factor of two.
 
+use crate::coherence::CoherenceStats;
 use crate::space::SpaceStats;
 use cairn_core::Histogram;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -83,6 +84,8 @@ pub struct Metrics {
     ring_requests: AtomicU64,
     /// The space guard's counters (`space`).
     pub space: Arc<SpaceStats>,
+    /// Page invalidations after direct writes (`coherence`).
+    pub dio: Arc<CoherenceStats>,
 }
 
 impl Default for Metrics {
@@ -104,6 +107,7 @@ impl Metrics {
             ops: Op::ALL.iter().map(|_| OpStats::new()).collect(),
             ring_requests: AtomicU64::new(0),
             space: Arc::new(SpaceStats::default()),
+            dio: Arc::new(CoherenceStats::default()),
         }
     }
 
@@ -149,6 +153,7 @@ impl Metrics {
             ("fuse.io_uring_requests".to_string(), self.ring_requests.load(Relaxed)),
         ];
         out.extend(self.space.counters());
+        out.extend(self.dio.counters());
         for &op in Op::ALL {
             let s = &self.ops[op as usize];
             let n = s.requests.load(Relaxed);

@@ -12,6 +12,7 @@
 //! | `threads=N` | FUSE worker threads reading `/dev/fuse` (1..64) | 2 |
 //! | `io_uring=0\|1` | serve requests through FUSE over io_uring: one queue per CPU, each served by `ring_threads` threads pinned to that CPU, so a request and its reply never cross CPUs; the `/dev/fuse` threads still take FORGET and INTERRUPT. As root cairn turns on the kernel's switch (`/sys/module/fuse/parameters/enable_uring`); where the kernel does not offer it, `/dev/fuse` serves everything and one line of the log says so | 1 |
 //! | `parallel_dio=0\|1` | answer OPEN, so a file opened with O_DIRECT gets FOPEN_DIRECT_IO and FOPEN_PARALLEL_DIRECT_WRITES: O_DIRECT writes inside the file take the kernel's inode lock shared and writers to one file overlap (1); or answer OPEN with ENOSYS once, so opens cost no request but the kernel serialises O_DIRECT writes to one file under its exclusive inode lock (0). 1 costs an OPEN and a RELEASE per open: dbench 16% slower at 1 client, 10% at 2 and 4 | 0 |
+//! | `dio_coherence=0\|1` | after each O_DIRECT write, drop the kernel's cached pages of the written range before replying, so buffered readers never keep stale bytes after an asynchronous direct write (1); or leave it to the kernel, which misses them for AIO and io_uring writes (0, for measuring). Exact with two or more serving threads per queue; with one, best effort (see `coherence`) | 1 |
 //! | `ring_threads=N` | threads per CPU queue with `io_uring=1` (1..16) | 2 |
 //! | `ring_idle=0\|1` | run the queue threads as SCHED_IDLE, so the scheduler leaves a single busy caller on its CPU instead of moving it to an idle one at every reply (a lone O_DIRECT writer: 2.7× the IOPS); but a CPU-bound task on the same CPU then starves that CPU's queue | 0 |
 //! | `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S` | kernel cache lifetimes (seconds, fractions allowed) | 60 |
@@ -199,6 +200,7 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "threads" => s.threads = number(key, need()?, 1, 64)? as usize,
                 "io_uring" => s.adapter.io_uring = switch(key, need()?)?,
                 "parallel_dio" => s.adapter.parallel_dio = switch(key, need()?)?,
+                "dio_coherence" => s.adapter.dio_coherence = switch(key, need()?)?,
                 "ring_threads" => s.ring_threads = number(key, need()?, 1, 16)? as usize,
                 "ring_idle" => s.ring_idle = switch(key, need()?)?,
                 "entry_timeout" => timeouts.entry = seconds(key, need()?)?,

@@ -154,6 +154,17 @@ impl KernelNotifier {
             }
         }
     }
+
+    /// Makes the kernel drop every cached page of `ino` (and its
+    /// attributes); waits for pages locked by reads in flight (see
+    /// `coherence`).
+    pub fn pages_changed(&self, ino: u64) {
+        if let Some(n) = self.0.get() {
+            if let Err(e) = n.inval_inode(INodeNo(ino), 0, 0) {
+                tracing::debug!(ino, error = %e, "could not invalidate the kernel's pages");
+            }
+        }
+    }
 }
 
 #[cfg(test)]
