@@ -2,7 +2,10 @@
 //!
 //! ## Purpose
 //! The inode bitmaps say which inode slots are live (a free slot may hold
-//! anything, so nothing else is trusted for that). For every live inode this
+//! anything, so nothing else is trusted for that), with one exception: a
+//! slot of all zeroes holds no inode (a written inode has a type and a
+//! checksum), so a bit set over one is the bitmap's error and the slot is
+//! taken as free (a repair clears the bit). For every live inode this
 //! pass verifies:
 //!
 //! * the inode's crc32c (seeded with `seed ^ ino`) and the decoder's checks:
@@ -116,8 +119,19 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
             for &idx in &used[i..j] {
                 let off = ((idx - first_blk * ipb) as usize) * INODE_SIZE;
                 let ino = g * ipg + idx + 1;
+                let raw = &buf[off..off + INODE_SIZE];
+                if ino != ROOT_INO && raw.iter().all(|&b| b == 0) {
+                    // No inode was ever written here (or it was zeroed): the
+                    // bit is wrong, not the slot. Left out of the live set,
+                    // the bitmap pass rewrites the bit and the counts, and
+                    // pass 2 drops any entry that names it.
+                    let msg =
+                        format!("inode {ino} is marked in use in the inode bitmap, but its slot is empty: marked free");
+                    ctx.report.push(Pass::Inodes, msg, ctx.repair);
+                    continue;
+                }
                 let resurrected = ctx.inodes.get(&ino).is_some_and(|x| x.resurrected);
-                let mut info = check_inode(ctx, ino, &buf[off..off + INODE_SIZE]);
+                let mut info = check_inode(ctx, ino, raw);
                 info.resurrected = resurrected;
                 ctx.inodes.insert(ino, info);
             }

@@ -286,6 +286,34 @@ fn cleared_inode_bitmap_bit_is_restored() {
     expect(&bytes, &format!("inode {ino} (symlink) is named by entry 'short' in directory 1 but is marked free"), true);
 }
 
+#[test]
+fn inode_bitmap_bits_set_over_empty_slots_are_cleared() {
+    // A flipped bitmap byte marks free, zeroed slots as in use (raw: the
+    // bitmap's checksum no longer matches). Before, the repair rewrote the
+    // free counts to agree with the corrupt bitmap and called the slots
+    // damaged, exit 4 for ever.
+    let (mut bytes, m) = populated_image();
+    let (_, geo, _) = sb_geo(&bytes);
+    let last = *m.values().max().unwrap();
+    let g = geo.group_of_ino(last);
+    let byte = (geo.index_in_group(last) / 8 + 2) as usize;
+    let free_before = sb_geo(&bytes).0.free_inodes;
+    let bm = block(&mut bytes, geo.inode_bitmap(g));
+    assert_eq!(bm[byte], 0, "slots past the last inode are free");
+    bm[byte] = 0x0f;
+    let first = g * geo.inodes_per_group + byte as u64 * 8 + 1;
+    let out =
+        expect(&bytes, &format!("inode {first} is marked in use in the inode bitmap, but its slot is empty"), true);
+    assert!(!out.contains("damaged"), "{out}");
+    let f = to_file(&bytes);
+    let (code, rout) = fsck(f.path(), true);
+    assert_eq!(code, 1, "{rout}");
+    let repaired = std::fs::read(f.path()).unwrap();
+    assert_eq!(sb_geo(&repaired).0.free_inodes, free_before, "the four slots are free again");
+    let bm = &repaired[geo.inode_bitmap(g) as usize * bs(&repaired)..];
+    assert_eq!(bm[byte], 0, "the bits are cleared");
+}
+
 /// The external values of `ino`'s xattr block: (block, descriptors).
 fn externals(bytes: &[u8], ino: u64) -> (u64, Vec<cairn_format::xattr::ExtValue>) {
     let (_, _, seed) = sb_geo(bytes);
