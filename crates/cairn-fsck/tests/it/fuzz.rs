@@ -116,3 +116,45 @@ fn fuzz(bytes: &[u8], journal: bool, iters: u32, seed: u64) {
         assert!(failed > iters / 3, "most random damage should be detected ({failed} failed, {clean} clean)");
     }
 }
+
+/// Survey (ignored; `FSCK_FUZZ_ITERS=N cargo test ... -- --ignored --nocapture
+/// repair_survey`): damage 1..20 metadata bytes, repair once, check again;
+/// prints what the second check still finds.
+#[test]
+#[ignore]
+fn repair_survey() {
+    let (bytes, _) = populated_image();
+    let meta = metadata_blocks(&bytes, false);
+    let bs = sb_geo(&bytes).1.block_size as u64;
+    let f = to_file(&bytes);
+    let mut rng = Rng(0xdead_beef_cafe_f00d);
+    let iters = iterations(100);
+    let mut left: std::collections::BTreeMap<String, u32> = Default::default();
+    let mut unclean = 0;
+    for _ in 0..iters {
+        f.as_file().write_all_at(&bytes, 0).unwrap();
+        for _ in 0..1 + rng.below(20) {
+            let blk = meta[rng.below(meta.len() as u64) as usize];
+            let off = if rng.below(2) == 0 { rng.below(128) } else { rng.below(bs) };
+            let pos = blk * bs + off;
+            let old = bytes[pos as usize];
+            let new = if rng.below(3) == 0 { rng.next() as u8 } else { old ^ (1 << rng.below(8)) };
+            f.as_file().write_all_at(&[new], pos).unwrap();
+        }
+        let (_, _) = fsck(f.path(), true);
+        let (code, out) = fsck(f.path(), false);
+        if code != 0 {
+            unclean += 1;
+            for l in out.lines().filter(|l| l.starts_with("  ") || l.contains("inode") || l.contains("block")).take(3) {
+                let l = l.split(" (").next().unwrap_or(l);
+                let key: String = l.chars().map(|c| if c.is_ascii_digit() { 'N' } else { c }).collect();
+                let key = key.replace("NN", "N").replace("NN", "N").replace("NN", "N");
+                *left.entry(key).or_default() += 1;
+            }
+        }
+    }
+    println!("{unclean} of {iters} images not clean after one repair");
+    for (k, n) in left {
+        println!("{n:4}  {k}");
+    }
+}
