@@ -188,6 +188,19 @@ impl DiskInode {
         put_u32(b, CSUM_OFF, c);
     }
 
+    /// Decodes inode `ino` like [`DiskInode::decode`] but with its checksum
+    /// taken as right: fsck's view of an inode whose only fault may be the
+    /// checksum (every other check still applies).
+    pub fn decode_ignoring_checksum(seed: u32, ino: u64, buf: &[u8]) -> Result<DiskInode> {
+        if buf.len() < INODE_SIZE {
+            return Err(FormatError::corrupt("inode", ino, "short buffer"));
+        }
+        let mut b = buf[..INODE_SIZE].to_vec();
+        let c = crc_skipping(seed ^ ino as u32 ^ (ino >> 32) as u32, &b, CSUM_OFF);
+        put_u32(&mut b, CSUM_OFF, c);
+        DiskInode::decode(seed, ino, &b)
+    }
+
     /// Decodes and verifies inode `ino` from `buf[..256]`. Checks the
     /// checksum and the internal consistency of the data area; block numbers
     /// are checked against the geometry by the caller.

@@ -168,7 +168,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
             let extra_runs = runs(&extra, glen);
             let mut final_bm = expected.clone();
             if !extra_runs.is_empty() {
-                if ctx.incomplete {
+                if ctx.ownership_incomplete() {
                     unattributed += extra_runs.iter().map(|r| r.1).sum::<u64>();
                     for (f, a) in final_bm.iter_mut().zip(&actual) {
                         *f |= a;

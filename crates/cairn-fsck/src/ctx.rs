@@ -5,7 +5,9 @@
 //!
 //! ```text
 //! superblock ─ journal replay ─ groups ─ pass 1 inodes ─ orphan list
-//!   ─ pass 2 directories ─ pass 1b duplicate blocks ─ passes 3/4 links
+//!   ─ pass 2 directories ─ pass 1b duplicate blocks ─ pass 3 salvage
+//!   (repair: rebuild damaged directories, reconnect to /lost+found)
+//!   ─ passes 3/4 links
 //!   ─ repairs of objects ─ pass 5 bitmaps and counters
 //! ```
 //!
@@ -115,6 +117,14 @@ pub struct InodeInfo {
     pub resurrected: bool,
     /// A repair frees it.
     pub freed: bool,
+    /// A directory whose entry tree could not be read in full (some node
+    /// is damaged); the rest of the inode is sound. A repair rebuilds the
+    /// tree from the entries that could be read (`salvage`).
+    pub dir_tree_damaged: bool,
+    /// Blocks pass 1 counted for it, and how many of them are nodes of its
+    /// own tree (a rebuild replaces those).
+    pub counted: u64,
+    pub tree_nodes: u64,
 }
 
 impl InodeInfo {
@@ -160,6 +170,8 @@ pub struct InodeFix {
     pub blocks: Option<u64>,
     pub parent: Option<u64>,
     pub entries: Option<u64>,
+    /// A new root for its tree (a rebuilt directory).
+    pub tree_root: Option<u64>,
     pub set_flags: u32,
     pub clear_flags: u32,
 }
@@ -190,6 +202,17 @@ pub struct Ctx<'a> {
     pub orphans: BTreeMap<u64, u64>,
     /// Some owner's blocks could not all be enumerated.
     pub incomplete: bool,
+    /// Directories whose entry tree could not be read in full: ownership is
+    /// incomplete while one is left unrebuilt (see `ownership_incomplete`).
+    pub incomplete_dirs: std::collections::BTreeSet<u64>,
+    /// Directories whose entry tree a repair rewrites, with the entries to
+    /// add to it (`salvage`).
+    pub rebuilds: BTreeMap<u64, Vec<(u64, Vec<u8>)>>,
+    /// Inodes whose only fault is their checksum: a repair rewrites it.
+    pub checksum_fixes: Vec<u64>,
+    /// Inodes that do not decode: a repair zeroes their slot (pass 5 clears
+    /// their bit and frees what nobody else claims).
+    pub cleared: Vec<u64>,
     /// The superblock must be rewritten (repair).
     pub sb_dirty: bool,
     pub inode_fixes: BTreeMap<u64, InodeFix>,
@@ -206,6 +229,12 @@ impl Ctx<'_> {
     /// The fix record of `ino`, created on first use.
     pub fn fix(&mut self, ino: u64) -> &mut InodeFix {
         self.inode_fixes.entry(ino).or_default()
+    }
+
+    /// Whether some owner's blocks could not all be enumerated, so that a
+    /// block marked used that nobody claims may still be someone's.
+    pub fn ownership_incomplete(&self) -> bool {
+        self.incomplete || !self.incomplete_dirs.is_empty()
     }
 
     /// Records a claim.

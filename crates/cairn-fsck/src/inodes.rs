@@ -39,7 +39,10 @@
 //! run of blocks an inode owns (pass 1b and pass 5 work from these), the
 //! directory entries, and the xattr-block table. Inodes that cannot be
 //! decoded are kept as `bad` (still in use — fsck does not clear inodes) and
-//! make block ownership incomplete.
+//! make block ownership incomplete; a repair instead clears them (their
+//! slot is zeroed, entries naming them are removed, and pass 5 frees what
+//! only they could have owned). An inode whose only fault is its checksum
+//! is checked as if the checksum were right, and a repair rewrites it.
 
 use crate::btree;
 use crate::ctx::{Ctx, DirentRec, InodeInfo, Owner, XattrInfo};
@@ -131,7 +134,35 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                     continue;
                 }
                 let resurrected = ctx.inodes.get(&ino).is_some_and(|x| x.resurrected);
-                let mut info = check_inode(ctx, ino, raw);
+                let mut info = match DiskInode::decode(ctx.seed, ino, raw) {
+                    Ok(_) => check_inode(ctx, ino, raw),
+                    Err(FormatError::Checksum { .. })
+                        if DiskInode::decode_ignoring_checksum(ctx.seed, ino, raw).is_ok() =>
+                    {
+                        // e2fsck: "inode passes checks, but checksum does
+                        // not match inode". Checked as it would be with a
+                        // right checksum; a repair rewrites the checksum.
+                        let d = DiskInode::decode_ignoring_checksum(ctx.seed, ino, raw).expect("just decoded");
+                        let mut fixed = vec![0u8; INODE_SIZE];
+                        d.encode(ctx.seed, ino, &mut fixed);
+                        let msg = format!("inode {ino}: checksum does not match, but the inode passes every other check: checksum rewritten");
+                        ctx.report.push(Pass::Inodes, msg, ctx.repair);
+                        if ctx.repair {
+                            ctx.checksum_fixes.push(ino);
+                        }
+                        check_inode(ctx, ino, &fixed)
+                    }
+                    Err(e) if ctx.repair && ino != ROOT_INO => {
+                        // Nothing in it can be trusted: cleared, as e2fsck
+                        // clears such an inode. Entries naming it are
+                        // removed (pass 2), its bit and whatever only it
+                        // owned are freed (pass 5).
+                        ctx.report.push(Pass::Inodes, format!("inode {ino} is damaged ({e}): cleared"), true);
+                        ctx.cleared.push(ino);
+                        continue;
+                    }
+                    Err(_) => check_inode(ctx, ino, raw),
+                };
                 info.resurrected = resurrected;
                 ctx.inodes.insert(ino, info);
             }
@@ -236,7 +267,14 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
                 ctx.claim(b, 1, owner);
             }
             counted += w.nodes.len() as u64;
-            if !w.complete {
+            if tkind == KIND_DIRENTS {
+                info.tree_nodes = w.nodes.len() as u64;
+            }
+            if !w.complete && tkind == KIND_DIRENTS {
+                // A repair may rebuild it from what could be read.
+                info.dir_tree_damaged = true;
+                ctx.incomplete_dirs.insert(ino);
+            } else if !w.complete {
                 info.damaged = true;
                 ctx.incomplete = true;
             }
@@ -291,7 +329,8 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
             }
         }
     }
-    if !info.damaged && d.blocks != counted {
+    info.counted = counted;
+    if !info.damaged && !info.dir_tree_damaged && d.blocks != counted {
         let msg = format!("inode {ino}: block count is {}, but it owns {counted} blocks", d.blocks);
         ctx.report.push(Pass::Inodes, msg, ctx.repair);
         if ctx.repair {

@@ -48,6 +48,7 @@ mod journal;
 mod links;
 mod repair;
 mod report;
+mod salvage;
 mod superblock;
 
 pub use image::{ImageFile, ImageSource};
@@ -176,6 +177,10 @@ fn check_once(source: &dyn ImageSource, repair: bool) -> Result<Report, FsckErro
         xattrs: Default::default(),
         orphans: Default::default(),
         incomplete: false,
+        incomplete_dirs: Default::default(),
+        rebuilds: Default::default(),
+        checksum_fixes: Vec::new(),
+        cleared: Vec::new(),
         sb_dirty,
         inode_fixes: Default::default(),
         dirent_fixes: Vec::new(),
@@ -188,6 +193,9 @@ fn check_once(source: &dyn ImageSource, repair: bool) -> Result<Report, FsckErro
     links::walk_orphans(&mut ctx);
     dirs::run(&mut ctx)?;
     blocks::run(&mut ctx);
+    if repair {
+        salvage::run(&mut ctx)?;
+    }
     links::run(&mut ctx);
     if repair {
         repair::apply(&mut ctx)?;

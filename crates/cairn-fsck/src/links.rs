@@ -34,8 +34,9 @@
 //!   leaf (when it keeps other entries);
 //! * xattr refcounts are set to the number of live inodes pointing at them.
 //!
-//! An inode that has links but no entries (it would need `/lost+found`) and
-//! a directory with several parents are reported and left alone.
+//! Inodes that have links but no entries were reconnected to `/lost+found`
+//! by `salvage` (repair), unless some directory could not be read; those
+//! left, and a directory with several parents, are reported and left alone.
 
 use crate::btree;
 use crate::ctx::{Ctx, Owner};
@@ -83,7 +84,7 @@ pub fn walk_orphans(ctx: &mut Ctx) {
 pub fn run(ctx: &mut Ctx) {
     // If some directory could not be read in full, entries may exist that
     // fsck did not see: never lower a link count or free an inode then.
-    let blind = ctx.inodes.values().any(|i| i.bad || (i.is_dir() && i.damaged));
+    let blind = ctx.inodes.values().any(|i| i.bad || (i.is_dir() && (i.damaged || i.dir_tree_damaged)));
     if blind {
         ctx.report.note("some directories could not be read completely: link counts are only raised, never lowered");
     }
@@ -122,7 +123,7 @@ pub fn run(ctx: &mut Ctx) {
             } else if nlink != 0 {
                 ctx.report.problem(
                     Pass::Links,
-                    format!("inode {ino} ({what}) has link count {nlink}, but no directory entry points to it (it is lost; fsck does not reconnect files to /lost+found)"),
+                    format!("inode {ino} ({what}) has link count {nlink}, but no directory entry points to it (it is lost; a repair reconnects it to /lost+found when every directory could be read)"),
                 );
             } else if !listed {
                 let has_entries = i.is_dir() && i.dirents_found > 0;

@@ -6,12 +6,16 @@
 //! consistent view. This module then writes them, before pass 5 rebuilds the
 //! bitmaps and counters from the final state:
 //!
+//! * inode checksums that were the inode's only fault, rewritten; inodes
+//!   that do not decode, their slot zeroed (cleared);
 //! * inode field rewrites — link count, block count, `parent`, `entries`,
 //!   orphan flag — by read-modify-write of the inode with a fresh checksum
 //!   (`DiskInode::encode`); an inode that no longer decodes is left alone;
 //! * inodes freed by the link-count pass: their slot is rewritten the way the
 //!   engine leaves a freed inode (no links, no size, no blocks, no xattr
 //!   block); pass 5 clears their bitmap bit and releases their blocks;
+//! * rebuilt directory trees (`salvage`), written first, then the inode
+//!   fixes that point their directories at them;
 //! * directory entries: a wrong file type is rewritten in place; an entry
 //!   naming an inode that is not in use is removed from its leaf, provided
 //!   the leaf keeps at least one entry (removing a leaf would change the
@@ -38,10 +42,32 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Applies every decided object repair.
 pub fn apply(ctx: &mut Ctx) -> Result<(), FsckError> {
+    checksums_and_clears(ctx)?;
+    crate::salvage::write_trees(ctx)?;
     inodes(ctx)?;
     dirents(ctx)?;
     xattrs(ctx)?;
     orphans(ctx)?;
+    Ok(())
+}
+
+/// Rewrites the checksum of inodes whose only fault it was, and zeroes the
+/// slots of inodes that do not decode.
+fn checksums_and_clears(ctx: &mut Ctx) -> Result<(), FsckError> {
+    for ino in std::mem::take(&mut ctx.checksum_fixes) {
+        let (blk, off) = ctx.geo.inode_location(ino);
+        let mut b = ctx.img.read_block(blk)?;
+        if let Ok(d) = DiskInode::decode_ignoring_checksum(ctx.seed, ino, &b[off..off + INODE_SIZE]) {
+            d.encode(ctx.seed, ino, &mut b[off..off + INODE_SIZE]);
+            ctx.img.write_block(blk, &b)?;
+        }
+    }
+    for ino in std::mem::take(&mut ctx.cleared) {
+        let (blk, off) = ctx.geo.inode_location(ino);
+        let mut b = ctx.img.read_block(blk)?;
+        b[off..off + INODE_SIZE].fill(0);
+        ctx.img.write_block(blk, &b)?;
+    }
     Ok(())
 }
 
@@ -73,6 +99,9 @@ fn inodes(ctx: &mut Ctx) -> Result<(), FsckError> {
             }
             if let Some(e) = fx.entries {
                 d.entries = e;
+            }
+            if let Some(r) = fx.tree_root {
+                d.data = DataArea::Tree(r);
             }
             d.flags = (d.flags | fx.set_flags) & !fx.clear_flags;
         })?;

@@ -61,18 +61,62 @@ fn edit_gd(bytes: &mut [u8], g: u64, f: impl FnOnce(&mut GroupDesc)) {
 
 #[test]
 fn flipped_inode_byte() {
+    // A flipped bit in the link count: the checksum is the only thing that
+    // fails, so the inode is kept, its checksum rewritten, and the link
+    // count set from its entries (e2fsck's "passes checks, but checksum
+    // does not match").
     let (mut bytes, m) = populated_image();
     let r = inode_range(&bytes, m["f1"]);
     bytes[r.start + 17] ^= 0x40;
-    expect(&bytes, &format!("inode {} is damaged", m["f1"]), false);
+    let ino = m["f1"];
+    let out =
+        expect(&bytes, &format!("inode {ino}: checksum does not match, but the inode passes every other check"), true);
+    assert!(out.contains(&format!("inode {ino} (regular file): link count is 16387")), "{out}");
+}
+
+#[test]
+fn undecodable_inode_is_cleared() {
+    // An unknown file type: nothing in the inode can be trusted. A repair
+    // clears it, removes the entries naming it and frees its blocks.
+    let (mut bytes, m) = populated_image();
+    let ino = m["f1"];
+    let r = inode_range(&bytes, ino);
+    bytes[r.start + 1] |= 0xf0;
+    expect(&bytes, &format!("inode {ino} is damaged"), true);
+    let f = to_file(&bytes);
+    let (code, out) = fsck(f.path(), true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("inode {ino} is damaged")) && out.contains(": cleared"), "{out}");
+    assert!(out.contains(&format!("points to inode {ino}, an inode that is not in use")), "{out}");
 }
 
 #[test]
 fn flipped_dirent_block_byte() {
+    // The directory's only leaf is damaged: a repair rebuilds its tree from
+    // what could be read (nothing) and reconnects the inodes that lost
+    // their names to a new /lost+found, where the repaired image has them.
     let (mut bytes, m) = populated_image();
     let DataArea::Tree(root) = read_inode(&bytes, m["a"]).data else { panic!() };
     block(&mut bytes, root)[100] ^= 1;
-    expect(&bytes, &format!("directory {}'s entry tree: node {root} is damaged", m["a"]), false);
+    expect(&bytes, &format!("directory {}'s entry tree: node {root} is damaged", m["a"]), true);
+    let f = to_file(&bytes);
+    let (code, out) = fsck(f.path(), true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("/lost+found is missing: created"), "{out}");
+    let reconnected = out.matches("reconnected as /lost+found/#").count();
+    assert!(reconnected >= 3, "{out}");
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(std::fs::read(f.path()).unwrap()));
+    let fs = mount(dev);
+    let lf = fs.lookup(1, b"lost+found").expect("/lost+found exists");
+    let mut names = Vec::new();
+    fs.readdir(lf.ino, 0, &mut |e| {
+        names.push(e.name.clone());
+        true
+    })
+    .unwrap();
+    names.retain(|n| n.as_slice() != b"." && n.as_slice() != b"..");
+    assert_eq!(names.len(), reconnected, "{names:?}");
+    fs.unmount().unwrap();
 }
 
 #[test]

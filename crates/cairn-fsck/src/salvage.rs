@@ -1,0 +1,451 @@
+//! Pass 3 (repair only): salvaging damaged directories and reconnecting
+//! lost inodes to `/lost+found`.
+//!
+//! ## Purpose
+//! e2fsck's promise: after a repair the file system is consistent, the
+//! undamaged files are all still there, and what lost its name is in
+//! `/lost+found`. Two repairs serve it here:
+//!
+//! * **A directory whose entry tree is damaged** (a node that does not
+//!   verify, a bad pointer, a wrong level) while its inode is sound is
+//!   *rebuilt*: a new tree is written from every entry that could be read,
+//!   into blocks nobody claims and the bitmap calls free; the old readable
+//!   nodes are released by pass 5, and so are the damaged ones (nobody
+//!   claims them once the directory's ownership is complete again). The
+//!   entries of a damaged leaf are lost with it, so their inodes become
+//!   lost and are reconnected below.
+//! * **Lost inodes** — a file with links that no entry names, a directory
+//!   no entry names — get an entry `#INO` in `/lost+found`, which is created
+//!   (mode 0700, in the root) if it is missing. A directory's `..` then
+//!   points at `/lost+found`, and directories below it become reachable
+//!   again. This is done only when every directory could be read (no
+//!   undecodable inode, no damaged tree left): otherwise an inode's entry
+//!   may be in what could not be read, and a second name would be wrong.
+//!
+//! ## When things are written
+//! Deciding happens here, before the link-count pass, so that pass counts
+//! the new entries; the new `/lost+found` inode is written at once (its slot
+//! was free). The trees are written by [`write_trees`] from `repair`,
+//! before the inode fixes that point the directories at them. Each tree is
+//! packed from the sorted entries, leaves first, then internal levels (the
+//! node format is `cairn_format::btree`'s; keys and values are kept as they
+//! were, so readdir cookies of surviving entries do not change).
+
+use crate::ctx::{Ctx, DirentFix, InodeInfo, Owner};
+use crate::groups;
+use crate::inodes::type_name;
+use crate::report::Pass;
+use crate::FsckError;
+use cairn_format::btree::{Node, NodeBody, INTERNAL_ENTRY, KIND_DIRENTS, NODE_HEADER};
+use cairn_format::dirent::{dtype_of_mode, hash_key_base, hash_key_end, name_hash, Dirent};
+use cairn_format::inode::{DataArea, DiskInode, Timestamp, INODE_SIZE, S_IFDIR};
+use cairn_format::{FIRST_INO, ROOT_INO};
+use std::collections::BTreeSet;
+
+/// Name of the directory lost inodes go to.
+pub const LOST_FOUND: &[u8] = b"lost+found";
+
+/// Decides the rebuilds and reconnections (see the module essay).
+pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
+    rebuild_damaged_dirs(ctx);
+    let blind = ctx.inodes.values().any(|i| i.bad || (i.is_dir() && (i.damaged || i.dir_tree_damaged)));
+    if blind {
+        return Ok(());
+    }
+    let lost = lost_inodes(ctx);
+    if lost.is_empty() {
+        return Ok(());
+    }
+    let lf = match find_lost_found(ctx) {
+        Some(lf) => lf,
+        None => match create_lost_found(ctx)? {
+            Some(lf) => lf,
+            None => return Ok(()),
+        },
+    };
+    let mut keys = keys_of(ctx, lf);
+    for ino in lost {
+        let name = format!("#{ino}").into_bytes();
+        let Some(key) = free_key(ctx, &keys, &name) else { continue };
+        keys.insert(key);
+        let Some(info) = ctx.inodes.get_mut(&ino) else { continue };
+        let (mode, is_dir) = (info.mode, info.is_dir());
+        info.refs += 1;
+        info.reachable = true;
+        if is_dir {
+            info.parents = vec![lf];
+            if info.parent != lf {
+                ctx.fix(ino).parent = Some(lf);
+            }
+        }
+        let value = Dirent { ino, dtype: dtype_of_mode(mode), name: name.clone() }.encode();
+        ctx.rebuilds.entry(lf).or_default().push((key, value));
+        let l = ctx.inodes.get_mut(&lf).expect("lost+found is in use");
+        l.dirents_found += 1;
+        if is_dir {
+            l.subdirs += 1;
+        }
+        let msg = format!("inode {ino} ({}) is in no directory: reconnected as /lost+found/#{ino}", type_name(mode));
+        ctx.report.push(Pass::Links, msg, true);
+    }
+    reach_through_reconnected(ctx);
+    Ok(())
+}
+
+/// Marks every directory with a damaged tree (and an otherwise sound
+/// inode) for a rebuild.
+fn rebuild_damaged_dirs(ctx: &mut Ctx) {
+    let mut dirs: Vec<u64> = ctx
+        .inodes
+        .iter()
+        .filter(|(_, i)| i.dir_tree_damaged && !i.damaged && !i.bad && !i.freed)
+        .map(|(k, _)| *k)
+        .collect();
+    dirs.sort_unstable();
+    for d in dirs {
+        let kept = {
+            let i = ctx.inodes.get_mut(&d).expect("listed above");
+            i.dir_tree_damaged = false;
+            i.dirents_found
+        };
+        ctx.incomplete_dirs.remove(&d);
+        ctx.rebuilds.entry(d).or_default();
+        let prefix = format!("directory {d}'s entry tree");
+        ctx.report.mark_fixed(Pass::Inodes, |m| m.starts_with(&prefix));
+        let msg = format!("directory {d}: entry tree rebuilt from the {kept} entries that could be read");
+        ctx.report.push(Pass::Links, msg, true);
+    }
+}
+
+/// In-use inodes that no entry names (and that are not orphans), in number
+/// order.
+fn lost_inodes(ctx: &Ctx) -> Vec<u64> {
+    let mut v: Vec<u64> = ctx
+        .inodes
+        .iter()
+        .filter(|(&ino, i)| {
+            if ino == ROOT_INO || i.bad || i.freed || ctx.orphans.contains_key(&ino) {
+                return false;
+            }
+            if i.is_dir() {
+                i.parents.is_empty() && (i.nlink > 0 || i.dirents_found > 0)
+            } else {
+                i.refs == 0 && i.nlink > 0
+            }
+        })
+        .map(|(k, _)| *k)
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// The decoded entries of `dir` as found in its tree, less those a repair
+/// removes.
+fn entries_of(ctx: &Ctx, dir: u64) -> Vec<(u64, Dirent)> {
+    let removed: BTreeSet<u64> =
+        ctx.dirent_fixes.iter().filter(|f| f.1 == dir && matches!(f.3, DirentFix::Remove)).map(|f| f.2).collect();
+    ctx.dirents
+        .iter()
+        .filter(|r| r.dir == dir && !removed.contains(&r.key))
+        .filter_map(|r| Dirent::decode(dir, &r.value).ok().map(|e| (r.key, e)))
+        .collect()
+}
+
+/// Every key in use in `dir`: found in its tree or about to be added.
+fn keys_of(ctx: &Ctx, dir: u64) -> BTreeSet<u64> {
+    let mut keys: BTreeSet<u64> = ctx.dirents.iter().filter(|r| r.dir == dir).map(|r| r.key).collect();
+    if let Some(add) = ctx.rebuilds.get(&dir) {
+        keys.extend(add.iter().map(|(k, _)| *k));
+    }
+    keys
+}
+
+/// The lowest key free for `name` among `keys` (the engine's rule: the
+/// name's hash, then the next free collision index).
+fn free_key(ctx: &Ctx, keys: &BTreeSet<u64>, name: &[u8]) -> Option<u64> {
+    let h = name_hash(&ctx.sb.hash_seed, name);
+    (hash_key_base(h)..hash_key_end(h)).find(|k| !keys.contains(k))
+}
+
+/// `/lost+found`, if the root names a sound directory by that name.
+fn find_lost_found(ctx: &Ctx) -> Option<u64> {
+    entries_of(ctx, ROOT_INO)
+        .into_iter()
+        .find(|(_, e)| e.name == LOST_FOUND)
+        .map(|(_, e)| e.ino)
+        .filter(|i| ctx.inodes.get(i).is_some_and(|x| x.is_dir() && !x.damaged && !x.freed))
+}
+
+/// Creates `/lost+found` in a free inode slot of an initialised group;
+/// `None` (reported) when there is no free slot.
+fn create_lost_found(ctx: &mut Ctx) -> Result<Option<u64>, FsckError> {
+    let Some(ino) = free_inode(ctx)? else {
+        ctx.report.problem(Pass::Links, "/lost+found is missing and no free inode is left to create it");
+        return Ok(None);
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let t = Timestamp { sec: now.as_secs() as i64, nsec: now.subsec_nanos() };
+    let d = DiskInode {
+        mode: S_IFDIR | 0o700,
+        nlink: 2,
+        parent: ROOT_INO,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        crtime: t,
+        data: DataArea::Tree(0),
+        ..Default::default()
+    };
+    let (blk, off) = ctx.geo.inode_location(ino);
+    let mut b = ctx.img.read_block(blk)?;
+    d.encode(ctx.seed, ino, &mut b[off..off + INODE_SIZE]);
+    ctx.img.write_block(blk, &b)?;
+    ctx.inodes.insert(
+        ino,
+        InodeInfo {
+            mode: d.mode,
+            nlink: 2,
+            parent: ROOT_INO,
+            parents: vec![ROOT_INO],
+            refs: 1,
+            reachable: true,
+            // Its bitmap bit is set by pass 5, without a finding.
+            resurrected: true,
+            ..Default::default()
+        },
+    );
+    let mut keys = keys_of(ctx, ROOT_INO);
+    let key = free_key(ctx, &keys, LOST_FOUND).expect("a fresh name has a free key");
+    keys.insert(key);
+    let value = Dirent { ino, dtype: dtype_of_mode(d.mode), name: LOST_FOUND.to_vec() }.encode();
+    ctx.rebuilds.entry(ROOT_INO).or_default().push((key, value));
+    if let Some(r) = ctx.inodes.get_mut(&ROOT_INO) {
+        r.subdirs += 1;
+        r.dirents_found += 1;
+    }
+    ctx.report.push(Pass::Links, format!("/lost+found is missing: created (inode {ino})"), true);
+    Ok(Some(ino))
+}
+
+/// A free inode number: clear in an initialised, verified inode bitmap and
+/// not known to be in use.
+fn free_inode(ctx: &mut Ctx) -> Result<Option<u64>, FsckError> {
+    let ipg = ctx.geo.inodes_per_group;
+    for g in 0..ctx.geo.group_count {
+        let Some((bm, true)) = groups::read_inode_bitmap(ctx, g)? else { continue };
+        for i in 0..ipg {
+            let ino = g * ipg + i + 1;
+            if ino >= FIRST_INO && bm[(i / 8) as usize] >> (i % 8) & 1 == 0 && !ctx.inodes.contains_key(&ino) {
+                return Ok(Some(ino));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Directories that were unreachable only because an ancestor was lost are
+/// reachable through `/lost+found` now: their findings are fixed.
+fn reach_through_reconnected(ctx: &mut Ctx) {
+    let mut dirs: Vec<u64> = ctx.inodes.iter().filter(|(_, i)| i.is_dir() && !i.reachable).map(|(k, _)| *k).collect();
+    dirs.sort_unstable();
+    for d in dirs {
+        let mut chain = vec![d];
+        let mut at = d;
+        let reached = loop {
+            let Some(i) = ctx.inodes.get(&at) else { break false };
+            if i.reachable {
+                break true;
+            }
+            if i.parents.len() != 1 || chain.len() > 4096 {
+                break false;
+            }
+            at = i.parents[0];
+            if chain.contains(&at) {
+                break false;
+            }
+            chain.push(at);
+        };
+        if reached {
+            for x in chain {
+                if let Some(i) = ctx.inodes.get_mut(&x) {
+                    if !i.reachable {
+                        i.reachable = true;
+                        let prefix = format!("directory {x} is not reachable from the root");
+                        ctx.report.mark_fixed(Pass::Directories, |m| m.starts_with(&prefix));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Finds blocks for new tree nodes: in initialised groups whose bitmap
+/// verifies, clear there, inside the data area, and claimed by nobody.
+struct FreeBlocks {
+    claimed: Vec<(u64, u64)>,
+    group: u64,
+    bitmap: Option<Vec<u8>>,
+    next: u64,
+}
+
+impl FreeBlocks {
+    fn new(ctx: &Ctx) -> FreeBlocks {
+        let mut runs: Vec<(u64, u64)> = ctx.claims.iter().map(|c| (c.start, c.start + c.len)).collect();
+        runs.sort_unstable();
+        // Merged into disjoint runs (doubly claimed blocks overlap).
+        let mut claimed: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+        for (s, e) in runs {
+            match claimed.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => claimed.push((s, e)),
+            }
+        }
+        FreeBlocks { claimed, group: 0, bitmap: None, next: 0 }
+    }
+
+    fn is_claimed(claimed: &[(u64, u64)], b: u64) -> bool {
+        let i = claimed.partition_point(|r| r.0 <= b);
+        i > 0 && b < claimed[i - 1].1
+    }
+
+    fn take(&mut self, ctx: &mut Ctx) -> Result<Option<u64>, FsckError> {
+        while self.group < ctx.geo.group_count {
+            if self.bitmap.is_none() {
+                match groups::read_block_bitmap(ctx, self.group)? {
+                    Some((bm, true)) => self.bitmap = Some(bm),
+                    _ => {
+                        self.group += 1;
+                        continue;
+                    }
+                }
+                self.next = 0;
+            }
+            let len = ctx.geo.group_len(self.group);
+            let start = ctx.geo.group_start(self.group);
+            let bm = self.bitmap.as_mut().expect("read above");
+            while self.next < len {
+                let i = self.next;
+                self.next += 1;
+                let b = start + i;
+                let byte = (i / 8) as usize;
+                if bm[byte] >> (i % 8) & 1 == 0 && ctx.geo.valid_data_range(b, 1) && !Self::is_claimed(&self.claimed, b)
+                {
+                    bm[byte] |= 1 << (i % 8);
+                    return Ok(Some(b));
+                }
+            }
+            self.group += 1;
+            self.bitmap = None;
+        }
+        Ok(None)
+    }
+}
+
+/// Writes every decided rebuild (from `repair`, before the inode fixes).
+pub fn write_trees(ctx: &mut Ctx) -> Result<(), FsckError> {
+    let rebuilds = std::mem::take(&mut ctx.rebuilds);
+    if rebuilds.is_empty() {
+        return Ok(());
+    }
+    let mut free = FreeBlocks::new(ctx);
+    for (dir, extra) in rebuilds {
+        let mut entries: Vec<(u64, Vec<u8>)> = Vec::new();
+        for (key, mut e) in entries_of(ctx, dir) {
+            if let Some(t) = ctx.dirent_fixes.iter().find_map(|f| match f.3 {
+                DirentFix::Dtype(t) if f.1 == dir && f.2 == key => Some(t),
+                _ => None,
+            }) {
+                e.dtype = t;
+            }
+            entries.push((key, e.encode()));
+        }
+        entries.extend(extra);
+        entries.sort_by_key(|e| e.0);
+        entries.dedup_by_key(|e| e.0);
+        ctx.dirent_fixes.retain(|f| f.1 != dir);
+        let Some((root, nodes)) = build(ctx, &mut free, dir, &entries)? else {
+            let msg = format!("directory {dir}: no free block is left for its rebuilt entry tree");
+            ctx.report.problem(Pass::Links, msg);
+            continue;
+        };
+        ctx.claims.retain(|c| c.owner != Owner::DirNode(dir));
+        for &b in &nodes {
+            ctx.claim(b, 1, Owner::DirNode(dir));
+        }
+        let (counted, old_nodes) = ctx.inodes.get(&dir).map_or((0, 0), |i| (i.counted, i.tree_nodes));
+        let f = ctx.fix(dir);
+        f.tree_root = Some(root);
+        f.entries = Some(entries.len() as u64);
+        f.blocks = Some(counted - old_nodes.min(counted) + nodes.len() as u64);
+    }
+    Ok(())
+}
+
+/// Writes a tree of `entries` (sorted, unique keys) owned by `dir`; returns
+/// its root (0 when empty) and its nodes, or `None` when blocks run out.
+fn build(
+    ctx: &mut Ctx,
+    free: &mut FreeBlocks,
+    dir: u64,
+    entries: &[(u64, Vec<u8>)],
+) -> Result<Option<(u64, Vec<u64>)>, FsckError> {
+    if entries.is_empty() {
+        return Ok(Some((0, Vec::new())));
+    }
+    let bs = ctx.geo.block_size as usize;
+    let mut nodes = Vec::new();
+    // Level 0: leaves packed full, in key order.
+    let mut level: Vec<(u64, u64)> = Vec::new();
+    let mut leaf: Vec<(u64, Vec<u8>)> = Vec::new();
+    for e in entries {
+        leaf.push(e.clone());
+        if Node::leaf_bytes(&leaf) > bs {
+            let last = leaf.pop().expect("just pushed");
+            let Some(b) = write_node(ctx, free, dir, 0, NodeBody::Leaf(std::mem::take(&mut leaf)))? else {
+                return Ok(None);
+            };
+            nodes.push(b.1);
+            level.push(b);
+            leaf.push(last);
+        }
+    }
+    let Some(b) = write_node(ctx, free, dir, 0, NodeBody::Leaf(leaf))? else { return Ok(None) };
+    nodes.push(b.1);
+    level.push(b);
+    // Internal levels until one node is left.
+    let fan = (bs - NODE_HEADER) / INTERNAL_ENTRY;
+    let mut height = 0u8;
+    while level.len() > 1 {
+        height += 1;
+        let mut up = Vec::new();
+        for chunk in level.chunks(fan) {
+            let Some(b) = write_node(ctx, free, dir, height, NodeBody::Internal(chunk.to_vec()))? else {
+                return Ok(None);
+            };
+            nodes.push(b.1);
+            up.push(b);
+        }
+        level = up;
+    }
+    Ok(Some((level[0].1, nodes)))
+}
+
+/// Encodes and writes one node into a free block: (its first key, block).
+fn write_node(
+    ctx: &mut Ctx,
+    free: &mut FreeBlocks,
+    dir: u64,
+    level: u8,
+    body: NodeBody,
+) -> Result<Option<(u64, u64)>, FsckError> {
+    let first = match &body {
+        NodeBody::Leaf(e) => e[0].0,
+        NodeBody::Internal(e) => e[0].0,
+    };
+    let Some(blk) = free.take(ctx)? else { return Ok(None) };
+    let node = Node { kind: KIND_DIRENTS, level, owner: dir, body };
+    let mut buf = vec![0u8; ctx.geo.block_size as usize];
+    node.encode(ctx.seed, blk, &mut buf);
+    ctx.img.write_block(blk, &buf)?;
+    Ok(Some((first, blk)))
+}
