@@ -117,14 +117,17 @@ pub struct InodeInfo {
     pub resurrected: bool,
     /// A repair frees it.
     pub freed: bool,
-    /// A directory whose entry tree could not be read in full (some node
-    /// is damaged); the rest of the inode is sound. A repair rebuilds the
-    /// tree from the entries that could be read (`salvage`).
-    pub dir_tree_damaged: bool,
+    /// Its tree (a directory's entries, a file's extents) could not be read
+    /// in full (some node is damaged). A repair rebuilds the tree from what
+    /// could be read (`salvage`), if nothing else in the inode is damaged.
+    pub tree_damaged: bool,
     /// Blocks pass 1 counted for it, and how many of them are nodes of its
     /// own tree (a rebuild replaces those).
     pub counted: u64,
     pub tree_nodes: u64,
+    /// The extents that could be read of a damaged extent tree, as (key,
+    /// value) pairs.
+    pub tree_entries: Vec<(u64, Vec<u8>)>,
 }
 
 impl InodeInfo {
@@ -170,6 +173,8 @@ pub struct InodeFix {
     pub blocks: Option<u64>,
     pub parent: Option<u64>,
     pub entries: Option<u64>,
+    /// A new xattr block pointer (0: its damaged block is dropped).
+    pub xattr_block: Option<u64>,
     /// A new root for its tree (a rebuilt directory).
     pub tree_root: Option<u64>,
     pub set_flags: u32,
@@ -204,7 +209,7 @@ pub struct Ctx<'a> {
     pub incomplete: bool,
     /// Directories whose entry tree could not be read in full: ownership is
     /// incomplete while one is left unrebuilt (see `ownership_incomplete`).
-    pub incomplete_dirs: std::collections::BTreeSet<u64>,
+    pub incomplete_trees: std::collections::BTreeSet<u64>,
     /// Directories whose entry tree a repair rewrites, with the entries to
     /// add to it (`salvage`).
     pub rebuilds: BTreeMap<u64, Vec<(u64, Vec<u8>)>>,
@@ -213,6 +218,8 @@ pub struct Ctx<'a> {
     /// Inodes that do not decode: a repair zeroes their slot (pass 5 clears
     /// their bit and frees what nobody else claims).
     pub cleared: Vec<u64>,
+    /// Xattr blocks that do not decode, dropped from their inodes (repair).
+    pub dropped_xattrs: std::collections::BTreeSet<u64>,
     /// The superblock must be rewritten (repair).
     pub sb_dirty: bool,
     pub inode_fixes: BTreeMap<u64, InodeFix>,
@@ -234,7 +241,7 @@ impl Ctx<'_> {
     /// Whether some owner's blocks could not all be enumerated, so that a
     /// block marked used that nobody claims may still be someone's.
     pub fn ownership_incomplete(&self) -> bool {
-        self.incomplete || !self.incomplete_dirs.is_empty()
+        self.incomplete || !self.incomplete_trees.is_empty()
     }
 
     /// Records a claim.

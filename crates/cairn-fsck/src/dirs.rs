@@ -173,7 +173,7 @@ fn check_dirs(ctx: &mut Ctx) {
     for ino in inos {
         let d: &InodeInfo = &ctx.inodes[&ino];
         let mut fix = (ino, None, None);
-        if !d.damaged && !d.dir_tree_damaged && d.entries != d.dirents_found {
+        if !d.damaged && !d.tree_damaged && d.entries != d.dirents_found {
             let msg = format!(
                 "directory {ino}: entry count is {}, but its tree holds {} entries",
                 d.entries, d.dirents_found

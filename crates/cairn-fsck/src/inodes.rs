@@ -267,16 +267,14 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
                 ctx.claim(b, 1, owner);
             }
             counted += w.nodes.len() as u64;
-            if tkind == KIND_DIRENTS {
-                info.tree_nodes = w.nodes.len() as u64;
-            }
-            if !w.complete && tkind == KIND_DIRENTS {
+            info.tree_nodes = w.nodes.len() as u64;
+            if !w.complete {
                 // A repair may rebuild it from what could be read.
-                info.dir_tree_damaged = true;
-                ctx.incomplete_dirs.insert(ino);
-            } else if !w.complete {
-                info.damaged = true;
-                ctx.incomplete = true;
+                info.tree_damaged = true;
+                ctx.incomplete_trees.insert(ino);
+                if tkind == KIND_EXTENTS {
+                    info.tree_entries = w.entries.iter().map(|(_, k, v)| (*k, v.clone())).collect();
+                }
             }
             if tkind == KIND_DIRENTS {
                 info.dirents_found = w.entries.len() as u64;
@@ -316,21 +314,28 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
     }
     if d.xattr_block != 0 {
         if !ctx.geo.valid_data_range(d.xattr_block, 1) {
-            ctx.report.problem(
-                Pass::Inodes,
-                format!("inode {ino}: xattr block {} lies outside the data area", d.xattr_block),
-            );
-            info.damaged = true;
+            let msg = format!("inode {ino}: xattr block {} lies outside the data area", d.xattr_block);
+            if ctx.repair {
+                ctx.report.push(Pass::Inodes, format!("{msg}: dropped"), true);
+                ctx.fix(ino).xattr_block = Some(0);
+            } else {
+                ctx.report.problem(Pass::Inodes, msg);
+                info.damaged = true;
+            }
             info.xattr_block = 0;
         } else {
             match check_xattr_block(ctx, ino, d.xattr_block) {
-                Some(n) => counted += n,
-                None => info.damaged = true,
+                XattrOutcome::Counted(Some(n)) => counted += n,
+                XattrOutcome::Counted(None) => info.damaged = true,
+                XattrOutcome::Dropped => {
+                    ctx.fix(ino).xattr_block = Some(0);
+                    info.xattr_block = 0;
+                }
             }
         }
     }
     info.counted = counted;
-    if !info.damaged && !info.dir_tree_damaged && d.blocks != counted {
+    if !info.damaged && !info.tree_damaged && d.blocks != counted {
         let msg = format!("inode {ino}: block count is {}, but it owns {counted} blocks", d.blocks);
         ctx.report.push(Pass::Inodes, msg, ctx.repair);
         if ctx.repair {
@@ -340,27 +345,47 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
     info
 }
 
+/// What an inode's xattr block comes to.
+enum XattrOutcome {
+    /// The blocks the inode counts for it, if known.
+    Counted(Option<u64>),
+    /// The block is damaged and a repair drops it from the inode.
+    Dropped,
+}
+
 /// Records that `ino` points at xattr block `blk`, reading the block (and
-/// its external values) the first time it is seen. Returns the blocks the
-/// inode counts for it, if known.
-fn check_xattr_block(ctx: &mut Ctx, ino: u64, blk: u64) -> Option<u64> {
+/// its external values) the first time it is seen. A block that does not
+/// decode is, with a repair, dropped from every inode that points at it:
+/// unclaimed, it and its value blocks are freed by pass 5 (e2fsck clears
+/// such an EA block reference the same way).
+fn check_xattr_block(ctx: &mut Ctx, ino: u64, blk: u64) -> XattrOutcome {
+    if ctx.dropped_xattrs.contains(&blk) {
+        return XattrOutcome::Dropped;
+    }
     if let Some(x) = ctx.xattrs.get_mut(&blk) {
         x.inodes.push(ino);
-        return x.footprint;
+        return XattrOutcome::Counted(x.footprint);
     }
     let mut info = XattrInfo { inodes: vec![ino], ..Default::default() };
     let decoded = match ctx.img.read_block(blk) {
         Ok(data) => XattrBlock::decode(ctx.seed, blk, &data).map_err(|e| format!("is damaged ({e})")),
         Err(e) => Err(format!("cannot be read: {e}")),
     };
-    ctx.claim(blk, 1, Owner::Xattr(blk));
     match decoded {
         Ok(x) => {
+            ctx.claim(blk, 1, Owner::Xattr(blk));
             info.ok = true;
             info.refcount = x.refcount;
             info.footprint = check_values(ctx, blk, &x).map(|n| 1 + n);
         }
+        Err(e) if ctx.repair => {
+            let msg = format!("xattr block {blk} (of inode {ino}) {e}: dropped from the inodes that point at it");
+            ctx.report.push(Pass::Inodes, msg, true);
+            ctx.dropped_xattrs.insert(blk);
+            return XattrOutcome::Dropped;
+        }
         Err(e) => {
+            ctx.claim(blk, 1, Owner::Xattr(blk));
             ctx.report.problem(Pass::Inodes, format!("xattr block {blk} (of inode {ino}) {e}"));
             // Its external values, if any, are unknown.
             ctx.incomplete = true;
@@ -368,7 +393,7 @@ fn check_xattr_block(ctx: &mut Ctx, ino: u64, blk: u64) -> Option<u64> {
     }
     let fp = info.footprint;
     ctx.xattrs.insert(blk, info);
-    fp
+    XattrOutcome::Counted(fp)
 }
 
 /// Reads and verifies every external value of xattr block `blk` (each

@@ -84,7 +84,7 @@ pub fn walk_orphans(ctx: &mut Ctx) {
 pub fn run(ctx: &mut Ctx) {
     // If some directory could not be read in full, entries may exist that
     // fsck did not see: never lower a link count or free an inode then.
-    let blind = ctx.inodes.values().any(|i| i.bad || (i.is_dir() && (i.damaged || i.dir_tree_damaged)));
+    let blind = ctx.inodes.values().any(|i| i.bad || (i.is_dir() && (i.damaged || i.tree_damaged)));
     if blind {
         ctx.report.note("some directories could not be read completely: link counts are only raised, never lowered");
     }

@@ -100,6 +100,9 @@ fn inodes(ctx: &mut Ctx) -> Result<(), FsckError> {
             if let Some(e) = fx.entries {
                 d.entries = e;
             }
+            if let Some(x) = fx.xattr_block {
+                d.xattr_block = x;
+            }
             if let Some(r) = fx.tree_root {
                 d.data = DataArea::Tree(r);
             }

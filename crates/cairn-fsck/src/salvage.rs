@@ -6,14 +6,17 @@
 //! undamaged files are all still there, and what lost its name is in
 //! `/lost+found`. Two repairs serve it here:
 //!
-//! * **A directory whose entry tree is damaged** (a node that does not
-//!   verify, a bad pointer, a wrong level) while its inode is sound is
-//!   *rebuilt*: a new tree is written from every entry that could be read,
+//! * **A tree that is damaged** (a node that does not verify, a bad
+//!   pointer, a wrong level) while its inode is sound is *rebuilt*: a
+//!   directory's from every entry that could be read, a file's extent tree
+//!   from every extent that could be read (the range the damaged nodes
+//!   mapped reads as a hole, the file's size is kept). The new tree goes
 //!   into blocks nobody claims and the bitmap calls free; the old readable
-//!   nodes are released by pass 5, and so are the damaged ones (nobody
-//!   claims them once the directory's ownership is complete again). The
-//!   entries of a damaged leaf are lost with it, so their inodes become
-//!   lost and are reconnected below.
+//!   nodes are released by pass 5, and so are the damaged ones and the
+//!   data blocks only they mapped (nobody claims them once the inode's
+//!   ownership is complete again). The entries of a damaged directory leaf
+//!   are lost with it, so their inodes become lost and are reconnected
+//!   below.
 //! * **Lost inodes** — a file with links that no entry names, a directory
 //!   no entry names — get an entry `#INO` in `/lost+found`, which is created
 //!   (mode 0700, in the root) if it is missing. A directory's `..` then
@@ -36,7 +39,7 @@ use crate::groups;
 use crate::inodes::type_name;
 use crate::report::Pass;
 use crate::FsckError;
-use cairn_format::btree::{Node, NodeBody, INTERNAL_ENTRY, KIND_DIRENTS, NODE_HEADER};
+use cairn_format::btree::{Node, NodeBody, INTERNAL_ENTRY, KIND_DIRENTS, KIND_EXTENTS, NODE_HEADER};
 use cairn_format::dirent::{dtype_of_mode, hash_key_base, hash_key_end, name_hash, Dirent};
 use cairn_format::inode::{DataArea, DiskInode, Timestamp, INODE_SIZE, S_IFDIR};
 use cairn_format::{FIRST_INO, ROOT_INO};
@@ -47,8 +50,8 @@ pub const LOST_FOUND: &[u8] = b"lost+found";
 
 /// Decides the rebuilds and reconnections (see the module essay).
 pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
-    rebuild_damaged_dirs(ctx);
-    let blind = ctx.inodes.values().any(|i| i.bad || (i.is_dir() && (i.damaged || i.dir_tree_damaged)));
+    rebuild_damaged_trees(ctx);
+    let blind = ctx.inodes.values().any(|i| i.bad || (i.is_dir() && (i.damaged || i.tree_damaged)));
     if blind {
         return Ok(());
     }
@@ -92,27 +95,38 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
     Ok(())
 }
 
-/// Marks every directory with a damaged tree (and an otherwise sound
-/// inode) for a rebuild.
-fn rebuild_damaged_dirs(ctx: &mut Ctx) {
-    let mut dirs: Vec<u64> = ctx
+/// Marks every inode with a damaged tree (and an otherwise sound inode)
+/// for a rebuild: a directory's from the entries that could be read, a
+/// file's from the extents that could be read (what was mapped under the
+/// damaged nodes then reads as a hole).
+fn rebuild_damaged_trees(ctx: &mut Ctx) {
+    let mut inos: Vec<u64> = ctx
         .inodes
         .iter()
-        .filter(|(_, i)| i.dir_tree_damaged && !i.damaged && !i.bad && !i.freed)
+        .filter(|(_, i)| i.tree_damaged && !i.damaged && !i.bad && !i.freed)
         .map(|(k, _)| *k)
         .collect();
-    dirs.sort_unstable();
-    for d in dirs {
-        let kept = {
-            let i = ctx.inodes.get_mut(&d).expect("listed above");
-            i.dir_tree_damaged = false;
-            i.dirents_found
+    inos.sort_unstable();
+    for ino in inos {
+        let (is_dir, kept) = {
+            let i = ctx.inodes.get_mut(&ino).expect("listed above");
+            i.tree_damaged = false;
+            (i.is_dir(), if i.is_dir() { i.dirents_found } else { i.tree_entries.len() as u64 })
         };
-        ctx.incomplete_dirs.remove(&d);
-        ctx.rebuilds.entry(d).or_default();
-        let prefix = format!("directory {d}'s entry tree");
+        ctx.incomplete_trees.remove(&ino);
+        ctx.rebuilds.entry(ino).or_default();
+        let (prefix, msg) = if is_dir {
+            (
+                format!("directory {ino}'s entry tree"),
+                format!("directory {ino}: entry tree rebuilt from the {kept} entries that could be read"),
+            )
+        } else {
+            (
+                format!("inode {ino}'s extent tree"),
+                format!("inode {ino}: extent tree rebuilt from the {kept} extents that could be read (the rest of the file reads as holes)"),
+            )
+        };
         ctx.report.mark_fixed(Pass::Inodes, |m| m.starts_with(&prefix));
-        let msg = format!("directory {d}: entry tree rebuilt from the {kept} entries that could be read");
         ctx.report.push(Pass::Links, msg, true);
     }
 }
@@ -279,13 +293,21 @@ fn reach_through_reconnected(ctx: &mut Ctx) {
     }
 }
 
-/// Finds blocks for new tree nodes: in initialised groups whose bitmap
-/// verifies, clear there, inside the data area, and claimed by nobody.
+/// Finds blocks for new tree nodes: inside the data area, claimed by
+/// nobody, and clear in their group's bitmap when that bitmap verifies. A
+/// group whose bitmap is damaged or uninitialised is used only when every
+/// owner's blocks are known (then an unclaimed block is free: pass 5 would
+/// free it anyway).
 struct FreeBlocks {
     claimed: Vec<(u64, u64)>,
+    /// Every owner's blocks are known.
+    complete: bool,
     group: u64,
+    /// The current group's bitmap (`None`: judged by the claims alone).
     bitmap: Option<Vec<u8>>,
+    loaded: bool,
     next: u64,
+    taken: BTreeSet<u64>,
 }
 
 impl FreeBlocks {
@@ -300,7 +322,8 @@ impl FreeBlocks {
                 _ => claimed.push((s, e)),
             }
         }
-        FreeBlocks { claimed, group: 0, bitmap: None, next: 0 }
+        let complete = !ctx.ownership_incomplete();
+        FreeBlocks { claimed, complete, group: 0, bitmap: None, loaded: false, next: 0, taken: BTreeSet::new() }
     }
 
     fn is_claimed(claimed: &[(u64, u64)], b: u64) -> bool {
@@ -310,32 +333,36 @@ impl FreeBlocks {
 
     fn take(&mut self, ctx: &mut Ctx) -> Result<Option<u64>, FsckError> {
         while self.group < ctx.geo.group_count {
-            if self.bitmap.is_none() {
-                match groups::read_block_bitmap(ctx, self.group)? {
-                    Some((bm, true)) => self.bitmap = Some(bm),
+            if !self.loaded {
+                self.loaded = true;
+                self.next = 0;
+                self.bitmap = match groups::read_block_bitmap(ctx, self.group)? {
+                    Some((bm, true)) => Some(bm),
+                    _ if self.complete => None,
                     _ => {
                         self.group += 1;
+                        self.loaded = false;
                         continue;
                     }
-                }
-                self.next = 0;
+                };
             }
             let len = ctx.geo.group_len(self.group);
             let start = ctx.geo.group_start(self.group);
-            let bm = self.bitmap.as_mut().expect("read above");
             while self.next < len {
                 let i = self.next;
                 self.next += 1;
                 let b = start + i;
-                let byte = (i / 8) as usize;
-                if bm[byte] >> (i % 8) & 1 == 0 && ctx.geo.valid_data_range(b, 1) && !Self::is_claimed(&self.claimed, b)
+                let clear = self.bitmap.as_ref().is_none_or(|bm| bm[(i / 8) as usize] >> (i % 8) & 1 == 0);
+                if clear
+                    && ctx.geo.valid_data_range(b, 1)
+                    && !Self::is_claimed(&self.claimed, b)
+                    && self.taken.insert(b)
                 {
-                    bm[byte] |= 1 << (i % 8);
                     return Ok(Some(b));
                 }
             }
             self.group += 1;
-            self.bitmap = None;
+            self.loaded = false;
         }
         Ok(None)
     }
@@ -348,45 +375,56 @@ pub fn write_trees(ctx: &mut Ctx) -> Result<(), FsckError> {
         return Ok(());
     }
     let mut free = FreeBlocks::new(ctx);
-    for (dir, extra) in rebuilds {
+    for (ino, extra) in rebuilds {
+        let is_dir = ctx.inodes.get(&ino).is_some_and(|i| i.is_dir());
+        let (kind, owner) =
+            if is_dir { (KIND_DIRENTS, Owner::DirNode(ino)) } else { (KIND_EXTENTS, Owner::ExtentNode(ino)) };
         let mut entries: Vec<(u64, Vec<u8>)> = Vec::new();
-        for (key, mut e) in entries_of(ctx, dir) {
-            if let Some(t) = ctx.dirent_fixes.iter().find_map(|f| match f.3 {
-                DirentFix::Dtype(t) if f.1 == dir && f.2 == key => Some(t),
-                _ => None,
-            }) {
-                e.dtype = t;
+        if is_dir {
+            for (key, mut e) in entries_of(ctx, ino) {
+                if let Some(t) = ctx.dirent_fixes.iter().find_map(|f| match f.3 {
+                    DirentFix::Dtype(t) if f.1 == ino && f.2 == key => Some(t),
+                    _ => None,
+                }) {
+                    e.dtype = t;
+                }
+                entries.push((key, e.encode()));
             }
-            entries.push((key, e.encode()));
+            ctx.dirent_fixes.retain(|f| f.1 != ino);
+        } else if let Some(i) = ctx.inodes.get_mut(&ino) {
+            entries = std::mem::take(&mut i.tree_entries);
         }
         entries.extend(extra);
         entries.sort_by_key(|e| e.0);
         entries.dedup_by_key(|e| e.0);
-        ctx.dirent_fixes.retain(|f| f.1 != dir);
-        let Some((root, nodes)) = build(ctx, &mut free, dir, &entries)? else {
-            let msg = format!("directory {dir}: no free block is left for its rebuilt entry tree");
+        let Some((root, nodes)) = build(ctx, &mut free, kind, ino, &entries)? else {
+            let msg = format!("inode {ino}: no free block is left for its rebuilt tree");
             ctx.report.problem(Pass::Links, msg);
             continue;
         };
-        ctx.claims.retain(|c| c.owner != Owner::DirNode(dir));
+        ctx.claims.retain(|c| c.owner != owner);
         for &b in &nodes {
-            ctx.claim(b, 1, Owner::DirNode(dir));
+            ctx.claim(b, 1, owner);
         }
-        let (counted, old_nodes) = ctx.inodes.get(&dir).map_or((0, 0), |i| (i.counted, i.tree_nodes));
-        let f = ctx.fix(dir);
+        let (counted, old_nodes) = ctx.inodes.get(&ino).map_or((0, 0), |i| (i.counted, i.tree_nodes));
+        let f = ctx.fix(ino);
         f.tree_root = Some(root);
-        f.entries = Some(entries.len() as u64);
+        if is_dir {
+            f.entries = Some(entries.len() as u64);
+        }
         f.blocks = Some(counted - old_nodes.min(counted) + nodes.len() as u64);
     }
     Ok(())
 }
 
-/// Writes a tree of `entries` (sorted, unique keys) owned by `dir`; returns
+/// Writes a tree of `kind` holding `entries` (sorted, unique keys) owned by
+/// inode `owner`; returns
 /// its root (0 when empty) and its nodes, or `None` when blocks run out.
 fn build(
     ctx: &mut Ctx,
     free: &mut FreeBlocks,
-    dir: u64,
+    kind: u8,
+    owner: u64,
     entries: &[(u64, Vec<u8>)],
 ) -> Result<Option<(u64, Vec<u64>)>, FsckError> {
     if entries.is_empty() {
@@ -401,7 +439,7 @@ fn build(
         leaf.push(e.clone());
         if Node::leaf_bytes(&leaf) > bs {
             let last = leaf.pop().expect("just pushed");
-            let Some(b) = write_node(ctx, free, dir, 0, NodeBody::Leaf(std::mem::take(&mut leaf)))? else {
+            let Some(b) = write_node(ctx, free, kind, owner, 0, NodeBody::Leaf(std::mem::take(&mut leaf)))? else {
                 return Ok(None);
             };
             nodes.push(b.1);
@@ -409,7 +447,7 @@ fn build(
             leaf.push(last);
         }
     }
-    let Some(b) = write_node(ctx, free, dir, 0, NodeBody::Leaf(leaf))? else { return Ok(None) };
+    let Some(b) = write_node(ctx, free, kind, owner, 0, NodeBody::Leaf(leaf))? else { return Ok(None) };
     nodes.push(b.1);
     level.push(b);
     // Internal levels until one node is left.
@@ -419,7 +457,7 @@ fn build(
         height += 1;
         let mut up = Vec::new();
         for chunk in level.chunks(fan) {
-            let Some(b) = write_node(ctx, free, dir, height, NodeBody::Internal(chunk.to_vec()))? else {
+            let Some(b) = write_node(ctx, free, kind, owner, height, NodeBody::Internal(chunk.to_vec()))? else {
                 return Ok(None);
             };
             nodes.push(b.1);
@@ -434,7 +472,8 @@ fn build(
 fn write_node(
     ctx: &mut Ctx,
     free: &mut FreeBlocks,
-    dir: u64,
+    kind: u8,
+    owner: u64,
     level: u8,
     body: NodeBody,
 ) -> Result<Option<(u64, u64)>, FsckError> {
@@ -443,7 +482,7 @@ fn write_node(
         NodeBody::Internal(e) => e[0].0,
     };
     let Some(blk) = free.take(ctx)? else { return Ok(None) };
-    let node = Node { kind: KIND_DIRENTS, level, owner: dir, body };
+    let node = Node { kind, level, owner, body };
     let mut buf = vec![0u8; ctx.geo.block_size as usize];
     node.encode(ctx.seed, blk, &mut buf);
     ctx.img.write_block(blk, &buf)?;

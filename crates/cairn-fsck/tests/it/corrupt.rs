@@ -399,3 +399,45 @@ fn value_block_also_claimed_as_file_data() {
     let out = expect(&bytes, &format!("xattr block {xblk} (external values)"), false);
     assert!(out.contains("both claim 1 block(s)"), "{out}");
 }
+
+#[test]
+fn damaged_extent_tree_is_rebuilt_from_what_can_be_read() {
+    // frag's extent tree is one leaf: damaged, nothing of it can be read.
+    // A repair gives the file an empty tree (it reads as a hole, its size
+    // kept) and pass 5 frees the blocks only that leaf mapped.
+    let (mut bytes, m) = populated_image();
+    let ino = m["frag"];
+    let DataArea::Tree(root) = read_inode(&bytes, ino).data else { panic!("frag has an extent tree") };
+    let size = read_inode(&bytes, ino).size;
+    block(&mut bytes, root)[40] ^= 0x10;
+    expect(&bytes, &format!("inode {ino}'s extent tree: node {root} is damaged"), true);
+    let f = to_file(&bytes);
+    let (code, out) = fsck(f.path(), true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("inode {ino}: extent tree rebuilt from the 0 extents")), "{out}");
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(std::fs::read(f.path()).unwrap()));
+    let fs = mount(dev);
+    assert_eq!(fs.getattr(ino).unwrap().size, size, "the size is kept");
+    assert!(fs.read(ino, 0, 8192).unwrap().iter().all(|&b| b == 0), "what was mapped reads as a hole");
+    assert_eq!(fs.read(m["big"], 0, 4096).unwrap(), vec![7u8; 4096], "other files are untouched");
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn damaged_xattr_block_is_dropped_from_its_inode() {
+    let (mut bytes, m) = populated_image();
+    let ino = m["f1"];
+    let xblk = read_inode(&bytes, ino).xattr_block;
+    assert_ne!(xblk, 0);
+    block(&mut bytes, xblk)[60] ^= 0x01;
+    expect(&bytes, &format!("xattr block {xblk} (of inode {ino}) is damaged"), true);
+    let f = to_file(&bytes);
+    let (code, out) = fsck(f.path(), true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("dropped from the inodes that point at it"), "{out}");
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(std::fs::read(f.path()).unwrap()));
+    let fs = mount(dev);
+    assert!(fs.getxattr(ino, b"user.colour").is_err(), "the damaged block's attributes are gone");
+    assert_eq!(fs.read(ino, 0, 4).unwrap().len(), 4, "the file itself is kept");
+    fs.unmount().unwrap();
+}
