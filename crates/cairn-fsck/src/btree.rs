@@ -32,6 +32,7 @@
 
 use crate::image::Image;
 use crate::report::{Pass, Report};
+use cairn_format::btree::KIND_DIRENTS;
 use cairn_format::btree::{Node, NodeBody, MAX_LEVEL};
 use cairn_format::layout::Geometry;
 use std::collections::HashSet;
@@ -45,6 +46,10 @@ pub struct TreeWalk {
     pub entries: Vec<(u64, u64, Vec<u8>)>,
     /// Every node decoded and verified.
     pub complete: bool,
+    /// Entries of leaves whose checksum fails but whose structure parses
+    /// as a leaf of this tree (directory trees only): (leaf, key, value).
+    /// Not trusted: a repair keeps only those that pass every entry check.
+    pub salvageable: Vec<(u64, u64, Vec<u8>)>,
 }
 
 struct Walker<'a, 'i> {
@@ -85,7 +90,17 @@ impl Walker<'_, '_> {
         };
         let node = match Node::decode(self.seed, blk, &data) {
             Ok(n) => n,
-            Err(e) => return self.bad(format!("node {blk} is damaged ({e})")),
+            Err(e) => {
+                if self.kind == KIND_DIRENTS && level.is_none_or(|l| l == 0) {
+                    if let Ok(n) = Node::parse(blk, &data) {
+                        if let (NodeBody::Leaf(entries), true) = (n.body, n.kind == self.kind && n.owner == self.owner)
+                        {
+                            self.out.salvageable.extend(entries.into_iter().map(|(k, v)| (blk, k, v)));
+                        }
+                    }
+                }
+                return self.bad(format!("node {blk} is damaged ({e})"));
+            }
         };
         if node.kind != self.kind || node.owner != self.owner {
             return self.bad(format!(

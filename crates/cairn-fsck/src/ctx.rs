@@ -150,6 +150,9 @@ pub struct DirentRec {
     pub leaf: u64,
     pub key: u64,
     pub value: Vec<u8>,
+    /// From a leaf whose checksum failed (repair only): kept only if it
+    /// passes every entry check, dropped otherwise.
+    pub salvaged: bool,
 }
 
 /// An xattr block and the inodes pointing at it.

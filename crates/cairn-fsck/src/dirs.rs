@@ -74,6 +74,10 @@ fn check_entries(
         for rec in &dirents[i..j] {
             let e = match Dirent::decode(dir, &rec.value) {
                 Ok(e) => e,
+                Err(_) if rec.salvaged => {
+                    drop_salvaged(ctx, rec, "does not decode");
+                    continue;
+                }
                 Err(err) => {
                     ctx.report.problem(
                         Pass::Directories,
@@ -84,6 +88,26 @@ fn check_entries(
             };
             let h = name_hash(&ctx.sb.hash_seed, &e.name);
             let nm = name(&e.name);
+            if rec.salvaged {
+                // An entry from a damaged leaf is kept only if it passes
+                // every check a damaged byte could make it fail.
+                let bad_key = rec.key >> 32 != u64::from(h) || rec.key & 0xffff_ffff < DIRENT_MIN_LOW;
+                let twice = names.iter().any(|(hh, n)| *hh == rec.key >> 32 && *n == e.name);
+                let target_ok = ctx.geo.valid_ino(e.ino)
+                    && e.ino >= FIRST_INO
+                    && ctx.inodes.get(&e.ino).is_some_and(|t| !t.freed && !t.bad && dtype_of_mode(t.mode) == e.dtype);
+                if bad_key || twice || !target_ok {
+                    let why = if bad_key {
+                        "its key does not match its name"
+                    } else if twice {
+                        "its name appears twice"
+                    } else {
+                        "its inode is not a live inode of its type"
+                    };
+                    drop_salvaged(ctx, rec, why);
+                    continue;
+                }
+            }
             if rec.key >> 32 != u64::from(h) || rec.key & 0xffff_ffff < DIRENT_MIN_LOW {
                 ctx.report.problem(
                     Pass::Directories,
@@ -163,6 +187,16 @@ fn ensure_in_use(ctx: &mut Ctx, ino: u64, dir: u64, nm: &str) -> Result<bool, Fs
     info.resurrected = true;
     ctx.inodes.insert(ino, info);
     Ok(true)
+}
+
+/// Drops an entry of a damaged leaf that fails a check (repair).
+fn drop_salvaged(ctx: &mut Ctx, rec: &crate::ctx::DirentRec, why: &str) {
+    ctx.dirent_fixes.push((rec.leaf, rec.dir, rec.key, DirentFix::Remove));
+    if let Some(d) = ctx.inodes.get_mut(&rec.dir) {
+        d.dirents_found = d.dirents_found.saturating_sub(1);
+    }
+    let msg = format!("directory {}: an entry of a damaged leaf (key {:#x}) is dropped: {why}", rec.dir, rec.key);
+    ctx.report.push(Pass::Directories, msg, true);
 }
 
 /// Per-directory fields: entry count, parent pointer, number of parents.

@@ -152,7 +152,18 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                         }
                         check_inode(ctx, ino, &fixed)
                     }
-                    Err(e) if ctx.repair && ino != ROOT_INO => {
+                    Err(e) if ctx.repair && ino == ROOT_INO => {
+                        // e2fsck recreates a root it cannot use; what the
+                        // old one named is reconnected to /lost+found.
+                        ctx.report.push(
+                            Pass::Inodes,
+                            format!("the root directory (inode 1) is damaged ({e}): recreated empty"),
+                            true,
+                        );
+                        write_empty_root(ctx)?;
+                        InodeInfo { mode: S_IFDIR | 0o755, nlink: 2, parent: ROOT_INO, ..Default::default() }
+                    }
+                    Err(e) if ctx.repair => {
                         // Nothing in it can be trusted: cleared, as e2fsck
                         // clears such an inode. Entries naming it are
                         // removed (pass 2), its bit and whatever only it
@@ -175,6 +186,28 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
     Ok(())
 }
 
+/// Writes a fresh, empty root directory over a damaged one (repair).
+fn write_empty_root(ctx: &mut Ctx) -> Result<(), FsckError> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let t = Timestamp { sec: now.as_secs() as i64, nsec: now.subsec_nanos() };
+    let d = DiskInode {
+        mode: S_IFDIR | 0o755,
+        nlink: 2,
+        parent: ROOT_INO,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        crtime: t,
+        data: DataArea::Tree(0),
+        ..Default::default()
+    };
+    let (blk, off) = ctx.geo.inode_location(ROOT_INO);
+    let mut b = ctx.img.read_block(blk)?;
+    d.encode(ctx.seed, ROOT_INO, &mut b[off..off + INODE_SIZE]);
+    ctx.img.write_block(blk, &b)?;
+    Ok(())
+}
+
 /// Reads inode `ino`'s slot directly (pass 2, for inodes the bitmap calls
 /// free): the decoded inode, if the slot holds a valid one.
 pub fn read_slot(ctx: &mut Ctx, ino: u64) -> Result<Option<DiskInode>, FsckError> {
@@ -188,7 +221,7 @@ pub fn read_slot(ctx: &mut Ctx, ino: u64) -> Result<Option<DiskInode>, FsckError
 
 /// Checks extents of `ino`, claiming the valid ones; returns blocks counted
 /// and whether all were valid.
-fn check_extents(ctx: &mut Ctx, ino: u64, list: &[Extent], what: &str) -> (u64, bool) {
+pub fn check_extents(ctx: &mut Ctx, ino: u64, list: &[Extent], what: &str) -> (u64, bool) {
     let mut counted = 0u64;
     let mut ok = true;
     let mut prev_end = 0u64;
@@ -279,7 +312,19 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
             if tkind == KIND_DIRENTS {
                 info.dirents_found = w.entries.len() as u64;
                 for (leaf, key, value) in w.entries {
-                    ctx.dirents.push(DirentRec { dir: ino, leaf, key, value });
+                    ctx.dirents.push(DirentRec { dir: ino, leaf, key, value, salvaged: false });
+                }
+                if ctx.repair {
+                    // A damaged leaf's entries, for the rebuild: pass 2
+                    // keeps those that pass every check.
+                    let have: std::collections::HashSet<u64> =
+                        ctx.dirents.iter().filter(|r| r.dir == ino).map(|r| r.key).collect();
+                    for (leaf, key, value) in w.salvageable {
+                        if !have.contains(&key) {
+                            info.dirents_found += 1;
+                            ctx.dirents.push(DirentRec { dir: ino, leaf, key, value, salvaged: true });
+                        }
+                    }
                 }
             } else {
                 let mut list = Vec::with_capacity(w.entries.len());

@@ -192,6 +192,11 @@ fn check_once(source: &dyn ImageSource, repair: bool) -> Result<Report, FsckErro
     groups::load(&mut ctx)?;
     inodes::run(&mut ctx)?;
     links::walk_orphans(&mut ctx);
+    if repair {
+        salvage::recover_leaves(&mut ctx)?;
+        // Pass 2 takes each directory's entries as one run.
+        ctx.dirents.sort_by_key(|r| r.dir);
+    }
     dirs::run(&mut ctx)?;
     blocks::run(&mut ctx);
     if repair {

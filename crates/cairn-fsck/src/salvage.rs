@@ -17,6 +17,15 @@
 //!   ownership is complete again). The entries of a damaged directory leaf
 //!   are lost with it, so their inodes become lost and are reconnected
 //!   below.
+//! * What a damaged tree still holds is gathered first: a directory leaf
+//!   whose checksum fails but that still parses as a leaf of this tree
+//!   gives its entries, and pass 2 keeps each one only if its key matches
+//!   its name, its name is not there twice, and it names a live inode of
+//!   its type (one flipped byte then loses one entry, not a leaf); and
+//!   leaves the damaged tree no longer reaches are found by their owner
+//!   field ([`recover_leaves`]).
+//! * A root inode that does not decode is recreated empty (pass 1), and
+//!   everything it named is reconnected as below.
 //! * **Lost inodes** — a file with links that no entry names, a directory
 //!   no entry names — get an entry `#INO` in `/lost+found`, which is created
 //!   (mode 0700, in the root) if it is missing. A directory's `..` then
@@ -34,19 +43,138 @@
 //! node format is `cairn_format::btree`'s; keys and values are kept as they
 //! were, so readdir cookies of surviving entries do not change).
 
-use crate::ctx::{Ctx, DirentFix, InodeInfo, Owner};
+use crate::ctx::{Ctx, DirentFix, DirentRec, InodeInfo, Owner};
 use crate::groups;
+use crate::inodes::check_extents;
 use crate::inodes::type_name;
 use crate::report::Pass;
 use crate::FsckError;
-use cairn_format::btree::{Node, NodeBody, INTERNAL_ENTRY, KIND_DIRENTS, KIND_EXTENTS, NODE_HEADER};
+use cairn_format::btree::{Node, NodeBody, INTERNAL_ENTRY, KIND_DIRENTS, KIND_EXTENTS, NODE_HEADER, NODE_MAGIC};
+use cairn_format::codec::get_u32;
 use cairn_format::dirent::{dtype_of_mode, hash_key_base, hash_key_end, name_hash, Dirent};
+use cairn_format::extent::{Extent, EXTENT_VALUE_SIZE};
 use cairn_format::inode::{DataArea, DiskInode, Timestamp, INODE_SIZE, S_IFDIR};
 use cairn_format::{FIRST_INO, ROOT_INO};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Name of the directory lost inodes go to.
 pub const LOST_FOUND: &[u8] = b"lost+found";
+
+/// Finds the leaves a damaged tree no longer reaches (repair, after pass 1,
+/// before pass 2): every block marked used in a verified bitmap that nobody
+/// claims and that holds a verified level-0 node of the tree's kind and
+/// owner. Each node names its owner and its own block, so such a leaf is a
+/// live part of that tree (a freed node's block is clear in the bitmap),
+/// and its entries go into the rebuild: a directory's are checked by pass 2
+/// like any others, a file's extents are checked and claimed here.
+pub fn recover_leaves(ctx: &mut Ctx) -> Result<(), FsckError> {
+    let targets: BTreeMap<u64, u8> = ctx
+        .inodes
+        .iter()
+        .filter(|(_, i)| i.tree_damaged && !i.damaged && !i.bad)
+        .map(|(k, i)| (*k, if i.is_dir() { KIND_DIRENTS } else { KIND_EXTENTS }))
+        .collect();
+    if targets.is_empty() {
+        return Ok(());
+    }
+    let free = FreeBlocks::new(ctx);
+    let bs = ctx.geo.block_size as usize;
+    let mut found: Vec<(u64, Node)> = Vec::new();
+    for g in 0..ctx.geo.group_count {
+        let Some((bm, true)) = groups::read_block_bitmap(ctx, g)? else { continue };
+        let start = ctx.geo.group_start(g);
+        for i in 0..ctx.geo.group_len(g) {
+            let b = start + i;
+            if bm[(i / 8) as usize] >> (i % 8) & 1 == 0
+                || !ctx.geo.valid_data_range(b, 1)
+                || FreeBlocks::is_claimed(&free.claimed, b)
+            {
+                continue;
+            }
+            let data = ctx.img.read_block(b)?;
+            if data.len() < bs || get_u32(&data, 0) != NODE_MAGIC {
+                continue;
+            }
+            let Ok(node) = Node::decode(ctx.seed, b, &data) else { continue };
+            if node.level == 0 && targets.get(&node.owner) == Some(&node.kind) {
+                found.push((b, node));
+            }
+        }
+    }
+    for (blk, node) in found {
+        let NodeBody::Leaf(entries) = node.body else { continue };
+        let ino = node.owner;
+        if node.kind == KIND_DIRENTS {
+            let have: BTreeSet<u64> = ctx.dirents.iter().filter(|r| r.dir == ino).map(|r| r.key).collect();
+            let new: Vec<(u64, Vec<u8>)> = entries.into_iter().filter(|(k, _)| !have.contains(k)).collect();
+            if new.is_empty() {
+                continue;
+            }
+            let n = new.len();
+            for (key, value) in new {
+                ctx.dirents.push(DirentRec { dir: ino, leaf: blk, key, value, salvaged: false });
+            }
+            ctx.claim(blk, 1, Owner::DirNode(ino));
+            if let Some(i) = ctx.inodes.get_mut(&ino) {
+                i.dirents_found += n as u64;
+                i.counted += 1;
+                i.tree_nodes += 1;
+            }
+            let msg = format!(
+                "directory {ino}: {n} entries recovered from leaf {blk}, which its damaged tree no longer reaches"
+            );
+            ctx.report.push(Pass::Inodes, msg, true);
+        } else {
+            let Some(info) = ctx.inodes.get(&ino) else { continue };
+            let mut taken: Vec<(u64, u64)> = info
+                .tree_entries
+                .iter()
+                .filter(|(_, v)| v.len() == EXTENT_VALUE_SIZE)
+                .map(|(k, v)| (*k, k + u64::from(Extent::decode_value(*k, v).len)))
+                .collect();
+            let mut list = Vec::new();
+            let mut sound = true;
+            for (k, v) in &entries {
+                if v.len() != EXTENT_VALUE_SIZE {
+                    sound = false;
+                    break;
+                }
+                let e = Extent::decode_value(*k, v);
+                let end = k.saturating_add(u64::from(e.len));
+                if e.len == 0 || taken.iter().any(|&(s, t)| *k < t && s < end) {
+                    sound = false;
+                    break;
+                }
+                taken.push((*k, end));
+                list.push(e);
+            }
+            if !sound || list.is_empty() {
+                continue;
+            }
+            let (n, ok) = check_extents(ctx, ino, &list, "recovered");
+            if !ok {
+                // Reported by check_extents; the inode is damaged now and
+                // is not rebuilt.
+                if let Some(i) = ctx.inodes.get_mut(&ino) {
+                    i.damaged = true;
+                }
+                continue;
+            }
+            ctx.claim(blk, 1, Owner::ExtentNode(ino));
+            if let Some(i) = ctx.inodes.get_mut(&ino) {
+                i.tree_entries.extend(entries);
+                i.counted += n + 1;
+                i.tree_nodes += 1;
+            }
+            let msg = format!(
+                "inode {ino}: {} extents recovered from leaf {blk}, which its damaged tree no longer reaches",
+                list.len()
+            );
+            ctx.report.push(Pass::Inodes, msg, true);
+        }
+    }
+    Ok(())
+}
 
 /// Decides the rebuilds and reconnections (see the module essay).
 pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {

@@ -90,14 +90,60 @@ fn undecodable_inode_is_cleared() {
     assert!(out.contains(&format!("points to inode {ino}, an inode that is not in use")), "{out}");
 }
 
+/// Names in directory `dir` of a mounted image.
+fn names_in(fs: &cairn_core::Fs, dir: u64) -> Vec<Vec<u8>> {
+    let mut names = Vec::new();
+    fs.readdir(dir, 0, &mut |e| {
+        names.push(e.name.clone());
+        true
+    })
+    .unwrap();
+    names.retain(|n| n.as_slice() != b"." && n.as_slice() != b"..");
+    names.sort();
+    names
+}
+
 #[test]
 fn flipped_dirent_block_byte() {
-    // The directory's only leaf is damaged: a repair rebuilds its tree from
-    // what could be read (nothing) and reconnects the inodes that lost
+    // One flipped byte in the directory's only leaf: its checksum fails,
+    // but every entry still passes every check, so a repair rebuilds the
+    // tree with all of them and nothing is lost.
+    let (mut bytes, m) = populated_image();
+    let before = names_of_dir(&bytes, m["a"]);
+    let DataArea::Tree(root) = read_inode(&bytes, m["a"]).data else { panic!() };
+    block(&mut bytes, root)[100] ^= 1;
+    expect(&bytes, &format!("directory {}'s entry tree: node {root} is damaged", m["a"]), true);
+    let f = to_file(&bytes);
+    let (code, out) = fsck(f.path(), true);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!("directory {}: entry tree rebuilt from the {} entries", m["a"], before.len())),
+        "{out}"
+    );
+    assert!(!out.contains("lost+found"), "{out}");
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(std::fs::read(f.path()).unwrap()));
+    let fs = mount(dev);
+    assert_eq!(names_in(&fs, m["a"]), before);
+    fs.unmount().unwrap();
+}
+
+/// The names directory `dir` holds in the image `bytes`.
+fn names_of_dir(bytes: &[u8], dir: u64) -> Vec<Vec<u8>> {
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(bytes.to_vec()));
+    let fs = mount(dev);
+    let names = names_in(&fs, dir);
+    fs.unmount().unwrap();
+    names
+}
+
+#[test]
+fn unreadable_dirent_leaf_sends_its_inodes_to_lost_found() {
+    // The leaf's magic is gone: nothing of it can be read. A repair
+    // rebuilds the directory empty and reconnects the inodes that lost
     // their names to a new /lost+found, where the repaired image has them.
     let (mut bytes, m) = populated_image();
     let DataArea::Tree(root) = read_inode(&bytes, m["a"]).data else { panic!() };
-    block(&mut bytes, root)[100] ^= 1;
+    block(&mut bytes, root)[..4].fill(0);
     expect(&bytes, &format!("directory {}'s entry tree: node {root} is damaged", m["a"]), true);
     let f = to_file(&bytes);
     let (code, out) = fsck(f.path(), true);
@@ -108,14 +154,27 @@ fn flipped_dirent_block_byte() {
     let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(std::fs::read(f.path()).unwrap()));
     let fs = mount(dev);
     let lf = fs.lookup(1, b"lost+found").expect("/lost+found exists");
-    let mut names = Vec::new();
-    fs.readdir(lf.ino, 0, &mut |e| {
-        names.push(e.name.clone());
-        true
-    })
-    .unwrap();
-    names.retain(|n| n.as_slice() != b"." && n.as_slice() != b"..");
-    assert_eq!(names.len(), reconnected, "{names:?}");
+    assert_eq!(names_in(&fs, lf.ino).len(), reconnected);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn damaged_root_inode_is_recreated() {
+    // The root inode is garbage: a repair writes an empty root and
+    // reconnects everything it named to /lost+found.
+    let (mut bytes, _) = populated_image();
+    let r = inode_range(&bytes, 1);
+    bytes[r.start + 1] |= 0xf0;
+    expect(&bytes, "inode 1 is damaged", true);
+    let f = to_file(&bytes);
+    let (code, out) = fsck(f.path(), true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("the root directory (inode 1) is damaged") && out.contains("recreated empty"), "{out}");
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(std::fs::read(f.path()).unwrap()));
+    let fs = mount(dev);
+    assert_eq!(names_in(&fs, 1), vec![b"lost+found".to_vec()]);
+    let lf = fs.lookup(1, b"lost+found").unwrap();
+    assert!(names_in(&fs, lf.ino).len() >= 4, "a, big, frag, short, ... are in /lost+found");
     fs.unmount().unwrap();
 }
 
