@@ -123,12 +123,44 @@ fn serve(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), String> {
     r
 }
 
+/// A read-only mount of an image whose journal holds committed changes
+/// replays them first, through a second, writable handle, as ext4 does
+/// while the device is writable (see `cairn_core`'s `ro_recovery`). Where
+/// the image cannot be written, the mount goes on and refuses with the
+/// reason.
+fn recover_for_read_only(image: &Path, dev: Arc<dyn cairn_core::dev::BlockDevice>) -> Result<(), String> {
+    let pending = match Fs::pending_replay(dev) {
+        Ok(n) => n,
+        // The mount reports it, with the same words as always.
+        Err(_) => return Ok(()),
+    };
+    if pending == 0 {
+        return Ok(());
+    }
+    let Ok(rw) = FileDevice::open(image, false) else {
+        tracing::warn!(pending, "the journal needs recovery, but the image cannot be opened for writing");
+        return Ok(());
+    };
+    tracing::warn!(
+        pending,
+        "recovery required on a read-only mount of {}: replaying the journal (the image is written for the replay only)",
+        image.display()
+    );
+    Fs::replay_journal(Arc::new(rw))
+        .map_err(|e| format!("cannot mount {}: the journal replay failed: {e}", image.display()))?;
+    Ok(())
+}
+
 fn open_engine(image: &Path, settings: &cairn_fuse::Settings) -> Result<Arc<Fs>, String> {
     let ro = settings.engine.read_only;
     let dev = FileDevice::open(image, ro).map_err(|e| format!("cannot open image {}: {e}", image.display()))?;
     dev.lock_exclusive()
         .map_err(|_| format!("{} is already in use: mounted (or being checked) by another process", image.display()))?;
-    Fs::mount(Arc::new(dev), settings.engine.clone()).map_err(|e| match e {
+    let dev: Arc<dyn cairn_core::dev::BlockDevice> = Arc::new(dev);
+    if ro {
+        recover_for_read_only(image, dev.clone())?;
+    }
+    Fs::mount(dev, settings.engine.clone()).map_err(|e| match e {
         cairn_core::FsError::Corrupt(cairn_format::FormatError::Incompatible(why)) => {
             format!("cannot mount {}: {why}", image.display())
         }

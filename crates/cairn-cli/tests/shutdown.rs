@@ -79,3 +79,35 @@ fn only_root_may_shut_down() {
     std::fs::write(g.0.join("still-alive"), b"yes").expect("the mount still works");
     unmount(&g.0, pid);
 }
+
+#[test]
+fn a_read_only_mount_after_a_shutdown_replays_the_journal_first() {
+    // generic/417 and 646: shutdown, then `mount -o ro`. As ext4 does while
+    // the device is writable, the journal is replayed first; the mount
+    // itself stays read-only.
+    if !can_mount() {
+        return;
+    }
+    let (dir, g, pid) = fresh_mount("sdro.img", "128M");
+    let mp = g.0.clone();
+    let img = dir.path().join("sdro.img");
+    let mut f = std::fs::File::create(mp.join("synced")).unwrap();
+    f.write_all(b"fsync'd before the shutdown").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    shutdown(&mp, false);
+    unmount(&mp, pid);
+    let o = run(&["mount", p(&img), p(&mp), "-o", "ro"]);
+    assert!(o.status.success(), "read-only mount after a shutdown: {}", stderr(&o));
+    let pid = daemon_pid(&mp);
+    assert_eq!(std::fs::read(mp.join("synced")).unwrap(), b"fsync'd before the shutdown");
+    let err = std::fs::write(mp.join("new"), b"x").expect_err("a read-only mount");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    unmount(&mp, pid);
+    assert_fsck_clean(&img, "after the read-only mount");
+    // Nothing is pending any more: a second read-only mount replays nothing.
+    let o = run(&["mount", p(&img), p(&mp), "-o", "ro"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let pid = daemon_pid(&mp);
+    unmount(&mp, pid);
+}

@@ -63,4 +63,5 @@ mod namespace;
 mod overwrite;
 mod reaper;
 mod rename;
+mod ro_recovery;
 mod shutdown;

@@ -56,6 +56,27 @@ pub struct ReplayReport {
 }
 
 impl Journal {
+    /// Committed records in `sb`'s journal that a mount would replay; reads
+    /// and verifies the log, writes nothing. Fails as `open` does on a log
+    /// damaged in the middle.
+    pub fn pending(dev: Arc<dyn BlockDevice>, sb: &Superblock, seed: u32) -> Result<u64> {
+        let bs = sb.block_size() as usize;
+        let region = JournalRegion::of(sb);
+        let mut jb = vec![0u8; bs];
+        dev.read_at(&mut jb, region.start * bs as u64)?;
+        let jsb = JournalSuper::decode(seed, region.start, &jb, region.blocks)?;
+        let tail = LogPos { seq: jsb.tail_seq, off: jsb.tail_off };
+        let j = Journal::at_tail(dev, region, bs, seed, tail);
+        let (records, end, why) = j.walk(tail, |_| Ok(()))?;
+        if let Some(later) = find_later_records(seed, &region, end, |off| j.read_ring_block(off))? {
+            return Err(FsError::Corrupt(FormatError::Incompatible(format!(
+                "{}; nothing was replayed or changed: run `cairn fsck --repair` on the image",
+                damage_message(end, why, &later)
+            ))));
+        }
+        Ok(records)
+    }
+
     /// Opens the journal of `sb`, replaying committed checkpoints into their
     /// home locations when `replay` is true (else fails if any are pending).
     pub fn open(

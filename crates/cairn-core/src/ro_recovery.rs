@@ -1,0 +1,54 @@
+//! Recovery before a read-only mount, as ext4 does it.
+//!
+//! A read-only mount must not write, but an image whose journal holds
+//! committed changes is only consistent once they are replayed. ext4
+//! replays anyway when the device is writable ("recovery required on
+//! readonly filesystem ... write access will be enabled during recovery")
+//! and refuses when it is not. cairn does the same: `cairn mount -o ro`
+//! first asks [`Fs::pending_replay`] on the image opened read-only; if
+//! records are pending it opens the image for writing, replays with
+//! [`Fs::replay_journal`] (the home blocks and the journal superblock are
+//! the only writes, flushed before it returns), and then mounts read-only
+//! as usual. Where the image cannot be opened for writing, the mount is
+//! refused with the reason, as before. The superblock is left as the crash
+//! left it (not marked clean), and the orphan list is kept for the next
+//! read-write mount.
+
+use crate::dev::BlockDevice;
+use crate::error::{FsError, Result};
+use crate::fs::Fs;
+use crate::journal::Journal;
+use cairn_format::superblock::Superblock;
+use cairn_format::FormatError;
+use std::sync::Arc;
+
+fn superblock(dev: &dyn BlockDevice) -> Result<(Superblock, u32)> {
+    let mut head = vec![0u8; cairn_format::superblock::SB_SIZE];
+    dev.read_at(&mut head, 0).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            FsError::Corrupt(FormatError::BadMagic { what: "superblock", at: 0 })
+        } else {
+            e.into()
+        }
+    })?;
+    let sb = Superblock::decode(&head, dev.size())?;
+    let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
+    Ok((sb, seed))
+}
+
+impl Fs {
+    /// Committed journal records a mount of the image on `dev` would
+    /// replay (0: a read-only mount needs no recovery). Writes nothing.
+    pub fn pending_replay(dev: Arc<dyn BlockDevice>) -> Result<u64> {
+        let (sb, seed) = superblock(dev.as_ref())?;
+        Journal::pending(dev, &sb, seed)
+    }
+
+    /// Replays the journal of the image on `dev` (opened for writing) and
+    /// does nothing else; returns the records replayed.
+    pub fn replay_journal(dev: Arc<dyn BlockDevice>) -> Result<u64> {
+        let (sb, seed) = superblock(dev.as_ref())?;
+        let (_journal, report) = Journal::open(dev, &sb, seed, true)?;
+        Ok(report.records)
+    }
+}
