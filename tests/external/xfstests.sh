@@ -17,8 +17,9 @@
 # runs $CAIRN; the previous helper is restored at exit). Tests in
 # tests/external/xfstests-exclude.txt are left out (they hang, take far too long or cannot
 # work on FUSE). Exit 0 iff no test failed and the final unmount + `cairn fsck` are clean.
-# Results: $XFSTESTS_LOG_DIR (default /tmp/cairn-xfstests-logs): check.log, results/
-# (per-test .out.bad/.full files), run.log; the last line is the summary.
+# Results: $XFSTESTS_LOG_DIR (default /tmp/cairn-xfstests-logs, with --ext4
+# /tmp/cairn-xfstests-ext4-logs): run.log (check's output), check.log, results/ (per-test
+# .out.bad/.full files), local.config; the last line printed is the summary.
 set -euo pipefail
 # shellcheck source=tests/external/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -53,10 +54,11 @@ fi
 require_root
 require_cmd losetup flock make gcc patch findmnt mkfs.ext4 xfs_io
 [[ $FS == cairn ]] && require_cairn
-CAIRN=$(readlink -f "$CAIRN")
+CAIRN=$(readlink -f "$CAIRN" || echo "$CAIRN")
 
 XFS_DIR=${XFSTESTS_DIR:-/var/tmp/cairn-xfstests}
 LOG_DIR=${XFSTESTS_LOG_DIR:-/tmp/cairn-xfstests-logs}
+[[ $FS == ext4 && -z ${XFSTESTS_LOG_DIR:-} ]] && LOG_DIR=/tmp/cairn-xfstests-ext4-logs
 PATCH=$HERE/xfstests-cairn.patch
 TEST_SIZE=${XFSTESTS_TEST_SIZE:-4G}
 SCRATCH_SIZE=${XFSTESTS_SCRATCH_SIZE:-6G}
@@ -262,7 +264,7 @@ mkfs_dev() {
 
 build_xfstests
 mkdir -p "$LOG_DIR"
-rm -rf "$LOG_DIR/results" "$LOG_DIR/check.log" "$LOG_DIR/run.log"
+rm -rf "$LOG_DIR/results" "$LOG_DIR/check.log" "$LOG_DIR/run.log" "$LOG_DIR/local.config"
 
 make_scratch "${XFSTESTS_TMPFS_SIZE:-12g}"
 truncate -s "$TEST_SIZE" "$SCRATCH/test.img"
@@ -281,7 +283,10 @@ if [[ $FS == cairn ]]; then
     write_umount_wrapper
 fi
 
-CONFIG=$XFS_DIR/xfstests/local.config
+# The config lives in the log dir (HOST_OPTIONS), so runs with different log dirs (cairn
+# and --ext4) can share one build.
+CONFIG=$LOG_DIR/local.config
+export HOST_OPTIONS=$CONFIG
 {
     echo "# $HELPER_MARK"
     if [[ $FS == cairn ]]; then
