@@ -22,13 +22,17 @@
 #   libfuse3-dev   headers, for C tools that talk FUSE (not needed by cairn itself: the
 #                  fuser crate mounts without libfuse)
 #   the linter for shell scripts (package shellcheck): scripts/test.sh --lint
+#   autoconf, automake, libtool, make, gcc, patch, xfslibs-dev, uuid-dev, libattr1-dev,
+#   libaio-dev, liburing-dev, libgdbm-dev, libgdbm-compat-dev   building xfstests
+#                  (tests/external/xfstests.sh builds it from ../shared/tools/xfstests-src.tar.gz)
+#   bc, dump, psmisc, gawk, file, quota, libcap2-bin   tools xfstests' tests call
 set -euo pipefail
 
 RUNTIME_ONLY=0
 case ${1:-} in
 --runtime) RUNTIME_ONLY=1 ;;
 "") ;;
--h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+-h | --help) sed -n '2,28p' "$0"; exit 0 ;;
 *) echo "unknown argument $1" >&2; exit 2 ;;
 esac
 
@@ -42,7 +46,9 @@ log() { printf '[install-deps] %s\n' "$*" >&2; }
 
 RUNTIME_PKGS=(fuse3 build-essential pkg-config util-linux procps coreutils)
 TEST_PKGS=(e2fsprogs fuse2fs attr acl stress-ng fio dbench fsmark libacl1-dev xfsprogs btrfs-progs
-    libfuse3-dev shellcheck kmod)
+    libfuse3-dev shellcheck kmod
+    autoconf automake libtool make gcc patch xfslibs-dev uuid-dev libattr1-dev libaio-dev liburing-dev
+    libgdbm-dev libgdbm-compat-dev bc dump psmisc gawk file quota libcap2-bin)
 PKGS=("${RUNTIME_PKGS[@]}")
 [[ $RUNTIME_ONLY -eq 1 ]] || PKGS+=("${TEST_PKGS[@]}")
 

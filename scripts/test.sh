@@ -25,6 +25,9 @@
 #              60,000 creates in one directory while a walker stats it and drops the
 #              kernel caches and an fsync-er creates files; no error, no fsync'd file
 #              lost, fsck clean)
+#   xfstests   tests/external/xfstests.sh --ci (the xfstests tests in tests/external/xfstests-ci.txt,
+#              built from ../shared/tools/xfstests-src.tar.gz, on loop devices; cairn fsck after
+#              each test)
 #   bench      cairn bench --quick = bench/run --quick (every benchmark experiment on cairn and its peers, small
 #              sizes, one run per cell; fails if any cell fails; report in the log dir)
 #   mballoc    bench/mballoc --quick --no-ext4 (seed 002's experiment on a fragmented 1 TiB image:
@@ -40,7 +43,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
 
-ALL=(lint build unit pjdfstest stress-ng survival fsx sigkill pressure bench mballoc)
+ALL=(lint build unit pjdfstest stress-ng survival fsx sigkill pressure xfstests bench mballoc)
 only=""
 skip=""
 quick=0
@@ -51,7 +54,7 @@ while [[ $# -gt 0 ]]; do
     --skip) skip=$2; shift ;;
     --quick) quick=1 ;;
     --no-deps) deps=0 ;;
-    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -140,6 +143,7 @@ run_suite survival 15 bash tests/external/survival.sh
 run_suite fsx 10 bash tests/external/fsx.sh
 run_suite sigkill 20 bash tests/external/sigkill.sh 50
 run_suite pressure 10 bash tests/external/pressure.sh
+run_suite xfstests 20 bash tests/external/xfstests.sh --ci
 run_suite bench 20 "$CAIRN" bench --quick --out "$LOGS/bench-report"
 run_suite mballoc 5 python3 "$ROOT/bench/mballoc" --quick --no-ext4 --cairn "$CAIRN" --out "$LOGS/mballoc-report"
 
@@ -163,7 +167,7 @@ for s in "${ALL[@]}"; do
     esac
 done
 # The suites' own one-line results, for the record.
-grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on |sigkill: |pressure: |crash harness: .* from )' "$LOGS"/*.log 2>/dev/null || true
+grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on |sigkill: |pressure: |xfstests on |crash harness: .* from )' "$LOGS"/*.log 2>/dev/null || true
 line="suites: $passed passed, $failed failed"
 [[ $skipped -gt 0 ]] && line="$line, $skipped skipped"
 echo "$line" >"$LOGS/summary.txt"
