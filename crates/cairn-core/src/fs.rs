@@ -203,23 +203,13 @@ impl Fs {
     /// Mounts the image on `dev`: verifies the superblock, replays the journal,
     /// finishes what the orphan list holds and starts the backend thread.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
-        let size = dev.size();
-        let mut head = vec![0u8; cairn_format::superblock::SB_SIZE];
-        dev.read_at(&mut head, 0).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                FsError::Corrupt(FormatError::BadMagic { what: "superblock", at: 0 })
-            } else {
-                e.into()
-            }
-        })?;
-        let sb = Superblock::decode(&head, size)?;
+        let sb = crate::ro_recovery::read_superblock(dev.as_ref())?;
         let geo = Geometry::new(&sb)?;
         let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
         let (journal, _replayed) = Journal::open(dev.clone(), &sb, seed, !opts.read_only)?;
         // The superblock itself may have been replayed.
-        dev.read_at(&mut head, 0)?;
         let errors_before_replay = sb.state & STATE_ERRORS;
-        let mut sb = Superblock::decode(&head, size)?;
+        let mut sb = crate::ro_recovery::read_superblock(dev.as_ref())?;
         // STATE_ERRORS is written in place, outside the journal (see
         // `journal::latch`): a replayed superblock image must not clear it.
         sb.state |= errors_before_replay;

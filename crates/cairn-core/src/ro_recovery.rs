@@ -23,6 +23,14 @@ use cairn_format::FormatError;
 use std::sync::Arc;
 
 fn superblock(dev: &dyn BlockDevice) -> Result<(Superblock, u32)> {
+    let sb = read_superblock(dev)?;
+    let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
+    Ok((sb, seed))
+}
+
+/// Reads and decodes the superblock of the image on `dev` (a device too
+/// short to hold one is not a cairn image).
+pub(crate) fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
     let mut head = vec![0u8; cairn_format::superblock::SB_SIZE];
     dev.read_at(&mut head, 0).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -31,9 +39,7 @@ fn superblock(dev: &dyn BlockDevice) -> Result<(Superblock, u32)> {
             e.into()
         }
     })?;
-    let sb = Superblock::decode(&head, dev.size())?;
-    let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
-    Ok((sb, seed))
+    Ok(Superblock::decode(&head, dev.size())?)
 }
 
 impl Fs {

@@ -160,7 +160,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                             format!("the root directory (inode 1) is damaged ({e}): recreated empty"),
                             true,
                         );
-                        write_empty_root(ctx)?;
+                        write_empty_dir(ctx, ROOT_INO, 0o755)?;
                         InodeInfo { mode: S_IFDIR | 0o755, nlink: 2, parent: ROOT_INO, ..Default::default() }
                     }
                     Err(e) if ctx.repair => {
@@ -186,12 +186,13 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
     Ok(())
 }
 
-/// Writes a fresh, empty root directory over a damaged one (repair).
-fn write_empty_root(ctx: &mut Ctx) -> Result<(), FsckError> {
+/// Writes a fresh, empty directory (`perm` bits, parent the root) into
+/// inode slot `ino` (repair: a recreated root, a new /lost+found).
+pub fn write_empty_dir(ctx: &mut Ctx, ino: u64, perm: u32) -> Result<DiskInode, FsckError> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let t = Timestamp { sec: now.as_secs() as i64, nsec: now.subsec_nanos() };
     let d = DiskInode {
-        mode: S_IFDIR | 0o755,
+        mode: S_IFDIR | perm,
         nlink: 2,
         parent: ROOT_INO,
         atime: t,
@@ -201,11 +202,11 @@ fn write_empty_root(ctx: &mut Ctx) -> Result<(), FsckError> {
         data: DataArea::Tree(0),
         ..Default::default()
     };
-    let (blk, off) = ctx.geo.inode_location(ROOT_INO);
+    let (blk, off) = ctx.geo.inode_location(ino);
     let mut b = ctx.img.read_block(blk)?;
-    d.encode(ctx.seed, ROOT_INO, &mut b[off..off + INODE_SIZE]);
+    d.encode(ctx.seed, ino, &mut b[off..off + INODE_SIZE]);
     ctx.img.write_block(blk, &b)?;
-    Ok(())
+    Ok(d)
 }
 
 /// Reads inode `ino`'s slot directly (pass 2, for inodes the bitmap calls

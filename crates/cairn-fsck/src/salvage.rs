@@ -45,15 +45,14 @@
 
 use crate::ctx::{Ctx, DirentFix, DirentRec, InodeInfo, Owner};
 use crate::groups;
-use crate::inodes::check_extents;
 use crate::inodes::type_name;
+use crate::inodes::{check_extents, write_empty_dir};
 use crate::report::Pass;
 use crate::FsckError;
 use cairn_format::btree::{Node, NodeBody, INTERNAL_ENTRY, KIND_DIRENTS, KIND_EXTENTS, NODE_HEADER, NODE_MAGIC};
 use cairn_format::codec::get_u32;
 use cairn_format::dirent::{dtype_of_mode, hash_key_base, hash_key_end, name_hash, Dirent};
 use cairn_format::extent::{Extent, EXTENT_VALUE_SIZE};
-use cairn_format::inode::{DataArea, DiskInode, Timestamp, INODE_SIZE, S_IFDIR};
 use cairn_format::{FIRST_INO, ROOT_INO};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -325,23 +324,7 @@ fn create_lost_found(ctx: &mut Ctx) -> Result<Option<u64>, FsckError> {
         ctx.report.problem(Pass::Links, "/lost+found is missing and no free inode is left to create it");
         return Ok(None);
     };
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let t = Timestamp { sec: now.as_secs() as i64, nsec: now.subsec_nanos() };
-    let d = DiskInode {
-        mode: S_IFDIR | 0o700,
-        nlink: 2,
-        parent: ROOT_INO,
-        atime: t,
-        mtime: t,
-        ctime: t,
-        crtime: t,
-        data: DataArea::Tree(0),
-        ..Default::default()
-    };
-    let (blk, off) = ctx.geo.inode_location(ino);
-    let mut b = ctx.img.read_block(blk)?;
-    d.encode(ctx.seed, ino, &mut b[off..off + INODE_SIZE]);
-    ctx.img.write_block(blk, &b)?;
+    let d = write_empty_dir(ctx, ino, 0o700)?;
     ctx.inodes.insert(
         ino,
         InodeInfo {

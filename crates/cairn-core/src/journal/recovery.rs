@@ -60,6 +60,13 @@ impl Journal {
     /// and verifies the log, writes nothing. Fails as `open` does on a log
     /// damaged in the middle.
     pub fn pending(dev: Arc<dyn BlockDevice>, sb: &Superblock, seed: u32) -> Result<u64> {
+        Ok(Journal::verify(dev, sb, seed)?.1)
+    }
+
+    /// The first pass of every open: the journal at its tail, the records
+    /// that verify, where the log ends and why; a later record that
+    /// verifies after the end is damage, and an error. Writes nothing.
+    fn verify(dev: Arc<dyn BlockDevice>, sb: &Superblock, seed: u32) -> Result<(Journal, u64, LogPos, LogEnd, LogPos)> {
         let bs = sb.block_size() as usize;
         let region = JournalRegion::of(sb);
         let mut jb = vec![0u8; bs];
@@ -69,12 +76,13 @@ impl Journal {
         let j = Journal::at_tail(dev, region, bs, seed, tail);
         let (records, end, why) = j.walk(tail, |_| Ok(()))?;
         if let Some(later) = find_later_records(seed, &region, end, |off| j.read_ring_block(off))? {
+            let msg = damage_message(end, why, &later);
+            tracing::error!("{msg}");
             return Err(FsError::Corrupt(FormatError::Incompatible(format!(
-                "{}; nothing was replayed or changed: run `cairn fsck --repair` on the image",
-                damage_message(end, why, &later)
+                "{msg}; nothing was replayed or changed: run `cairn fsck --repair` on the image"
             ))));
         }
-        Ok(records)
+        Ok((j, records, end, why, tail))
     }
 
     /// Opens the journal of `sb`, replaying committed checkpoints into their
@@ -87,20 +95,8 @@ impl Journal {
     ) -> Result<(Journal, ReplayReport)> {
         let bs = sb.block_size() as usize;
         let region = JournalRegion::of(sb);
-        let mut jb = vec![0u8; bs];
-        dev.read_at(&mut jb, region.start * bs as u64)?;
-        let jsb = JournalSuper::decode(seed, region.start, &jb, region.blocks)?;
-        let tail = LogPos { seq: jsb.tail_seq, off: jsb.tail_off };
-        let j = Journal::at_tail(dev, region, bs, seed, tail);
         // First pass: verify the log and find its end, writing nothing.
-        let (records, end, why) = j.walk(tail, |_| Ok(()))?;
-        if let Some(later) = find_later_records(seed, &region, end, |off| j.read_ring_block(off))? {
-            let msg = damage_message(end, why, &later);
-            tracing::error!("{msg}");
-            return Err(FsError::Corrupt(FormatError::Incompatible(format!(
-                "{msg}; nothing was replayed or changed: run `cairn fsck --repair` on the image"
-            ))));
-        }
+        let (j, records, end, why, tail) = Journal::verify(dev, sb, seed)?;
         if let LogEnd::ImpossibleHome { off, home } = why {
             tracing::warn!(seq = end.seq, off, home, "journal record names an impossible home block; ending replay");
         }
