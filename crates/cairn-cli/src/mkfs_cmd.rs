@@ -144,6 +144,8 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
         if s > dev.size() {
             return Err(format!("--size {} is larger than the device ({})", human(s), human(dev.size())));
         }
+        // The file system takes the first `s` bytes of the device.
+        opts.size = Some(s);
     }
     let bar = if a.quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
     bar.set_style(

@@ -121,3 +121,24 @@ fn remount_read_write_of_a_read_only_mount_is_refused_with_the_reason() {
     assert!(stderr(&o).contains("not mounted") || stderr(&o).contains("not a cairn"), "{}", stderr(&o));
     unmount(&mp, pid);
 }
+
+#[test]
+fn mkfs_size_on_a_block_device_takes_only_that_much() {
+    // xfstests' _scratch_mkfs_sized: `cairn mkfs --size 512M /dev/loopN`
+    // of a 2 GiB device must make a 512 MiB file system, not a 2 GiB one.
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let backing = dir.path().join("dev.img");
+    std::fs::File::create(&backing).unwrap().set_len(2 << 30).unwrap();
+    let o = std::process::Command::new("losetup").args(["-f", "--show", p(&backing)]).output().unwrap();
+    assert!(o.status.success(), "losetup: {}", stderr(&o));
+    let dev = stdout(&o).trim().to_string();
+    let o = run(&["mkfs", "--force", "-q", "--size", "512M", &dev]);
+    let f = run(&["fsck", &dev]);
+    let _ = std::process::Command::new("losetup").args(["-d", &dev]).status();
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    assert!(f.status.success(), "fsck: {}{}", stdout(&f), stderr(&f));
+    assert!(stdout(&f).contains("blocks used of 131,072"), "a 512 MiB file system: {}", stdout(&f));
+}

@@ -63,6 +63,10 @@ pub struct MkfsOptions {
     pub root_uid: u32,
     /// Group of the root directory.
     pub root_gid: u32,
+    /// Bytes of the device the file system takes (`None`: all of it; a
+    /// block device may be larger than the file system, as with mke2fs's
+    /// size argument).
+    pub size: Option<u64>,
 }
 
 impl Default for MkfsOptions {
@@ -75,6 +79,7 @@ impl Default for MkfsOptions {
             label: String::new(),
             root_uid: 0,
             root_gid: 0,
+            size: None,
         }
     }
 }
@@ -190,15 +195,16 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     Ok(sb)
 }
 
-/// Formats `dev` (its whole size). `progress(done, total)` is called as
+/// Formats `dev` (its whole size, or `opts.size`). `progress(done, total)` is called as
 /// the group descriptor table is written.
 pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<FormatSummary> {
-    let mut sb = plan(dev.size(), opts)?;
+    let size = opts.size.map_or(dev.size(), |s| s.min(dev.size()));
+    let mut sb = plan(size, opts)?;
     let geo = Geometry::new(&sb)?;
     let bs = sb.block_size() as usize;
     let seed = seed_from_uuid(&sb.uuid);
     // Wipe old signatures (ours at 0, ext4 at 1080, btrfs at 64 KiB, ...).
-    let wipe = (128 * 1024).min(dev.size()) as usize;
+    let wipe = (128 * 1024).min(size) as usize;
     dev.write_at(&vec![0u8; wipe], 0)?;
     // Group 0's inode bitmap: inodes 1..FIRST_INO-1 reserved (1 = root).
     let mut ibm = vec![0u8; bs];
