@@ -108,6 +108,11 @@ enum Cmd {
         /// Repair what can be repaired.
         #[arg(long, short = 'y')]
         repair: bool,
+        /// Read the superblock from the backup copy at block N (of the image's block size;
+        /// `cairn stats IMAGE` lists them) instead of block 0. Without it, fsck falls back to
+        /// the first backup that verifies when the primary does not.
+        #[arg(short = 'b', value_name = "N")]
+        backup_superblock: Option<u64>,
     },
     /// Run the benchmark suite (bench/run in the source tree): cairn beside tmpfs, ext4, XFS,
     /// btrfs and fuse2fs. Arguments go to bench/run: [EXPERIMENT...] [--quick] [--fs LIST]
@@ -214,10 +219,10 @@ fn main() -> ExitCode {
                 Err(m) => fail("umount", &m),
             }
         }
-        Cmd::Fsck { image, repair } => {
+        Cmd::Fsck { image, repair, backup_superblock } => {
             init_logging("warn");
             let mut out = std::io::stdout();
-            let code = cairn_fsck::run(&image, &cairn_fsck::Options { repair }, &mut out);
+            let code = cairn_fsck::run(&image, &cairn_fsck::Options { repair, backup_superblock }, &mut out);
             ExitCode::from(u8::try_from(code).unwrap_or(8))
         }
         Cmd::Bench { args } => match bench_cmd(&args) {

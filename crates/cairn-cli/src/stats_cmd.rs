@@ -36,6 +36,9 @@ fn image_figures(path: &Path) -> Result<Value, String> {
     }
     let sb = Superblock::decode(&head, size).map_err(|e| format!("{}: damaged superblock: {e}", path.display()))?;
     let bs = u64::from(sb.block_size());
+    let geo =
+        cairn_format::layout::Geometry::new(&sb).map_err(|e| format!("{}: damaged superblock: {e}", path.display()))?;
+    let backups: Vec<u64> = geo.backup_groups().map(|g| geo.group_start(g)).collect();
     let label = String::from_utf8_lossy(&sb.label).trim_end_matches('\0').to_string();
     let uuid: String = sb.uuid.iter().map(|b| format!("{b:02x}")).collect();
     let state = if sb.state & STATE_ERRORS != 0 {
@@ -63,6 +66,7 @@ fn image_figures(path: &Path) -> Result<Value, String> {
             "last_mount_time": sb.last_mount_time,
             "last_write_time": sb.last_write_time,
         },
+        "backup_superblocks": backups,
         "state": state,
         "label": label,
         "uuid": uuid,
@@ -108,6 +112,10 @@ fn print_human(doc: &Value) {
             n("inodes_per_group")
         );
         println!("journal      {} ({} blocks)", human(n("journal_blocks") * bs), n("journal_blocks"));
+        if let Some(b) = doc["backup_superblocks"].as_array().filter(|b| !b.is_empty()) {
+            let list: Vec<String> = b.iter().map(|v| v.to_string()).collect();
+            println!("backup sb    at blocks {} (for `cairn fsck -b N`)", list.join(", "));
+        }
         println!("mounts       {}", n("mount_count"));
     }
 }

@@ -117,7 +117,9 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     let ipg = ((bpg * bs64 / bpi).div_ceil(ipb) * ipb).clamp(ipb, max_bpg.min(bpg * ipb / 4).max(ipb));
     let meta_blocks = 2 + ipg / ipb;
     let mut groups = total.div_ceil(bpg);
-    if groups > 1 && total - (groups - 1) * bpg < meta_blocks + 16 {
+    // The last group holds its metadata (after a backup superblock, if it
+    // has one) and some data, or it is dropped.
+    if groups > 1 && total - (groups - 1) * bpg < 1 + meta_blocks + 16 {
         groups -= 1;
         total = groups * bpg;
     }
@@ -171,6 +173,7 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
         state: STATE_CLEAN,
         feature_incompat: cairn_format::superblock::INCOMPAT_XATTR_EXTERNAL
             | cairn_format::superblock::INCOMPAT_JOURNAL_ZSTD
+            | cairn_format::superblock::INCOMPAT_BACKUP_SUPERBLOCKS
             | if journal_groups > 0 { cairn_format::superblock::INCOMPAT_JOURNAL_GROUPS } else { 0 },
         uuid: rand::random(),
         total_blocks: total,
@@ -288,9 +291,14 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
     if zeroed {
         sb.feature_compat |= cairn_format::superblock::COMPAT_ITABLES_ZEROED;
     }
-    dev.flush()?;
-    // Superblock last.
+    // The backup superblocks, then the primary last.
     let mut b0 = vec![0u8; bs];
+    for g in geo.backup_groups() {
+        cairn_format::backup::copy_for_group(&sb, g).encode(&mut b0);
+        dev.write_at(&b0, geo.group_start(g) * bs as u64)?;
+    }
+    dev.flush()?;
+    b0.fill(0);
     sb.encode(&mut b0);
     dev.write_at(&b0, 0)?;
     dev.flush()?;

@@ -97,6 +97,7 @@ mod tests {
             itable_blocks: 16,
             reserved_end: 70,
             journal_groups: 0,
+            backup_superblocks: false,
         }
     }
 

@@ -91,6 +91,7 @@ fn superblock() {
         hash_seed: *b"fedcba9876543210",
         label: *b"golden label\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
         journal_groups: 0,
+        backup_group: 0,
     };
     let mut b = vec![0u8; SB_SIZE];
     sb.encode(&mut b);

@@ -10,6 +10,11 @@
 //! their inodes still usable, their blocks never data. mkfs guarantees that
 //! all of group 0's fixed metadata fits inside group 0, and that the last
 //! group has room for its metadata plus data.
+//!
+//! With `INCOMPAT_BACKUP_SUPERBLOCKS`, the groups of ext4's sparse_super set
+//! (1 and the powers of 3, 5 and 7) that the journal does not fill begin
+//! with a backup copy of the superblock, one block, and their metadata
+//! follows it (see [`crate::backup`]).
 
 use crate::error::{FormatError, Result};
 use crate::inode::INODE_SIZE;
@@ -30,6 +35,8 @@ pub struct Geometry {
     pub reserved_end: u64,
     /// Groups after group 0 that the journal fills (see the module essay).
     pub journal_groups: u64,
+    /// Sparse groups begin with a backup superblock.
+    pub backup_superblocks: bool,
 }
 
 impl Geometry {
@@ -45,12 +52,13 @@ impl Geometry {
             itable_blocks: u64::from(sb.inodes_per_group) * INODE_SIZE as u64 / bs,
             reserved_end: sb.journal_start + sb.journal_blocks_in_group0(),
             journal_groups: u64::from(sb.journal_groups),
+            backup_superblocks: sb.feature_incompat & crate::superblock::INCOMPAT_BACKUP_SUPERBLOCKS != 0,
         };
         if g.meta_start(0) + g.meta_blocks() > g.blocks_per_group.min(g.total_blocks) {
             return Err(FormatError::corrupt("superblock", 0, "group 0 cannot hold its metadata"));
         }
         let last = g.group_count - 1;
-        if g.group_len(last) < g.meta_blocks() + 1 {
+        if g.group_len(last) < g.meta_start(last) - g.group_start(last) + g.meta_blocks() + 1 {
             return Err(FormatError::corrupt("superblock", 0, "last group too small for its metadata"));
         }
         Ok(g)
@@ -81,8 +89,21 @@ impl Geometry {
         if g == 0 {
             self.reserved_end
         } else {
-            self.group_start(g)
+            self.group_start(g) + u64::from(self.has_backup_superblock(g))
         }
+    }
+
+    /// True if group `g` begins with a backup copy of the superblock.
+    pub fn has_backup_superblock(&self, g: u64) -> bool {
+        self.backup_superblocks
+            && g < self.group_count
+            && !self.is_journal_group(g)
+            && crate::backup::is_sparse_group(g)
+    }
+
+    /// The groups that hold a backup superblock, in increasing order.
+    pub fn backup_groups(&self) -> impl Iterator<Item = u64> + '_ {
+        crate::backup::sparse_groups(self.group_count).filter(|&g| self.has_backup_superblock(g))
     }
 
     /// Block bitmap location.
@@ -167,8 +188,10 @@ impl Geometry {
             return false;
         }
         for g in g0..=g1 {
-            let ms = self.meta_start(g);
-            let me = ms + self.meta_blocks();
+            // A group's fixed blocks: its backup superblock, if any, then
+            // its bitmaps and inode table.
+            let ms = if g == 0 { self.meta_start(0) } else { self.group_start(g) };
+            let me = self.meta_start(g) + self.meta_blocks();
             if start < me && end > ms {
                 return false;
             }

@@ -56,6 +56,7 @@
 //! walk ([`journal::read_record`]) and the test that tells a torn end of the
 //! log from damage in its middle ([`journal_damage`]).
 
+pub mod backup;
 pub mod bitmap;
 pub mod btree;
 pub mod checksum;

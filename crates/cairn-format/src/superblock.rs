@@ -22,7 +22,9 @@
 //! 184    32 label
 //! 216     4 journal_groups (groups after group 0 the journal continues
 //!           into, INCOMPAT_JOURNAL_GROUPS; 0 without it)
-//! 220   288 reserved, zero
+//! 220     4 backup_group (0 in the primary; in a backup copy, the group
+//!           whose first block holds it: see `backup`)
+//! 224   284 reserved, zero
 //! 508     4 crc32c of bytes 0..512 with this field zero (seed 0xffffffff)
 //! ```
 //! The superblock checksum is seeded with a constant, not the UUID, because
@@ -42,9 +44,9 @@ const CSUM_OFF: usize = 508;
 const CSUM_SEED: u32 = 0xffff_ffff;
 
 const _: () = {
-    // The last field (label, 184..216) ends before the reserved area and the
+    // The last field (backup_group, 220..224) ends before the reserved area and the
     // checksum, which ends the structure; the superblock fits the smallest block.
-    assert!(184 + 32 <= CSUM_OFF && CSUM_OFF + 4 == SB_SIZE);
+    assert!(220 + 4 <= CSUM_OFF && CSUM_OFF + 4 == SB_SIZE);
     assert!(SB_SIZE <= crate::MIN_BLOCK_SIZE as usize);
 };
 /// The file system was unmounted cleanly (journal empty, counters exact).
@@ -71,8 +73,14 @@ pub const INCOMPAT_JOURNAL_GROUPS: u32 = 2;
 /// mkfs sets it; on an image without it the engine logs the chunks as they
 /// are, so that builds before it can replay the log.
 pub const INCOMPAT_JOURNAL_ZSTD: u32 = 4;
+/// Incompatible feature: groups 1, 3, 5, 7, 9, 25, 27, 49, ... (ext4's
+/// sparse_super set, less the journal's groups) begin with a backup copy of
+/// the superblock, and their bitmaps and inode table follow it (see
+/// `backup`). A build without it would look for the bitmaps one block early.
+pub const INCOMPAT_BACKUP_SUPERBLOCKS: u32 = 8;
 /// Incompatible features this build understands.
-pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_XATTR_EXTERNAL | INCOMPAT_JOURNAL_GROUPS | INCOMPAT_JOURNAL_ZSTD;
+pub const INCOMPAT_SUPPORTED: u32 =
+    INCOMPAT_XATTR_EXTERNAL | INCOMPAT_JOURNAL_GROUPS | INCOMPAT_JOURNAL_ZSTD | INCOMPAT_BACKUP_SUPERBLOCKS;
 
 /// The decoded superblock.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -103,6 +111,8 @@ pub struct Superblock {
     pub hash_seed: [u8; 16],
     pub label: [u8; 32],
     pub journal_groups: u32,
+    /// 0 in the primary; the group a backup copy sits at the start of.
+    pub backup_group: u32,
 }
 
 impl Superblock {
@@ -165,6 +175,7 @@ impl Superblock {
         b[168..184].copy_from_slice(&self.hash_seed);
         b[184..216].copy_from_slice(&self.label);
         put_u32(b, 216, self.journal_groups);
+        put_u32(b, 220, self.backup_group);
         let c = crc_skipping(CSUM_SEED, b, CSUM_OFF);
         put_u32(b, CSUM_OFF, c);
     }
@@ -215,6 +226,7 @@ impl Superblock {
             hash_seed,
             label,
             journal_groups: get_u32(b, 216),
+            backup_group: get_u32(b, 220),
         };
         sb.validate(image_bytes)?;
         Ok(sb)
@@ -278,6 +290,11 @@ impl Superblock {
                 "journal at {}+{} ({k} more groups) out of range",
                 self.journal_start, self.journal_blocks
             ));
+        }
+        let backups = self.feature_incompat & INCOMPAT_BACKUP_SUPERBLOCKS != 0;
+        let bg = u64::from(self.backup_group);
+        if bg != 0 && (!backups || bg >= groups || !crate::backup::is_sparse_group(bg) || bg <= k) {
+            return bad(format!("a backup copy claims to sit in group {bg}, which holds none"));
         }
         if self.free_blocks > self.total_blocks || self.free_inodes > self.total_inodes() {
             return bad("free counters exceed totals".into());

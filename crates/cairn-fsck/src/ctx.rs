@@ -180,6 +180,8 @@ pub struct InodeFix {
     pub xattr_block: Option<u64>,
     /// A new root for its tree (a rebuilt directory).
     pub tree_root: Option<u64>,
+    /// Its inline extents less the invalid ones.
+    pub inline_extents: Option<Vec<cairn_format::extent::Extent>>,
     pub set_flags: u32,
     pub clear_flags: u32,
 }

@@ -223,37 +223,51 @@ pub fn read_slot(ctx: &mut Ctx, ino: u64) -> Result<Option<DiskInode>, FsckError
 /// Checks extents of `ino`, claiming the valid ones; returns blocks counted
 /// and whether all were valid.
 pub fn check_extents(ctx: &mut Ctx, ino: u64, list: &[Extent], what: &str) -> (u64, bool) {
+    let (counted, kept) = check_extents_keeping(ctx, ino, list, what, false);
+    (counted, kept.len() == list.len())
+}
+
+/// As [`check_extents`]; returns the blocks counted and the extents that
+/// pass every check. With `dropped_on_repair`, a repair drops the others (the
+/// caller rewrites the list), and their problems are reported as fixed.
+fn check_extents_keeping(
+    ctx: &mut Ctx,
+    ino: u64,
+    list: &[Extent],
+    what: &str,
+    dropped_on_repair: bool,
+) -> (u64, Vec<Extent>) {
     let mut counted = 0u64;
-    let mut ok = true;
+    let mut kept = Vec::with_capacity(list.len());
     let mut prev_end = 0u64;
+    let fixed = dropped_on_repair && ctx.repair;
     for (n, e) in list.iter().enumerate() {
         let len = u64::from(e.len);
-        let p = |m: String| format!("inode {ino}: {what} extent at logical block {}: {m}", e.lblk);
-        if e.len == 0 || e.len > MAX_EXTENT_LEN {
-            ctx.report.problem(Pass::Inodes, p(format!("length {} out of range", e.len)));
-            ok = false;
-            continue;
-        }
-        let Some(lend) = e.lblk.checked_add(len) else {
-            ctx.report.problem(Pass::Inodes, p("logical range overflows".into()));
-            ok = false;
-            continue;
+        let p = |m: String| {
+            let fate = if fixed { ": dropped (the file reads zeros there)" } else { "" };
+            format!("inode {ino}: {what} extent at logical block {}: {m}{fate}", e.lblk)
         };
-        if n > 0 && e.lblk < prev_end {
-            ctx.report.problem(Pass::Inodes, p(format!("overlaps the previous extent (which ends at {prev_end})")));
-            ok = false;
-        }
-        prev_end = prev_end.max(lend);
-        if !ctx.geo.valid_data_range(e.pblk, len) {
-            let r = block_range(e.pblk, len);
-            ctx.report.problem(Pass::Inodes, p(format!("{r} lie outside the data area")));
-            ok = false;
+        let problem = if e.len == 0 || e.len > MAX_EXTENT_LEN {
+            Some(format!("length {} out of range", e.len))
+        } else if e.lblk.checked_add(len).is_none() {
+            Some("logical range overflows".into())
+        } else if n > 0 && e.lblk < prev_end {
+            Some(format!("overlaps the previous extent (which ends at {prev_end})"))
+        } else if !ctx.geo.valid_data_range(e.pblk, len) {
+            Some(format!("{} lie outside the data area", block_range(e.pblk, len)))
+        } else {
+            None
+        };
+        if let Some(m) = problem {
+            ctx.report.push(Pass::Inodes, p(m), fixed);
             continue;
         }
+        prev_end = e.lblk + len;
         counted += len;
         ctx.claim(e.pblk, len, Owner::Data(ino));
+        kept.push(*e);
     }
-    (counted, ok)
+    (counted, kept)
 }
 
 /// Checks one live inode from its 256 raw bytes.
@@ -284,9 +298,17 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
     let mut counted = 0u64;
     match &d.data {
         DataArea::Extents(list) => {
-            let (n, ok) = check_extents(ctx, ino, list, "inline");
+            // A bad inline extent is dropped by a repair, as e2fsck clears
+            // an invalid extent: the rest of the file stays.
+            let (n, kept) = check_extents_keeping(ctx, ino, list, "inline", true);
             counted += n;
-            info.damaged |= !ok;
+            if kept.len() != list.len() {
+                if ctx.repair {
+                    ctx.fix(ino).inline_extents = Some(kept);
+                } else {
+                    info.damaged = true;
+                }
+            }
         }
         DataArea::Tree(0) => {}
         DataArea::Tree(root) => {

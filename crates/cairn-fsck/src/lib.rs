@@ -58,11 +58,17 @@ use ctx::Ctx;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// Most repair rounds one `--repair` runs (see [`check_image`]).
+const MAX_REPAIR_ROUNDS: u32 = 3;
+
 /// Options of a check.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Fix what can be fixed (the image is opened read-write).
     pub repair: bool,
+    /// Read the superblock from the backup copy at this block (`-b`, as
+    /// e2fsck's) instead of block 0; any block size.
+    pub backup_superblock: Option<u64>,
 }
 
 /// Why a check could not be carried out (or could not get past the superblock).
@@ -91,6 +97,9 @@ pub enum FsckError {
     /// A cairn superblock that fails its checks.
     #[error("superblock is corrupt: {0}")]
     CorruptSuperblock(String),
+    /// `-b` named a block that holds no backup superblock.
+    #[error("{0}")]
+    NoBackup(String),
     /// Geometry beyond fsck's limits.
     #[error("file system too large for this fsck: {0}")]
     TooLarge(String),
@@ -112,9 +121,10 @@ impl FsckError {
 /// Checks (and with `opts.repair`, repairs) the image at `path`.
 ///
 /// With repair, when anything was written, a second read-only check verifies
-/// the result: the returned report then has `verified_after_repair` set if it
-/// found the image clean, and otherwise lists the remaining problems too
-/// (marked not fixed).
+/// the result; while it finds problems and a repair round still fixes some,
+/// up to three rounds run. The returned report then has
+/// `verified_after_repair` set if the last check found the image clean, and
+/// otherwise lists the remaining problems too (marked not fixed).
 pub fn check(path: &Path, opts: &Options) -> Result<Report, FsckError> {
     check_image(&ImageFile::open(path, opts.repair)?, opts)
 }
@@ -128,9 +138,29 @@ pub fn check_image(source: &dyn ImageSource, opts: &Options) -> Result<Report, F
     if opts.repair && !source.writable() {
         return Err(FsckError::Io(image::read_only()));
     }
-    let mut report = check_once(source, opts.repair)?;
+    let mut report = check_once(source, opts.repair, opts.backup_superblock)?;
     if opts.repair && (report.fixed() > 0 || report.blocks_written > 0) {
-        let verify = check_once(source, false)?;
+        let mut verify = check_once(source, false, None)?;
+        // What one repair makes readable (a rebuilt directory, a dropped
+        // extent) can show what it could not yet fix (a file that only the
+        // rebuilt directory's loss disconnected): as e2fsck restarts, the
+        // repair runs again while each round still fixes something.
+        for round in 2..=MAX_REPAIR_ROUNDS {
+            if verify.is_clean() {
+                break;
+            }
+            let again = check_once(source, true, None)?;
+            if again.fixed() == 0 {
+                break;
+            }
+            report.note(format!("repair round {round}: the first round's changes showed more to repair"));
+            for p in again.problems {
+                report.push(p.pass, p.message, p.fixed);
+            }
+            report.problems_dropped += again.problems_dropped;
+            report.blocks_written += again.blocks_written;
+            verify = check_once(source, false, None)?;
+        }
         if verify.is_clean() {
             report.verified_after_repair = true;
         } else {
@@ -147,19 +177,32 @@ pub fn check_image(source: &dyn ImageSource, opts: &Options) -> Result<Report, F
     Ok(report)
 }
 
-fn check_once(source: &dyn ImageSource, repair: bool) -> Result<Report, FsckError> {
+fn check_once(source: &dyn ImageSource, repair: bool, backup: Option<u64>) -> Result<Report, FsckError> {
     let mut img = image::Image::new(source, repair);
-    let (mut sb, mut geo) = superblock::load(&mut img)?;
+    let superblock::Loaded { mut sb, mut geo, fallback } = superblock::load(&mut img, backup)?;
     let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
     let mut report = Report::default();
+    let mut sb_dirty = false;
+    if let Some((g, why)) = &fallback {
+        let fix = if repair { "; the primary is rewritten from it" } else { "" };
+        let msg = format!("{why}: using the backup superblock in group {g} (block {}){fix}", geo.group_start(*g));
+        report.push(report::Pass::Superblock, msg, repair);
+        sb_dirty = repair;
+    }
     if journal::replay(&mut img, &sb, seed, &mut report)? {
         // The error state is set in place, outside the journal (as ext4's):
         // a replayed superblock image must not clear it.
         let errors = sb.state & cairn_format::superblock::STATE_ERRORS;
-        (sb, geo) = superblock::reload(&mut img)?;
+        match superblock::reload(&mut img) {
+            Ok(r) => (sb, geo) = r,
+            // A damaged primary the log does not hold: the backup stands.
+            Err(_) if fallback.is_some() => {}
+            Err(e) => return Err(e),
+        }
         sb.state |= errors;
     }
-    let sb_dirty = superblock::check_fields(&mut sb, &geo, repair, &mut report);
+    sb_dirty |= superblock::check_fields(&mut sb, &geo, repair, &mut report);
+    sb_dirty |= superblock::check_backups(&mut img, &sb, &geo, repair, &mut report)?;
     report.block_size = sb.block_size();
     report.total_blocks = sb.total_blocks;
     report.total_inodes = geo.total_inodes();
@@ -208,7 +251,7 @@ fn check_once(source: &dyn ImageSource, repair: bool) -> Result<Report, FsckErro
     }
     bitmaps::run(&mut ctx)?;
     if repair && ctx.sb_dirty && ctx.report.fixed() > 0 {
-        superblock::write(&mut ctx.img, &ctx.sb)?;
+        superblock::write(&mut ctx.img, &ctx.sb, &ctx.geo)?;
     }
     ctx.img.sync()?;
     summarize(&mut ctx);

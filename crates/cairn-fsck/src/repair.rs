@@ -106,6 +106,9 @@ fn inodes(ctx: &mut Ctx) -> Result<(), FsckError> {
             if let Some(r) = fx.tree_root {
                 d.data = DataArea::Tree(r);
             }
+            if let Some(list) = &fx.inline_extents {
+                d.data = DataArea::Extents(list.clone());
+            }
             d.flags = (d.flags | fx.set_flags) & !fx.clear_flags;
         })?;
         if !ok {

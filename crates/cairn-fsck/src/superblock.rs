@@ -14,7 +14,10 @@
 //!
 //! ## What it reads
 //! The first 512 bytes of the image (and, after journal replay, block 0 again:
-//! the superblock may be among the replayed blocks).
+//! the superblock may be among the replayed blocks). When they do not verify,
+//! the backup copies (`cairn_format::backup`): the first that verifies stands
+//! in for the primary, and a repair writes the primary back from it. Every
+//! copy is compared with the primary, and a repair rewrites any that differ.
 //!
 //! ## What it concludes
 //! A [`Superblock`] and its [`Geometry`], trusted by every later pass, or an
@@ -25,9 +28,11 @@
 use crate::image::Image;
 use crate::report::{num, Pass, Report};
 use crate::FsckError;
+use cairn_format::backup;
+use cairn_format::codec::get_u32;
 use cairn_format::layout::Geometry;
 use cairn_format::superblock::{Superblock, SB_SIZE, STATE_CLEAN, STATE_ERRORS};
-use cairn_format::FormatError;
+use cairn_format::{FormatError, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 
 /// Most groups fsck accepts (bounds its per-group memory: 2 PiB at 4 KiB blocks).
 pub const MAX_GROUPS: u64 = 1 << 24;
@@ -73,27 +78,101 @@ pub fn decode(head: &[u8], image_size: u64) -> Result<(Superblock, Geometry), Fs
     Ok((sb, geo))
 }
 
-/// Reads and validates the superblock at the start of the image.
-pub fn load(img: &mut Image) -> Result<(Superblock, Geometry), FsckError> {
+/// A superblock fsck can work from, and where it came from.
+pub struct Loaded {
+    pub sb: Superblock,
+    pub geo: Geometry,
+    /// The primary did not verify and this is a backup copy: the group it
+    /// was read from, and why the primary was passed over.
+    pub fallback: Option<(u64, String)>,
+}
+
+/// Reads and validates the superblock: the primary at the start of the
+/// image or, with `backup_block`, the backup copy at that block (of any
+/// block size). When the primary does not verify (no magic, a checksum or
+/// a geometry that fails), the backup copies are searched for (see
+/// `cairn_format::backup::search_offsets`) and the first that verifies is
+/// used, as e2fsck does.
+pub fn load(img: &mut Image, backup_block: Option<u64>) -> Result<Loaded, FsckError> {
     let size = img.size();
     if size == 0 {
         return Err(FsckError::NotCairn("the image is empty (0 bytes)".into()));
     }
+    if let Some(b) = backup_block {
+        let offsets: Vec<(u64, u64)> = (MIN_BLOCK_SIZE.trailing_zeros()..=MAX_BLOCK_SIZE.trailing_zeros())
+            .filter_map(|l| b.checked_mul(1 << l).map(|o| (o, 0)))
+            .collect();
+        let Some((sb, g)) = find_copy(img, &offsets)? else {
+            return Err(FsckError::NoBackup(format!("no backup superblock at block {b} (of any block size)")));
+        };
+        return loaded(img, sb, Some((g, format!("the backup at block {b} was asked for"))));
+    }
     let n = size.min(SB_SIZE as u64) as usize;
     let mut head = vec![0u8; SB_SIZE];
     img.read_at(&mut head[..n], 0)?;
-    if !Superblock::has_magic(&head) {
-        let why = other_signature(img).unwrap_or("no cairn signature at the start of the image");
-        return Err(FsckError::NotCairn(why.to_string()));
-    }
-    if n < SB_SIZE {
+    let primary = if !Superblock::has_magic(&head) {
+        if let Some(other) = other_signature(img) {
+            return Err(FsckError::NotCairn(other.to_string()));
+        }
+        Err(FsckError::NotCairn("no cairn signature at the start of the image".into()))
+    } else if n < SB_SIZE {
         return Err(FsckError::Truncated(format!(
             "the image has only {size} bytes; the superblock alone needs {SB_SIZE}"
         )));
+    } else {
+        decode(&head, size)
+    };
+    let err = match primary {
+        Ok((sb, geo)) => {
+            img.set_block_size(sb.block_size());
+            return Ok(Loaded { sb, geo, fallback: None });
+        }
+        Err(e @ (FsckError::NotCairn(_) | FsckError::CorruptSuperblock(_))) => e,
+        Err(e) => return Err(e),
+    };
+    // The damaged primary's block size and group size are often still
+    // right: they say where to look first.
+    let hint = Some((1u32.checked_shl(get_u32(&head, 12)).unwrap_or(0), get_u32(&head, 56)));
+    match find_copy(img, &backup::search_offsets(hint, size))? {
+        Some((sb, g)) => {
+            let why = match &err {
+                FsckError::NotCairn(_) => "the primary superblock has no cairn signature".to_string(),
+                e => format!("the primary {e}"),
+            };
+            loaded(img, sb, Some((g, why)))
+        }
+        None => Err(err),
     }
-    let (sb, geo) = decode(&head, size)?;
+}
+
+/// The first verified backup copy at one of `offsets` (byte offset, group).
+fn find_copy(img: &mut Image, offsets: &[(u64, u64)]) -> Result<Option<(Superblock, u64)>, FsckError> {
+    let size = img.size();
+    let mut buf = vec![0u8; SB_SIZE];
+    for &(off, _) in offsets {
+        if off.saturating_add(SB_SIZE as u64) > size {
+            continue;
+        }
+        img.read_at(&mut buf[..8], off)?;
+        if !Superblock::has_magic(&buf) {
+            continue;
+        }
+        img.read_at(&mut buf, off)?;
+        if let Some(copy) = backup::decode_copy(&buf, off, size) {
+            let g = u64::from(copy.backup_group);
+            return Ok(Some((backup::primary_from_copy(&copy), g)));
+        }
+    }
+    Ok(None)
+}
+
+fn loaded(img: &mut Image, sb: Superblock, fallback: Option<(u64, String)>) -> Result<Loaded, FsckError> {
+    let geo = Geometry::new(&sb).map_err(|e| FsckError::CorruptSuperblock(e.to_string()))?;
+    if sb.group_count > MAX_GROUPS {
+        return Err(FsckError::TooLarge(format!("{} groups", num(sb.group_count))));
+    }
     img.set_block_size(sb.block_size());
-    Ok((sb, geo))
+    Ok(Loaded { sb, geo, fallback })
 }
 
 /// Re-reads block 0 through the journal overlay (after replay).
@@ -134,9 +213,48 @@ pub fn check_fields(sb: &mut Superblock, geo: &Geometry, repair: bool, report: &
     dirty
 }
 
-/// Writes the superblock to block 0 (repair), keeping the rest of block 0.
-pub fn write(img: &mut Image, sb: &Superblock) -> std::io::Result<()> {
+/// Writes the superblock to block 0 (repair), keeping the rest of block 0,
+/// and a fresh copy to every backup group.
+pub fn write(img: &mut Image, sb: &Superblock, geo: &Geometry) -> std::io::Result<()> {
     let mut b0 = img.read_block(0)?;
     sb.encode(&mut b0);
-    img.write_block(0, &b0)
+    img.write_block(0, &b0)?;
+    for g in geo.backup_groups() {
+        b0.fill(0);
+        backup::copy_for_group(sb, g).encode(&mut b0);
+        img.write_block(geo.group_start(g), &b0)?;
+    }
+    Ok(())
+}
+
+/// Checks every backup copy against the primary: it must verify, sit where
+/// it says, and share the primary's static fields (`backup::static_fields`).
+/// With repair, a copy that does not is rewritten with the primary
+/// (`write`, at the end of the check).
+pub fn check_backups(
+    img: &mut Image,
+    sb: &Superblock,
+    geo: &Geometry,
+    repair: bool,
+    report: &mut Report,
+) -> Result<bool, FsckError> {
+    let mut dirty = false;
+    let want = backup::static_fields(sb);
+    for g in geo.backup_groups() {
+        let blk = geo.group_start(g);
+        let buf = img.read_block(blk)?;
+        let problem = match backup::decode_copy(&buf, blk * u64::from(geo.block_size), img.size()) {
+            None => Some("does not verify"),
+            Some(copy) if backup::static_fields(&backup::primary_from_copy(&copy)) != want => {
+                Some("does not match the primary")
+            }
+            Some(_) => None,
+        };
+        if let Some(p) = problem {
+            let fix = if repair { "; rewritten from the primary" } else { "" };
+            report.push(Pass::Superblock, format!("the backup superblock in group {g} (block {blk}) {p}{fix}"), repair);
+            dirty |= repair;
+        }
+    }
+    Ok(dirty)
 }

@@ -87,7 +87,7 @@ fn in_memory_check_equals_file_check() {
         }
     }
     // Memory is read-only: no repair there (and nothing is read).
-    let repair = cairn_fsck::Options { repair: true };
+    let repair = cairn_fsck::Options { repair: true, ..Default::default() };
     let e = cairn_fsck::check_image(&unreplayed_image(), &repair).unwrap_err();
     assert!(matches!(&e, cairn_fsck::FsckError::Io(io) if io.kind() == std::io::ErrorKind::PermissionDenied), "{e:?}");
 }

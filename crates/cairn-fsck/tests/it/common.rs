@@ -106,7 +106,7 @@ pub fn to_file(bytes: &[u8]) -> tempfile::NamedTempFile {
 /// Runs fsck; returns (exit code, output).
 pub fn fsck(path: &Path, repair: bool) -> (i32, String) {
     let mut out = Vec::new();
-    let code = cairn_fsck::run(path, &cairn_fsck::Options { repair }, &mut out);
+    let code = cairn_fsck::run(path, &cairn_fsck::Options { repair, ..Default::default() }, &mut out);
     (code, String::from_utf8_lossy(&out).into_owned())
 }
 
@@ -188,4 +188,71 @@ pub fn unreplayed_image() -> Vec<u8> {
         fs.sync_fs().unwrap();
     }
     panic!("the image has no journal record left to replay");
+}
+
+/// Every file reachable from the root of a mounted image: path -> crc32c
+/// (chained) of its contents (directories and special files: of nothing; symlinks: of
+/// the target). Errors are counted, never fatal.
+pub fn tree_hashes(bytes: &[u8]) -> Result<(std::collections::BTreeMap<Vec<u8>, u32>, u32), String> {
+    use cairn_core::dev::{BlockDevice, MemDevice};
+    let dev: std::sync::Arc<dyn BlockDevice> = std::sync::Arc::new(MemDevice::from_bytes(bytes.to_vec()));
+    let opts = cairn_core::MountOptions { commit_interval: std::time::Duration::from_secs(3600), ..Default::default() };
+    let fs = cairn_core::Fs::mount(dev, opts).map_err(|e| e.to_string())?;
+    let (mut out, mut errors) = (std::collections::BTreeMap::new(), 0u32);
+    let mut queue = vec![(1u64, b"".to_vec())];
+    while let Some((dir, path)) = queue.pop() {
+        let mut ents = Vec::new();
+        if fs
+            .readdir(dir, 0, &mut |e| {
+                ents.push(e.clone());
+                true
+            })
+            .is_err()
+        {
+            errors += 1;
+            continue;
+        }
+        for e in ents {
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            let mut p = path.clone();
+            p.push(b'/');
+            p.extend_from_slice(&e.name);
+            let Ok(a) = fs.getattr(e.ino) else {
+                errors += 1;
+                continue;
+            };
+            let mut crc = 0u32;
+            match a.mode & cairn_format::inode::S_IFMT {
+                cairn_format::inode::S_IFDIR => queue.push((e.ino, p.clone())),
+                cairn_format::inode::S_IFREG => {
+                    // At most 64 MiB: a flipped size bit makes a huge
+                    // sparse file, which reads as zeros for ever.
+                    let mut off = 0;
+                    while off < a.size.min(64 << 20) {
+                        match fs.read(e.ino, off, 1 << 20) {
+                            Ok(d) if !d.is_empty() => {
+                                crc = cairn_format::checksum::crc(crc, &d);
+                                off += d.len() as u64;
+                            }
+                            Ok(_) => break,
+                            Err(_) => {
+                                errors += 1;
+                                break;
+                            }
+                        }
+                    }
+                }
+                cairn_format::inode::S_IFLNK => match fs.readlink(e.ino) {
+                    Ok(t) => crc = cairn_format::checksum::crc(0, &t),
+                    Err(_) => errors += 1,
+                },
+                _ => {}
+            }
+            out.insert(p, crc);
+        }
+    }
+    fs.unmount().map_err(|e| e.to_string())?;
+    Ok((out, errors))
 }

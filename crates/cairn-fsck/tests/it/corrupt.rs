@@ -460,6 +460,27 @@ fn value_block_also_claimed_as_file_data() {
 }
 
 #[test]
+fn an_inline_extent_outside_the_data_area_is_dropped_and_the_rest_kept() {
+    let (mut bytes, m) = populated_image();
+    let ino = m["f1"];
+    let total = sb_geo(&bytes).1.total_blocks;
+    let data: Vec<u8> = (0..40_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    edit_inode(&mut bytes, ino, |d| {
+        let DataArea::Extents(list) = &mut d.data else { panic!("f1 has inline extents") };
+        list.push(Extent { lblk: 100, len: 3, pblk: total + 5, ..list[0] });
+    });
+    expect(&bytes, &format!("inode {ino}: inline extent at logical block 100: blocks {}", total + 5), true);
+    let f = to_file(&bytes);
+    let (code, out) = fsck(f.path(), true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("dropped (the file reads zeros there)"), "{out}");
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(std::fs::read(f.path()).unwrap()));
+    let fs = mount(dev);
+    assert_eq!(fs.read(ino, 0, 40_000).unwrap(), data, "the valid extent is kept");
+    fs.unmount().unwrap();
+}
+
+#[test]
 fn damaged_extent_tree_is_rebuilt_from_what_can_be_read() {
     // frag's extent tree is one leaf: damaged, nothing of it can be read.
     // A repair gives the file an empty tree (it reads as a hole, its size

@@ -1,5 +1,6 @@
 //! fsck integration tests: images built by the engine, checked by fsck.
 
+mod backup_sb;
 mod clean;
 mod common;
 mod corrupt;

@@ -46,9 +46,13 @@ fn truncated_images() {
 }
 
 #[test]
-fn corrupt_superblock() {
+fn corrupt_superblock_and_every_copy() {
     let (mut bytes, _) = populated_image();
+    let (_, geo, _) = sb_geo(&bytes);
     bytes[50] ^= 1;
+    for g in geo.backup_groups() {
+        bytes[(geo.group_start(g) * u64::from(geo.block_size)) as usize + 50] ^= 1;
+    }
     expect(&bytes, 4, "superblock is corrupt: checksum mismatch");
 }
 

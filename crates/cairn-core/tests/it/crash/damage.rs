@@ -99,7 +99,7 @@ fn check_damaged(label: &str, r: &Recording, cfg: &Config, limit: usize) -> Dama
         let mut f = tempfile::NamedTempFile::new().unwrap();
         std::io::Write::write_all(&mut f, &before).unwrap();
         let mut out = Vec::new();
-        let code = cairn_fsck::run(f.path(), &cairn_fsck::Options { repair: true }, &mut out);
+        let code = cairn_fsck::run(f.path(), &cairn_fsck::Options { repair: true, ..Default::default() }, &mut out);
         let out = String::from_utf8_lossy(&out);
         assert!(code <= 1, "{what}: repair exit {code}:\n{out}");
         let mut out2 = Vec::new();
