@@ -127,6 +127,7 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
     // Nothing changes before the image's lock is ours: a mounted image (its
     // daemon holds the lock) must be refused before it is resized. A missing
     // file is created empty first; it cannot be in use.
+    let created = !is_blockdev && meta.is_none();
     if !is_blockdev {
         OpenOptions::new()
             .write(true)
@@ -135,6 +136,18 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
             .open(a.image)
             .map_err(|e| format!("cannot create {shown}: {e}"))?;
     }
+    // A file this command created goes again if formatting fails (a size
+    // the host file system cannot hold, a full host disk).
+    let result = format_locked(a, &mut opts, is_blockdev, size);
+    if result.is_err() && created {
+        let _ = std::fs::remove_file(a.image);
+    }
+    result
+}
+
+/// The part of [`run`] after the image exists: lock, size, format.
+fn format_locked(a: &MkfsArgs, opts: &mut MkfsOptions, is_blockdev: bool, size: Option<u64>) -> Result<(), String> {
+    let shown = a.image.display();
     let mut dev = FileDevice::open(a.image, false).map_err(|e| format!("cannot open {shown}: {e}"))?;
     dev.lock_exclusive().map_err(|_| format!("{shown} is in use (mounted or being checked); not formatting it"))?;
     if let (false, Some(s)) = (is_blockdev, size) {
@@ -154,7 +167,7 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
     );
     bar.set_message("formatting");
     let t0 = std::time::Instant::now();
-    let summary = format(&dev, &opts, &mut |done, total| {
+    let summary = format(&dev, opts, &mut |done, total| {
         if t0.elapsed().as_millis() > 300 || bar.length() != Some(0) {
             bar.set_length(total);
             bar.set_position(done);

@@ -53,6 +53,25 @@ fn mkfs_rejects_bad_sizes_without_creating_anything() {
     let o = run(&["mkfs", p(&img), "--size", "4K"]);
     assert_eq!(o.status.code(), Some(1), "a 4 KiB file system cannot exist");
     assert!(!img.exists(), "a failed mkfs left a file behind");
+    // Each bound is given, not the arithmetic that missed it.
+    let o = run(&["mkfs", p(&img), "--size", "1M"]);
+    assert!(
+        stderr(&o).contains("too small: with 4096-byte blocks and these options cairn needs at least 3.1 MiB"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["mkfs", p(&img), "--size", "1P"]);
+    assert!(stderr(&o).contains("too large: with 4096-byte blocks cairn formats at most 252.0 TiB"), "{}", stderr(&o));
+    assert!(!img.exists(), "a failed mkfs left a file behind");
+    // A size the host file system cannot hold (EFBIG on ext4, xfs, tmpfs
+    // alike past 8 EiB; 1 PiB of 64 KiB blocks is past most): the file made
+    // for it goes again.
+    let o = run(&["mkfs", p(&img), "--size", "1P", "--block-size", "65536", "--quiet"]);
+    if o.status.success() {
+        std::fs::remove_file(&img).unwrap();
+    } else {
+        assert!(!img.exists(), "mkfs that could not size its new file left it behind: {}", stderr(&o));
+    }
     let o = run(&["mkfs", p(&img)]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--size"), "{}", stderr(&o));

@@ -99,8 +99,64 @@ fn invalid(msg: String) -> FsError {
     FsError::Invalid(msg)
 }
 
-/// Computes the superblock for a device of `size` bytes.
+/// Computes the superblock for a device of `size` bytes. A size outside
+/// what these options can format is refused with the bound it missed: the
+/// smallest size that works, or the largest.
 pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
+    let err = match plan_exact(size, opts) {
+        Ok(sb) => return Ok(sb),
+        Err(e) => e,
+    };
+    // Every block size and option that formats anything formats 1 GiB.
+    const PIVOT: u64 = 1 << 30;
+    let bs = u64::from(opts.block_size);
+    let fits = |blocks: u64| plan_exact(blocks * bs, opts).is_ok();
+    if bs == 0 || !fits(PIVOT / bs) {
+        return Err(err);
+    }
+    // Bisect between a size that fails and one that formats.
+    let (mut fails, mut formats) = (size / bs, PIVOT / bs);
+    while fails.abs_diff(formats) > 1 {
+        let mid = fails.min(formats) + fails.abs_diff(formats) / 2;
+        if fits(mid) {
+            formats = mid;
+        } else {
+            fails = mid;
+        }
+    }
+    let bound = formats * bs;
+    Err(invalid(if size < PIVOT {
+        format!(
+            "too small: with {bs}-byte blocks and these options cairn needs at least {} ({bound} bytes)",
+            human_bytes(bound)
+        )
+    } else {
+        let hint = if bs < u64::from(MAX_BLOCK_SIZE) { "; larger blocks (--block-size) reach further" } else { "" };
+        format!(
+            "too large: with {bs}-byte blocks cairn formats at most {} ({bound} bytes), as the group \
+             descriptor table and the journal must fit the first group{hint}",
+            human_bytes(bound)
+        )
+    }))
+}
+
+/// `n` bytes in binary units, for messages.
+fn human_bytes(n: u64) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} bytes")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+fn plan_exact(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     let bs = opts.block_size;
     if !bs.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&bs) {
         return Err(invalid(format!("block size {bs} must be a power of two from 1024 to 65536")));
@@ -323,6 +379,20 @@ mod tests {
     fn the_default_journal_follows_mke2fs_past_32_gib() {
         let mib = |size: u64| (default_journal_blocks(size / 4096, 4096) * 4096) >> 20;
         assert_eq!([1, 16, 40, 120, 200].map(|g| mib(g * GIB)), [16, 128, 256, 512, 1024]);
+    }
+
+    #[test]
+    fn a_size_out_of_reach_is_refused_with_the_bound_it_missed() {
+        let opts = MkfsOptions::default();
+        let small = plan(1 << 20, &opts).unwrap_err().to_string();
+        assert!(small.contains("too small") && small.contains("3227648 bytes"), "{small}");
+        assert!(plan(3_227_648, &opts).is_ok() && plan(3_227_648 - 4096, &opts).is_err(), "the bound is exact");
+        let large = plan(1 << 50, &opts).unwrap_err().to_string();
+        assert!(large.contains("too large") && large.contains("277051162566656 bytes"), "{large}");
+        assert!(plan(277_051_162_566_656, &opts).is_ok() && plan(277_051_162_566_656 + 4096, &opts).is_err());
+        // Other errors are what they were.
+        let bad = plan(1 << 20, &MkfsOptions { block_size: 3000, ..opts.clone() }).unwrap_err().to_string();
+        assert!(bad.contains("power of two"), "{bad}");
     }
 
     #[test]

@@ -127,7 +127,12 @@ pub fn sb_geo(bytes: &[u8]) -> (Superblock, Geometry, u32) {
 
 /// A populated, cleanly unmounted image (bytes) and its inode numbers.
 pub fn populated_image() -> (Vec<u8>, HashMap<&'static str, u64>) {
-    let dev = new_image(48, &small_groups());
+    populated_image_of(48, &small_groups())
+}
+
+/// A populated, cleanly unmounted image of `mib` MiB made with `opts`.
+pub fn populated_image_of(mib: u64, opts: &MkfsOptions) -> (Vec<u8>, HashMap<&'static str, u64>) {
+    let dev = new_image(mib, opts);
     let fs = mount(dev.clone());
     let m = populate(&fs);
     fs.unmount().unwrap();
