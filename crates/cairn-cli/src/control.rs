@@ -65,6 +65,18 @@ pub fn stats_document(fs: &Fs, fuse: &Metrics, image: &Path, mountpoint: &Path) 
     })
 }
 
+/// How long the daemon waits for a request before it takes silence for a
+/// stats request.
+const REQUEST_WAIT: Duration = Duration::from_millis(200);
+
+/// The request on `conn`: what the client sent before closing its side.
+fn read_request(conn: &mut UnixStream) -> String {
+    let _ = conn.set_read_timeout(Some(REQUEST_WAIT));
+    let mut req = Vec::new();
+    let _ = conn.take(64).read_to_end(&mut req);
+    String::from_utf8_lossy(&req).trim().to_string()
+}
+
 /// A listening control socket; the file is removed on drop.
 pub struct ControlSocket {
     path: PathBuf,
@@ -91,7 +103,17 @@ pub fn serve(fs: Arc<Fs>, fuse: Arc<Metrics>, image: PathBuf, mountpoint: PathBu
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
             let _ = conn.set_write_timeout(Some(Duration::from_secs(5)));
-            let doc = stats_document(&fs, &fuse, &image, &mountpoint);
+            let doc = match read_request(&mut conn).as_str() {
+                "make-writable" => match fs.make_writable() {
+                    Ok(()) => json!({ "ok": true }),
+                    Err(e) => {
+                        tracing::error!(error = %e, "remount read-write failed");
+                        json!({ "error": e.to_string() })
+                    }
+                },
+                "" => stats_document(&fs, &fuse, &image, &mountpoint),
+                other => json!({ "error": format!("unknown request {other:?}") }),
+            };
             let _ = conn.write_all(doc.to_string().as_bytes());
         }
     })?;
@@ -100,6 +122,11 @@ pub fn serve(fs: Arc<Fs>, fuse: Arc<Metrics>, image: PathBuf, mountpoint: PathBu
 
 /// Reads the stats document of the daemon serving `canonical_mountpoint`.
 pub fn fetch(canonical_mountpoint: &Path) -> Result<Value, String> {
+    ask(canonical_mountpoint, "")
+}
+
+/// Sends `request` to the daemon serving `canonical_mountpoint` and reads its answer.
+pub fn ask(canonical_mountpoint: &Path, request: &str) -> Result<Value, String> {
     let path = socket_path(canonical_mountpoint);
     let mut s = UnixStream::connect(&path).map_err(|e| {
         format!(
@@ -108,7 +135,11 @@ pub fn fetch(canonical_mountpoint: &Path) -> Result<Value, String> {
             path.display()
         )
     })?;
-    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    s.write_all(request.as_bytes())
+        .and_then(|()| s.shutdown(std::net::Shutdown::Write))
+        .map_err(|e| format!("writing to {}: {e}", path.display()))?;
+    // Turning read-write commits (and finishes the orphan list): allow it time.
+    let _ = s.set_read_timeout(Some(Duration::from_secs(if request.is_empty() { 10 } else { 120 })));
     let mut buf = String::new();
     s.read_to_string(&mut buf).map_err(|e| format!("reading from {}: {e}", path.display()))?;
     serde_json::from_str(&buf).map_err(|e| format!("bad answer from the daemon: {e}"))

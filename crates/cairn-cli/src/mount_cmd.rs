@@ -215,7 +215,8 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
         None
     };
     let dirty_limit = dirty_limit_bytes(&settings, &fs);
-    if settings.adapter.writeback_cache && !settings.engine.read_only {
+    // A read-only mount too: it may turn read-write (`remount,rw`).
+    if settings.adapter.writeback_cache {
         settings.adapter.space_reserve = SPACE_RESERVE_DIRTY_LIMITS * dirty_limit;
     }
     let metrics = Arc::new(cairn_fuse::Metrics::new());
@@ -260,7 +261,7 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
         }
     }
     if settings.engine.read_only && whoami::is_root() {
-        if let Err(e) = crate::remount_cmd::guard_read_only(mp.clone()) {
+        if let Err(e) = crate::remount_cmd::guard_read_only(mp.clone(), fs.clone()) {
             tracing::warn!(error = %e, "cannot watch the mount table: a bare remount,rw would go unnoticed");
         }
     }

@@ -12,17 +12,18 @@
 //!   the journal through an fsync of the mount's root (FUSE_FSYNCDIR: a
 //!   full commit), so what was written is durable when it returns, on a
 //!   plain `fuse` connection too.
-//! * **rw** clears the flag, which is honest only if the daemon can write:
-//!   a daemon started with `-o ro` opened its image read-only and never
-//!   replayed the journal into it, and one that turned read-only after an
-//!   error (`errors=remount-ro`) must not write again. This command asks
-//!   the daemon (its control socket's `read_only`) and refuses with exit 1
-//!   and an explanation, instead of a mount that says `rw` and answers
+//! * **rw** clears the flag, which is honest only if the daemon can write.
+//!   A daemon started with `-o ro` is asked to turn read-write first (its
+//!   control socket's `make-writable`: it reopens the image for writing and
+//!   starts its journal, `cairn_core::ro_recovery`); one that cannot (the
+//!   image is not writable) or must not (it turned read-only after an
+//!   error, `errors=remount-ro`) says why, and this command refuses with
+//!   exit 1 and that reason, instead of a mount that says `rw` and answers
 //!   EROFS. A bare `mount(2)` that bypasses this command (mount(8) on a
 //!   fuseblk mount without the `mount.fuseblk.cairn` helper) still flips the
-//!   kernel's flag, and returns 0: a daemon started with `-o ro` watches
-//!   the mount table ([`guard_read_only`]) and sets the flag back at once,
-//!   with an error in its log.
+//!   kernel's flag, and returns 0: a daemon that is read-only watches the
+//!   mount table ([`guard_read_only`]) and sets the flag back at once, with
+//!   an error in its log, until it turns read-write.
 //! * The per-mount flags (`nosuid`, `nodev`, `noexec`, the atime mode,
 //!   `sync`, `dirsync`, `lazytime`) are taken from the mount table and
 //!   changed as the options say; cairn's own options (`commit=`,
@@ -173,12 +174,14 @@ pub fn run<S: AsRef<str>>(mountpoint: &Path, options: &[S]) -> Result<(), String
     if !ro {
         let doc = crate::control::fetch(&mp)?;
         if doc["read_only"].as_bool() != Some(false) {
-            return Err(format!(
-                "cannot remount {} read-write: its cairn daemon is read-only (mounted with -o ro, which opens the \
-                 image read-only and leaves the journal unreplayed, or turned read-only after an error); unmount it \
-                 and mount it again without ro (after `cairn fsck` if there was an error)",
-                mp.display()
-            ));
+            let answer = crate::control::ask(&mp, "make-writable")?;
+            if let Some(why) = answer["error"].as_str() {
+                return Err(format!(
+                    "cannot remount {} read-write: its cairn daemon stays read-only: {why} (an image that cannot be \
+                     opened for writing, or an error since the mount: unmount it, `cairn fsck` it, and mount it again)",
+                    mp.display()
+                ));
+            }
         }
     }
     if !plan.kept.is_empty() {
@@ -211,15 +214,20 @@ pub fn run<S: AsRef<str>>(mountpoint: &Path, options: &[S]) -> Result<(), String
 }
 
 /// Remounts `mp` read-only again whenever the mount table shows it
-/// read-write (a daemon that opened its image read-only cannot honour
-/// `rw`), for as long as it is mounted. The kernel wakes pollers of
+/// read-write while `fs` is read-only (a daemon that opened its image
+/// read-only cannot honour `rw` until it turns read-write), for as long as
+/// it is mounted and `fs` stays read-only. The kernel wakes pollers of
 /// `/proc/self/mountinfo` (POLLPRI) at every change of the mount table.
-pub fn guard_read_only(mp: std::path::PathBuf) -> std::io::Result<()> {
+pub fn guard_read_only(mp: std::path::PathBuf, fs: std::sync::Arc<cairn_core::Fs>) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let table = std::fs::File::open("/proc/self/mountinfo")?;
     std::thread::Builder::new().name("cairn-ro-guard".into()).spawn(move || loop {
         let Ok((_, current)) = mount_entry(&mp) else { return };
         if current.split(',').any(|o| o == "rw") {
+            if !fs.is_read_only() {
+                // Turned read-write (`make-writable`, then this remount).
+                return;
+            }
             let flags = plan(&current, &["ro"]).map(|p| p.flags).unwrap_or(libc::MS_REMOUNT | libc::MS_RDONLY);
             let r = CString::new(mp.as_os_str().as_bytes()).map(|target| {
                 // SAFETY: as in `run`.

@@ -28,6 +28,11 @@ pub trait BlockDevice: Send + Sync {
     fn zero_range(&self, _off: u64, _len: u64) -> io::Result<bool> {
         Ok(false)
     }
+    /// Makes a device opened read-only writable (a read-only mount turned
+    /// read-write); a device that is writable already says so.
+    fn make_writable(&self) -> io::Result<()> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "this device cannot be made writable"))
+    }
 }
 
 /// An image file or block device.
@@ -36,6 +41,11 @@ pub struct FileDevice {
     size: u64,
     /// A regular file (holes can be punched), not a block device.
     regular: bool,
+    /// Opened for writing (or made writable since).
+    writable: std::sync::atomic::AtomicBool,
+    /// The read-only open file description `file`'s descriptor named before
+    /// [`BlockDevice::make_writable`]: it holds the image's lock.
+    held: Mutex<Option<std::os::fd::OwnedFd>>,
 }
 
 impl FileDevice {
@@ -51,7 +61,13 @@ impl FileDevice {
             let mut f = &file;
             f.seek(io::SeekFrom::End(0))?
         };
-        Ok(FileDevice { file, size, regular: meta.file_type().is_file() })
+        Ok(FileDevice {
+            file,
+            size,
+            regular: meta.file_type().is_file(),
+            writable: (!read_only).into(),
+            held: Mutex::new(None),
+        })
     }
 
     /// Takes an exclusive advisory lock so that a second mount (or a
@@ -97,6 +113,37 @@ impl BlockDevice for FileDevice {
     }
     fn size(&self) -> u64 {
         self.size
+    }
+    /// Reopens the image for writing (through `/proc/self/fd`, so the same
+    /// file even if its path changed) and puts the new open file description
+    /// under the same descriptor number with `dup2`, which reads and writes
+    /// in flight on other threads see as one atomic switch. The old
+    /// description stays open: the image's `flock` belongs to it.
+    fn make_writable(&self) -> io::Result<()> {
+        use std::os::fd::{AsFd, IntoRawFd};
+        use std::sync::atomic::Ordering;
+        let mut held = self.held.lock();
+        if self.writable.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let fd = self.file.as_raw_fd();
+        let rw = OpenOptions::new().read(true).write(true).open(format!("/proc/self/fd/{fd}"))?;
+        let keep = self.file.as_fd().try_clone_to_owned()?;
+        let rw_fd = rw.into_raw_fd();
+        // SAFETY: both descriptors are open and ours; dup2 replaces what
+        // `fd` names (kept alive by `keep`), and the spare one is closed.
+        #[allow(unsafe_code)]
+        let r = unsafe {
+            let r = libc::dup2(rw_fd, fd);
+            libc::close(rw_fd);
+            r
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        *held = Some(keep);
+        self.writable.store(true, Ordering::Release);
+        Ok(())
     }
     fn zero_range(&self, off: u64, len: u64) -> io::Result<bool> {
         if !self.regular || len == 0 {
@@ -173,6 +220,9 @@ impl BlockDevice for MemDevice {
     }
     fn size(&self) -> u64 {
         self.data.lock().len() as u64
+    }
+    fn make_writable(&self) -> io::Result<()> {
+        Ok(())
     }
     fn zero_range(&self, off: u64, len: u64) -> io::Result<bool> {
         let mut d = self.data.lock();

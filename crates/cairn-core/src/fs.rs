@@ -164,9 +164,12 @@ pub struct Fs {
     pub(crate) txm: TxManager,
     pub(crate) icache: InodeCache,
     pub(crate) dcache: DentryCache,
-    sb: Mutex<Superblock>,
+    pub(crate) sb: Mutex<Superblock>,
     pub(crate) orphan_root: Mutex<u64>,
     opts: MountOptions,
+    /// Changes are refused: `opts.read_only` until [`Fs::make_writable`]
+    /// (`ro_recovery`) clears it.
+    pub(crate) read_only: AtomicBool,
     unmounted: AtomicBool,
     /// Set when unmount finished: later requests fail with `Shutdown`.
     closed: AtomicBool,
@@ -180,6 +183,8 @@ pub struct Fs {
     pub(crate) ow: Overwrite,
     /// Serialises renames between directories (see `rename`).
     pub(crate) rename_lock: Mutex<()>,
+    /// Serialises [`Fs::make_writable`].
+    pub(crate) remount_lock: Mutex<()>,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -282,6 +287,7 @@ impl Fs {
             orphan_root: Mutex::new(sb.orphan_root),
             sb: Mutex::new(sb),
             opts: opts.clone(),
+            read_only: AtomicBool::new(opts.read_only),
             unmounted: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             generation: AtomicU32::new(rand::random()),
@@ -290,18 +296,28 @@ impl Fs {
             io_locks: (0..IO_LOCKS).map(|_| RwLock::new(())).collect(),
             ow: Overwrite::new(opts.overwrite_fastpath),
             rename_lock: Mutex::new(()),
+            remount_lock: Mutex::new(()),
         });
         if !fs.opts.read_only {
-            fs.change(credits::DEFAULT, |tx| fs.write_sb_buffer(tx))?;
-            fs.process_orphans(false)?;
-            fs.commit()?;
-            Backend::start(&fs, fs.opts.commit_interval, fs.opts.backend_nice)?;
-            fs.meta.xattrs.cache.start()?;
-            if fs.reaper.deferred {
-                Reaper::start(&fs)?;
-            }
+            fs.start_writing()?;
         }
         Ok(fs)
+    }
+
+    /// What a read-write mount does once the engine is up (and a read-only
+    /// one when it becomes writable): records the mount in the superblock,
+    /// finishes the orphan list, commits, and starts the backend, the
+    /// mbcache's reclaim and the reaper.
+    pub(crate) fn start_writing(self: &Arc<Self>) -> Result<()> {
+        self.change(credits::DEFAULT, |tx| self.write_sb_buffer(tx))?;
+        self.process_orphans(false)?;
+        self.commit()?;
+        Backend::start(self, self.opts.commit_interval, self.opts.backend_nice)?;
+        self.meta.xattrs.cache.start()?;
+        if self.reaper.deferred {
+            Reaper::start(self)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn backend(&self) -> &Backend {
@@ -323,7 +339,7 @@ impl Fs {
     }
 
     fn unmount_commit(&self) -> Result<()> {
-        if self.opts.read_only || self.txm.latch.check_writable().is_err() {
+        if self.read_only.load(Ordering::Acquire) || self.txm.latch.check_writable().is_err() {
             return Ok(());
         }
         self.reap_queued();
@@ -378,7 +394,7 @@ impl Fs {
 
     pub(crate) fn writable(&self) -> Result<()> {
         self.alive()?;
-        if self.opts.read_only {
+        if self.read_only.load(Ordering::Acquire) {
             return Err(FsError::Errno(libc::EROFS));
         }
         self.txm.latch.check_writable()
@@ -453,7 +469,7 @@ impl Fs {
 
     /// Whether changes are refused (read-only mount or aborted journal).
     pub fn is_read_only(&self) -> bool {
-        self.opts.read_only || self.txm.latch.aborted()
+        self.read_only.load(Ordering::Acquire) || self.txm.latch.aborted()
     }
 
     // ---------------------------------------------------------- public API
@@ -688,7 +704,7 @@ impl Fs {
     /// (say, after fast-path overwrites) only flushes the device: its dirty
     /// times wait for the next commit, as fdatasync(2) allows.
     pub fn fsync(&self, ino: u64, datasync: bool) -> Result<()> {
-        if datasync && !self.opts.read_only {
+        if datasync && !self.read_only.load(Ordering::Acquire) {
             self.alive()?;
             self.txm.latch.check_commit()?;
             let stored = self.read_op(|| Ok(self.iget(ino)?.read().stored_seq.load(Ordering::Acquire)))?;
@@ -703,7 +719,7 @@ impl Fs {
     /// Commits everything (syncfs / sync).
     pub fn sync_fs(&self) -> Result<()> {
         self.alive()?;
-        if self.opts.read_only {
+        if self.read_only.load(Ordering::Acquire) {
             return Ok(());
         }
         // After an abort, changes made since the last commit are lost: say so.
@@ -818,7 +834,7 @@ impl Drop for Fs {
     fn drop(&mut self) {
         self.meta.xattrs.cache.stop();
         self.reaper.stop();
-        if !self.unmounted.load(Ordering::Acquire) && !self.opts.read_only {
+        if !self.unmounted.load(Ordering::Acquire) && !self.read_only.load(Ordering::Acquire) {
             tracing::warn!("file system dropped without unmount; the journal holds its last changes");
         }
     }

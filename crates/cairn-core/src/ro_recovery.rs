@@ -13,13 +13,25 @@
 //! refused with the reason, as before. The superblock is left as the crash
 //! left it (not marked clean), and the orphan list is kept for the next
 //! read-write mount.
+//!
+//! ## Becoming writable (`mount -o remount,rw`)
+//! A read-only mount replayed what it had to, so its journal is empty; it
+//! kept in memory the restart point a read-write mount would have written
+//! (`Journal::open`). [`Fs::make_writable`] reopens the device for writing
+//! (`BlockDevice::make_writable`), writes that restart point to the journal
+//! superblock before anything else, and then does what a read-write mount
+//! does after it has loaded: marks the superblock mounted, finishes the
+//! orphan list, commits, starts the backend. Until it returns, every change
+//! is refused with EROFS, as before; an engine that latched an error stays
+//! read-only.
 
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
 use crate::fs::Fs;
 use crate::journal::Journal;
-use cairn_format::superblock::Superblock;
+use cairn_format::superblock::{Superblock, STATE_CLEAN};
 use cairn_format::FormatError;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 fn superblock(dev: &dyn BlockDevice) -> Result<(Superblock, u32)> {
@@ -56,5 +68,29 @@ impl Fs {
         let (sb, seed) = superblock(dev.as_ref())?;
         let (_journal, report) = Journal::open(dev, &sb, seed, true)?;
         Ok(report.records)
+    }
+
+    /// Turns a read-only mount read-write (see the module essay). Fails,
+    /// and stays read-only, when the device cannot be opened for writing or
+    /// the engine has latched an error. An image marked as having errors
+    /// becomes writable with the warning a read-write mount of it gives.
+    pub fn make_writable(self: &Arc<Self>) -> Result<()> {
+        let _one = self.remount_lock.lock();
+        if !self.read_only.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.alive()?;
+        self.txm.latch.check_writable()?;
+        self.meta.dev.make_writable()?;
+        self.txm.log.begin_writing()?;
+        {
+            let mut sb = self.sb.lock();
+            sb.state &= !STATE_CLEAN;
+            sb.mount_count = sb.mount_count.wrapping_add(1);
+            sb.last_mount_time = crate::types::now().sec as u64;
+        }
+        self.read_only.store(false, Ordering::Release);
+        tracing::info!("read-only mount turned read-write");
+        self.start_writing()
     }
 }

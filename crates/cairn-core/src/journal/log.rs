@@ -114,6 +114,9 @@ pub struct Journal {
     /// Committed images whose home writes are deferred.
     pub ail: Arc<Ail>,
     pub stats: JournalStats,
+    /// A read-only mount's restart point, in memory only: written to the
+    /// journal superblock by [`Journal::begin_writing`] before any record.
+    pub(super) unwritten_restart: Mutex<Option<LogPos>>,
 }
 
 impl Journal {
@@ -137,7 +140,21 @@ impl Journal {
             compressor: Mutex::new(None),
             ail: Arc::new(Ail::new(u64::MAX, true)),
             stats: JournalStats::default(),
+            unwritten_restart: Mutex::new(None),
         }
+    }
+
+    /// Before the first record of a mount that began read-only: the
+    /// journal superblock moves to the restart point that mount kept in
+    /// memory (past every sequence number on the ring), durably.
+    pub fn begin_writing(&self) -> Result<()> {
+        let mut pending = self.unwritten_restart.lock();
+        if let Some(restart) = *pending {
+            self.write_jsb(restart)?;
+            self.flush()?;
+            *pending = None;
+        }
+        Ok(())
     }
 
     /// Forgets every position and starts an empty log at `pos` (after

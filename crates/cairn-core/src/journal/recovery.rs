@@ -107,6 +107,13 @@ impl Journal {
         }
         let mut report = ReplayReport::default();
         if !replay {
+            // Read-only: the log is empty. The restart point a writable
+            // mount would write is taken in memory only, so that the
+            // journal stands where it would, should the mount become
+            // writable (`begin_writing`).
+            let restart = LogPos { seq: restart_seq(&region, end), off: end.off };
+            j.restart_at(restart);
+            *j.unwritten_restart.lock() = Some(restart);
             return Ok((j, report));
         }
         // Second pass: in log order, each patch over the home block as the

@@ -15,6 +15,7 @@ mod latch;
 mod model;
 mod overwrite;
 mod pressure;
+mod read_only;
 mod reaper;
 mod small_files;
 mod xattr_big;
