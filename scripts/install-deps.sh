@@ -133,6 +133,28 @@ else
     have_fsx || { log "fsx did not install"; exit 1; }
 fi
 
+# --- nightly Rust and cargo-fuzz, for the fuzz suite only (tests/external/fuzz.sh): libFuzzer
+# needs nightly's sanitizer flags; the product builds on stable.
+if command -v rustup >/dev/null; then
+    if rustup run nightly rustc --version >/dev/null 2>&1; then
+        log "nightly Rust: present ($(rustup run nightly rustc --version))"
+    else
+        log "rustup toolchain install nightly --profile minimal (for cargo-fuzz)"
+        rustup toolchain install nightly --profile minimal
+    fi
+else
+    log "no rustup: the fuzz suite cannot get nightly Rust and will fail"
+fi
+if cargo fuzz --version >/dev/null 2>&1; then
+    log "cargo-fuzz: present ($(cargo fuzz --version))"
+else
+    log "cargo install cargo-fuzz --locked (about 2 minutes)"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && CARGO_TARGET_DIR="$tmp/target" cargo install cargo-fuzz --locked --quiet)
+    rm -rf "$tmp"
+    cargo fuzz --version >/dev/null 2>&1 || { log "cargo-fuzz did not install"; exit 1; }
+fi
+
 # --- the user and group pjdfstest switches to (its config names nobody/nogroup and tests/tests)
 if ! getent group tests >/dev/null && ! getent passwd tests >/dev/null; then
     log "creating user and group 'tests' (for pjdfstest)"

@@ -32,6 +32,8 @@
 #              sizes, one run per cell; fails if any cell fails; report in the log dir)
 #   mballoc    bench/mballoc --quick --no-ext4 (seed 002's experiment on a fragmented 1 TiB image:
 #              dd through a mount and the engine with mb_optimize_scan=0 and 1, useless loops)
+#   fuzz       tests/external/fuzz.sh --ci (libFuzzer, nightly Rust: every on-disk decoder, a
+#              mount of a damaged image and fsck of one, 15 s each from fuzz/corpus)
 # Every external suite ends with an unmount, a wait for the daemon to exit and a clean
 # `cairn fsck`. Must run as root (mounts, loop devices, pjdfstest's user switching).
 #
@@ -43,7 +45,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
 
-ALL=(lint build unit pjdfstest stress-ng survival fsx sigkill pressure xfstests bench mballoc)
+ALL=(lint build unit pjdfstest stress-ng survival fsx sigkill pressure xfstests bench mballoc fuzz)
 only=""
 skip=""
 quick=0
@@ -146,6 +148,7 @@ run_suite pressure 10 bash tests/external/pressure.sh
 run_suite xfstests 20 bash tests/external/xfstests.sh --ci
 run_suite bench 20 "$CAIRN" bench --quick --out "$LOGS/bench-report"
 run_suite mballoc 5 python3 "$ROOT/bench/mballoc" --quick --no-ext4 --cairn "$CAIRN" --out "$LOGS/mballoc-report"
+run_suite fuzz 20 bash tests/external/fuzz.sh --ci
 
 # Anything left mounted by a suite that was killed by its timeout?
 leftover=$(findmnt -rn -o TARGET | grep '^/tmp/cairn-test\.' || true)
@@ -167,7 +170,7 @@ for s in "${ALL[@]}"; do
     esac
 done
 # The suites' own one-line results, for the record.
-grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on |sigkill: |pressure: |xfstests on |crash harness: .* from )' "$LOGS"/*.log 2>/dev/null || true
+grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on |sigkill: |pressure: |xfstests on |fuzz: |crash harness: .* from )' "$LOGS"/*.log 2>/dev/null || true
 line="suites: $passed passed, $failed failed"
 [[ $skipped -gt 0 ]] && line="$line, $skipped skipped"
 echo "$line" >"$LOGS/summary.txt"
