@@ -106,8 +106,15 @@ enum Cmd {
     Fsck {
         image: PathBuf,
         /// Repair what can be repaired.
-        #[arg(long, short = 'y')]
+        #[arg(long, short = 'y', conflicts_with = "no_changes")]
         repair: bool,
+        /// Preen, as fsck(8) -p/-a: fix only what is safe without asking (summary counters,
+        /// bitmaps, backup superblocks); anything else changes nothing and exits 4.
+        #[arg(long, short = 'p', visible_short_alias = 'a', conflicts_with_all = ["repair", "no_changes"])]
+        preen: bool,
+        /// Check only, open the image read-only (the default; as fsck(8) -n).
+        #[arg(short = 'n')]
+        no_changes: bool,
         /// Read the superblock from the backup copy at block N (of the image's block size;
         /// `cairn stats IMAGE` lists them) instead of block 0. Without it, fsck falls back to
         /// the first backup that verifies when the primary does not.
@@ -219,10 +226,11 @@ fn main() -> ExitCode {
                 Err(m) => fail("umount", &m),
             }
         }
-        Cmd::Fsck { image, repair, backup_superblock } => {
+        Cmd::Fsck { image, repair, preen, no_changes: _, backup_superblock } => {
             init_logging("warn");
             let mut out = std::io::stdout();
-            let code = cairn_fsck::run(&image, &cairn_fsck::Options { repair, backup_superblock }, &mut out);
+            let opts = cairn_fsck::Options { repair, backup_superblock, preen };
+            let code = cairn_fsck::run(&image, &opts, &mut out);
             ExitCode::from(u8::try_from(code).unwrap_or(8))
         }
         Cmd::Bench { args } => match bench_cmd(&args) {

@@ -69,6 +69,11 @@ pub struct Options {
     /// Read the superblock from the backup copy at this block (`-b`, as
     /// e2fsck's) instead of block 0; any block size.
     pub backup_superblock: Option<u64>,
+    /// Preen (`-p`, fsck(8)'s automatic mode): repair only when every
+    /// problem a check finds is one preen may fix
+    /// ([`Problem::preen_safe`]); otherwise change nothing, and the report
+    /// has `preen_refused` set (exit 4).
+    pub preen: bool,
 }
 
 /// Why a check could not be carried out (or could not get past the superblock).
@@ -126,7 +131,7 @@ impl FsckError {
 /// `verified_after_repair` set if the last check found the image clean, and
 /// otherwise lists the remaining problems too (marked not fixed).
 pub fn check(path: &Path, opts: &Options) -> Result<Report, FsckError> {
-    check_image(&ImageFile::open(path, opts.repair)?, opts)
+    check_image(&ImageFile::open(path, opts.repair || opts.preen)?, opts)
 }
 
 /// Checks (and with `opts.repair`, repairs) the image that `source` holds:
@@ -135,8 +140,18 @@ pub fn check(path: &Path, opts: &Options) -> Result<Report, FsckError> {
 /// asking it of a read-only one fails with a permission error and reads
 /// nothing. Otherwise exactly as [`check`].
 pub fn check_image(source: &dyn ImageSource, opts: &Options) -> Result<Report, FsckError> {
-    if opts.repair && !source.writable() {
+    if (opts.repair || opts.preen) && !source.writable() {
         return Err(FsckError::Io(image::read_only()));
+    }
+    if opts.preen && !opts.repair {
+        let first = check_once(source, false, opts.backup_superblock)?;
+        if first.is_clean() {
+            return Ok(first);
+        }
+        if !first.preen_may_fix() {
+            return Ok(Report { preen_refused: true, ..first });
+        }
+        return check_image(source, &Options { repair: true, ..opts.clone() });
     }
     let mut report = check_once(source, opts.repair, opts.backup_superblock)?;
     if opts.repair && (report.fixed() > 0 || report.blocks_written > 0) {
@@ -305,7 +320,7 @@ pub fn run(path: &Path, opts: &Options, out: &mut dyn Write) -> i32 {
 pub fn exit_code(report: &Report, opts: &Options) -> i32 {
     if report.is_clean() {
         0
-    } else if opts.repair && report.errors_left() == 0 && report.verified_after_repair {
+    } else if (opts.repair || opts.preen) && report.errors_left() == 0 && report.verified_after_repair {
         1
     } else {
         4
@@ -331,9 +346,16 @@ fn write_report(r: &Report, path: &str, opts: &Options, out: &mut dyn Write) -> 
     }
     let verdict = if r.is_clean() {
         "clean".to_string()
-    } else if opts.repair && r.errors_left() == 0 && r.verified_after_repair {
+    } else if r.preen_refused {
+        let n = r.problems.iter().filter(|p| !p.preen_safe).count() as u64 + r.problems_dropped;
+        format!(
+            "UNEXPECTED INCONSISTENCY: {} problem(s) preen may not fix; nothing was changed: RUN `cairn fsck --repair` \
+             MANUALLY",
+            num(n)
+        )
+    } else if (opts.repair || opts.preen) && r.errors_left() == 0 && r.verified_after_repair {
         format!("{} error(s) corrected; the file system is now clean", num(r.fixed()))
-    } else if opts.repair {
+    } else if opts.repair || opts.preen {
         format!("{} error(s) corrected, {} left uncorrected", num(r.fixed()), num(r.errors_left()))
     } else {
         format!("{} error(s) found, not corrected (run with --repair)", num(r.errors_left()))

@@ -69,6 +69,9 @@ pub struct Problem {
     pub message: String,
     /// A repair corrected it.
     pub fixed: bool,
+    /// `-p` (preen) may fix it without asking: a summary counter, a bitmap
+    /// bit (pass 5), a backup superblock copy; nothing a file depends on.
+    pub preen_safe: bool,
 }
 
 /// Everything a check found, and summary figures of the image.
@@ -113,6 +116,8 @@ pub struct Report {
     /// Set when the repair wrote changes and a second, read-only check then
     /// found the image clean.
     pub verified_after_repair: bool,
+    /// Preen (`-p`) found a problem it may not fix and changed nothing.
+    pub preen_refused: bool,
 }
 
 impl Report {
@@ -127,7 +132,22 @@ impl Report {
             self.problems_dropped += 1;
             return;
         }
-        self.problems.push(Problem { pass, message, fixed });
+        let preen_safe = pass == Pass::Bitmaps;
+        self.problems.push(Problem { pass, message, fixed, preen_safe });
+    }
+
+    /// Records a problem that preen may fix (see [`Problem::preen_safe`])
+    /// outside pass 5.
+    pub fn push_preen_safe(&mut self, pass: Pass, message: String, fixed: bool) {
+        self.push(pass, message, fixed);
+        if let Some(p) = self.problems.last_mut().filter(|_| self.problems_dropped == 0) {
+            p.preen_safe = true;
+        }
+    }
+
+    /// True if every problem found may be fixed by preen (`-p`).
+    pub fn preen_may_fix(&self) -> bool {
+        self.problems_dropped == 0 && self.problems.iter().all(|p| p.preen_safe)
     }
 
     /// Records a note.

@@ -252,7 +252,11 @@ pub fn check_backups(
         };
         if let Some(p) = problem {
             let fix = if repair { "; rewritten from the primary" } else { "" };
-            report.push(Pass::Superblock, format!("the backup superblock in group {g} (block {blk}) {p}{fix}"), repair);
+            report.push_preen_safe(
+                Pass::Superblock,
+                format!("the backup superblock in group {g} (block {blk}) {p}{fix}"),
+                repair,
+            );
             dirty |= repair;
         }
     }

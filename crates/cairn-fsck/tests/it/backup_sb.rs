@@ -8,7 +8,7 @@ use cairn_format::superblock::Superblock;
 /// Runs fsck with `-b block`.
 fn fsck_b(path: &std::path::Path, repair: bool, block: u64) -> (i32, String) {
     let mut out = Vec::new();
-    let opts = cairn_fsck::Options { repair, backup_superblock: Some(block) };
+    let opts = cairn_fsck::Options { repair, backup_superblock: Some(block), ..Default::default() };
     let code = cairn_fsck::run(path, &opts, &mut out);
     (code, String::from_utf8_lossy(&out).into_owned())
 }

@@ -7,3 +7,4 @@ mod corrupt;
 mod damaged_log;
 mod fuzz;
 mod operational;
+mod preen;
