@@ -145,8 +145,16 @@ enum Cmd {
 fn init_logging(verbose_default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(verbose_default));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    // Colour only on a terminal (a `--log FILE` or a pipe gets plain text),
+    // and never under NO_COLOR.
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(ansi)
+        .try_init();
 }
 
 /// `cairn bench`: runs `bench/run` from the source tree this binary was built

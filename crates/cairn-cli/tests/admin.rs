@@ -162,3 +162,22 @@ fn mkfs_size_on_a_block_device_takes_only_that_much() {
     assert!(f.status.success(), "fsck: {}{}", stdout(&f), stderr(&f));
     assert!(stdout(&f).contains("blocks used of 131,072"), "a 512 MiB file system: {}", stdout(&f));
 }
+
+#[test]
+fn the_log_file_is_plain_text_and_a_clean_unmount_logs_no_warning() {
+    if !can_mount() {
+        return;
+    }
+    let logdir = tempfile::tempdir().unwrap();
+    let log = logdir.path().join("cairn.log");
+    for transport in [&["--log", p(&log)][..], &["--log", p(&log), "-o", "nofuseblk"][..]] {
+        let (dir, _g, pid) = fresh_mount_with("l.img", "64M", transport);
+        let mp = dir.path().join("mnt");
+        std::fs::write(mp.join("f"), b"x").unwrap();
+        unmount(&mp, pid);
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("unmounted; image is clean"), "{text}");
+    assert!(!text.contains('\u{1b}'), "ANSI escapes in the log file:\n{text}");
+    assert!(!text.contains("WARN"), "a warning in the log of two clean mounts:\n{text}");
+}

@@ -90,6 +90,12 @@ impl MountImpl {
             return Ok(());
         }
         if let Err(err) = crate::mnt::libc_umount(&self.mountpoint) {
+            // cairn patch: EINVAL means the mount point is no longer a mount
+            // (`umount` by the user raced the poll above): it is unmounted,
+            // which is what was asked, not an error worth a warning.
+            if err == nix::errno::Errno::EINVAL {
+                return Ok(());
+            }
             if err == nix::errno::Errno::EPERM {
                 // Linux always returns EPERM for non-root users.  We have to let the
                 // library go through the setuid-root "fusermount -u" to unmount.
