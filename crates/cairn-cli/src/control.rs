@@ -56,11 +56,18 @@ pub fn stats_document(fs: &Fs, fuse: &Metrics, image: &Path, mountpoint: &Path) 
     for (k, v) in fs.stats().into_iter().chain(fuse.counters()) {
         counters.insert(k, json!(v));
     }
+    let statfs = fs.statfs().ok().map(|s| {
+        json!({
+            "block_size": s.block_size, "blocks": s.blocks, "blocks_free": s.blocks_free,
+            "blocks_avail": s.blocks_avail, "files": s.files, "files_free": s.files_free,
+        })
+    });
     json!({
         "image": image.display().to_string(),
         "mountpoint": mountpoint.display().to_string(),
         "pid": std::process::id(),
         "read_only": fs.is_read_only(),
+        "statfs": statfs,
         "counters": counters,
     })
 }

@@ -18,6 +18,7 @@ mod mount_cmd;
 mod remount_cmd;
 mod size;
 mod stats_cmd;
+mod stats_summary;
 mod umount_cmd;
 mod whoami;
 
@@ -136,6 +137,9 @@ enum Cmd {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// After the summary of a mount, every counter.
+        #[arg(long)]
+        all: bool,
     },
     /// Test-only tools for benchmarks and tests (fragment an image, dd through the engine).
     #[command(hide = true, subcommand)]
@@ -245,9 +249,9 @@ fn main() -> ExitCode {
             Ok(code) => code,
             Err(m) => fail("bench", &m),
         },
-        Cmd::Stats { target, json } => {
+        Cmd::Stats { target, json, all } => {
             init_logging("warn");
-            match stats_cmd::run(&target, json) {
+            match stats_cmd::run(&target, json, all) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(m) => fail("stats", &m),
             }

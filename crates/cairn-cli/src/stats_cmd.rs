@@ -8,8 +8,9 @@ use serde_json::{json, Value};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// Runs `cairn stats TARGET`.
-pub fn run(target: &Path, as_json: bool) -> Result<(), String> {
+/// Runs `cairn stats TARGET`: for a mount, the summary (and with `all`
+/// every counter); for an image, its figures.
+pub fn run(target: &Path, as_json: bool, all: bool) -> Result<(), String> {
     let meta = std::fs::metadata(target).map_err(|e| format!("{}: {e}", target.display()))?;
     let doc = if meta.is_dir() {
         let canon = std::fs::canonicalize(target).map_err(|e| format!("{}: {e}", target.display()))?;
@@ -20,7 +21,7 @@ pub fn run(target: &Path, as_json: bool) -> Result<(), String> {
     if as_json {
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
-        print_human(&doc);
+        print_human(&doc, all);
     }
     Ok(())
 }
@@ -73,14 +74,19 @@ fn image_figures(path: &Path) -> Result<Value, String> {
     }))
 }
 
-fn print_human(doc: &Value) {
+fn print_human(doc: &Value, all: bool) {
     if let Some(c) = doc.get("counters").and_then(Value::as_object) {
-        println!(
-            "cairn on {} (image {}, daemon pid {})",
-            doc["mountpoint"].as_str().unwrap_or("?"),
-            doc["image"].as_str().unwrap_or("?"),
-            doc["pid"]
-        );
+        for l in crate::stats_summary::lines(doc) {
+            println!("{l}");
+        }
+        if !all {
+            println!(
+                "({} counters: `cairn stats {} --all`, or --json)",
+                c.len(),
+                doc["mountpoint"].as_str().unwrap_or("?")
+            );
+            return;
+        }
         let width = c.keys().map(String::len).max().unwrap_or(0);
         let mut last_group = "";
         for (k, v) in c {
