@@ -41,7 +41,8 @@
 use crate::blocks::claim_live;
 use crate::ctx::Ctx;
 use crate::groups;
-use crate::report::{block_range, num, Pass};
+use crate::problems::Code;
+use crate::report::{block_range, num};
 use crate::FsckError;
 use cairn_format::bitmap::{bit, set_bit, set_range, synth_block_bitmap, synth_inode_bitmap};
 use cairn_format::checksum::crc;
@@ -120,7 +121,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
             let mut fixed_any = !csum_ok;
             if !csum_ok {
                 ctx.report.push(
-                    Pass::Bitmaps,
+                    Code::BlockBitmapChecksum,
                     format!("group {g}: block bitmap checksum does not match its group descriptor"),
                     ctx.repair,
                 );
@@ -141,14 +142,14 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                         let how = if missing == c.len { String::new() } else { format!("{missing} of them ") };
                         let msg =
                             format!("{r} {verb} in use by {}, but {how}marked free in the bitmap{where_}", c.owner);
-                        ctx.report.push(Pass::Bitmaps, msg, ctx.repair);
+                        ctx.report.push(Code::BlocksUsedMarkedFree, msg, ctx.repair);
                     }
                     shown += 1;
                 }
             }
             if shown > PER_GROUP_REPORTS {
                 ctx.report.push(
-                    Pass::Bitmaps,
+                    Code::BlocksUsedMarkedFree,
                     format!("group {g}: {} more runs of used blocks marked free", shown - PER_GROUP_REPORTS),
                     ctx.repair,
                 );
@@ -158,7 +159,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
             if meta_missing > 0 {
                 fixed_any = true;
                 ctx.report.push(
-                    Pass::Bitmaps,
+                    Code::BlockBitmapMetadata,
                     format!("group {g}: block bitmap leaves {meta_missing} bit(s) of the group's fixed metadata or padding clear"),
                     ctx.repair,
                 );
@@ -179,7 +180,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                         if n == PER_GROUP_REPORTS {
                             let more = extra_runs.len() - n;
                             ctx.report.push(
-                                Pass::Bitmaps,
+                                Code::BlocksMarkedUsedUnowned,
                                 format!("group {g}: {more} more runs of blocks marked used but owned by nothing"),
                                 ctx.repair,
                             );
@@ -188,7 +189,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                         let r = block_range(gstart + s, *l);
                         let verb = if *l == 1 { "is" } else { "are" };
                         ctx.report.push(
-                            Pass::Bitmaps,
+                            Code::BlocksMarkedUsedUnowned,
                             format!(
                                 "{r} {verb} marked used in the bitmap, but nothing owns {}",
                                 if *l == 1 { "it" } else { "them" }
@@ -211,7 +212,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
         let gd_free = ctx.groups[g as usize].gd.free_blocks;
         if u64::from(gd_free) != free {
             ctx.report.push(
-                Pass::Bitmaps,
+                Code::GdFreeBlocks,
                 format!(
                     "group {g}: descriptor counts {} free blocks, but the bitmap has {}",
                     num(u64::from(gd_free)),
@@ -252,7 +253,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
             let (actual, csum_ok) = groups::read_inode_bitmap(ctx, g)?.unwrap_or_else(|| (synth.clone(), true));
             if !csum_ok {
                 ctx.report.push(
-                    Pass::Bitmaps,
+                    Code::InodeBitmapChecksum,
                     format!("group {g}: inode bitmap checksum does not match its group descriptor"),
                     ctx.repair,
                 );
@@ -260,7 +261,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
             for x in ginodes {
                 if !bit(&actual, x.0 - lo) && !x.3 {
                     ctx.report.push(
-                        Pass::Bitmaps,
+                        Code::InodeUsedMarkedFree,
                         format!("inode {} is in use but marked free in the inode bitmap", x.0),
                         ctx.repair,
                     );
@@ -270,7 +271,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                 for i in 1..FIRST_INO - 1 {
                     if !bit(&actual, i) {
                         ctx.report.push(
-                            Pass::Bitmaps,
+                            Code::ReservedInodeFree,
                             format!("reserved inode {} is not marked in use", i + 1),
                             ctx.repair,
                         );
@@ -278,7 +279,11 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                 }
             }
             if (ipg..bs as u64 * 8).any(|i| !bit(&actual, i)) {
-                ctx.report.push(Pass::Bitmaps, format!("group {g}: inode bitmap padding bits are not set"), ctx.repair);
+                ctx.report.push(
+                    Code::InodeBitmapPadding,
+                    format!("group {g}: inode bitmap padding bits are not set"),
+                    ctx.repair,
+                );
             }
             if ctx.repair && (expected != actual || !csum_ok) {
                 ctx.img.write_block(geo.inode_bitmap(g), &expected)?;
@@ -292,7 +297,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
         let gd = ctx.groups[g as usize].gd;
         if u64::from(gd.free_inodes) != free_inodes {
             ctx.report.push(
-                Pass::Bitmaps,
+                Code::GdFreeInodes,
                 format!(
                     "group {g}: descriptor counts {} free inodes, but the bitmap has {}",
                     num(u64::from(gd.free_inodes)),
@@ -307,7 +312,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
         }
         if !any_bad && u64::from(gd.used_dirs) != dirs {
             ctx.report.push(
-                Pass::Bitmaps,
+                Code::GdUsedDirs,
                 format!("group {g}: descriptor counts {} directories, but the group holds {dirs}", gd.used_dirs),
                 ctx.repair,
             );
@@ -326,7 +331,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
     }
     if ctx.sb.free_blocks != free_blocks_sum {
         ctx.report.push(
-            Pass::Bitmaps,
+            Code::SbFreeBlocks,
             format!(
                 "superblock: free block count is {}, but the bitmaps have {} free blocks",
                 num(ctx.sb.free_blocks),
@@ -339,7 +344,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
     }
     if ctx.sb.free_inodes != free_inodes_sum {
         ctx.report.push(
-            Pass::Bitmaps,
+            Code::SbFreeInodes,
             format!(
                 "superblock: free inode count is {}, but the bitmaps have {} free inodes",
                 num(ctx.sb.free_inodes),

@@ -26,7 +26,8 @@
 //! which finds each group's claims by binary search.
 
 use crate::ctx::{Claim, Ctx, Owner};
-use crate::report::{num, Pass};
+use crate::problems::Code;
+use crate::report::num;
 use std::collections::BTreeMap;
 
 /// Sorts the claims and reports blocks claimed more than once.
@@ -57,7 +58,7 @@ pub fn run(ctx: &mut Ctx) {
         } else {
             format!("{a} and {b} both claim {} block(s), starting at block {first}", num(n))
         };
-        ctx.report.problem(Pass::Blocks, msg);
+        ctx.report.problem(Code::BlockClaimedTwice, msg);
         for o in [a, b] {
             if let Some(i) = o.ino().and_then(|i| ctx.inodes.get_mut(&i)) {
                 i.damaged = true;

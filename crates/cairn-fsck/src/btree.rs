@@ -31,6 +31,7 @@
 //! 5000: ...").
 
 use crate::image::Image;
+use crate::problems::Code;
 use crate::report::{Pass, Report};
 use cairn_format::btree::KIND_DIRENTS;
 use cairn_format::btree::{Node, NodeBody, MAX_LEVEL};
@@ -68,7 +69,7 @@ struct Walker<'a, 'i> {
 impl Walker<'_, '_> {
     fn bad(&mut self, msg: String) {
         self.out.complete = false;
-        self.report.problem(self.pass, format!("{}: {msg}", self.label));
+        self.report.push_in(self.pass, Code::TreeDamaged, format!("{}: {msg}", self.label), false);
     }
 
     /// Visits node `blk`, expected at `level` (None for the root), whose keys

@@ -30,7 +30,8 @@
 
 use crate::ctx::{Ctx, DirentFix, InodeInfo};
 use crate::inodes;
-use crate::report::{name, Pass};
+use crate::problems::Code;
+use crate::report::name;
 use crate::FsckError;
 use cairn_format::dirent::*;
 use cairn_format::{FIRST_INO, ROOT_INO};
@@ -80,7 +81,7 @@ fn check_entries(
                 }
                 Err(err) => {
                     ctx.report.problem(
-                        Pass::Directories,
+                        Code::DirentDamaged,
                         format!("directory {dir}: entry with key {:#x} is damaged ({err})", rec.key),
                     );
                     continue;
@@ -110,12 +111,12 @@ fn check_entries(
             }
             if rec.key >> 32 != u64::from(h) || rec.key & 0xffff_ffff < DIRENT_MIN_LOW {
                 ctx.report.problem(
-                    Pass::Directories,
+                    Code::DirentHashMismatch,
                     format!("directory {dir}: entry {nm} is stored under key {:#x}, which does not match its name's hash {h:#x} (lookups cannot find it)", rec.key),
                 );
             }
             if let Some((_, _)) = names.iter().find(|(hh, n)| *hh == rec.key >> 32 && *n == e.name) {
-                ctx.report.problem(Pass::Directories, format!("directory {dir}: name {nm} appears twice"));
+                ctx.report.problem(Code::DirentDuplicateName, format!("directory {dir}: name {nm} appears twice"));
             }
             names.push((rec.key >> 32, e.name.clone()));
             let target = e.ino;
@@ -130,12 +131,14 @@ fn check_entries(
                         d.dirents_found = d.dirents_found.saturating_sub(1);
                     }
                 }
-                ctx.report.push(Pass::Directories, msg, fixed);
+                ctx.report.push(Code::DirentBadTarget, msg, fixed);
                 continue;
             }
             if target == ROOT_INO {
-                ctx.report
-                    .problem(Pass::Directories, format!("directory {dir}: entry {nm} points to the root directory"));
+                ctx.report.problem(
+                    Code::DirentPointsToRoot,
+                    format!("directory {dir}: entry {nm} points to the root directory"),
+                );
             }
             let t = ctx.inodes.get_mut(&target).expect("ensure_in_use inserted it");
             t.refs += 1;
@@ -150,7 +153,7 @@ fn check_entries(
                     if ctx.repair {
                         ctx.dirent_fixes.push((rec.leaf, dir, rec.key, DirentFix::Dtype(want)));
                     }
-                    ctx.report.push(Pass::Directories, msg, ctx.repair);
+                    ctx.report.push(Code::DirentType, msg, ctx.repair);
                 }
             }
             if t.is_dir() {
@@ -180,7 +183,7 @@ fn ensure_in_use(ctx: &mut Ctx, ino: u64, dir: u64, nm: &str) -> Result<bool, Fs
         "inode {ino} ({}) is named by entry {nm} in directory {dir} but is marked free in the inode bitmap",
         inodes::type_name(d.mode)
     );
-    ctx.report.push(Pass::Directories, msg, ctx.repair);
+    ctx.report.push(Code::DirentTargetMarkedFree, msg, ctx.repair);
     let (blk, off) = ctx.geo.inode_location(ino);
     let raw = ctx.img.read_block(blk)?;
     let mut info = inodes::check_inode(ctx, ino, &raw[off..off + cairn_format::inode::INODE_SIZE]);
@@ -196,7 +199,7 @@ fn drop_salvaged(ctx: &mut Ctx, rec: &crate::ctx::DirentRec, why: &str) {
         d.dirents_found = d.dirents_found.saturating_sub(1);
     }
     let msg = format!("directory {}: an entry of a damaged leaf (key {:#x}) is dropped: {why}", rec.dir, rec.key);
-    ctx.report.push(Pass::Directories, msg, true);
+    ctx.report.push(Code::DirentSalvageDropped, msg, true);
 }
 
 /// Per-directory fields: entry count, parent pointer, number of parents.
@@ -212,13 +215,13 @@ fn check_dirs(ctx: &mut Ctx) {
                 "directory {ino}: entry count is {}, but its tree holds {} entries",
                 d.entries, d.dirents_found
             );
-            ctx.report.push(Pass::Directories, msg, ctx.repair);
+            ctx.report.push(Code::DirEntryCount, msg, ctx.repair);
             fix.1 = Some(d.dirents_found);
         }
         if ino == ROOT_INO {
             if d.parent != ROOT_INO {
                 ctx.report.push(
-                    Pass::Directories,
+                    Code::RootParent,
                     format!("root directory: '..' points to {}, not to itself", d.parent),
                     ctx.repair,
                 );
@@ -227,7 +230,7 @@ fn check_dirs(ctx: &mut Ctx) {
         } else if d.parents.len() > 1 {
             let list: Vec<String> = d.parents.iter().map(|p| p.to_string()).collect();
             ctx.report.problem(
-                Pass::Directories,
+                Code::DirMultipleParents,
                 format!(
                     "directory {ino} has {} parents (it is named in directories {})",
                     d.parents.len(),
@@ -240,7 +243,7 @@ fn check_dirs(ctx: &mut Ctx) {
                     "directory {ino}: '..' points to {}, but the directory is named in directory {p}",
                     d.parent
                 );
-                ctx.report.push(Pass::Directories, msg, ctx.repair);
+                ctx.report.push(Code::DirParentPointer, msg, ctx.repair);
                 fix.2 = Some(p);
             }
         }
@@ -298,7 +301,7 @@ fn reachability(ctx: &mut Ctx, children: &HashMap<u64, Vec<u64>>, dirents: &[cra
     lost.sort_unstable();
     for ino in lost {
         ctx.report.problem(
-            Pass::Directories,
+            Code::DirUnreachable,
             format!("directory {ino} is not reachable from the root (its parents form a loop or are themselves lost)"),
         );
     }

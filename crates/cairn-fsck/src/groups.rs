@@ -36,7 +36,8 @@
 //! for rewriting).
 
 use crate::ctx::Ctx;
-use crate::report::{Pass, Report};
+use crate::problems::Code;
+use crate::report::Report;
 use crate::FsckError;
 use cairn_format::checksum::crc;
 use cairn_format::codec::get_u32;
@@ -71,7 +72,7 @@ fn check_one(geo: &Geometry, g: u64, raw: &[u8], seed: u32, repair: bool, report
     let mut grp = match GroupDesc::decode(seed, g, raw) {
         Ok(gd) => Group { gd, gd_dirty: false },
         Err(e) => {
-            report.push(Pass::Groups, format!("group {g}: descriptor is damaged ({e})"), repair);
+            report.push(Code::GdDamaged, format!("group {g}: descriptor is damaged ({e})"), repair);
             // Keep what the damaged bytes still say; the layout fixes the rest.
             let flags = get_u32(raw, 36);
             let gd = GroupDesc {
@@ -92,7 +93,7 @@ fn check_one(geo: &Geometry, g: u64, raw: &[u8], seed: u32, repair: bool, report
     let gd = &mut grp.gd;
     if (gd.block_bitmap, gd.inode_bitmap, gd.inode_table) != want {
         report.push(
-            Pass::Groups,
+            Code::GdLocations,
             format!(
                 "group {g}: descriptor places the bitmaps and inode table at {}, {}, {} (the layout says {}, {}, {})",
                 gd.block_bitmap, gd.inode_bitmap, gd.inode_table, want.0, want.1, want.2
@@ -104,13 +105,13 @@ fn check_one(geo: &Geometry, g: u64, raw: &[u8], seed: u32, repair: bool, report
     }
     let unknown = gd.flags & !(GD_BLOCK_UNINIT | GD_INODE_UNINIT);
     if unknown != 0 {
-        report.push(Pass::Groups, format!("group {g}: descriptor has unknown flags {unknown:#x}"), repair);
+        report.push(Code::GdUnknownFlags, format!("group {g}: descriptor has unknown flags {unknown:#x}"), repair);
         gd.flags &= GD_BLOCK_UNINIT | GD_INODE_UNINIT;
         grp.gd_dirty = true;
     }
     if g == 0 && gd.flags & GD_INODE_UNINIT != 0 {
         report.push(
-            Pass::Groups,
+            Code::GdGroup0Uninit,
             "group 0: inode bitmap marked uninitialised, but group 0 holds the root directory".into(),
             repair,
         );
@@ -119,7 +120,7 @@ fn check_one(geo: &Geometry, g: u64, raw: &[u8], seed: u32, repair: bool, report
     }
     // Counters are compared with the bitmaps in pass 5; here only their range.
     if u64::from(gd.free_blocks) > geo.group_len(g) || u64::from(gd.free_inodes) > geo.inodes_per_group {
-        report.push(Pass::Groups, format!("group {g}: free counters exceed the group's size"), repair);
+        report.push(Code::GdCountersRange, format!("group {g}: free counters exceed the group's size"), repair);
         grp.gd_dirty = true;
     }
     (grp, false)

@@ -47,6 +47,7 @@
 use crate::btree;
 use crate::ctx::{Ctx, DirentRec, InodeInfo, Owner, XattrInfo};
 use crate::groups;
+use crate::problems::Code;
 use crate::report::{block_range, Pass};
 use crate::FsckError;
 use cairn_format::btree::{KIND_DIRENTS, KIND_EXTENTS};
@@ -105,7 +106,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
             used.retain(|&i| i == 0 || i + 1 >= FIRST_INO);
             if used.first() != Some(&0) {
                 let msg = "the root directory (inode 1) is marked free in the inode bitmap".to_string();
-                ctx.report.push(Pass::Inodes, msg, ctx.repair);
+                ctx.report.push(Code::RootMarkedFree, msg, ctx.repair);
                 used.insert(0, 0);
                 ctx.inodes.entry(ROOT_INO).or_default().resurrected = true;
             }
@@ -130,7 +131,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                     // pass 2 drops any entry that names it.
                     let msg =
                         format!("inode {ino} is marked in use in the inode bitmap, but its slot is empty: marked free");
-                    ctx.report.push(Pass::Inodes, msg, ctx.repair);
+                    ctx.report.push(Code::EmptySlotMarkedUsed, msg, ctx.repair);
                     continue;
                 }
                 let resurrected = ctx.inodes.get(&ino).is_some_and(|x| x.resurrected);
@@ -146,7 +147,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                         let mut fixed = vec![0u8; INODE_SIZE];
                         d.encode(ctx.seed, ino, &mut fixed);
                         let msg = format!("inode {ino}: checksum does not match, but the inode passes every other check: checksum rewritten");
-                        ctx.report.push(Pass::Inodes, msg, ctx.repair);
+                        ctx.report.push(Code::InodeChecksumOnly, msg, ctx.repair);
                         if ctx.repair {
                             ctx.checksum_fixes.push(ino);
                         }
@@ -156,7 +157,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                         // e2fsck recreates a root it cannot use; what the
                         // old one named is reconnected to /lost+found.
                         ctx.report.push(
-                            Pass::Inodes,
+                            Code::RootDamaged,
                             format!("the root directory (inode 1) is damaged ({e}): recreated empty"),
                             true,
                         );
@@ -168,7 +169,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                         // clears such an inode. Entries naming it are
                         // removed (pass 2), its bit and whatever only it
                         // owned are freed (pass 5).
-                        ctx.report.push(Pass::Inodes, format!("inode {ino} is damaged ({e}): cleared"), true);
+                        ctx.report.push(Code::InodeDamaged, format!("inode {ino} is damaged ({e}): cleared"), true);
                         ctx.cleared.push(ino);
                         continue;
                     }
@@ -181,7 +182,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
         }
     }
     if !ctx.inodes.get(&ROOT_INO).is_some_and(|r| r.is_dir()) {
-        ctx.report.problem(Pass::Inodes, "the root directory (inode 1) is missing or not a directory");
+        ctx.report.problem(Code::RootMissing, "the root directory (inode 1) is missing or not a directory");
     }
     Ok(())
 }
@@ -259,7 +260,7 @@ fn check_extents_keeping(
             None
         };
         if let Some(m) = problem {
-            ctx.report.push(Pass::Inodes, p(m), fixed);
+            ctx.report.push(Code::ExtentInvalid, p(m), fixed);
             continue;
         }
         prev_end = e.lblk + len;
@@ -275,7 +276,8 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
     let d = match DiskInode::decode(ctx.seed, ino, raw) {
         Ok(d) => d,
         Err(e) => {
-            ctx.report.problem(Pass::Inodes, format!("inode {ino} is damaged ({e})"));
+            let code = if ino == ROOT_INO { Code::RootDamaged } else { Code::InodeDamaged };
+            ctx.report.problem(code, format!("inode {ino} is damaged ({e})"));
             ctx.incomplete = true;
             return InodeInfo { bad: true, damaged: true, ..Default::default() };
         }
@@ -292,7 +294,7 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
     let kind = d.file_type();
     let known = INODE_FLAG_INLINE_DATA | INODE_FLAG_TREE | INODE_FLAG_ORPHAN;
     if d.flags & !known != 0 {
-        ctx.report.problem(Pass::Inodes, format!("inode {ino}: unknown flags {:#x}", d.flags & !known));
+        ctx.report.problem(Code::InodeUnknownFlags, format!("inode {ino}: unknown flags {:#x}", d.flags & !known));
         info.damaged = true;
     }
     let mut counted = 0u64;
@@ -354,7 +356,7 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
                 for (leaf, key, value) in &w.entries {
                     if value.len() != EXTENT_VALUE_SIZE {
                         ctx.report.problem(
-                            Pass::Inodes,
+                            Code::ExtentValueSize,
                             format!("{label}: leaf {leaf}: extent at key {key} has a {}-byte value", value.len()),
                         );
                         info.damaged = true;
@@ -371,11 +373,12 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
     }
     match kind {
         S_IFLNK if d.size == 0 || d.size > SYMLINK_MAX as u64 => {
-            ctx.report.problem(Pass::Inodes, format!("inode {ino}: symlink target length {} is invalid", d.size));
+            ctx.report
+                .problem(Code::SymlinkLength, format!("inode {ino}: symlink target length {} is invalid", d.size));
             info.damaged = true;
         }
         S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK if counted > 0 => {
-            ctx.report.problem(Pass::Inodes, format!("inode {ino}: {} owns data blocks", type_name(d.mode)));
+            ctx.report.problem(Code::SpecialOwnsBlocks, format!("inode {ino}: {} owns data blocks", type_name(d.mode)));
             info.damaged = true;
         }
         _ => {}
@@ -384,10 +387,10 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
         if !ctx.geo.valid_data_range(d.xattr_block, 1) {
             let msg = format!("inode {ino}: xattr block {} lies outside the data area", d.xattr_block);
             if ctx.repair {
-                ctx.report.push(Pass::Inodes, format!("{msg}: dropped"), true);
+                ctx.report.push(Code::XattrPointerRange, format!("{msg}: dropped"), true);
                 ctx.fix(ino).xattr_block = Some(0);
             } else {
-                ctx.report.problem(Pass::Inodes, msg);
+                ctx.report.problem(Code::XattrPointerRange, msg);
                 info.damaged = true;
             }
             info.xattr_block = 0;
@@ -405,7 +408,7 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
     info.counted = counted;
     if !info.damaged && !info.tree_damaged && d.blocks != counted {
         let msg = format!("inode {ino}: block count is {}, but it owns {counted} blocks", d.blocks);
-        ctx.report.push(Pass::Inodes, msg, ctx.repair);
+        ctx.report.push(Code::BlockCount, msg, ctx.repair);
         if ctx.repair {
             ctx.fix(ino).blocks = Some(counted);
         }
@@ -448,13 +451,13 @@ fn check_xattr_block(ctx: &mut Ctx, ino: u64, blk: u64) -> XattrOutcome {
         }
         Err(e) if ctx.repair => {
             let msg = format!("xattr block {blk} (of inode {ino}) {e}: dropped from the inodes that point at it");
-            ctx.report.push(Pass::Inodes, msg, true);
+            ctx.report.push(Code::XattrBlockDamaged, msg, true);
             ctx.dropped_xattrs.insert(blk);
             return XattrOutcome::Dropped;
         }
         Err(e) => {
             ctx.claim(blk, 1, Owner::Xattr(blk));
-            ctx.report.problem(Pass::Inodes, format!("xattr block {blk} (of inode {ino}) {e}"));
+            ctx.report.problem(Code::XattrBlockDamaged, format!("xattr block {blk} (of inode {ino}) {e}"));
             // Its external values, if any, are unknown.
             ctx.incomplete = true;
         }
@@ -492,7 +495,7 @@ fn check_values(ctx: &mut Ctx, blk: u64, x: &XattrBlock) -> Option<u64> {
             Err(err) => {
                 let name = String::from_utf8_lossy(&e.full_name()).into_owned();
                 let msg = format!("xattr block {blk}: the {}-byte value of {name} is damaged ({err})", v.len);
-                ctx.report.push(Pass::Inodes, msg, ctx.repair);
+                ctx.report.push(Code::XattrValueDamaged, msg, ctx.repair);
                 if ctx.repair {
                     ctx.xattr_drops.entry(blk).or_default().push((e.namespace, e.name.clone()));
                 } else {

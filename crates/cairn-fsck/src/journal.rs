@@ -48,7 +48,8 @@
 //! be replayed.
 
 use crate::image::Image;
-use crate::report::{num, Pass, Report};
+use crate::problems::Code;
+use crate::report::{num, Report};
 use crate::FsckError;
 use cairn_format::journal::{claimed_seq, read_record, JournalRegion, JournalSuper, LogEnd, LogPos, Patch, Walk};
 use cairn_format::journal_damage::{damage_message, find_later_records, restart_seq};
@@ -100,9 +101,9 @@ pub fn replay(img: &mut Image, sb: &Superblock, seed: u32, report: &mut Report) 
                 JournalSuper { tail_seq: seq, tail_off: 1 }.encode(seed, &mut b);
                 img.write_block(region.start, &b)?;
                 img.sync()?;
-                report.push(Pass::Journal, format!("{msg}; rewritten as an empty journal"), true);
+                report.push(Code::JournalSuperDamaged, format!("{msg}; rewritten as an empty journal"), true);
             } else {
-                report.push(Pass::Journal, msg, false);
+                report.push(Code::JournalSuperDamaged, msg, false);
             }
             return Ok(false);
         }
@@ -131,7 +132,7 @@ pub fn replay(img: &mut Image, sb: &Superblock, seed: u32, report: &mut Report) 
         let msg = damage_message(pos, why, later);
         if repair {
             report.push(
-                Pass::Journal,
+                Code::JournalRecordDamaged,
                 format!(
                     "{msg}; replayed the {} record(s) before the damage and dropped the rest (the checks that follow repair what they lost)",
                     num(records)
@@ -140,7 +141,7 @@ pub fn replay(img: &mut Image, sb: &Superblock, seed: u32, report: &mut Report) 
             );
         } else {
             report.push(
-                Pass::Journal,
+                Code::JournalRecordDamaged,
                 format!("{msg}; the image is checked as if the {} record(s) before it were replayed", num(records)),
                 false,
             );

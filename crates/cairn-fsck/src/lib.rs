@@ -46,12 +46,14 @@ mod image;
 mod inodes;
 mod journal;
 mod links;
+mod problems;
 mod repair;
 mod report;
 mod salvage;
 mod superblock;
 
 pub use image::{ImageFile, ImageSource};
+pub use problems::Code;
 pub use report::{Pass, Problem, Report};
 
 use ctx::Ctx;
@@ -170,7 +172,7 @@ pub fn check_image(source: &dyn ImageSource, opts: &Options) -> Result<Report, F
             }
             report.note(format!("repair round {round}: the first round's changes showed more to repair"));
             for p in again.problems {
-                report.push(p.pass, p.message, p.fixed);
+                report.repeat(p);
             }
             report.problems_dropped += again.problems_dropped;
             report.blocks_written += again.blocks_written;
@@ -180,7 +182,11 @@ pub fn check_image(source: &dyn ImageSource, opts: &Options) -> Result<Report, F
             report.verified_after_repair = true;
         } else {
             for p in verify.problems {
-                report.push(p.pass, format!("still wrong after repair: {}", p.message), false);
+                report.repeat(Problem {
+                    message: format!("still wrong after repair: {}", p.message),
+                    fixed: false,
+                    ..p
+                });
             }
             report.problems_dropped += verify.problems_dropped;
         }
@@ -201,7 +207,7 @@ fn check_once(source: &dyn ImageSource, repair: bool, backup: Option<u64>) -> Re
     if let Some((g, why)) = &fallback {
         let fix = if repair { "; the primary is rewritten from it" } else { "" };
         let msg = format!("{why}: using the backup superblock in group {g} (block {}){fix}", geo.group_start(*g));
-        report.push(report::Pass::Superblock, msg, repair);
+        report.push(Code::SbPrimaryDamaged, msg, repair);
         sb_dirty = repair;
     }
     if journal::replay(&mut img, &sb, seed, &mut report)? {
@@ -339,7 +345,7 @@ fn write_report(r: &Report, path: &str, opts: &Options, out: &mut dyn Write) -> 
             last = Some(p.pass);
         }
         let tag = if p.fixed { " [fixed]" } else { "" };
-        writeln!(out, "  {}{tag}", p.message)?;
+        writeln!(out, "  {} {}{tag}", p.code.id(), p.message)?;
     }
     if r.problems_dropped > 0 {
         writeln!(out, "  ... and {} more problems not shown", num(r.problems_dropped))?;

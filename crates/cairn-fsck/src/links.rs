@@ -41,6 +41,7 @@
 use crate::btree;
 use crate::ctx::{Ctx, Owner};
 use crate::inodes::type_name;
+use crate::problems::Code;
 use crate::report::{entries_point, Pass};
 use cairn_format::btree::KIND_ORPHANS;
 use cairn_format::inode::INODE_FLAG_ORPHAN;
@@ -72,7 +73,7 @@ pub fn walk_orphans(ctx: &mut Ctx) {
     for (leaf, ino, value) in w.entries {
         if !value.is_empty() {
             ctx.report.problem(
-                Pass::Links,
+                Code::OrphanValueSize,
                 format!("the orphan list: entry for inode {ino} carries a {}-byte value", value.len()),
             );
         }
@@ -116,20 +117,20 @@ pub fn run(ctx: &mut Ctx) {
             if nlink != 0 && listed {
                 let msg = format!("inode {ino} ({what}) is on the orphan list with link count {nlink}, but no directory entry points to it");
                 let fix = repair && !blind && !(i.is_dir() && i.dirents_found > 0);
-                ctx.report.push(Pass::Links, msg, fix);
+                ctx.report.push(Code::OrphanListedButLinked, msg, fix);
                 if fix {
                     ctx.fix(ino).nlink = Some(0);
                 }
             } else if nlink != 0 {
                 ctx.report.problem(
-                    Pass::Links,
+                    Code::InodeLost,
                     format!("inode {ino} ({what}) has link count {nlink}, but no directory entry points to it (it is lost; a repair reconnects it to /lost+found when every directory could be read)"),
                 );
             } else if !listed {
                 let has_entries = i.is_dir() && i.dirents_found > 0;
                 let msg = format!("inode {ino} ({what}) has no links and is not on the orphan list (its space would never be reclaimed)");
                 let fix = repair && !has_entries && !blind;
-                ctx.report.push(Pass::Links, format!("{msg}{}", if fix { "; freed" } else { "" }), fix);
+                ctx.report.push(Code::UnlinkedNotOrphan, format!("{msg}{}", if fix { "; freed" } else { "" }), fix);
                 if fix {
                     if let Some(x) = ctx.inodes.get_mut(&ino) {
                         x.freed = true;
@@ -147,14 +148,14 @@ pub fn run(ctx: &mut Ctx) {
                 format!("inode {ino} ({what}): link count is {nlink}, but {} to it", entries_point(expected))
             };
             let fix = repair && (!blind || expected > nlink);
-            ctx.report.push(Pass::Links, msg, fix);
+            ctx.report.push(Code::LinkCount, msg, fix);
             if fix {
                 ctx.fix(ino).nlink = Some(expected.min(u64::from(u32::MAX)) as u32);
             }
         }
         if listed && !flagged {
             ctx.report.push(
-                Pass::Links,
+                Code::OrphanFlagMissing,
                 format!("inode {ino} is on the orphan list but lacks the orphan flag"),
                 repair,
             );
@@ -163,7 +164,7 @@ pub fn run(ctx: &mut Ctx) {
             }
         } else if flagged && !listed {
             ctx.report.push(
-                Pass::Links,
+                Code::OrphanFlagStray,
                 format!("inode {ino} has the orphan flag but is not on the orphan list"),
                 repair,
             );
@@ -179,7 +180,11 @@ pub fn run(ctx: &mut Ctx) {
             live_orphans += 1;
             continue;
         }
-        ctx.report.push(Pass::Links, format!("the orphan list names inode {ino}, which is not in use"), repair);
+        ctx.report.push(
+            Code::OrphanNotInUse,
+            format!("the orphan list names inode {ino}, which is not in use"),
+            repair,
+        );
         if repair {
             ctx.orphan_removals.push((leaf, ino));
         }
@@ -203,7 +208,7 @@ fn check_xattr_refcounts(ctx: &mut Ctx) {
         }
         if x.refcount != total {
             let msg = format!("xattr block {blk}: refcount is {}, but {total} inode(s) point to it", x.refcount);
-            ctx.report.push(Pass::Links, msg, ctx.repair);
+            ctx.report.push(Code::XattrRefcount, msg, ctx.repair);
         }
         if ctx.repair && x.refcount != live {
             ctx.xattr_fixes.insert(blk, live);

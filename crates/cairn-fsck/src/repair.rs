@@ -33,7 +33,7 @@
 
 use crate::btree::rewrite_leaf;
 use crate::ctx::{Ctx, DirentFix, Owner};
-use crate::report::Pass;
+use crate::problems::Code;
 use crate::FsckError;
 use cairn_format::dirent::Dirent;
 use cairn_format::inode::{DataArea, DiskInode, INODE_FLAG_ORPHAN, INODE_SIZE};
@@ -112,8 +112,10 @@ fn inodes(ctx: &mut Ctx) -> Result<(), FsckError> {
             d.flags = (d.flags | fx.set_flags) & !fx.clear_flags;
         })?;
         if !ok {
-            ctx.report
-                .problem(Pass::Links, format!("inode {ino}: could not apply the repair (the inode no longer decodes)"));
+            ctx.report.problem(
+                Code::RepairNotApplied,
+                format!("inode {ino}: could not apply the repair (the inode no longer decodes)"),
+            );
         }
     }
     let mut freed: Vec<u64> = ctx.inodes.iter().filter(|(_, i)| i.freed).map(|(k, _)| *k).collect();
@@ -155,7 +157,7 @@ fn dirents(ctx: &mut Ctx) -> Result<(), FsckError> {
         if !ok {
             let dir = fixes.first().map_or(0, |f| f.0);
             ctx.report.problem(
-                Pass::Directories,
+                Code::LeafRewriteFailed,
                 format!("directory {dir}: could not rewrite leaf {leaf} (removing its entries would empty it)"),
             );
         }
@@ -203,8 +205,10 @@ fn orphans(ctx: &mut Ctx) -> Result<(), FsckError> {
             ctx.sb_dirty = true;
             ctx.claims.retain(|c| c.owner != Owner::Orphans);
         } else {
-            ctx.report
-                .problem(Pass::Links, format!("the orphan list: could not remove stale entries from leaf {leaf}"));
+            ctx.report.problem(
+                Code::OrphanRemovalFailed,
+                format!("the orphan list: could not remove stale entries from leaf {leaf}"),
+            );
         }
     }
     Ok(())

@@ -18,6 +18,7 @@
 //! [`Report::errors_left`] and [`Report::fixed`] decide the fsck(8) exit code
 //! (see `run` in the crate root).
 
+use crate::problems::Code;
 use serde::Serialize;
 use std::fmt;
 
@@ -63,14 +64,15 @@ impl fmt::Display for Pass {
 /// One inconsistency.
 #[derive(Debug, Clone, Serialize)]
 pub struct Problem {
+    /// What kind it is (the problem table, `problems`).
+    pub code: Code,
     /// Which pass found it.
     pub pass: Pass,
     /// What is wrong, in words.
     pub message: String,
     /// A repair corrected it.
     pub fixed: bool,
-    /// `-p` (preen) may fix it without asking: a summary counter, a bitmap
-    /// bit (pass 5), a backup superblock copy; nothing a file depends on.
+    /// `-p` (preen) may fix it without asking (`Code::preen_safe`).
     pub preen_safe: bool,
 }
 
@@ -121,33 +123,43 @@ pub struct Report {
 }
 
 impl Report {
-    /// Records a problem.
-    pub fn problem(&mut self, pass: Pass, message: impl Into<String>) {
-        self.push(pass, message.into(), false);
+    /// Records a problem, not fixed.
+    pub fn problem(&mut self, code: Code, message: impl Into<String>) {
+        self.push(code, message.into(), false);
     }
 
     /// Records a problem and whether it was fixed.
-    pub fn push(&mut self, pass: Pass, message: String, fixed: bool) {
+    pub fn push(&mut self, code: Code, message: String, fixed: bool) {
+        self.push_in(code.pass(), code, message, fixed);
+    }
+
+    /// Records a problem found by `pass` (a tree walk reports for the pass
+    /// that walks it).
+    pub fn push_in(&mut self, pass: Pass, code: Code, message: String, fixed: bool) {
         if self.problems.len() >= MAX_PROBLEMS {
             self.problems_dropped += 1;
             return;
         }
-        let preen_safe = pass == Pass::Bitmaps;
-        self.problems.push(Problem { pass, message, fixed, preen_safe });
+        self.problems.push(Problem { code, pass, message, fixed, preen_safe: code.preen_safe() });
     }
 
-    /// Records a problem that preen may fix (see [`Problem::preen_safe`])
-    /// outside pass 5.
-    pub fn push_preen_safe(&mut self, pass: Pass, message: String, fixed: bool) {
-        self.push(pass, message, fixed);
-        if let Some(p) = self.problems.last_mut().filter(|_| self.problems_dropped == 0) {
-            p.preen_safe = true;
-        }
+    /// Records `p` again (a later round's finding).
+    pub fn repeat(&mut self, p: Problem) {
+        self.push_in(p.pass, p.code, p.message, p.fixed);
     }
 
-    /// True if every problem found may be fixed by preen (`-p`).
+    /// True if every problem found may be fixed by preen (see
+    /// [`Code::preen_safe`]).
     pub fn preen_may_fix(&self) -> bool {
         self.problems_dropped == 0 && self.problems.iter().all(|p| p.preen_safe)
+    }
+
+    /// The distinct codes of the problems found, in table order.
+    pub fn codes(&self) -> Vec<Code> {
+        let mut v: Vec<Code> = self.problems.iter().map(|p| p.code).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// Records a note.
@@ -236,7 +248,7 @@ mod tests {
     fn bounded() {
         let mut r = Report::default();
         for i in 0..MAX_PROBLEMS + 5 {
-            r.problem(Pass::Inodes, format!("p{i}"));
+            r.problem(Code::InodeDamaged, format!("p{i}"));
         }
         assert_eq!(r.problems.len(), MAX_PROBLEMS);
         assert_eq!(r.errors_left(), MAX_PROBLEMS as u64 + 5);

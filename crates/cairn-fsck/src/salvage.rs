@@ -47,6 +47,7 @@ use crate::ctx::{Ctx, DirentFix, DirentRec, InodeInfo, Owner};
 use crate::groups;
 use crate::inodes::type_name;
 use crate::inodes::{check_extents, write_empty_dir};
+use crate::problems::Code;
 use crate::report::Pass;
 use crate::FsckError;
 use cairn_format::btree::{Node, NodeBody, INTERNAL_ENTRY, KIND_DIRENTS, KIND_EXTENTS, NODE_HEADER, NODE_MAGIC};
@@ -122,7 +123,7 @@ pub fn recover_leaves(ctx: &mut Ctx) -> Result<(), FsckError> {
             let msg = format!(
                 "directory {ino}: {n} entries recovered from leaf {blk}, which its damaged tree no longer reaches"
             );
-            ctx.report.push(Pass::Inodes, msg, true);
+            ctx.report.push(Code::DirLeafRecovered, msg, true);
         } else {
             let Some(info) = ctx.inodes.get(&ino) else { continue };
             let mut taken: Vec<(u64, u64)> = info
@@ -169,7 +170,7 @@ pub fn recover_leaves(ctx: &mut Ctx) -> Result<(), FsckError> {
                 "inode {ino}: {} extents recovered from leaf {blk}, which its damaged tree no longer reaches",
                 list.len()
             );
-            ctx.report.push(Pass::Inodes, msg, true);
+            ctx.report.push(Code::ExtentLeafRecovered, msg, true);
         }
     }
     Ok(())
@@ -216,7 +217,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
             l.subdirs += 1;
         }
         let msg = format!("inode {ino} ({}) is in no directory: reconnected as /lost+found/#{ino}", type_name(mode));
-        ctx.report.push(Pass::Links, msg, true);
+        ctx.report.push(Code::TreeRebuilt, msg, true);
     }
     reach_through_reconnected(ctx);
     Ok(())
@@ -254,7 +255,7 @@ fn rebuild_damaged_trees(ctx: &mut Ctx) {
             )
         };
         ctx.report.mark_fixed(Pass::Inodes, |m| m.starts_with(&prefix));
-        ctx.report.push(Pass::Links, msg, true);
+        ctx.report.push(Code::Reconnected, msg, true);
     }
 }
 
@@ -321,7 +322,7 @@ fn find_lost_found(ctx: &Ctx) -> Option<u64> {
 /// `None` (reported) when there is no free slot.
 fn create_lost_found(ctx: &mut Ctx) -> Result<Option<u64>, FsckError> {
     let Some(ino) = free_inode(ctx)? else {
-        ctx.report.problem(Pass::Links, "/lost+found is missing and no free inode is left to create it");
+        ctx.report.problem(Code::LostFoundNoInode, "/lost+found is missing and no free inode is left to create it");
         return Ok(None);
     };
     let d = write_empty_dir(ctx, ino, 0o700)?;
@@ -348,7 +349,7 @@ fn create_lost_found(ctx: &mut Ctx) -> Result<Option<u64>, FsckError> {
         r.subdirs += 1;
         r.dirents_found += 1;
     }
-    ctx.report.push(Pass::Links, format!("/lost+found is missing: created (inode {ino})"), true);
+    ctx.report.push(Code::LostFoundCreated, format!("/lost+found is missing: created (inode {ino})"), true);
     Ok(Some(ino))
 }
 
@@ -510,7 +511,7 @@ pub fn write_trees(ctx: &mut Ctx) -> Result<(), FsckError> {
         entries.dedup_by_key(|e| e.0);
         let Some((root, nodes)) = build(ctx, &mut free, kind, ino, &entries)? else {
             let msg = format!("inode {ino}: no free block is left for its rebuilt tree");
-            ctx.report.problem(Pass::Links, msg);
+            ctx.report.problem(Code::RebuildNoSpace, msg);
             continue;
         };
         ctx.claims.retain(|c| c.owner != owner);

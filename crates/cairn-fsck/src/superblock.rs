@@ -26,7 +26,8 @@
 //! by [`check_fields`].
 
 use crate::image::Image;
-use crate::report::{num, Pass, Report};
+use crate::problems::Code;
+use crate::report::{num, Report};
 use crate::FsckError;
 use cairn_format::backup;
 use cairn_format::codec::get_u32;
@@ -194,7 +195,7 @@ pub fn check_fields(sb: &mut Superblock, geo: &Geometry, repair: bool, report: &
             sb.orphan_root = 0;
             dirty = true;
         }
-        report.push(Pass::Superblock, msg, repair);
+        report.push(Code::SbOrphanRootRange, msg, repair);
     }
     if sb.state & !(STATE_CLEAN | STATE_ERRORS) != 0 {
         let msg = format!("superblock: unknown state bits {:#x}", sb.state & !(STATE_CLEAN | STATE_ERRORS));
@@ -202,7 +203,7 @@ pub fn check_fields(sb: &mut Superblock, geo: &Geometry, repair: bool, report: &
             sb.state &= STATE_CLEAN | STATE_ERRORS;
             dirty = true;
         }
-        report.push(Pass::Superblock, msg, repair);
+        report.push(Code::SbUnknownState, msg, repair);
     }
     if sb.state & STATE_ERRORS != 0 {
         report.note("the file system recorded an error while it was mounted; checking everything");
@@ -252,8 +253,8 @@ pub fn check_backups(
         };
         if let Some(p) = problem {
             let fix = if repair { "; rewritten from the primary" } else { "" };
-            report.push_preen_safe(
-                Pass::Superblock,
+            report.push(
+                Code::SbBackupCopy,
                 format!("the backup superblock in group {g} (block {blk}) {p}{fix}"),
                 repair,
             );

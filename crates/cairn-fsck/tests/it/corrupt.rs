@@ -34,16 +34,16 @@ fn expect(bytes: &[u8], want: &str, repairable: bool) -> String {
     out
 }
 
-fn bs(bytes: &[u8]) -> usize {
+pub(crate) fn bs(bytes: &[u8]) -> usize {
     sb_geo(bytes).1.block_size as usize
 }
 
-fn block(bytes: &mut [u8], blk: u64) -> &mut [u8] {
+pub(crate) fn block(bytes: &mut [u8], blk: u64) -> &mut [u8] {
     let b = bs(bytes);
     &mut bytes[blk as usize * b..(blk as usize + 1) * b]
 }
 
-fn first_extent(bytes: &[u8], ino: u64) -> Extent {
+pub(crate) fn first_extent(bytes: &[u8], ino: u64) -> Extent {
     match read_inode(bytes, ino).data {
         DataArea::Extents(l) => l[0],
         other => panic!("inode {ino} has {other:?}"),
@@ -51,7 +51,7 @@ fn first_extent(bytes: &[u8], ino: u64) -> Extent {
 }
 
 /// Rewrites group `g`'s descriptor after `f` (valid checksum).
-fn edit_gd(bytes: &mut [u8], g: u64, f: impl FnOnce(&mut GroupDesc)) {
+pub(crate) fn edit_gd(bytes: &mut [u8], g: u64, f: impl FnOnce(&mut GroupDesc)) {
     let (sb, _, seed) = sb_geo(bytes);
     let off = sb.gdt_start as usize * bs(bytes) + g as usize * GD_SIZE;
     let mut gd = GroupDesc::decode(seed, g, &bytes[off..off + GD_SIZE]).unwrap();

@@ -1,6 +1,7 @@
 //! fsck integration tests: images built by the engine, checked by fsck.
 
 mod backup_sb;
+mod catalogue;
 mod clean;
 mod common;
 mod corrupt;
