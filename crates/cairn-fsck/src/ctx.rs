@@ -95,6 +95,9 @@ pub struct InodeInfo {
     /// Some of its structure is damaged beyond what fsck repairs (bad extent,
     /// unreadable tree node): its block count is not checked or rewritten.
     pub damaged: bool,
+    /// A repair clears it (pass 1 decided: an unreadable symlink, a special
+    /// file owning blocks); it never joins the live set.
+    pub clear: bool,
     pub mode: u32,
     pub nlink: u32,
     pub flags: u32,

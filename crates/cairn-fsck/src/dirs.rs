@@ -175,6 +175,10 @@ fn ensure_in_use(ctx: &mut Ctx, ino: u64, dir: u64, nm: &str) -> Result<bool, Fs
     if ctx.inodes.get(&ino).is_some_and(|i| !i.freed) {
         return Ok(true);
     }
+    // Cleared by pass 1 (repair): gone, whatever its slot still says.
+    if ctx.cleared.contains(&ino) {
+        return Ok(false);
+    }
     let Some(d) = inodes::read_slot(ctx, ino)? else { return Ok(false) };
     if d.nlink == 0 {
         return Ok(false);
@@ -187,6 +191,11 @@ fn ensure_in_use(ctx: &mut Ctx, ino: u64, dir: u64, nm: &str) -> Result<bool, Fs
     let (blk, off) = ctx.geo.inode_location(ino);
     let raw = ctx.img.read_block(blk)?;
     let mut info = inodes::check_inode(ctx, ino, &raw[off..off + cairn_format::inode::INODE_SIZE]);
+    if info.clear {
+        inodes::forget_claims(ctx, ino);
+        ctx.cleared.push(ino);
+        return Ok(false);
+    }
     info.resurrected = true;
     ctx.inodes.insert(ino, info);
     Ok(true)

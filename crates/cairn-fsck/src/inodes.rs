@@ -175,6 +175,11 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                     }
                     Err(_) => check_inode(ctx, ino, raw),
                 };
+                if info.clear {
+                    forget_claims(ctx, ino);
+                    ctx.cleared.push(ino);
+                    continue;
+                }
                 info.resurrected = resurrected;
                 ctx.inodes.insert(ino, info);
             }
@@ -185,6 +190,28 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
         ctx.report.problem(Code::RootMissing, "the root directory (inode 1) is missing or not a directory");
     }
     Ok(())
+}
+
+/// A problem a repair fixes by clearing the inode: reported as fixed and
+/// the inode marked to clear; without repair, reported and the inode
+/// marked damaged.
+fn clear_or_report(ctx: &mut Ctx, info: &mut InodeInfo, code: Code, msg: String) {
+    if ctx.repair {
+        ctx.report.push(code, format!("{msg}: cleared"), true);
+        info.clear = true;
+    } else {
+        ctx.report.problem(code, msg);
+        info.damaged = true;
+    }
+}
+
+/// Drops what inode `ino` claimed in pass 1 (it is being cleared): its
+/// blocks and tree nodes, and its place among an xattr block's inodes.
+pub fn forget_claims(ctx: &mut Ctx, ino: u64) {
+    ctx.claims.retain(|c| c.owner.ino() != Some(ino));
+    for x in ctx.xattrs.values_mut() {
+        x.inodes.retain(|&i| i != ino);
+    }
 }
 
 /// Writes a fresh, empty directory (`perm` bits, parent the root) into
@@ -294,8 +321,16 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
     let kind = d.file_type();
     let known = INODE_FLAG_INLINE_DATA | INODE_FLAG_TREE | INODE_FLAG_ORPHAN;
     if d.flags & !known != 0 {
-        ctx.report.problem(Code::InodeUnknownFlags, format!("inode {ino}: unknown flags {:#x}", d.flags & !known));
-        info.damaged = true;
+        // Bits no build sets: a repair drops them (the rest of the inode
+        // is judged on its own).
+        let msg = format!("inode {ino}: unknown flags {:#x}", d.flags & !known);
+        if ctx.repair {
+            ctx.report.push(Code::InodeUnknownFlags, format!("{msg}: cleared"), true);
+            ctx.fix(ino).clear_flags |= d.flags & !known;
+        } else {
+            ctx.report.problem(Code::InodeUnknownFlags, msg);
+            info.damaged = true;
+        }
     }
     let mut counted = 0u64;
     match &d.data {
@@ -372,14 +407,16 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
         DataArea::Inline(_) => {}
     }
     match kind {
+        // As e2fsck: a symlink that cannot be read and a special file that
+        // owns blocks are cleared by a repair (entries naming them go in
+        // pass 2, their blocks in pass 5).
         S_IFLNK if d.size == 0 || d.size > SYMLINK_MAX as u64 => {
-            ctx.report
-                .problem(Code::SymlinkLength, format!("inode {ino}: symlink target length {} is invalid", d.size));
-            info.damaged = true;
+            let msg = format!("inode {ino}: symlink target length {} is invalid", d.size);
+            clear_or_report(ctx, &mut info, Code::SymlinkLength, msg);
         }
         S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK if counted > 0 => {
-            ctx.report.problem(Code::SpecialOwnsBlocks, format!("inode {ino}: {} owns data blocks", type_name(d.mode)));
-            info.damaged = true;
+            let msg = format!("inode {ino}: {} owns data blocks", type_name(d.mode));
+            clear_or_report(ctx, &mut info, Code::SpecialOwnsBlocks, msg);
         }
         _ => {}
     }

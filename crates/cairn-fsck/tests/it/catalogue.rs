@@ -169,9 +169,41 @@ fn kinds() -> Vec<Kind> {
         Kind {
             name: "symlink length",
             code: Code::SymlinkLength,
-            not_repaired: Some("a symlink with an invalid length is reported; clearing it is not built yet"),
+            not_repaired: None,
             touches: &["/short"],
             damage: |b, m| edit_inode(b, m["short"], |d| d.size = 0),
+        },
+        Kind {
+            name: "special file owning blocks",
+            code: Code::SpecialOwnsBlocks,
+            not_repaired: None,
+            touches: &["/a/b/fifo", "/big"],
+            damage: |b, m| {
+                // The FIFO maps big's first extent: both claim it; the FIFO
+                // is cleared, and big keeps its data.
+                let e = first_extent(b, m["big"]);
+                edit_inode(b, m["fifo"], |d| {
+                    d.data = DataArea::Extents(vec![e]);
+                    d.blocks = u64::from(e.len);
+                })
+            },
+        },
+        Kind {
+            name: "unknown inode flags",
+            code: Code::InodeUnknownFlags,
+            not_repaired: None,
+            touches: &[],
+            damage: |b, m| {
+                // Flags live at bytes 4..8; the checksum (at 120, seeded
+                // with the inode number) is restamped so only the flags are wrong.
+                let ino = m["frag"];
+                flip_inode_byte(b, ino, 7, 0x40);
+                let (_, _, seed) = sb_geo(b);
+                let r = inode_range(b, ino);
+                let c =
+                    cairn_format::checksum::crc_skipping(seed ^ ino as u32 ^ (ino >> 32) as u32, &b[r.clone()], 120);
+                b[r.start + 120..r.start + 124].copy_from_slice(&c.to_le_bytes());
+            },
         },
         Kind {
             name: "orphan flag without the list",
