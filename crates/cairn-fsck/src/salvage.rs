@@ -217,7 +217,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
             l.subdirs += 1;
         }
         let msg = format!("inode {ino} ({}) is in no directory: reconnected as /lost+found/#{ino}", type_name(mode));
-        ctx.report.push(Code::TreeRebuilt, msg, true);
+        ctx.report.push(Code::Reconnected, msg, true);
     }
     reach_through_reconnected(ctx);
     Ok(())
@@ -255,7 +255,7 @@ fn rebuild_damaged_trees(ctx: &mut Ctx) {
             )
         };
         ctx.report.mark_fixed(Pass::Inodes, |m| m.starts_with(&prefix));
-        ctx.report.push(Code::Reconnected, msg, true);
+        ctx.report.push(Code::TreeRebuilt, msg, true);
     }
 }
 
