@@ -20,37 +20,39 @@
 //! owners, with the number of blocks and the first one.
 //!
 //! ## What it concludes
-//! Duplicate ownership is reported and left alone (fsck does not clone
-//! blocks as e2fsck's pass 1b–1d do); the owners are marked damaged so no
-//! repair trusts their block counts. The claims stay sorted for pass 5,
+//! Duplicate ownership is reported. A repair releases data blocks two
+//! files share (the higher-numbered file gives up its overlapping inline
+//! extents, see [`release`]; e2fsck's pass 1b–1d clone them instead); other
+//! duplicates are left alone and their owners marked damaged so no repair
+//! trusts their block counts. The claims stay sorted for pass 5,
 //! which finds each group's claims by binary search.
 
 use crate::ctx::{Claim, Ctx, Owner};
 use crate::problems::Code;
 use crate::report::num;
+use crate::FsckError;
+use cairn_format::extent::Extent;
+use cairn_format::inode::DataArea;
 use std::collections::BTreeMap;
 
-/// Sorts the claims and reports blocks claimed more than once.
-pub fn run(ctx: &mut Ctx) {
+/// Sorts the claims and reports blocks claimed more than once (with
+/// repair, releases what it can: see [`release`]).
+pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
     ctx.claims.sort_unstable_by_key(|c| (c.start, c.len));
-    // (owner a, owner b) -> (first block, blocks)
-    let mut dups: BTreeMap<(Owner, Owner), (u64, u64)> = BTreeMap::new();
-    let mut active: Option<Claim> = None;
-    for c in &ctx.claims {
-        if let Some(a) = active {
-            let a_end = a.start + a.len;
-            if c.start < a_end {
-                let overlap = a_end.min(c.start + c.len) - c.start;
-                let key = if a.owner <= c.owner { (a.owner, c.owner) } else { (c.owner, a.owner) };
-                let e = dups.entry(key).or_insert((c.start, 0));
-                e.1 += overlap;
-                if c.start + c.len > a_end {
-                    active = Some(*c);
-                }
-                continue;
+    let mut dups = duplicates(&ctx.claims);
+    if ctx.repair && !dups.is_empty() {
+        for (&(a, b), &(first, n)) in &dups {
+            if let Some(loser) = release(ctx, a, b)? {
+                let msg = format!(
+                    "{a} and {b} both claim {} block(s), starting at block {first}: inode {loser} gives up the \
+                     extents it shares (it reads as holes there)",
+                    num(n)
+                );
+                ctx.report.push(Code::BlockClaimedTwice, msg, true);
             }
         }
-        active = Some(*c);
+        // What is left once the releases are done.
+        dups = duplicates(&ctx.claims);
     }
     for ((a, b), (first, n)) in dups {
         let msg = if a == b {
@@ -72,6 +74,61 @@ pub fn run(ctx: &mut Ctx) {
             }
         }
     }
+    Ok(())
+}
+
+/// Overlapping claims of sorted `claims`, per pair of owners: (first block,
+/// blocks).
+fn duplicates(claims: &[Claim]) -> BTreeMap<(Owner, Owner), (u64, u64)> {
+    let mut dups: BTreeMap<(Owner, Owner), (u64, u64)> = BTreeMap::new();
+    let mut active: Option<Claim> = None;
+    for c in claims {
+        if let Some(a) = active {
+            let a_end = a.start + a.len;
+            if c.start < a_end {
+                let overlap = a_end.min(c.start + c.len) - c.start;
+                let key = if a.owner <= c.owner { (a.owner, c.owner) } else { (c.owner, a.owner) };
+                let e = dups.entry(key).or_insert((c.start, 0));
+                e.1 += overlap;
+                if c.start + c.len > a_end {
+                    active = Some(*c);
+                }
+                continue;
+            }
+        }
+        active = Some(*c);
+    }
+    dups
+}
+
+/// Repair of data blocks two files claim (the "release" policy; e2fsck
+/// clones them instead): the file with the higher inode number — usually
+/// the newer one — gives up every inline extent that overlaps the other's
+/// blocks, and reads as holes there; the other keeps its data. Returns the
+/// inode that gave them up, or `None` when this pair is not released (not
+/// two files, or the loser maps its data with an extent tree: reported and
+/// left alone).
+fn release(ctx: &mut Ctx, a: Owner, b: Owner) -> Result<Option<u64>, FsckError> {
+    let (Owner::Data(x), Owner::Data(y)) = (a, b) else { return Ok(None) };
+    if x == y {
+        return Ok(None);
+    }
+    let (winner, loser) = (x.min(y), x.max(y));
+    let Some(d) = crate::inodes::read_slot(ctx, loser)? else { return Ok(None) };
+    let DataArea::Extents(list) = d.data else { return Ok(None) };
+    let theirs: Vec<(u64, u64)> =
+        ctx.claims.iter().filter(|c| c.owner == Owner::Data(winner)).map(|c| (c.start, c.start + c.len)).collect();
+    let shares = |e: &Extent| theirs.iter().any(|&(s, t)| e.pblk < t && s < e.pblk + u64::from(e.len));
+    let (dropped, kept): (Vec<Extent>, Vec<Extent>) = list.into_iter().partition(|e| shares(e));
+    if dropped.is_empty() {
+        return Ok(None);
+    }
+    let gone: u64 = dropped.iter().map(|e| u64::from(e.len)).sum();
+    ctx.claims.retain(|c| !(c.owner == Owner::Data(loser) && dropped.iter().any(|e| e.pblk == c.start)));
+    let fix = ctx.fix(loser);
+    fix.inline_extents = Some(kept);
+    fix.blocks = Some(d.blocks.saturating_sub(gone));
+    Ok(Some(loser))
 }
 
 /// True when the claim's owner still exists after repairs (freed inodes'

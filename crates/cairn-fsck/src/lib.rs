@@ -262,7 +262,7 @@ fn check_once(source: &dyn ImageSource, repair: bool, backup: Option<u64>) -> Re
         ctx.dirents.sort_by_key(|r| r.dir);
     }
     dirs::run(&mut ctx)?;
-    blocks::run(&mut ctx);
+    blocks::run(&mut ctx)?;
     if repair {
         salvage::run(&mut ctx)?;
     }
