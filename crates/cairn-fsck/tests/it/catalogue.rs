@@ -89,6 +89,50 @@ fn kinds() -> Vec<Kind> {
             damage: |b, _| edit_gd(b, 0, |gd| gd.free_blocks -= 1),
         },
         Kind {
+            name: "group descriptor locations",
+            code: Code::GdLocations,
+            not_repaired: None,
+            touches: &[],
+            damage: |b, _| edit_gd(b, 1, |gd| gd.inode_table += 1),
+        },
+        Kind {
+            name: "group descriptor flags",
+            code: Code::GdUnknownFlags,
+            not_repaired: None,
+            touches: &[],
+            damage: |b, _| edit_gd(b, 1, |gd| gd.flags |= 0x80),
+        },
+        Kind {
+            name: "reserved inode marked free",
+            code: Code::ReservedInodeFree,
+            not_repaired: None,
+            touches: &[],
+            damage: |b, _| {
+                let (_, geo, seed) = sb_geo(b);
+                let bm = block(b, geo.inode_bitmap(0));
+                bm[0] &= !(1 << 2);
+                let c = crc(seed, bm);
+                edit_gd(b, 0, |gd| {
+                    gd.inode_bitmap_csum = c;
+                    gd.free_inodes += 1;
+                });
+            },
+        },
+        Kind {
+            name: "xattr block refcount",
+            code: Code::XattrRefcount,
+            not_repaired: None,
+            touches: &[],
+            damage: |b, m| {
+                let (_, _, seed) = sb_geo(b);
+                let x = read_inode(b, m["f1"]).xattr_block;
+                let blk = block(b, x);
+                let mut xb = cairn_format::xattr::XattrBlock::decode(seed, x, blk).unwrap();
+                xb.refcount += 2;
+                xb.encode(seed, x, blk);
+            },
+        },
+        Kind {
             name: "superblock free block counter",
             code: Code::SbFreeBlocks,
             not_repaired: None,
