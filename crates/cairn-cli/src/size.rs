@@ -35,21 +35,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(value)
 }
 
-/// `bytes` for people: `1.0 GiB`, `512 KiB`, `100 B`.
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+/// `bytes` for people: `1.0 GiB`, `512.0 KiB`, `100 B`.
+pub use cairn_core::human_bytes as human;
 
 #[cfg(test)]
 mod tests {

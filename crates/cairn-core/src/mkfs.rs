@@ -128,32 +128,16 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     Err(invalid(if size < PIVOT {
         format!(
             "too small: with {bs}-byte blocks and these options cairn needs at least {} ({bound} bytes)",
-            human_bytes(bound)
+            crate::types::human_bytes(bound)
         )
     } else {
         let hint = if bs < u64::from(MAX_BLOCK_SIZE) { "; larger blocks (--block-size) reach further" } else { "" };
         format!(
             "too large: with {bs}-byte blocks cairn formats at most {} ({bound} bytes), as the group \
              descriptor table and the journal must fit the first group{hint}",
-            human_bytes(bound)
+            crate::types::human_bytes(bound)
         )
     }))
-}
-
-/// `n` bytes in binary units, for messages.
-fn human_bytes(n: u64) -> String {
-    let units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} bytes")
-    } else {
-        format!("{v:.1} {}", units[u])
-    }
 }
 
 fn plan_exact(size: u64, opts: &MkfsOptions) -> Result<Superblock> {

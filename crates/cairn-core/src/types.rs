@@ -124,3 +124,20 @@ pub const FALLOC_FL_ZERO_RANGE: i32 = 0x10;
 pub const XATTR_CREATE: i32 = 1;
 /// Fail with ENODATA if the attribute does not exist.
 pub const XATTR_REPLACE: i32 = 2;
+
+/// `bytes` for people: `1.0 GiB`, `512.0 KiB`, `100 B` (binary units, as
+/// the CLI prints sizes and mkfs names its bounds).
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
