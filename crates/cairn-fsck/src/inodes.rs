@@ -248,7 +248,8 @@ pub fn read_slot(ctx: &mut Ctx, ino: u64) -> Result<Option<DiskInode>, FsckError
     Ok(DiskInode::decode(ctx.seed, ino, &b[off..off + INODE_SIZE]).ok())
 }
 
-/// Checks extents of `ino`, claiming the valid ones; returns blocks counted
+/// Checks extents of `ino`, claiming every one whose blocks lie in the data
+/// area (an overlapping one too); returns blocks counted
 /// and whether all were valid.
 pub fn check_extents(ctx: &mut Ctx, ino: u64, list: &[Extent], what: &str) -> (u64, bool) {
     let (counted, kept) = check_extents_keeping(ctx, ino, list, what, false);
@@ -275,25 +276,35 @@ fn check_extents_keeping(
             let fate = if fixed { ": dropped (the file reads zeros there)" } else { "" };
             format!("inode {ino}: {what} extent at logical block {}: {m}{fate}", e.lblk)
         };
-        let problem = if e.len == 0 || e.len > MAX_EXTENT_LEN {
-            Some(format!("length {} out of range", e.len))
-        } else if e.lblk.checked_add(len).is_none() {
-            Some("logical range overflows".into())
-        } else if n > 0 && e.lblk < prev_end {
-            Some(format!("overlaps the previous extent (which ends at {prev_end})"))
-        } else if !ctx.geo.valid_data_range(e.pblk, len) {
-            Some(format!("{} lie outside the data area", block_range(e.pblk, len)))
-        } else {
-            None
+        if e.len == 0 || e.len > MAX_EXTENT_LEN {
+            ctx.report.push(Code::ExtentInvalid, p(format!("length {} out of range", e.len)), fixed);
+            continue;
+        }
+        let Some(lend) = e.lblk.checked_add(len) else {
+            ctx.report.push(Code::ExtentInvalid, p("logical range overflows".into()), fixed);
+            continue;
         };
-        if let Some(m) = problem {
+        let overlaps = n > 0 && e.lblk < prev_end;
+        if overlaps {
+            let m = format!("overlaps the previous extent (which ends at {prev_end})");
+            ctx.report.push(Code::ExtentInvalid, p(m), fixed);
+        }
+        prev_end = prev_end.max(lend);
+        if !ctx.geo.valid_data_range(e.pblk, len) {
+            let m = format!("{} lie outside the data area", block_range(e.pblk, len));
             ctx.report.push(Code::ExtentInvalid, p(m), fixed);
             continue;
         }
-        prev_end = e.lblk + len;
+        // An overlapping extent still owns its blocks, unless a repair
+        // drops it.
+        if overlaps && fixed {
+            continue;
+        }
         counted += len;
         ctx.claim(e.pblk, len, Owner::Data(ino));
-        kept.push(*e);
+        if !overlaps {
+            kept.push(*e);
+        }
     }
     (counted, kept)
 }
