@@ -263,12 +263,6 @@ impl Fs {
         if had_errors {
             tracing::warn!("the image is marked as having errors; run `cairn fsck` to check and clear it");
         }
-        let t = now();
-        if !opts.read_only {
-            sb.state &= !STATE_CLEAN;
-            sb.mount_count = sb.mount_count.wrapping_add(1);
-            sb.last_mount_time = t.sec as u64;
-        }
         let fs = Arc::new(Fs {
             meta,
             // A checkpoint's dirty buffers cannot be evicted before its push,
@@ -305,10 +299,16 @@ impl Fs {
     }
 
     /// What a read-write mount does once the engine is up (and a read-only
-    /// one when it becomes writable): records the mount in the superblock,
-    /// finishes the orphan list, commits, and starts the backend, the
-    /// mbcache's reclaim and the reaper.
+    /// one when it becomes writable): records the mount in the superblock
+    /// (not clean, one more mount, its time), finishes the orphan list,
+    /// commits, and starts the backend, the mbcache's reclaim and the reaper.
     pub(crate) fn start_writing(self: &Arc<Self>) -> Result<()> {
+        {
+            let mut sb = self.sb.lock();
+            sb.state &= !STATE_CLEAN;
+            sb.mount_count = sb.mount_count.wrapping_add(1);
+            sb.last_mount_time = now().sec as u64;
+        }
         self.change(credits::DEFAULT, |tx| self.write_sb_buffer(tx))?;
         self.process_orphans(false)?;
         self.commit()?;

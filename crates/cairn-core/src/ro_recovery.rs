@@ -29,7 +29,7 @@ use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
 use crate::fs::Fs;
 use crate::journal::Journal;
-use cairn_format::superblock::{Superblock, STATE_CLEAN};
+use cairn_format::superblock::Superblock;
 use cairn_format::FormatError;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -83,12 +83,6 @@ impl Fs {
         self.txm.latch.check_writable()?;
         self.meta.dev.make_writable()?;
         self.txm.log.begin_writing()?;
-        {
-            let mut sb = self.sb.lock();
-            sb.state &= !STATE_CLEAN;
-            sb.mount_count = sb.mount_count.wrapping_add(1);
-            sb.last_mount_time = crate::types::now().sec as u64;
-        }
         self.read_only.store(false, Ordering::Release);
         tracing::info!("read-only mount turned read-write");
         self.start_writing()

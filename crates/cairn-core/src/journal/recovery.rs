@@ -106,12 +106,13 @@ impl Journal {
             )));
         }
         let mut report = ReplayReport::default();
+        // Where the log restarts: past every sequence number in the ring.
+        let restart = LogPos { seq: restart_seq(&region, end), off: end.off };
         if !replay {
-            // Read-only: the log is empty. The restart point a writable
-            // mount would write is taken in memory only, so that the
-            // journal stands where it would, should the mount become
-            // writable (`begin_writing`).
-            let restart = LogPos { seq: restart_seq(&region, end), off: end.off };
+            // Read-only: the log is empty. The restart point is taken in
+            // memory only, so that the journal stands where a writable
+            // mount's would, should the mount become writable
+            // (`begin_writing`).
             j.restart_at(restart);
             *j.unwritten_restart.lock() = Some(restart);
             return Ok((j, report));
@@ -131,9 +132,7 @@ impl Journal {
             report.blocks += rec.patches.len() as u64;
             Ok(())
         })?;
-        // The images are durable before the log that held them is emptied;
-        // the log restarts past every sequence number in the ring.
-        let restart = LogPos { seq: restart_seq(&region, end), off: end.off };
+        // The images are durable before the log that held them is emptied.
         if report.records > 0 {
             j.dev.flush()?;
         }
