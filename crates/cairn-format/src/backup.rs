@@ -94,15 +94,15 @@ pub fn static_fields(sb: &Superblock) -> Superblock {
 /// from the damaged primary, which is often right) first, then under mkfs's
 /// default (8 × block size blocks a group), then under every group size mkfs
 /// accepts. Only offsets inside an image of `image_bytes` are given, each
-/// once, with the group it would be.
-pub fn search_offsets(hint: Option<(u32, u32)>, image_bytes: u64) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
+/// once (a copy found there says its own group: [`decode_copy`]).
+pub fn search_offsets(hint: Option<(u32, u32)>, image_bytes: u64) -> Vec<u64> {
+    let mut out: Vec<u64> = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    let mut push = |bs: u64, bpg: u64, out: &mut Vec<(u64, u64)>| {
+    let mut push = |bs: u64, bpg: u64, out: &mut Vec<u64>| {
         for g in [1u64, 3, 5, 7, 9] {
             let Some(off) = g.checked_mul(bpg).and_then(|b| b.checked_mul(bs)) else { continue };
             if off.saturating_add(SB_SIZE as u64) <= image_bytes && seen.insert(off) {
-                out.push((off, g));
+                out.push(off);
             }
         }
     };
@@ -131,9 +131,6 @@ pub fn search_offsets(hint: Option<(u32, u32)>, image_bytes: u64) -> Vec<(u64, u
 /// and checks that it is one: it verifies, it carries the feature, and its
 /// `backup_group` and geometry place it exactly at `offset`.
 pub fn decode_copy(buf: &[u8], offset: u64, image_bytes: u64) -> Option<Superblock> {
-    if !Superblock::has_magic(buf) {
-        return None;
-    }
     let sb = Superblock::decode(buf, image_bytes).ok()?;
     let g = u64::from(sb.backup_group);
     let at = g.checked_mul(u64::from(sb.blocks_per_group))?.checked_mul(u64::from(sb.block_size()))?;
@@ -164,18 +161,18 @@ mod tests {
     #[test]
     fn the_search_tries_the_hint_first_and_stays_inside_the_image() {
         let offs = search_offsets(Some((4096, 2048)), 1 << 30);
-        assert_eq!(offs[0], (2048 * 4096, 1));
-        assert!(offs.iter().all(|&(o, _)| o + 512 <= 1 << 30));
-        let mut sorted: Vec<u64> = offs.iter().map(|&(o, _)| o).collect();
+        assert_eq!(offs[0], 2048 * 4096, "group 1 under the hint first");
+        assert!(offs.iter().all(|&o| o + 512 <= 1 << 30));
+        let mut sorted = offs.clone();
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted.len(), offs.len(), "each offset once");
         // The default group size of every block size is tried before the odd ones.
-        let default_4k = offs.iter().position(|&o| o == (32768 * 4096, 1)).unwrap();
-        let odd = offs.iter().position(|&o| o == (256 * 1024, 1)).unwrap();
+        let default_4k = offs.iter().position(|&o| o == 32768 * 4096).unwrap();
+        let odd = offs.iter().position(|&o| o == 256 * 1024).unwrap();
         assert!(default_4k < odd);
-        // A nonsense hint is ignored.
-        assert_eq!(search_offsets(Some((3000, 7)), 1 << 30)[0], (8192 * 1024, 1));
+        // A nonsense hint is ignored: group 1 of 1 KiB blocks comes first.
+        assert_eq!(search_offsets(Some((3000, 7)), 1 << 30)[0], 8192 * 1024);
     }
 
     #[test]

@@ -68,7 +68,13 @@ pub fn decode(head: &[u8], image_size: u64) -> Result<(Superblock, Geometry), Fs
         },
         FormatError::Incompatible(s) => FsckError::Incompatible(s),
     })?;
-    let geo = Geometry::new(&sb).map_err(|e| FsckError::CorruptSuperblock(e.to_string()))?;
+    let geo = geometry(&sb)?;
+    Ok((sb, geo))
+}
+
+/// The geometry of a verified superblock, within what this fsck handles.
+fn geometry(sb: &Superblock) -> Result<Geometry, FsckError> {
+    let geo = Geometry::new(sb).map_err(|e| FsckError::CorruptSuperblock(e.to_string()))?;
     if sb.group_count > MAX_GROUPS {
         return Err(FsckError::TooLarge(format!(
             "{} groups (this fsck handles at most {})",
@@ -76,7 +82,7 @@ pub fn decode(head: &[u8], image_size: u64) -> Result<(Superblock, Geometry), Fs
             num(MAX_GROUPS)
         )));
     }
-    Ok((sb, geo))
+    Ok(geo)
 }
 
 /// A superblock fsck can work from, and where it came from.
@@ -100,8 +106,8 @@ pub fn load(img: &mut Image, backup_block: Option<u64>) -> Result<Loaded, FsckEr
         return Err(FsckError::NotCairn("the image is empty (0 bytes)".into()));
     }
     if let Some(b) = backup_block {
-        let offsets: Vec<(u64, u64)> = (MIN_BLOCK_SIZE.trailing_zeros()..=MAX_BLOCK_SIZE.trailing_zeros())
-            .filter_map(|l| b.checked_mul(1 << l).map(|o| (o, 0)))
+        let offsets: Vec<u64> = (MIN_BLOCK_SIZE.trailing_zeros()..=MAX_BLOCK_SIZE.trailing_zeros())
+            .filter_map(|l| b.checked_mul(1 << l))
             .collect();
         let Some((sb, g)) = find_copy(img, &offsets)? else {
             return Err(FsckError::NoBackup(format!("no backup superblock at block {b} (of any block size)")));
@@ -146,11 +152,12 @@ pub fn load(img: &mut Image, backup_block: Option<u64>) -> Result<Loaded, FsckEr
     }
 }
 
-/// The first verified backup copy at one of `offsets` (byte offset, group).
-fn find_copy(img: &mut Image, offsets: &[(u64, u64)]) -> Result<Option<(Superblock, u64)>, FsckError> {
+/// The first verified backup copy at one of the byte `offsets`, as the
+/// primary it stands for, and its group.
+fn find_copy(img: &mut Image, offsets: &[u64]) -> Result<Option<(Superblock, u64)>, FsckError> {
     let size = img.size();
     let mut buf = vec![0u8; SB_SIZE];
-    for &(off, _) in offsets {
+    for &off in offsets {
         if off.saturating_add(SB_SIZE as u64) > size {
             continue;
         }
@@ -168,10 +175,7 @@ fn find_copy(img: &mut Image, offsets: &[(u64, u64)]) -> Result<Option<(Superblo
 }
 
 fn loaded(img: &mut Image, sb: Superblock, fallback: Option<(u64, String)>) -> Result<Loaded, FsckError> {
-    let geo = Geometry::new(&sb).map_err(|e| FsckError::CorruptSuperblock(e.to_string()))?;
-    if sb.group_count > MAX_GROUPS {
-        return Err(FsckError::TooLarge(format!("{} groups", num(sb.group_count))));
-    }
+    let geo = geometry(&sb)?;
     img.set_block_size(sb.block_size());
     Ok(Loaded { sb, geo, fallback })
 }
@@ -246,9 +250,7 @@ pub fn check_backups(
         let buf = img.read_block(blk)?;
         let problem = match backup::decode_copy(&buf, blk * u64::from(geo.block_size), img.size()) {
             None => Some("does not verify"),
-            Some(copy) if backup::static_fields(&backup::primary_from_copy(&copy)) != want => {
-                Some("does not match the primary")
-            }
+            Some(copy) if backup::static_fields(&copy) != want => Some("does not match the primary"),
             Some(_) => None,
         };
         if let Some(p) = problem {
