@@ -4,6 +4,7 @@
 //! from the same document `--json` prints. `--all` adds every raw counter.
 
 use crate::size::human;
+use cairn_fsck::num;
 use serde_json::Value;
 
 /// A counter of the stats document (0 when absent).
@@ -18,19 +19,6 @@ fn pct(part: u64, whole: u64) -> String {
     } else {
         format!("{:.1}%", part as f64 * 100.0 / whole as f64)
     }
-}
-
-/// Thousands separated, for counts.
-fn num(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }
 
 /// The summary lines of a mounted file system's stats document.

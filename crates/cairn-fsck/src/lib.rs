@@ -54,7 +54,7 @@ mod superblock;
 
 pub use image::{ImageFile, ImageSource};
 pub use problems::Code;
-pub use report::{Pass, Problem, Report};
+pub use report::{num, Pass, Problem, Report};
 
 use ctx::Ctx;
 use std::io::Write;
