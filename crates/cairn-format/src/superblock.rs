@@ -284,7 +284,7 @@ impl Superblock {
         let in_group0 = self.journal_blocks.checked_sub(k.saturating_mul(self.journal_segment_blocks()));
         if self.journal_start != self.gdt_start + self.gdt_blocks
             || self.journal_blocks < crate::journal::MIN_JOURNAL_BLOCKS
-            || in_group0.is_none_or(|j0| j0 == 0 || self.journal_start + j0 > bpg.min(self.total_blocks))
+            || in_group0.is_none_or(|j0| j0 == 0 || self.journal_start.saturating_add(j0) > bpg.min(self.total_blocks))
         {
             return bad(format!(
                 "journal at {}+{} ({k} more groups) out of range",
@@ -302,7 +302,7 @@ impl Superblock {
         if self.total_blocks.saturating_mul(bs) > image_bytes {
             return bad(format!(
                 "image is truncated: superblock says {} bytes, image has {image_bytes}",
-                self.total_blocks * bs
+                u128::from(self.total_blocks) * u128::from(bs)
             ));
         }
         Ok(())
@@ -385,5 +385,18 @@ mod tests {
         };
         assert_eq!(full.journal_segment_blocks(), 0);
         assert!(decode(&full).is_err());
+    }
+
+    #[test]
+    fn extreme_fields_are_refused_without_overflow() {
+        // Found by the superblock fuzz target: a journal length near 2^64
+        // overflowed the range sum (and, wrapped in a release build, passed).
+        let decode = |sb: &Superblock, image_bytes| {
+            let mut buf = vec![0u8; SB_SIZE];
+            sb.encode(&mut buf);
+            Superblock::decode(&buf, image_bytes)
+        };
+        let sb = Superblock { journal_blocks: u64::MAX - 1, ..sample() };
+        assert!(decode(&sb, u64::MAX).is_err());
     }
 }
