@@ -6,12 +6,13 @@
 
 use crate::size::{human, parse_size};
 use cairn_core::dev::{BlockDevice, FileDevice};
-use cairn_core::mkfs::{format, MkfsOptions};
+use cairn_core::mkfs::{create_lost_found, format, MkfsOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::OpenOptions;
 use std::io::Read;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Arguments of `cairn mkfs`.
 pub struct MkfsArgs<'a> {
@@ -175,6 +176,7 @@ fn format_locked(a: &MkfsArgs, opts: &mut MkfsOptions, is_blockdev: bool, size: 
     })
     .map_err(|e| format!("mkfs of {shown} failed: {e}"))?;
     bar.finish_and_clear();
+    create_lost_found(Arc::new(dev)).map_err(|e| format!("mkfs of {shown} failed creating /lost+found: {e}"))?;
     if !a.quiet {
         let uuid: String = summary.uuid.iter().map(|b| format!("{b:02x}")).collect();
         println!(

@@ -180,7 +180,7 @@ fn a_real_mount_keeps_data_across_unmount_and_refuses_a_second_mount() {
     let mut names: Vec<String> =
         std::fs::read_dir(&mp).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
-    assert_eq!(names, vec!["a".to_string(), "link".into(), long.clone(), "small".into()]);
+    assert_eq!(names, vec!["a".to_string(), "link".into(), "lost+found".into(), long.clone(), "small".into()]);
 
     // A second mount of the same image is refused.
     let mp2 = dir.path().join("mnt2");

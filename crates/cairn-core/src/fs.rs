@@ -312,6 +312,10 @@ impl Fs {
         self.change(credits::DEFAULT, |tx| self.write_sb_buffer(tx))?;
         self.process_orphans(false)?;
         self.commit()?;
+        // The not-clean superblock goes home before anything else is logged:
+        // a superblock that says clean then means an empty log (the journal
+        // open trusts it to skip its scan for damage).
+        self.txm.log.checkpoint_all()?;
         Backend::start(self, self.opts.commit_interval, self.opts.backend_nice)?;
         self.meta.xattrs.cache.start()?;
         if self.reaper.deferred {

@@ -10,10 +10,13 @@
 
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
+use crate::fs::{Fs, MountOptions};
+use crate::types::Ctx;
 use cairn_format::checksum::{crc, seed_from_uuid};
 use cairn_format::group_desc::*;
 use cairn_format::inode::*;
 use cairn_format::journal::{JournalSuper, MIN_JOURNAL_BLOCKS};
+use std::sync::Arc;
 
 /// Smallest journal mkfs makes: a record (a third of the ring) must hold
 /// the worst case of any single operation's handle on realistic tree depths
@@ -350,6 +353,28 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
         journal_blocks: sb.journal_blocks,
         uuid: sb.uuid,
     })
+}
+
+/// The directory e2fsck-style repair reconnects lost files to.
+pub const LOST_FOUND: &[u8] = b"lost+found";
+
+/// Creates `/lost+found` (mode 0700, owned by root) on a freshly formatted
+/// image, as mke2fs does, so that a repair finds it in place instead of
+/// having to create it on a damaged image. It is an ordinary directory made
+/// through the engine (one transaction); the mount this takes is not counted
+/// in the superblock: the image still reads as never mounted.
+pub fn create_lost_found(dev: Arc<dyn BlockDevice>) -> Result<u64> {
+    let fs = Fs::mount(dev, MountOptions::default())?;
+    let made = fs.mkdir(&Ctx::root(), ROOT_INO, LOST_FOUND, S_IFDIR | 0o700);
+    {
+        let mut sb = fs.sb.lock();
+        sb.mount_count = 0;
+        sb.last_mount_time = 0;
+    }
+    let unmounted = fs.unmount();
+    let attr = made?;
+    unmounted?;
+    Ok(attr.ino)
 }
 
 #[cfg(test)]

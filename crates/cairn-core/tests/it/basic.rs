@@ -193,3 +193,46 @@ fn the_backend_thread_runs_at_its_nice_value() {
     assert!(nice.iter().all(|n| *n == 10), "backend nice values {nice:?}");
     fs.unmount().unwrap();
 }
+
+/// The superblock at home, as the device holds it now.
+fn home_superblock(dev: &cairn_core::dev::MemDevice) -> cairn_format::superblock::Superblock {
+    use cairn_core::dev::BlockDevice;
+    let mut b = vec![0u8; 4096];
+    dev.read_at(&mut b, 0).unwrap();
+    cairn_format::superblock::Superblock::decode(&b, dev.size()).unwrap()
+}
+
+/// The journal open skips its scan of the whole ring for damage when the
+/// superblock says clean; that is sound only if a mount makes "not clean"
+/// durable at home before it logs anything else, and only a clean unmount
+/// puts "clean" back.
+#[test]
+fn a_mounted_image_says_not_clean_at_home_until_it_is_unmounted() {
+    use cairn_format::superblock::STATE_CLEAN;
+    let dev = new_image(64);
+    assert_ne!(home_superblock(&dev).state & STATE_CLEAN, 0, "a new image is clean");
+    let fs = mount(&dev);
+    assert_eq!(home_superblock(&dev).state & STATE_CLEAN, 0, "mounted, before any operation");
+    fs.mknod(&Ctx::root(), ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap();
+    fs.sync_fs().unwrap();
+    assert_eq!(home_superblock(&dev).state & STATE_CLEAN, 0, "after a commit");
+    fs.unmount().unwrap();
+    assert_ne!(home_superblock(&dev).state & STATE_CLEAN, 0, "after unmount");
+}
+
+#[test]
+fn mkfs_makes_lost_found_and_the_image_still_reads_as_never_mounted() {
+    let dev = new_image(64);
+    let d: std::sync::Arc<dyn cairn_core::dev::BlockDevice> = dev.clone();
+    let ino = cairn_core::mkfs::create_lost_found(d).unwrap();
+    let sb = home_superblock(&dev);
+    assert_eq!((sb.mount_count, sb.last_mount_time), (0, 0));
+    let fs = mount(&dev);
+    let attr = fs.lookup(ROOT, b"lost+found").unwrap();
+    assert_eq!(attr.ino, ino);
+    assert_eq!(attr.mode & 0o7777, 0o700);
+    assert_eq!(attr.uid, 0);
+    assert_eq!(names(&fs, ino).len(), 2, "only . and ..: {:?}", names(&fs, ino));
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after mkfs made /lost+found");
+}

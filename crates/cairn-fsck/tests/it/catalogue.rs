@@ -4,20 +4,24 @@
 //! mounts, on which every file the damage did not touch reads back
 //! identical (hash of its contents, `tree_hashes`).
 //!
-//! Shapes: 4 KiB blocks in small groups, and 1 KiB blocks; both populated
-//! by `populate` (tree directories, a 2,000-entry directory, extent trees,
-//! hard links, symlinks, device nodes, shared and external xattrs).
+//! Shapes: 4 KiB blocks in small groups, 1 KiB blocks, and 4 KiB blocks
+//! with three open orphans (a crashed mount's files unlinked while open);
+//! all populated by `populate` (tree directories, a 2,000-entry directory,
+//! extent trees, hard links, symlinks, device nodes, shared and external
+//! xattrs) on an image as `cairn mkfs` makes it, with `/lost+found`. The
+//! images are golden (`golden`): committed, so that the whole output of the
+//! repair and of the check after it is compared with the expected output
+//! kept beside them, as e2fsprogs' tests do.
 
 use crate::common::*;
 use crate::corrupt::{block, edit_gd, first_extent};
+use crate::golden::{self, Names};
 use cairn_core::mkfs::MkfsOptions;
 use cairn_format::checksum::crc;
 use cairn_format::dirent::Dirent;
 use cairn_format::inode::DataArea;
 use cairn_fsck::Code;
-use std::collections::{BTreeMap, HashMap};
-
-type Names = HashMap<&'static str, u64>;
+use std::collections::BTreeMap;
 
 /// One kind of damage: what it does to an image and which paths (prefixes)
 /// may change because of it.
@@ -368,6 +372,22 @@ fn kinds() -> Vec<Kind> {
             },
         },
         Kind {
+            // Found as the dangling entry; the repair creates /lost+found
+            // again (L12, in the expected output) to reconnect what /a held.
+            name: "lost+found missing when a file is lost",
+            code: Code::DirentBadTarget,
+            not_repaired: None,
+            touches: &["/a", "/lost+found"],
+            damage: |b, m| {
+                // The slot of /lost+found zeroed (its entry in / then names
+                // nothing), and /a's one leaf zeroed: what it named is lost.
+                let r = inode_range(b, m["lost+found"]);
+                b[r].fill(0);
+                let DataArea::Tree(root) = read_inode(b, m["a"]).data else { panic!("a is a tree") };
+                block(b, root).fill(0);
+            },
+        },
+        Kind {
             name: "directory entry type",
             code: Code::DirentType,
             not_repaired: None,
@@ -393,33 +413,43 @@ fn retype_entry(bytes: &mut [u8], dir: u64, name: &[u8], dtype: u8) {
     node.encode(seed, root, blk);
 }
 
-fn shapes() -> Vec<(&'static str, MkfsOptions)> {
+type Build = fn() -> (Vec<u8>, Names);
+
+fn shapes() -> Vec<(&'static str, Build)> {
     vec![
-        ("4 KiB blocks, small groups", small_groups()),
-        (
-            "1 KiB blocks",
-            MkfsOptions {
-                block_size: 1024,
-                blocks_per_group: Some(4096),
-                bytes_per_inode: 4096,
-                journal_blocks: Some(1024),
-                ..Default::default()
-            },
-        ),
+        ("4 KiB blocks, small groups", || golden::populated(48, &small_groups())),
+        ("1 KiB blocks", || golden::populated(48, &one_kib_blocks())),
+        ("open orphans", || golden::with_open_orphans(&small_groups())),
     ]
+}
+
+fn one_kib_blocks() -> MkfsOptions {
+    MkfsOptions {
+        block_size: 1024,
+        blocks_per_group: Some(4096),
+        bytes_per_inode: 4096,
+        journal_blocks: Some(1024),
+        ..Default::default()
+    }
 }
 
 #[test]
 fn every_kind_is_found_with_its_code_and_repaired_on_every_shape() {
     let mut failures = Vec::new();
-    for (shape, opts) in shapes() {
-        let (image, names) = populated_image_of(48, &opts);
+    for (shape, build) in shapes() {
+        let (image, names) = golden::image(shape, build);
         let (before, errors) = tree_hashes(&image).unwrap();
         assert_eq!(errors, 0);
+        assert!(before.contains_key(&b"/lost+found"[..]), "{shape}: made as `cairn mkfs` makes it");
+        let (code, out) = fsck(to_file(&image).path(), false);
+        assert_eq!(code, 0, "{shape}: the golden image is clean:\n{out}");
         for k in kinds() {
             let mut bytes = image.clone();
             (k.damage)(&mut bytes, &names);
-            if let Err(why) = check_kind(&k, &bytes, &before) {
+            let compared = check_kind(&k, &bytes, &before).and_then(|outs| {
+                outs.iter().enumerate().try_for_each(|(i, o)| golden::compare(shape, k.name, i as u32 + 1, o))
+            });
+            if let Err(why) = compared {
                 failures.push(format!("{shape} / {}: {why}", k.name));
             }
         }
@@ -427,7 +457,9 @@ fn every_kind_is_found_with_its_code_and_repaired_on_every_shape() {
     assert!(failures.is_empty(), "{} of the catalogue failed:\n{}", failures.len(), failures.join("\n"));
 }
 
-fn check_kind(k: &Kind, bytes: &[u8], before: &BTreeMap<Vec<u8>, u32>) -> Result<(), String> {
+/// Checks one kind on one damaged image; returns the output of the repair
+/// run and of the check after it (path normalised), to compare.
+fn check_kind(k: &Kind, bytes: &[u8], before: &BTreeMap<Vec<u8>, u32>) -> Result<Vec<String>, String> {
     let report = cairn_fsck::check_image(&bytes.to_vec(), &Default::default()).map_err(|e| e.to_string())?;
     if !report.codes().contains(&k.code) {
         return Err(format!(
@@ -439,10 +471,11 @@ fn check_kind(k: &Kind, bytes: &[u8], before: &BTreeMap<Vec<u8>, u32>) -> Result
     }
     let f = to_file(bytes);
     let (code, out) = fsck(f.path(), true);
+    let repaired = golden::normalise(&out, f.path());
     if let Some(why) = k.not_repaired {
         // Not repaired yet: the repair must still say so, and not crash.
         return match (code, out.contains("still wrong after repair: ") || out.contains(k.code.id())) {
-            (4, true) => Ok(()),
+            (4, true) => Ok(vec![repaired]),
             _ => Err(format!("({why}) expected exit 4 still naming {}, got {code}:\n{out}", k.code.id())),
         };
     }
@@ -453,6 +486,7 @@ fn check_kind(k: &Kind, bytes: &[u8], before: &BTreeMap<Vec<u8>, u32>) -> Result
     if code != 0 {
         return Err(format!("not clean after the repair:\n{out}"));
     }
+    let checked = golden::normalise(&out, f.path());
     let (after, errors) = tree_hashes(&std::fs::read(f.path()).unwrap()).map_err(|e| format!("does not mount: {e}"))?;
     if errors > 0 {
         return Err(format!("{errors} read errors after the repair"));
@@ -471,5 +505,5 @@ fn check_kind(k: &Kind, bytes: &[u8], before: &BTreeMap<Vec<u8>, u32>) -> Result
     if !changed.is_empty() {
         return Err(format!("untouched files changed or lost: {changed:?}"));
     }
-    Ok(())
+    Ok(vec![repaired, checked])
 }

@@ -165,10 +165,14 @@ pub fn edit_inode(bytes: &mut [u8], ino: u64, f: impl FnOnce(&mut cairn_format::
 /// Changes committed with sync_fs, then the process "dies" (no unmount): the
 /// journal must be replayed and the open-unlinked files are orphans.
 pub fn unreplayed_image() -> Vec<u8> {
-    let dev = new_image(48, &small_groups());
+    crashed_with_orphans(new_image(48, &small_groups())).0
+}
+
+/// [`unreplayed_image`] of the formatted image `dev`, and its names.
+pub fn crashed_with_orphans(dev: Arc<MemDevice>) -> (Vec<u8>, HashMap<&'static str, u64>) {
     let c = Ctx::root();
     let fs = mount(dev.clone());
-    populate(&fs);
+    let m = populate(&fs);
     let o = fs.mknod(&c, ROOT, b"open-then-unlinked", S_IFREG | 0o644, 0).unwrap().ino;
     fs.write(o, 0, &[1u8; 50_000]).unwrap();
     fs.setxattr(o, b"user.x", b"y", 0).unwrap();
@@ -187,7 +191,7 @@ pub fn unreplayed_image() -> Vec<u8> {
         let r = cairn_fsck::check_image(&bytes, &cairn_fsck::Options::default()).expect("fsck");
         if r.journal_records_replayed > 0 {
             drop(fs);
-            return bytes;
+            return (bytes, m);
         }
         fs.setattr(&c, ROOT, &cairn_core::SetAttr { mode: Some(0o755), ..Default::default() }).unwrap();
         fs.sync_fs().unwrap();

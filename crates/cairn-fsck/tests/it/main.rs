@@ -7,5 +7,6 @@ mod common;
 mod corrupt;
 mod damaged_log;
 mod fuzz;
+mod golden;
 mod operational;
 mod preen;
