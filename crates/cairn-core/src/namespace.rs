@@ -339,17 +339,36 @@ impl Fs {
         Ok(())
     }
 
-    /// Renames, with `RENAME_NOREPLACE` / `RENAME_EXCHANGE` flags.
+    /// Renames, with `RENAME_NOREPLACE` / `RENAME_EXCHANGE` / `RENAME_WHITEOUT` flags.
     pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: u32) -> Result<()> {
+        self.rename_as(&Ctx::root(), parent, name, newparent, newname, flags)
+    }
+
+    /// [`Fs::rename`] on behalf of `ctx`, who owns the whiteout that
+    /// RENAME_WHITEOUT leaves (as the kernel's `vfs_whiteout` does).
+    pub fn rename_as(
+        &self,
+        ctx: &Ctx,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<()> {
         check_name(name)?;
         check_name(newname)?;
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 || flags == RENAME_NOREPLACE | RENAME_EXCHANGE {
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0
+            || exchange && flags & (RENAME_NOREPLACE | RENAME_WHITEOUT) != 0
+        {
             return Err(FsError::Errno(libc::EINVAL));
         }
         // Moves between directories are serialised (the VFS does the same
         // with s_vfs_rename_mutex): the below-itself check walks ancestors.
         let _cross = (parent != newparent).then(|| self.rename_lock.lock());
-        self.change(credits::DEFAULT, |tx| crate::rename::rename(self, tx, parent, name, newparent, newname, flags))?;
+        self.change(credits::DEFAULT, |tx| {
+            crate::rename::rename(self, tx, ctx, parent, name, newparent, newname, flags)
+        })?;
         self.after_unlink();
         Ok(())
     }

@@ -1,4 +1,5 @@
-//! rename(2) and renameat2's RENAME_NOREPLACE / RENAME_EXCHANGE.
+//! rename(2) and renameat2's RENAME_NOREPLACE / RENAME_EXCHANGE /
+//! RENAME_WHITEOUT.
 //!
 //! All inodes involved (both parents, the source, an existing target) are
 //! locked together in inode-number order after a first unlocked lookup; the
@@ -8,6 +9,14 @@
 //! Both names leave the dentry cache before the trees change and come back
 //! (the source negative, or the other inode after an exchange) once the
 //! rename succeeded, under the parents' exclusive locks.
+//!
+//! RENAME_WHITEOUT (overlayfs's upper directory: a file removed or renamed
+//! over a lower layer must stay hidden) leaves a *whiteout* at the source
+//! name in the same transaction: a new character device 0:0 with mode 0,
+//! owned by the caller (the parent's group under a set-gid parent), its
+//! entry taking the source's key in place. The whiteout inode is allocated
+//! before anything else changes, so a full inode table fails the rename
+//! with nothing done.
 
 use crate::dir;
 use crate::error::{FsError, Result};
@@ -15,14 +24,16 @@ use crate::fs::{find, Fs};
 use crate::inode::lock_many;
 use crate::journal::{credits, Tx};
 use crate::types::now as now_ts;
-use crate::types::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+use crate::types::{Ctx, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 use cairn_format::dirent::dtype_of_mode;
 use cairn_format::ROOT_INO;
 
 /// Renames `parent/name` to `newparent/newname` inside `tx`.
+#[allow(clippy::too_many_arguments)]
 pub fn rename(
     fs: &Fs,
     tx: &Tx<'_>,
+    ctx: &Ctx,
     parent: u64,
     name: &[u8],
     newparent: u64,
@@ -88,7 +99,9 @@ pub fn rename(
             None => 0,
         };
         let second = credits::tree_insert(levels).max(credits::tree_remove(levels) + target);
-        tx.require(credits::tree_insert(levels) + second + 4 * credits::INODE)?;
+        let whiteout = flags & RENAME_WHITEOUT != 0;
+        let whiteout_credits = if whiteout { credits::ALLOC + credits::INODE + credits::FREE } else { 0 };
+        tx.require(credits::tree_insert(levels) + second + 4 * credits::INODE + whiteout_credits)?;
         let src_mode = find(&mut gs, src).d.mode;
         let src_dir = src_mode & libc::S_IFMT == libc::S_IFDIR;
         if let Some((_, dino)) = dst {
@@ -100,6 +113,7 @@ pub fn rename(
         // Both names change (or fail half-way): uncached until done.
         fs.dcache.invalidate(find(&mut gs, parent), name);
         fs.dcache.invalidate(find(&mut gs, newparent), newname);
+        let mut whiteout_ino = None;
         if flags & RENAME_EXCHANGE != 0 {
             let Some((k2, dino)) = dst else { return Err(FsError::Errno(libc::ENOENT)) };
             let dst_mode = find(&mut gs, dino).d.mode;
@@ -124,18 +138,28 @@ pub fn rename(
                 fs.store(tx, g)?;
             }
         } else {
-            if let Some((k2, dino)) = dst {
+            if let Some((_, dino)) = dst {
                 if flags & RENAME_NOREPLACE != 0 {
                     return Err(FsError::Errno(libc::EEXIST));
                 }
                 let dg = find(&mut gs, dino);
-                let dst_dir = dg.d.is_dir();
-                match (src_dir, dst_dir) {
+                match (src_dir, dg.d.is_dir()) {
                     (true, false) => return Err(FsError::Errno(libc::ENOTDIR)),
                     (false, true) => return Err(FsError::Errno(libc::EISDIR)),
                     (true, true) if dg.d.entries > 0 => return Err(FsError::Errno(libc::ENOTEMPTY)),
                     _ => {}
                 }
+            }
+            // The whiteout first: its allocation is the step that may fail
+            // for want of space, before any entry changes.
+            if whiteout {
+                let (ino, d) = fs.new_inode(tx, ctx, find(&mut gs, parent), libc::S_IFCHR, 0)?;
+                let r = fs.icache.insert(ino, d);
+                fs.store(tx, &r.write())?;
+                whiteout_ino = Some(ino);
+            }
+            if let Some((k2, dino)) = dst {
+                let dst_dir = find(&mut gs, dino).d.is_dir();
                 dir::retarget(meta, find(&mut gs, newparent), k2, newname, src, dtype_of_mode(src_mode))?;
                 if dst_dir {
                     let np = find(&mut gs, newparent);
@@ -145,7 +169,10 @@ pub fn rename(
             } else {
                 dir::add(meta, find(&mut gs, newparent), newname, src, dtype_of_mode(src_mode))?;
             }
-            dir::remove(meta, find(&mut gs, parent), k1)?;
+            match whiteout_ino {
+                Some(w) => dir::retarget(meta, find(&mut gs, parent), k1, name, w, dtype_of_mode(libc::S_IFCHR))?,
+                None => dir::remove(meta, find(&mut gs, parent), k1)?,
+            }
             if src_dir && parent != newparent {
                 let op = find(&mut gs, parent);
                 op.d.nlink = op.d.nlink.saturating_sub(1);
@@ -164,7 +191,7 @@ pub fn rename(
         }
         let old_name = match (flags & RENAME_EXCHANGE != 0, dst) {
             (true, Some((_, dino))) => Some((dino, dtype_of_mode(find(&mut gs, dino).d.mode))),
-            _ => None,
+            _ => whiteout_ino.map(|w| (w, dtype_of_mode(libc::S_IFCHR))),
         };
         fs.dcache.insert(find(&mut gs, parent), name, old_name);
         fs.dcache.insert(find(&mut gs, newparent), newname, Some((src, dtype_of_mode(src_mode))));

@@ -112,6 +112,9 @@ pub struct StatFs {
 pub const RENAME_NOREPLACE: u32 = 1;
 /// Atomically exchange the two names.
 pub const RENAME_EXCHANGE: u32 = 2;
+/// Leave a whiteout (a character device 0:0) at the source name, in the same
+/// transaction (overlayfs's upper directory needs it).
+pub const RENAME_WHITEOUT: u32 = 4;
 
 /// `fallocate` mode bits (as `<linux/falloc.h>`).
 pub const FALLOC_FL_KEEP_SIZE: i32 = 0x01;

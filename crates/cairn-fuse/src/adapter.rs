@@ -442,7 +442,7 @@ impl Filesystem for CairnFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -451,13 +451,12 @@ impl Filesystem for CairnFuse {
         reply: ReplyEmpty,
     ) {
         let mut t = self.metrics.timer(Op::Rename);
-        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
-            reply.error(Errno::EINVAL);
-            return;
-        }
+        let c = ctx(req);
         Self::empty(
             reply,
-            t.call(|| self.fs.rename(parent.0, name_bytes(name), newparent.0, name_bytes(newname), flags.bits())),
+            t.call(|| {
+                self.fs.rename_as(&c, parent.0, name_bytes(name), newparent.0, name_bytes(newname), flags.bits())
+            }),
         );
     }
 

@@ -236,3 +236,53 @@ fn mkfs_makes_lost_found_and_the_image_still_reads_as_never_mounted() {
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after mkfs made /lost+found");
 }
+
+#[test]
+fn rename_whiteout_leaves_a_whiteout_owned_by_the_caller_in_one_transaction() {
+    use cairn_core::RENAME_WHITEOUT;
+    let dev = new_image(64);
+    let fs = mount(&dev);
+    let root = Ctx::root();
+    let user = Ctx { uid: 1000, gid: 1000, ..Ctx::root() };
+    let a = fs.mknod(&root, ROOT, b"a", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.write(a, 0, b"moved").unwrap();
+    fs.mknod(&root, ROOT, b"there", libc::S_IFREG | 0o644, 0).unwrap();
+    // Invalid combinations change nothing.
+    for bad in [RENAME_WHITEOUT | RENAME_EXCHANGE, RENAME_WHITEOUT | RENAME_NOREPLACE | RENAME_EXCHANGE] {
+        let e = fs.rename_as(&user, ROOT, b"a", ROOT, b"there", bad).unwrap_err();
+        assert!(matches!(e, cairn_core::FsError::Errno(libc::EINVAL)), "{e:?}");
+    }
+    let e = fs.rename_as(&user, ROOT, b"a", ROOT, b"there", RENAME_WHITEOUT | RENAME_NOREPLACE).unwrap_err();
+    assert!(matches!(e, cairn_core::FsError::Errno(libc::EEXIST)), "{e:?}");
+    let used = fs.statfs().unwrap().files_free;
+    assert_eq!(fs.lookup(ROOT, b"a").unwrap().ino, a, "a refused rename left no whiteout");
+
+    fs.rename_as(&user, ROOT, b"a", ROOT, b"b", RENAME_WHITEOUT).unwrap();
+    assert_eq!(fs.lookup(ROOT, b"b").unwrap().ino, a);
+    let w = fs.lookup(ROOT, b"a").unwrap();
+    assert_ne!(w.ino, a);
+    assert_eq!((w.mode, w.rdev, w.uid, w.gid, w.nlink), (libc::S_IFCHR, 0, 1000, 1000, 1));
+    assert_eq!(fs.statfs().unwrap().files_free, used - 1);
+    // Over an existing target, which goes.
+    fs.rename_as(&user, ROOT, b"b", ROOT, b"there", RENAME_WHITEOUT).unwrap();
+    assert_eq!(fs.read(fs.lookup(ROOT, b"there").unwrap().ino, 0, 10).unwrap(), b"moved");
+    assert_eq!(fs.lookup(ROOT, b"b").unwrap().mode, libc::S_IFCHR);
+    // A directory, into another directory; its whiteout takes a set-gid
+    // parent's group.
+    let sg = fs.mkdir(&root, ROOT, b"sg", 0o2777).unwrap().ino;
+    fs.setattr(&root, sg, &SetAttr { gid: Some(50), ..Default::default() }).unwrap();
+    fs.setattr(&root, sg, &SetAttr { mode: Some(0o2777), ..Default::default() }).unwrap();
+    fs.mkdir(&user, sg, b"dir", 0o755).unwrap();
+    fs.rename_as(&user, sg, b"dir", ROOT, b"dir", RENAME_WHITEOUT).unwrap();
+    let w = fs.lookup(sg, b"dir").unwrap();
+    assert_eq!((w.mode, w.uid, w.gid), (libc::S_IFCHR, 1000, 50));
+    assert_eq!(fs.getattr(sg).unwrap().nlink, 2, "the set-gid directory lost its subdirectory");
+    let mut n = names(&fs, ROOT);
+    n.sort();
+    assert_eq!(n, [".", "..", "a", "b", "dir", "sg", "there"]);
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after whiteout renames");
+    let fs = mount(&dev);
+    assert_eq!(fs.lookup(sg, b"dir").unwrap().mode, libc::S_IFCHR);
+    fs.unmount().unwrap();
+}
