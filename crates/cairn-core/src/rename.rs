@@ -152,22 +152,38 @@ pub fn rename(
             }
             // The whiteout first: its allocation is the step that may fail
             // for want of space, before any entry changes.
+            let mut whiteout_ref = None;
             if whiteout {
                 let (ino, d) = fs.new_inode(tx, ctx, find(&mut gs, parent), libc::S_IFCHR, 0)?;
                 let r = fs.icache.insert(ino, d);
                 fs.store(tx, &r.write())?;
                 whiteout_ino = Some(ino);
+                whiteout_ref = Some(r);
             }
-            if let Some((k2, dino)) = dst {
-                let dst_dir = find(&mut gs, dino).d.is_dir();
-                dir::retarget(meta, find(&mut gs, newparent), k2, newname, src, dtype_of_mode(src_mode))?;
-                if dst_dir {
-                    let np = find(&mut gs, newparent);
-                    np.d.nlink = np.d.nlink.saturating_sub(1);
+            let target = (|| {
+                if let Some((k2, dino)) = dst {
+                    let dst_dir = find(&mut gs, dino).d.is_dir();
+                    dir::retarget(meta, find(&mut gs, newparent), k2, newname, src, dtype_of_mode(src_mode))?;
+                    if dst_dir {
+                        let np = find(&mut gs, newparent);
+                        np.d.nlink = np.d.nlink.saturating_sub(1);
+                    }
+                    fs.drop_link(tx, find(&mut gs, dino), dst_dir)
+                } else {
+                    // A new entry may need a new directory block: ENOSPC.
+                    dir::add(meta, find(&mut gs, newparent), newname, src, dtype_of_mode(src_mode))
                 }
-                fs.drop_link(tx, find(&mut gs, dino), dst_dir)?;
-            } else {
-                dir::add(meta, find(&mut gs, newparent), newname, src, dtype_of_mode(src_mode))?;
+            })();
+            if let Err(e) = target {
+                // Nothing half-done: the whiteout no entry names goes again.
+                if let Some(r) = whiteout_ref {
+                    let mut st = r.write();
+                    st.d.nlink = 0;
+                    if let Err(e2) = fs.release_unlinked(tx, &mut st) {
+                        tracing::error!(ino = st.ino, error = %e2, "could not undo a whiteout");
+                    }
+                }
+                return Err(e);
             }
             match whiteout_ino {
                 Some(w) => dir::retarget(meta, find(&mut gs, parent), k1, name, w, dtype_of_mode(libc::S_IFCHR))?,

@@ -115,3 +115,39 @@ fn fallocate_of_nearly_all_available_space_succeeds() {
     fs.fallocate(f, 0, avail - (512 << 10), 0).expect("fallocate of the available space less 512 KiB");
     fs.unmount().unwrap();
 }
+
+/// xfstests generic/626: renames with RENAME_WHITEOUT on a full file system
+/// fail with ENOSPC when the new entry needs a directory block, and leave
+/// no whiteout behind that no entry names.
+#[test]
+fn a_whiteout_rename_that_finds_no_space_leaves_no_whiteout() {
+    let dev = new_image(48);
+    let fs = mount(&dev);
+    let c = Ctx::root();
+    let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap().ino;
+    for i in 0..400 {
+        fs.mknod(&c, 1, format!("src-{i:04}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+    }
+    fill_up(&fs, b"big");
+    // Use up the metadata reserve with entries in `d`.
+    let mut i = 0;
+    while fs.mknod(&c, d, format!("filler-with-a-long-name-{i:06}").as_bytes(), libc::S_IFREG, 0).is_ok() {
+        i += 1;
+    }
+    let mut enospc = 0;
+    for i in 0..400 {
+        let name = format!("src-{i:04}");
+        let to = format!("moved-with-a-long-name-{i:04}");
+        match fs.rename_as(&c, 1, name.as_bytes(), d, to.as_bytes(), cairn_core::RENAME_WHITEOUT) {
+            Ok(()) => assert_eq!(fs.lookup(1, name.as_bytes()).unwrap().mode, libc::S_IFCHR),
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                assert_eq!(fs.lookup(1, name.as_bytes()).unwrap().mode & libc::S_IFMT, libc::S_IFREG, "unchanged");
+                enospc += 1;
+            }
+        }
+    }
+    assert!(enospc > 0, "no rename ran out of space: the test proves nothing");
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after whiteout renames on a full file system");
+}
