@@ -82,7 +82,9 @@ enum Cmd {
         /// (commit=SECONDS, cache_mb=N, threads=N, entry_timeout=S, attr_timeout=S,
         /// negative_timeout=S, writeback_cache=0|1, max_write=BYTES, readahead_kb=N, mb_optimize_scan=0|1,
         /// mb_group_prealloc=N, overwrite_fastpath=0|1, delaylog=0|1, journal_compress=0|1, backend_nice=N, nombcache, noacl, sync_delete,
-        /// lru_caches=0|1, io_uring=0|1, ring_threads=N, ring_idle=0|1, parallel_dio=0|1, errors=...).
+        /// lru_caches=0|1, io_uring=0|1, ring_threads=N, ring_idle=0|1, parallel_dio=0|1, discard, errors=...).
+        /// Access-time policies (relatime, strictatime, lazytime, ...) are accepted: cairn never
+        /// updates atime on read. `ro,norecovery` mounts without replaying the journal.
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
         /// Stay attached and log to stderr.

@@ -219,6 +219,11 @@ pub struct BufferCache {
 }
 
 impl BufferCache {
+    /// The device the cache reads and writes.
+    pub(crate) fn dev(&self) -> &dyn BlockDevice {
+        self.dev.as_ref()
+    }
+
     /// A cache of about `capacity` blocks over `dev`.
     pub fn new(
         dev: Arc<dyn BlockDevice>,

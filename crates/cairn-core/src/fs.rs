@@ -68,6 +68,9 @@ pub struct MountOptions {
     /// (`-o mb_group_prealloc=N`, ext4's knob; 0 turns them off: see
     /// `alloc::group_prealloc`).
     pub mb_group_prealloc: u32,
+    /// Discard blocks as soon as their free is durable (`-o discard`: holes
+    /// punched in the image file as deletes commit; see `alloc::trim`).
+    pub discard: bool,
     /// Write over allocated, written blocks with no transaction and shared
     /// locks (`-o overwrite_fastpath=0|1`, see `overwrite`).
     pub overwrite_fastpath: bool,
@@ -112,6 +115,7 @@ impl Default for MountOptions {
             errors: ErrorPolicy::default(),
             mb_optimize_scan: true,
             mb_group_prealloc: crate::alloc::DEFAULT_GROUP_PREALLOC,
+            discard: false,
             overwrite_fastpath: true,
             mbcache: true,
             sync_delete: false,
@@ -236,6 +240,7 @@ impl Fs {
             // buffer cache's size in buddies.
             buddy_cap: opts.cache_blocks / 16,
             group_prealloc: opts.mb_group_prealloc,
+            discard: opts.discard,
         };
         let zeroed = sb.feature_compat & cairn_format::superblock::COMPAT_ITABLES_ZEROED != 0;
         let alloc = Allocator::load(geo, seed, sb.gdt_start, &bufs, sb.next_ino, zeroed, alloc_opts)?;
@@ -352,7 +357,9 @@ impl Fs {
         self.sb.lock().state |= STATE_CLEAN;
         self.change(credits::DEFAULT, |tx| self.write_sb_buffer(tx))?;
         self.commit()?;
-        self.txm.log.checkpoint_all()?;
+        // Everything home and the log empty; blocks freed meanwhile are
+        // released (and discarded under `-o discard`).
+        self.txm.checkpoint(&self.meta)?;
         Ok(())
     }
 

@@ -54,6 +54,7 @@ pub use reaper::BATCH_INODES as REAPER_BATCH_INODES;
 pub use stats::Histogram;
 pub use types::*;
 mod dcache;
+mod discard;
 mod extent_map;
 mod file_ops;
 mod lifecycle;

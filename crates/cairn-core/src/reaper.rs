@@ -218,6 +218,12 @@ impl Reaper {
     /// gone; returns whether it is empty.
     pub fn wait_idle(&self, limit: Duration) -> bool {
         self.stats.enospc_waits.fetch_add(1, Relaxed);
+        self.drain(limit)
+    }
+
+    /// [`Reaper::wait_idle`] without counting a wait for space (FITRIM waits
+    /// so that what was deleted before it is discarded by it).
+    pub fn drain(&self, limit: Duration) -> bool {
         self.hurry();
         let deadline = std::time::Instant::now() + limit;
         let mut q = self.queue.lock();

@@ -139,6 +139,9 @@ pub struct CairnFuse {
     dio: DirectWriteCoherence,
 }
 
+/// `_IOWR('X', 121, struct fstrim_range)`: discard free space (`fstrim`).
+const FITRIM: u32 = 0xc018_5879;
+
 fn ctx(req: &Request) -> Ctx {
     Ctx { uid: req.uid(), gid: req.gid(), pid: req.pid(), umask: 0 }
 }
@@ -720,11 +723,37 @@ impl Filesystem for CairnFuse {
         _flags: fuser::IoctlFlags,
         cmd: u32,
         arg: u64,
-        _in_data: &[u8],
+        in_data: &[u8],
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
         let mut t = self.metrics.timer(Op::Ioctl);
+        if cmd == FITRIM {
+            // `struct fstrim_range { start, len, minlen }` in, and back with
+            // `len` set to the bytes discarded. CAP_SYS_ADMIN, as ext4 asks.
+            if req.uid() != 0 {
+                reply.error(Errno::EPERM);
+                return;
+            }
+            let Some(range) = in_data.get(..24) else {
+                reply.error(Errno::EINVAL);
+                return;
+            };
+            // The caller's struct, in its memory: host byte order.
+            #[allow(clippy::host_endian_bytes)]
+            let field = |i: usize| u64::from_ne_bytes(range[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            let (start, len, min_len) = (field(0), field(1), field(2));
+            match t.call(|| self.fs.trim(start, len, min_len)) {
+                Ok(done) => {
+                    let mut out = range.to_vec();
+                    #[allow(clippy::host_endian_bytes)]
+                    out[8..16].copy_from_slice(&done.to_ne_bytes());
+                    reply.ioctl(0, &out);
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+            return;
+        }
         if cmd != shutdown::GOINGDOWN {
             reply.error(Errno::ENOTTY);
             return;

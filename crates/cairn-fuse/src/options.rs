@@ -65,7 +65,11 @@
 //! `default_permissions` is always on (the kernel checks permissions from the
 //! mode bits; cairn does not check them a second time). Options that
 //! `mount(8)` and fstab add (`defaults`, `auto`, `noauto`, `user`, `users`,
-//! `nofail`, `_netdev`, `x-*`) are accepted and ignored. Anything else is an
+//! `nofail`, `_netdev`, `comment=`, `x-*`) are accepted and ignored, and so
+//! are the access-time policies (`relatime`, `strictatime`, `lazytime`,
+//! `nodiratime`, their `no` forms, `iversion`): cairn never updates atime on
+//! a read (the kernel does not for FUSE, and cairn does not on READ), only
+//! when asked (utimensat). `norecovery`/`noload` go with `ro` only. Anything else is an
 //! error: a misspelt option must not be silently dropped.
 
 use crate::adapter::{AdapterOptions, Timeouts};
@@ -156,6 +160,7 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
     let mut s = Settings::default();
     let mut timeouts = Timeouts::default();
     let mut cache_mb = default_cache_mb();
+    let mut norecovery = false;
     for group in groups {
         for opt in group.as_ref().split(',').map(str::trim).filter(|o| !o.is_empty()) {
             let (key, val) = match opt.split_once('=') {
@@ -193,6 +198,8 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                     s.engine.push_patience = (us > 0).then(|| std::time::Duration::from_micros(us));
                 }
                 "nombcache" | "no_mbcache" => s.engine.mbcache = false,
+                "discard" => s.engine.discard = true,
+                "nodiscard" => s.engine.discard = false,
                 "acl" => s.adapter.acl = true,
                 "sync_delete" => s.engine.sync_delete = true,
                 "noacl" => s.adapter.acl = false,
@@ -239,11 +246,24 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 "fuseblk" => s.fuseblk = Some(true),
                 "nofuseblk" => s.fuseblk = Some(false),
                 "subtype" => s.fuse.push(MountOption::Subtype(need()?.to_string())),
-                "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "nofail" | "_netdev" => {}
+                "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "nofail" | "_netdev" | "comment" => {}
+                // Access times: the kernel never updates a FUSE inode's atime
+                // itself and cairn updates it only on request (utimensat,
+                // `touch -a`): every mount behaves as `noatime`. The policies
+                // are accepted so that fstab lines written for other file
+                // systems mount (see the README's options).
+                "relatime" | "norelatime" | "strictatime" | "nostrictatime" | "lazytime" | "nolazytime"
+                | "diratime" | "nodiratime" | "iversion" | "noiversion" => {}
+                // A read-only mount never replays the journal (it refuses an
+                // image whose log needs replay); `norecovery` says so.
+                "norecovery" | "noload" => norecovery = true,
                 k if k.starts_with("x-") => {}
                 _ => return Err(format!("unknown mount option '{opt}' (see `cairn mount --help`)")),
             }
         }
+    }
+    if norecovery && !s.engine.read_only {
+        return Err("option norecovery needs ro: a read-write mount replays the journal".into());
     }
     s.adapter.timeouts = timeouts;
     split_cache(&mut s.engine, cache_mb);
@@ -389,7 +409,19 @@ mod tests {
 
     #[test]
     fn fstab_noise_is_ignored() {
-        let s = parse(&["defaults,noauto,nofail,x-systemd.automount,_netdev"]).unwrap();
+        let s = parse(&["defaults,noauto,nofail,x-systemd.automount,_netdev,comment=systemd.automount"]).unwrap();
         assert!(s.fuse.is_empty());
+        for atime in ["relatime", "strictatime,nodiratime", "lazytime", "norelatime,diratime,iversion"] {
+            let s = parse(&[atime]).unwrap();
+            assert!(s.fuse.is_empty() && !s.engine.read_only, "{atime}");
+        }
+    }
+
+    #[test]
+    fn norecovery_goes_with_ro_only() {
+        assert!(parse(&["ro,norecovery"]).unwrap().engine.read_only);
+        assert!(parse(&["noload,ro"]).unwrap().engine.read_only);
+        assert!(parse(&["norecovery"]).unwrap_err().contains("needs ro"));
+        assert!(parse(&["ro,norecovery,rw"]).unwrap_err().contains("needs ro"));
     }
 }

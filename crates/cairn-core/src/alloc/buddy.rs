@@ -89,7 +89,6 @@ impl Buddy {
     }
 
     /// The allocatable map (bit set = not allocatable).
-    #[cfg(test)]
     pub fn map(&self) -> &[u64] {
         &self.map
     }

@@ -64,6 +64,13 @@ impl Publish for Allocator {
         put("alloc.groups_scanned", s.groups_scanned());
         put("alloc.goal_hits", s.goal_hits.load(Relaxed));
         put("alloc.enospc", s.enospc.load(Relaxed));
+        let t = &self.trim_stats;
+        put("alloc.trim.requests", t.requests.load(Relaxed));
+        put("alloc.trim.extents", t.extents.load(Relaxed));
+        put("alloc.trim.blocks", t.blocks.load(Relaxed));
+        put("alloc.trim.unsupported", t.unsupported.load(Relaxed));
+        put("alloc.trim.online_extents", t.online_extents.load(Relaxed));
+        put("alloc.trim.online_blocks", t.online_blocks.load(Relaxed));
         put("alloc.pending_free_blocks", self.pending_blocks());
         put("alloc.free_blocks", self.disk_free_blocks.load(Relaxed));
         put("alloc.free_inodes", self.free_inodes.load(Relaxed));

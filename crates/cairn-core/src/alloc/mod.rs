@@ -57,10 +57,12 @@ mod mb_stats;
 mod prealloc;
 pub mod request;
 mod scan;
+mod trim;
 
 pub use group_prealloc::DEFAULT_GROUP_PREALLOC;
 pub use mb_stats::AllocStats;
 pub use request::{AllocRequest, Purpose};
+pub use trim::TrimStats;
 
 use crate::buffer::BufferCache;
 use crate::error::{FsError, Result};
@@ -105,6 +107,9 @@ pub struct Allocator {
     /// Where the next inode search starts.
     pub next_ino: AtomicU64,
     pub stats: AllocStats,
+    pub trim_stats: TrimStats,
+    /// `-o discard`: see [`Allocator::release_pending`].
+    discard: bool,
 }
 
 /// Allocator settings from the mount options.
@@ -116,6 +121,8 @@ pub struct AllocOptions {
     /// Blocks a locality group's new run searches for (ext4's
     /// `mb_group_prealloc`; 0 turns locality groups off).
     pub group_prealloc: u32,
+    /// Discard blocks when they become allocatable again (`-o discard`).
+    pub discard: bool,
 }
 
 impl Allocator {
@@ -164,6 +171,8 @@ impl Allocator {
             free_inodes: AtomicU64::new(fi),
             next_ino: AtomicU64::new(next_ino.clamp(cairn_format::FIRST_INO, geo.total_inodes())),
             stats: AllocStats::default(),
+            trim_stats: TrimStats::default(),
+            discard: opts.discard,
         })
     }
 
@@ -274,7 +283,8 @@ impl Allocator {
         Ok(())
     }
 
-    /// Makes blocks freed by checkpoints below `durable_tail_seq` allocatable.
+    /// Makes blocks freed by checkpoints below `durable_tail_seq` allocatable
+    /// (discarding them first under `-o discard`).
     pub fn release_pending(&self, bufs: &BufferCache, durable_tail_seq: u64) {
         loop {
             let g = {
@@ -302,6 +312,11 @@ impl Allocator {
             }
             self.pending_total.fetch_sub(released, Relaxed);
             let ranges: Vec<(u64, u64)> = ready.iter().map(|&(off, len)| (u64::from(off), u64::from(len))).collect();
+            if self.discard {
+                // Online discard: the free is durable, and the group's lock
+                // keeps the blocks out of any allocation until they are gone.
+                self.discard_released(bufs, g, &ranges);
+            }
             self.return_to_buddy(bufs, g, &mut st, &ranges);
         }
     }

@@ -1,0 +1,36 @@
+//! FITRIM (`fstrim` on the mount point): free space goes back to the host.
+//!
+//! Deleted files are freed by the reaper thread after the unlink returns,
+//! and freed blocks wait for the journal before they are allocatable (see
+//! `reaper`, `alloc`); a trim first lets the reaper finish, then commits and
+//! checkpoints, so that what was deleted before `fstrim` is discarded by it. It then discards
+//! every allocatable free extent in the range, group by group under each
+//! group's lock (`alloc::trim`). On an image file that punches holes, and
+//! the image's size on the host shrinks to what is in use.
+
+use crate::error::{FsError, Result};
+use crate::fs::Fs;
+
+impl Fs {
+    /// Discards the free space in bytes `[start, start + len)` in extents of
+    /// at least `min_len` bytes; returns the bytes discarded (FITRIM's
+    /// `fstrim_range`, as ext4 answers it: EINVAL for a start past the end, a
+    /// length under a block or a minimum longer than a group, EROFS on a read-only mount).
+    pub fn trim(&self, start: u64, len: u64, min_len: u64) -> Result<u64> {
+        self.writable()?;
+        let geo = self.meta.geo;
+        let bs = u64::from(geo.block_size);
+        if start >= geo.total_blocks * bs || len < bs || min_len > geo.blocks_per_group * bs {
+            return Err(FsError::Errno(libc::EINVAL));
+        }
+        // Deleted files are freed by the reaper thread, after the unlink.
+        self.reaper.drain(std::time::Duration::from_secs(300));
+        self.commit_and_checkpoint()?;
+        let first = start / bs;
+        let end = start.saturating_add(len) / bs;
+        let blocks = self.read_op(|| {
+            self.meta.alloc.trim(&self.meta.bufs, self.meta.dev.as_ref(), first, end, min_len.div_ceil(bs))
+        })?;
+        Ok(blocks * bs)
+    }
+}
