@@ -1,7 +1,9 @@
 //! The backend thread: commits the running checkpoint every
 //! `commit_interval`, and sooner when kicked (dirty metadata passed half of
 //! what one record may hold). A commit that fails latches the error (see
-//! `journal::latch`) and ends the thread.
+//! `journal::latch`) and ends the thread. Under `-o discard` a commit that
+//! leaves freed blocks waiting for the journal is followed by a checkpoint,
+//! which releases and discards them (see `alloc::trim`).
 //!
 //! ## Priority
 //! The thread runs at nice `backend_nice` (default 10, `-o backend_nice=0`
@@ -61,6 +63,15 @@ impl Backend {
             if let Err(e) = fs.commit() {
                 tracing::error!(error = %e, "background commit failed; the backend stops");
                 return;
+            }
+            // `-o discard`: blocks freed by the checkpoint just committed
+            // are discarded when the log's tail passes it; checkpoint now
+            // rather than when the log next needs room.
+            if fs.opts.discard && fs.meta.alloc.pending_blocks() > 0 {
+                if let Err(e) = fs.txm.checkpoint(&fs.meta) {
+                    tracing::error!(error = %e, "background checkpoint failed; the backend stops");
+                    return;
+                }
             }
         }
     }

@@ -170,7 +170,7 @@ pub struct Fs {
     pub(crate) dcache: DentryCache,
     pub(crate) sb: Mutex<Superblock>,
     pub(crate) orphan_root: Mutex<u64>,
-    opts: MountOptions,
+    pub(crate) opts: MountOptions,
     /// Changes are refused: `opts.read_only` until [`Fs::make_writable`]
     /// (`ro_recovery`) clears it.
     pub(crate) read_only: AtomicBool,
