@@ -243,7 +243,8 @@ fn main() -> ExitCode {
         Cmd::Fsck { image, repair, preen, no_changes: _, backup_superblock } => {
             init_logging("warn");
             let mut out = std::io::stdout();
-            let opts = cairn_fsck::Options { repair, backup_superblock, preen };
+            let progress = fsck_progress();
+            let opts = cairn_fsck::Options { repair, backup_superblock, preen, progress };
             let code = cairn_fsck::run(&image, &opts, &mut out);
             ExitCode::from(u8::try_from(code).unwrap_or(8))
         }
@@ -266,4 +267,32 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// A progress bar for `cairn fsck` on a terminal (stderr), shown once a
+/// check has run for half a second: the pass and its groups.
+fn fsck_progress() -> Option<cairn_fsck::ProgressHook> {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    bar.set_style(
+        ProgressStyle::with_template("{msg:18} [{bar:40}] group {pos}/{len}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let t0 = std::time::Instant::now();
+    Some(cairn_fsck::ProgressHook(std::sync::Arc::new(move |what: &str, done: u64, total: u64| {
+        if total == 0 {
+            bar.finish_and_clear();
+            return;
+        }
+        if bar.is_hidden() && t0.elapsed() > std::time::Duration::from_millis(500) {
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        bar.set_message(what.to_string());
+        bar.set_length(total);
+        bar.set_position(done);
+    })))
 }

@@ -98,6 +98,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
     let (mut free_blocks_sum, mut free_inodes_sum) = (0u64, 0u64);
     let mut unattributed = 0u64;
     for g in 0..geo.group_count {
+        ctx.progress("pass 5: bitmaps", g, geo.group_count);
         let gstart = geo.group_start(g);
         let glen = geo.group_len(g);
         // ---- block bitmap

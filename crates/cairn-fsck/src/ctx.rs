@@ -238,6 +238,8 @@ pub struct Ctx<'a> {
     pub xattr_drops: BTreeMap<u64, Vec<(u8, Vec<u8>)>>,
     /// Orphan-list keys to remove: (leaf, ino).
     pub orphan_removals: Vec<(u64, u64)>,
+    /// The caller's progress callback (`Options::progress`).
+    pub progress: Option<crate::ProgressHook>,
 }
 
 impl Ctx<'_> {
@@ -255,5 +257,15 @@ impl Ctx<'_> {
     /// Records a claim.
     pub fn claim(&mut self, start: u64, len: u64, owner: Owner) {
         self.claims.push(Claim { start, len, owner });
+    }
+}
+
+impl Ctx<'_> {
+    /// Tells the progress callback, if any, that `done` of `total` steps of
+    /// `what` are done.
+    pub fn progress(&self, what: &str, done: u64, total: u64) {
+        if let Some(p) = &self.progress {
+            p.tell(what, done, total);
+        }
     }
 }

@@ -99,6 +99,7 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
     let ipg = geo.inodes_per_group;
     let ipb = geo.inodes_per_block();
     for g in 0..geo.group_count {
+        ctx.progress("pass 1: inodes", g, geo.group_count);
         let Some((bm, _)) = groups::read_inode_bitmap(ctx, g)? else { continue };
         let mut used = set_bits(&bm, ipg);
         if g == 0 {

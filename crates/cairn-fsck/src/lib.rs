@@ -76,6 +76,28 @@ pub struct Options {
     /// ([`Problem::preen_safe`]); otherwise change nothing, and the report
     /// has `preen_refused` set (exit 4).
     pub preen: bool,
+    /// Told how each long pass goes on (`cairn fsck`'s progress bar).
+    pub progress: Option<ProgressHook>,
+}
+
+/// A callback `(what, done, total)` called as the inode and bitmap passes
+/// go through the groups; `total == 0` once the whole check has ended.
+#[derive(Clone)]
+pub struct ProgressHook(pub std::sync::Arc<ProgressFn>);
+
+/// What a [`ProgressHook`] calls.
+pub type ProgressFn = dyn Fn(&str, u64, u64) + Send + Sync;
+
+impl std::fmt::Debug for ProgressHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressHook")
+    }
+}
+
+impl ProgressHook {
+    pub(crate) fn tell(&self, what: &str, done: u64, total: u64) {
+        (self.0)(what, done, total)
+    }
 }
 
 /// Why a check could not be carried out (or could not get past the superblock).
@@ -142,22 +164,31 @@ pub fn check(path: &Path, opts: &Options) -> Result<Report, FsckError> {
 /// asking it of a read-only one fails with a permission error and reads
 /// nothing. Otherwise exactly as [`check`].
 pub fn check_image(source: &dyn ImageSource, opts: &Options) -> Result<Report, FsckError> {
+    let r = check_rounds(source, opts);
+    if let Some(p) = &opts.progress {
+        p.tell("", 0, 0);
+    }
+    r
+}
+
+fn check_rounds(source: &dyn ImageSource, opts: &Options) -> Result<Report, FsckError> {
+    let p = opts.progress.as_ref();
     if (opts.repair || opts.preen) && !source.writable() {
         return Err(FsckError::Io(image::read_only()));
     }
     if opts.preen && !opts.repair {
-        let first = check_once(source, false, opts.backup_superblock)?;
+        let first = check_once(source, false, opts.backup_superblock, p)?;
         if first.is_clean() {
             return Ok(first);
         }
         if !first.preen_may_fix() {
             return Ok(Report { preen_refused: true, ..first });
         }
-        return check_image(source, &Options { repair: true, ..opts.clone() });
+        return check_rounds(source, &Options { repair: true, ..opts.clone() });
     }
-    let mut report = check_once(source, opts.repair, opts.backup_superblock)?;
+    let mut report = check_once(source, opts.repair, opts.backup_superblock, p)?;
     if opts.repair && (report.fixed() > 0 || report.blocks_written > 0) {
-        let mut verify = check_once(source, false, None)?;
+        let mut verify = check_once(source, false, None, p)?;
         // What one repair makes readable (a rebuilt directory, a dropped
         // extent) can show what it could not yet fix (a file that only the
         // rebuilt directory's loss disconnected): as e2fsck restarts, the
@@ -166,7 +197,7 @@ pub fn check_image(source: &dyn ImageSource, opts: &Options) -> Result<Report, F
             if verify.is_clean() {
                 break;
             }
-            let again = check_once(source, true, None)?;
+            let again = check_once(source, true, None, p)?;
             if again.fixed() == 0 {
                 break;
             }
@@ -176,7 +207,7 @@ pub fn check_image(source: &dyn ImageSource, opts: &Options) -> Result<Report, F
             }
             report.problems_dropped += again.problems_dropped;
             report.blocks_written += again.blocks_written;
-            verify = check_once(source, false, None)?;
+            verify = check_once(source, false, None, p)?;
         }
         if verify.is_clean() {
             report.verified_after_repair = true;
@@ -198,7 +229,12 @@ pub fn check_image(source: &dyn ImageSource, opts: &Options) -> Result<Report, F
     Ok(report)
 }
 
-fn check_once(source: &dyn ImageSource, repair: bool, backup: Option<u64>) -> Result<Report, FsckError> {
+fn check_once(
+    source: &dyn ImageSource,
+    repair: bool,
+    backup: Option<u64>,
+    progress: Option<&ProgressHook>,
+) -> Result<Report, FsckError> {
     let mut img = image::Image::new(source, repair);
     let superblock::Loaded { mut sb, mut geo, fallback } = superblock::load(&mut img, backup)?;
     let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
@@ -252,6 +288,7 @@ fn check_once(source: &dyn ImageSource, repair: bool, backup: Option<u64>) -> Re
         xattr_fixes: Default::default(),
         xattr_drops: Default::default(),
         orphan_removals: Vec::new(),
+        progress: progress.cloned(),
     };
     groups::load(&mut ctx)?;
     inodes::run(&mut ctx)?;
@@ -300,8 +337,9 @@ pub fn run(path: &Path, opts: &Options, out: &mut dyn Write) -> i32 {
     let shown = path.display();
     // Every read is bounds-checked and nothing panics on damaged input by
     // design; should a bug still panic, report it as an operational error
-    // rather than abort the caller.
-    let result = std::panic::catch_unwind(|| check(path, opts));
+    // rather than abort the caller. (The progress callback is the caller's;
+    // after a panic nothing of the check is used again.)
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(path, opts)));
     let report = match result {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {

@@ -213,3 +213,26 @@ fn hundred_thousand_files() {
     assert!(r.is_clean(), "{r:#?}");
     assert_eq!(r.regular_files, 100_000);
 }
+
+/// `Options::progress` hears each long pass group by group, in order, and
+/// a last call with `total == 0` when the check ends.
+#[test]
+fn progress_reports_every_group_of_the_inode_and_bitmap_passes_then_the_end() {
+    let (bytes, _) = populated_image();
+    let calls = Arc::new(std::sync::Mutex::new(Vec::<(String, u64, u64)>::new()));
+    let seen = calls.clone();
+    let hook = cairn_fsck::ProgressHook(Arc::new(move |what: &str, done, total| {
+        seen.lock().unwrap().push((what.to_string(), done, total));
+    }));
+    let opts = cairn_fsck::Options { progress: Some(hook), ..Default::default() };
+    let r = cairn_fsck::check_image(&bytes, &opts).unwrap();
+    assert!(r.is_clean());
+    let calls = calls.lock().unwrap();
+    let groups = calls[0].2;
+    assert!(groups > 1, "{calls:?}");
+    for pass in ["pass 1: inodes", "pass 5: bitmaps"] {
+        let done: Vec<u64> = calls.iter().filter(|c| c.0 == pass).map(|c| c.1).collect();
+        assert_eq!(done, (0..groups).collect::<Vec<_>>(), "{pass}");
+    }
+    assert_eq!(calls.last().unwrap().2, 0, "the end is told last");
+}
