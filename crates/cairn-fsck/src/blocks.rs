@@ -29,8 +29,9 @@
 
 use crate::ctx::{Claim, Ctx, Owner};
 use crate::problems::Code;
-use crate::report::num;
+use crate::report::{num, Pass};
 use crate::FsckError;
+use cairn_format::btree::KIND_EXTENTS;
 use cairn_format::extent::Extent;
 use cairn_format::inode::DataArea;
 use std::collections::BTreeMap;
@@ -103,11 +104,12 @@ fn duplicates(claims: &[Claim]) -> BTreeMap<(Owner, Owner), (u64, u64)> {
 
 /// Repair of data blocks two files claim (the "release" policy; e2fsck
 /// clones them instead): the file with the higher inode number — usually
-/// the newer one — gives up every inline extent that overlaps the other's
-/// blocks, and reads as holes there; the other keeps its data. Returns the
-/// inode that gave them up, or `None` when this pair is not released (not
-/// two files, or the loser maps its data with an extent tree: reported and
-/// left alone).
+/// the newer one — gives up every extent that overlaps the other's blocks,
+/// and reads as holes there; the other keeps its data. Inline extents are
+/// rewritten in the inode; an extent tree is rebuilt from the extents it
+/// keeps (`salvage`, as a damaged tree is). Returns the inode that gave
+/// them up, or `None` when this pair is not released (not two files, or the
+/// loser is damaged otherwise: reported and left alone).
 fn release(ctx: &mut Ctx, a: Owner, b: Owner) -> Result<Option<u64>, FsckError> {
     let (Owner::Data(x), Owner::Data(y)) = (a, b) else { return Ok(None) };
     if x == y {
@@ -115,10 +117,14 @@ fn release(ctx: &mut Ctx, a: Owner, b: Owner) -> Result<Option<u64>, FsckError> 
     }
     let (winner, loser) = (x.min(y), x.max(y));
     let Some(d) = crate::inodes::read_slot(ctx, loser)? else { return Ok(None) };
-    let DataArea::Extents(list) = d.data else { return Ok(None) };
     let theirs: Vec<(u64, u64)> =
         ctx.claims.iter().filter(|c| c.owner == Owner::Data(winner)).map(|c| (c.start, c.start + c.len)).collect();
     let shares = |e: &Extent| theirs.iter().any(|&(s, t)| e.pblk < t && s < e.pblk + u64::from(e.len));
+    let list = match d.data {
+        DataArea::Extents(list) => list,
+        DataArea::Tree(root) if root != 0 => return release_from_tree(ctx, loser, root, &shares),
+        _ => return Ok(None),
+    };
     let (dropped, kept): (Vec<Extent>, Vec<Extent>) = list.into_iter().partition(|e| shares(e));
     if dropped.is_empty() {
         return Ok(None);
@@ -128,6 +134,47 @@ fn release(ctx: &mut Ctx, a: Owner, b: Owner) -> Result<Option<u64>, FsckError> 
     let fix = ctx.fix(loser);
     fix.inline_extents = Some(kept);
     fix.blocks = Some(d.blocks.saturating_sub(gone));
+    Ok(Some(loser))
+}
+
+/// [`release`] for a loser that maps its data with an extent tree: its
+/// extents are read again; those it shares are dropped, and the tree is
+/// rebuilt from the rest after this pass (`salvage`).
+fn release_from_tree(
+    ctx: &mut Ctx,
+    loser: u64,
+    root: u64,
+    shares: &dyn Fn(&Extent) -> bool,
+) -> Result<Option<u64>, FsckError> {
+    if ctx.inodes.get(&loser).is_none_or(|i| i.damaged || i.bad || i.freed || i.tree_damaged) {
+        return Ok(None);
+    }
+    let label = format!("inode {loser}'s extent tree");
+    // Read once already (pass 1, which reported what it found): quietly.
+    let mut quiet = crate::report::Report::default();
+    let (geo, seed) = (ctx.geo, ctx.seed);
+    let w = crate::btree::walk(&mut ctx.img, &mut quiet, &geo, seed, KIND_EXTENTS, loser, root, &label, Pass::Inodes);
+    if !w.complete {
+        return Ok(None);
+    }
+    let (mut kept, mut gone) = (Vec::new(), Vec::new());
+    for (_, key, value) in w.entries {
+        let e = Extent::decode_value(key, &value);
+        if shares(&e) {
+            gone.push(e);
+        } else {
+            kept.push((key, value));
+        }
+    }
+    if gone.is_empty() {
+        return Ok(None);
+    }
+    let blocks: u64 = gone.iter().map(|e| u64::from(e.len)).sum();
+    ctx.claims.retain(|c| !(c.owner == Owner::Data(loser) && gone.iter().any(|e| e.pblk == c.start)));
+    let info = ctx.inodes.get_mut(&loser).expect("checked above");
+    info.counted = info.counted.saturating_sub(blocks);
+    info.tree_entries = kept;
+    ctx.rebuilds.entry(loser).or_default();
     Ok(Some(loser))
 }
 

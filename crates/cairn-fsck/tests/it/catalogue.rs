@@ -216,6 +216,18 @@ fn kinds() -> Vec<Kind> {
             },
         },
         Kind {
+            name: "blocks claimed twice by an extent tree",
+            code: Code::BlockClaimedTwice,
+            not_repaired: None,
+            // frag (the higher inode number, an extent tree) gives its
+            // extent up and its tree is rebuilt; big keeps its data.
+            touches: &["/frag"],
+            damage: |b, m| {
+                let target = first_extent(b, m["big"]).pblk;
+                edit_first_tree_extent(b, m["frag"], |e| e.pblk = target);
+            },
+        },
+        Kind {
             name: "symlink length",
             code: Code::SymlinkLength,
             not_repaired: None,
@@ -414,6 +426,29 @@ fn retype_entry(bytes: &mut [u8], dir: u64, name: &[u8], dtype: u8) {
 }
 
 type Build = fn() -> (Vec<u8>, Names);
+
+/// Rewrites the first extent of inode `ino`'s extent tree (its leftmost
+/// leaf), with a valid checksum.
+fn edit_first_tree_extent(bytes: &mut [u8], ino: u64, f: impl FnOnce(&mut cairn_format::extent::Extent)) {
+    use cairn_format::btree::{Node, NodeBody};
+    use cairn_format::extent::Extent;
+    let (_, _, seed) = sb_geo(bytes);
+    let DataArea::Tree(mut at) = read_inode(bytes, ino).data else { panic!("an extent tree") };
+    loop {
+        let mut node = Node::decode(seed, at, block(bytes, at)).unwrap();
+        match &mut node.body {
+            NodeBody::Internal(children) => at = children[0].1,
+            NodeBody::Leaf(entries) => {
+                let (key, value) = &mut entries[0];
+                let mut e = Extent::decode_value(*key, value);
+                f(&mut e);
+                *value = e.value_bytes();
+                node.encode(seed, at, block(bytes, at));
+                return;
+            }
+        }
+    }
+}
 
 fn shapes() -> Vec<(&'static str, Build)> {
     vec![

@@ -11,9 +11,10 @@
 //! check after it can be compared with `tests/golden/expect/<shape>/<kind>.1`
 //! and `.2`.
 //!
-//! `CAIRN_BLESS=1 cargo test -p cairn-fsck --test it catalogue` rebuilds
-//! the images and rewrites the expected output (after a change of the format,
-//! or of fsck's messages: review the diff before committing it).
+//! `CAIRN_BLESS=1 cargo test -p cairn-fsck --test it catalogue` rewrites
+//! the expected output (a new kind of damage, a changed message: review the
+//! diff before committing it); `CAIRN_BLESS=images` also rebuilds the images
+//! (after a change of the format; every expected output then changes).
 
 use crate::common::*;
 use std::collections::HashMap;
@@ -22,9 +23,16 @@ use std::path::{Path, PathBuf};
 /// The names tests use for objects of a golden image → inode numbers.
 pub type Names = HashMap<&'static str, u64>;
 
-/// Whether this run rewrites golden images and expected output.
+/// Whether this run rewrites the expected output (`CAIRN_BLESS=1`, or
+/// `images`: the golden images too).
 pub fn blessing() -> bool {
     std::env::var_os("CAIRN_BLESS").is_some_and(|v| v != "0")
+}
+
+/// Whether this run rebuilds the golden images (`CAIRN_BLESS=images`; or
+/// blessing and the image is missing, for a new shape).
+fn rebuilding(img: &Path) -> bool {
+    std::env::var_os("CAIRN_BLESS").is_some_and(|v| v == "images") || blessing() && !img.exists()
 }
 
 pub fn dir() -> PathBuf {
@@ -49,7 +57,7 @@ pub fn slug(s: &str) -> String {
 pub fn image(shape: &str, build: impl FnOnce() -> (Vec<u8>, Names)) -> (Vec<u8>, Names) {
     let base = dir().join(slug(shape));
     let (img, names) = (base.with_extension("img.zst"), base.with_extension("names"));
-    if blessing() {
+    if rebuilding(&img) {
         let (bytes, m) = build();
         std::fs::create_dir_all(dir()).unwrap();
         std::fs::write(&img, zstd::bulk::compress(&bytes, 19).unwrap()).unwrap();
