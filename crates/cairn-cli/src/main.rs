@@ -143,6 +143,12 @@ enum Cmd {
         #[arg(long)]
         all: bool,
     },
+    /// Discard the free space of an unmounted image: holes punched in an image file
+    /// (`fstrim` does the same on a mount point).
+    Trim {
+        /// The image file (or block device).
+        image: PathBuf,
+    },
     /// Test-only tools for benchmarks and tests (fragment an image, dd through the engine).
     #[command(hide = true, subcommand)]
     Debug(debug_cmd::DebugCmd),
@@ -257,6 +263,16 @@ fn main() -> ExitCode {
             match stats_cmd::run(&target, json, all) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(m) => fail("stats", &m),
+            }
+        }
+        Cmd::Trim { image } => {
+            init_logging("warn");
+            match mount_cmd::trim_image(&image) {
+                Ok(bytes) => {
+                    println!("cairn trim: {}: {} discarded", image.display(), cairn_core::human_bytes(bytes));
+                    ExitCode::SUCCESS
+                }
+                Err(m) => fail("trim", &m),
             }
         }
         Cmd::Debug(cmd) => {

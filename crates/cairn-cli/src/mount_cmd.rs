@@ -151,6 +151,18 @@ fn recover_for_read_only(image: &Path, dev: Arc<dyn cairn_core::dev::BlockDevice
     Ok(())
 }
 
+/// `cairn trim IMAGE`: mounts the engine alone (no FUSE), discards every
+/// free extent, unmounts; the bytes discarded.
+pub fn trim_image(image: &Path) -> Result<u64, String> {
+    let settings = cairn_fuse::Settings::default();
+    let fs = open_engine(image, &settings)?;
+    let trimmed = fs.trim(0, u64::MAX, 0).map_err(|e| format!("{}: {e}", image.display()));
+    let unmounted = fs.unmount().map_err(|e| format!("{}: unmount: {e}", image.display()));
+    let bytes = trimmed?;
+    unmounted?;
+    Ok(bytes)
+}
+
 fn open_engine(image: &Path, settings: &cairn_fuse::Settings) -> Result<Arc<Fs>, String> {
     let ro = settings.engine.read_only;
     let dev = FileDevice::open(image, ro).map_err(|e| format!("cannot open image {}: {e}", image.display()))?;

@@ -73,3 +73,31 @@ fn mount_option_discard_punches_deleted_space_at_unmount_without_fstrim() {
     assert!(o.status.success(), "remount: {}", stderr(&o));
     assert_eq!(std::fs::read(mp.join("keep")).unwrap(), b"kept");
 }
+
+#[test]
+fn cairn_trim_discards_the_free_space_of_an_unmounted_image_and_refuses_a_mounted_one() {
+    if !can_mount() {
+        eprintln!("skipped: no /dev/fuse or not root");
+        return;
+    }
+    let (dir, g, pid) = fresh_mount("offline.img", "512M");
+    let (mp, img) = (g.0.clone(), dir.path().join("offline.img"));
+    std::fs::write(mp.join("keep"), b"kept").unwrap();
+    std::fs::write(mp.join("junk"), vec![0x44u8; 64 << 20]).unwrap();
+    assert!(Command::new("sync").status().unwrap().success());
+    std::fs::remove_file(mp.join("junk")).unwrap();
+    let o = run(&["trim", p(&img)]);
+    assert_eq!(o.status.code(), Some(1), "a mounted image must be refused: {}", stdout(&o));
+    assert!(stderr(&o).contains("in use"), "{}", stderr(&o));
+    unmount(&mp, pid);
+    let full = allocated(&img);
+    let o = run(&["trim", p(&img)]);
+    assert!(o.status.success(), "trim: {}", stderr(&o));
+    assert!(stdout(&o).contains("discarded"), "{}", stdout(&o));
+    let after = allocated(&img);
+    assert!(after + (60 << 20) < full, "cairn trim gave back {} MiB", (full - after.min(full)) >> 20);
+    assert_fsck_clean(&img, "after cairn trim");
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "remount: {}", stderr(&o));
+    assert_eq!(std::fs::read(mp.join("keep")).unwrap(), b"kept");
+}
