@@ -149,6 +149,18 @@ enum Cmd {
         /// The image file (or block device).
         image: PathBuf,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell), e.g.
+    /// `cairn completions bash > /etc/bash_completion.d/cairn`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages, cairn.1 and one per command (cairn-mount.1, ...), into DIR,
+    /// e.g. `cairn manpages /usr/local/share/man/man1`.
+    Manpages {
+        /// The directory to write them into (created if missing).
+        dir: PathBuf,
+    },
     /// Test-only tools for benchmarks and tests (fragment an image, dd through the engine).
     #[command(hide = true, subcommand)]
     Debug(debug_cmd::DebugCmd),
@@ -265,6 +277,18 @@ fn main() -> ExitCode {
                 Err(m) => fail("stats", &m),
             }
         }
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "cairn", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Cmd::Manpages { dir } => match write_manpages(&dir) {
+            Ok(n) => {
+                println!("cairn manpages: {n} pages written to {}", dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(m) => fail("manpages", &m),
+        },
         Cmd::Trim { image } => {
             init_logging("warn");
             match mount_cmd::trim_image(&image) {
@@ -311,4 +335,26 @@ fn fsck_progress() -> Option<cairn_fsck::ProgressHook> {
         bar.set_length(total);
         bar.set_position(done);
     })))
+}
+
+/// Writes `cairn.1` and a page per visible command (`cairn-mkfs.1`, ...)
+/// into `dir`; returns how many.
+fn write_manpages(dir: &std::path::Path) -> Result<usize, String> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let cmd = Cli::command();
+    let mut pages = vec![("cairn".to_string(), cmd.clone())];
+    for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+        let name = format!("cairn-{}", sub.get_name());
+        // The page's own name (clap keeps `&'static str` names; this runs once).
+        let page_name: &'static str = Box::leak(name.clone().into_boxed_str());
+        pages.push((name, sub.clone().name(page_name)));
+    }
+    for (name, page) in &pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(page.clone()).render(&mut out).map_err(|e| format!("{name}: {e}"))?;
+        std::fs::write(&path, out).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(pages.len())
 }

@@ -746,3 +746,25 @@ fn fuse_over_io_uring_serves_a_real_mount_and_unmounts_cleanly() {
     unmount(&mp, pid);
     assert_fsck_clean(&img, "after the /dev/fuse mount");
 }
+
+#[test]
+fn completions_and_man_pages_cover_every_command() {
+    let o = run(&["completions", "bash"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let script = stdout(&o);
+    for word in ["_cairn", "mkfs", "mount", "fsck", "trim", "--repair"] {
+        assert!(script.contains(word), "bash completion lacks {word}");
+    }
+    assert!(run(&["completions", "zsh"]).status.success());
+    assert_eq!(run(&["completions", "tcsh"]).status.code(), Some(2), "an unknown shell is a usage error");
+    let dir = tempfile::tempdir().unwrap();
+    let man = dir.path().join("man1");
+    let o = run(&["manpages", p(&man)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for page in ["cairn", "cairn-mkfs", "cairn-mount", "cairn-fsck", "cairn-stats", "cairn-trim", "cairn-umount"] {
+        let text = std::fs::read_to_string(man.join(format!("{page}.1"))).unwrap_or_default();
+        assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}.1 is not a man page: {text:.80}");
+        assert!(text.contains(page), "{page}.1 does not name itself");
+    }
+    assert!(!man.join("cairn-debug.1").exists(), "hidden test tools get no page");
+}
