@@ -189,6 +189,24 @@ impl Allocator {
         Ok(words)
     }
 
+    /// Group `g`'s allocatable map (bit set = not allocatable): the loaded
+    /// buddy's, or else its block bitmap with its pending frees and its
+    /// preallocations marked (what [`Allocator::load_buddy`] builds a buddy
+    /// from). Called with the group's lock held.
+    pub(super) fn allocatable_map(&self, bufs: &BufferCache, g: u64, st: &GroupState) -> Result<Vec<u64>> {
+        if let Some(b) = &st.buddy {
+            return Ok(b.map().to_vec());
+        }
+        let mut map = self.read_bitmap(bufs, g, false)?;
+        for &(_, off, len) in &st.pending {
+            fill_range(&mut map, u64::from(off), u64::from(off) + u64::from(len), true);
+        }
+        for (off, len) in self.preallocated_in(g) {
+            fill_range(&mut map, off, off + len, true);
+        }
+        Ok(map)
+    }
+
     /// Makes sure group `g`'s buddy is loaded: its bitmap plus its pending
     /// frees. Files the group on the lists if its summary was unknown.
     pub(super) fn load_buddy(&self, bufs: &BufferCache, g: u64, st: &mut GroupState) -> Result<()> {
@@ -198,13 +216,7 @@ impl Allocator {
             return Ok(());
         }
         let t = Instant::now();
-        let mut map = self.read_bitmap(bufs, g, false)?;
-        for &(_, off, len) in &st.pending {
-            fill_range(&mut map, u64::from(off), u64::from(off) + u64::from(len), true);
-        }
-        for (off, len) in self.preallocated_in(g) {
-            fill_range(&mut map, off, off + len, true);
-        }
+        let map = self.allocatable_map(bufs, g, st)?;
         let buddy = Buddy::new(map, self.geo.group_len(g));
         if buddy.free() != grp.free.load(Relaxed) {
             return Err(FormatError::corrupt(

@@ -18,7 +18,7 @@
 //! the host file system frees the space; on a block device it is
 //! BLKDISCARD. [`TrimStats`] counts what was asked and done.
 
-use super::bits::*;
+use super::bits::{find_one, find_zero};
 use super::Allocator;
 use crate::buffer::BufferCache;
 use crate::dev::BlockDevice;
@@ -83,19 +83,7 @@ impl Allocator {
             let len = geo.group_len(g);
             let (from, to) = (start.max(base) - base, end.min(base + len) - base);
             let st = self.lock_group(g);
-            let map = match &st.buddy {
-                Some(b) => b.map().to_vec(),
-                None => {
-                    let mut map = self.read_bitmap(bufs, g, false)?;
-                    for &(_, off, n) in &st.pending {
-                        fill_range(&mut map, u64::from(off), u64::from(off) + u64::from(n), true);
-                    }
-                    for (off, n) in self.preallocated_in(g) {
-                        fill_range(&mut map, off, off + n, true);
-                    }
-                    map
-                }
-            };
+            let map = self.allocatable_map(bufs, g, &st)?;
             let mut at = from;
             while let Some(s) = find_zero(&map, at, to) {
                 let e = find_one(&map, s, to).unwrap_or(to);
