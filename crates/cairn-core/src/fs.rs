@@ -316,11 +316,10 @@ impl Fs {
         }
         self.change(credits::DEFAULT, |tx| self.write_sb_buffer(tx))?;
         self.process_orphans(false)?;
-        self.commit()?;
         // The not-clean superblock goes home before anything else is logged:
         // a superblock that says clean then means an empty log (the journal
         // open trusts it to skip its scan for damage).
-        self.txm.log.checkpoint_all()?;
+        self.commit_and_checkpoint()?;
         Backend::start(self, self.opts.commit_interval, self.opts.backend_nice)?;
         self.meta.xattrs.cache.start()?;
         if self.reaper.deferred {
@@ -356,11 +355,9 @@ impl Fs {
         self.meta.alloc.discard_all_preallocs(&self.meta.bufs);
         self.sb.lock().state |= STATE_CLEAN;
         self.change(credits::DEFAULT, |tx| self.write_sb_buffer(tx))?;
-        self.commit()?;
         // Everything home and the log empty; blocks freed meanwhile are
         // released (and discarded under `-o discard`).
-        self.txm.checkpoint(&self.meta)?;
-        Ok(())
+        self.commit_and_checkpoint()
     }
 
     // --------------------------------------------------------------- commit
