@@ -129,12 +129,17 @@ fn release(ctx: &mut Ctx, a: Owner, b: Owner) -> Result<Option<u64>, FsckError> 
     if dropped.is_empty() {
         return Ok(None);
     }
-    let gone: u64 = dropped.iter().map(|e| u64::from(e.len)).sum();
-    ctx.claims.retain(|c| !(c.owner == Owner::Data(loser) && dropped.iter().any(|e| e.pblk == c.start)));
+    let gone = give_up_claims(ctx, loser, &dropped);
     let fix = ctx.fix(loser);
     fix.inline_extents = Some(kept);
     fix.blocks = Some(d.blocks.saturating_sub(gone));
     Ok(Some(loser))
+}
+
+/// Drops `loser`'s claims of the extents it gives up; returns their blocks.
+fn give_up_claims(ctx: &mut Ctx, loser: u64, dropped: &[Extent]) -> u64 {
+    ctx.claims.retain(|c| !(c.owner == Owner::Data(loser) && dropped.iter().any(|e| e.pblk == c.start)));
+    dropped.iter().map(|e| u64::from(e.len)).sum()
 }
 
 /// [`release`] for a loser that maps its data with an extent tree: its
@@ -169,8 +174,7 @@ fn release_from_tree(
     if gone.is_empty() {
         return Ok(None);
     }
-    let blocks: u64 = gone.iter().map(|e| u64::from(e.len)).sum();
-    ctx.claims.retain(|c| !(c.owner == Owner::Data(loser) && gone.iter().any(|e| e.pblk == c.start)));
+    let blocks = give_up_claims(ctx, loser, &gone);
     let info = ctx.inodes.get_mut(&loser).expect("checked above");
     info.counted = info.counted.saturating_sub(blocks);
     info.tree_entries = kept;
