@@ -66,8 +66,14 @@ impl Fs {
     /// it holds an I/O lock, which the reaper may need (see `IoGuard`): the
     /// caller returns ENOSPC to an outer level that waits without it, as
     /// `write_data` and `fallocate` do.
+    /// Files unlinked while the kernel held them are waited for first, a
+    /// moment, for their FORGET (see `reaper`).
     pub(crate) fn wait_for_reaper(&self) -> Result<bool> {
-        if self.reaper.backlog_inodes() == 0 || crate::reaper::reaping_here() || crate::fs::holds_io_lock() {
+        if crate::reaper::reaping_here() || crate::fs::holds_io_lock() {
+            return Ok(false);
+        }
+        let forgotten = self.reaper.wait_for_forget(crate::reaper::FORGET_WAIT);
+        if self.reaper.backlog_inodes() == 0 && !forgotten {
             return Ok(false);
         }
         self.reaper.wait_idle(std::time::Duration::from_secs(300));

@@ -437,7 +437,9 @@ impl Fs {
                 Err(FsError::NeedCredits(n)) if !changed => credits = n,
                 Err(FsError::Errno(libc::ENOSPC))
                     if !retried_enospc
-                        && (self.meta.alloc.pending_blocks() > 0 || self.reaper.backlog_inodes() > 0) =>
+                        && (self.meta.alloc.pending_blocks() > 0
+                            || self.reaper.backlog_inodes() > 0
+                            || self.reaper.held_unlinked() > 0) =>
                 {
                     // Blocks wait for the journal, or inodes and blocks for
                     // the reaper (a create after a batch of deletes): let

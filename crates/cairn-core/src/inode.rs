@@ -101,6 +101,9 @@ pub struct InodeState {
     /// The checkpoint that last stored this inode (0: loaded from disk, so
     /// durable): `fdatasync` commits only when that one is not yet.
     pub stored_seq: AtomicU64,
+    /// Unlinked while the kernel held it: counted in the reaper's
+    /// `held_unlinked` until its FORGET.
+    pub held_unlinked: bool,
 }
 
 impl InodeState {
@@ -112,6 +115,7 @@ impl InodeState {
             lazy_time: Mutex::new(None),
             times_queued: AtomicBool::new(false),
             stored_seq: AtomicU64::new(0),
+            held_unlinked: false,
         }
     }
 

@@ -219,6 +219,9 @@ impl Fs {
         self.orphan_add(tx, st)?;
         if lookups == 0 {
             self.reaper.push(st.ino, st.d.blocks);
+        } else if !st.held_unlinked && !st.d.is_dir() {
+            st.held_unlinked = true;
+            self.reaper.hold_unlinked();
         }
         self.store(tx, st)
     }
@@ -444,16 +447,22 @@ impl Fs {
 
     /// Drops `n` lookup references; an unlinked inode is freed at zero.
     pub fn forget(&self, ino: u64, n: u64) {
+        let mut let_go = false;
         let (free, unused) = match self.icache.forget_uncached(ino, n) {
             // Not in core: it has links (see `inode`), nothing to free.
             Some(left) => (false, left == 0),
             None => {
                 let Ok(r) = self.iget(ino) else { return };
-                let g = r.write();
+                let mut g = r.write();
                 let left = self.icache.sub_lookups(ino, n);
+                if left == 0 {
+                    let_go = std::mem::take(&mut g.held_unlinked);
+                }
                 (left == 0 && g.d.nlink == 0 && !g.freed, left == 0)
             }
         };
+        // Told once the file is queued or freed (an allocation may wait).
+        let _told = LetGo(let_go.then_some(&self.reaper));
         if unused {
             // The kernel holds the file no more: its stream has ended.
             self.meta.alloc.discard_prealloc(&self.meta.bufs, ino);
@@ -494,6 +503,18 @@ impl Fs {
             }
         }
         self.icache.evict_if_unused(ino);
+    }
+}
+
+/// Tells the reaper, when dropped, that the FORGET of a file unlinked while
+/// the kernel held it has been dealt with (on every way out of `forget`).
+struct LetGo<'a>(Option<&'a crate::reaper::Reaper>);
+
+impl Drop for LetGo<'_> {
+    fn drop(&mut self) {
+        if let Some(r) = self.0 {
+            r.let_go();
+        }
     }
 }
 
