@@ -354,6 +354,28 @@ impl Filesystem for CairnFuse {
         }
     }
 
+    /// `statx(2)` asking for the birth time: GETATTR's answer with the
+    /// inode's creation time (kept on disk since the first format).
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        _flags: u32,
+        _mask: u32,
+        reply: fuser::ReplyStatx,
+    ) {
+        let mut t = self.metrics.timer(Op::Statx);
+        if self.writeback && fh.is_some() && self.space.refuse(ino.0) {
+            reply.error(Errno::ENOSPC);
+            return;
+        }
+        match t.call(|| self.fs.getattr(ino.0)) {
+            Ok(a) => reply.statx(&self.attr_ttl(), &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
     fn setattr(
         &self,
         req: &Request,

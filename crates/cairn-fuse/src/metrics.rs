@@ -52,7 +52,7 @@ opcodes! {
     Releasedir => "releasedir", Fsyncdir => "fsyncdir", Statfs => "statfs", Setxattr => "setxattr",
     Getxattr => "getxattr", Listxattr => "listxattr", Removexattr => "removexattr",
     Access => "access", Create => "create", Ioctl => "ioctl", Fallocate => "fallocate",
-    Lseek => "lseek", Syncfs => "syncfs", Tmpfile => "tmpfile", Destroy => "destroy",
+    Lseek => "lseek", Syncfs => "syncfs", Tmpfile => "tmpfile", Statx => "statx", Destroy => "destroy",
 }
 
 struct OpStats {

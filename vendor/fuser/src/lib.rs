@@ -58,6 +58,7 @@ pub use crate::passthrough::BackingId;
 pub use crate::poll_events::PollEvents;
 pub use crate::rename_flags::RenameFlags;
 pub use crate::reply::ReplyAttr;
+pub use crate::reply::ReplyStatx;
 pub use crate::reply::ReplyBmap;
 pub use crate::reply::ReplyCreate;
 pub use crate::reply::ReplyData;
@@ -1049,6 +1050,16 @@ pub trait Filesystem: Send + Sync + 'static {
     /// the kernel stops sending it and `sync` silently succeeds.
     fn syncfs(&self, _req: &Request, ino: INodeNo, reply: ReplyEmpty) {
         warn!("[Not Implemented] syncfs(ino: {ino:#x?})");
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// cairn patch: attributes with the birth time (FUSE_STATX, sent when
+    /// `statx(2)` asks for STATX_BTIME). `fh` is set when the caller named
+    /// an open file; `flags` are its `AT_STATX_*` flags and `mask` the
+    /// fields asked for. If this answers ENOSYS the kernel stops sending it
+    /// and `statx` reports no birth time.
+    fn statx(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, flags: u32, mask: u32, reply: ReplyStatx) {
+        warn!("[Not Implemented] statx(ino: {ino:#x?}, fh: {fh:?}, flags: {flags:#x}, mask: {mask:#x})");
         reply.error(Errno::ENOSYS);
     }
 

@@ -547,6 +547,16 @@ impl<'a> RequestWithSender<'a> {
             ll::Operation::SyncFs(_) => {
                 filesystem.syncfs(self.request_header(), self.request.nodeid(), self.reply());
             }
+            ll::Operation::Statx(x) => {
+                filesystem.statx(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.file_handle(),
+                    x.flags(),
+                    x.mask(),
+                    self.reply(),
+                );
+            }
             ll::Operation::Tmpfile(x) => {
                 filesystem.tmpfile(
                     self.request_header(),

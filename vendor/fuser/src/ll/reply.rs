@@ -4,7 +4,7 @@ use std::io::IoSlice;
 use std::os::unix::prelude::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
-#[cfg(target_os = "macos")]
+// cairn patch: also for FUSE_STATX's reply
 use std::time::SystemTime;
 
 use smallvec::SmallVec;
@@ -116,6 +116,50 @@ impl ResponseStruct<abi::fuse_attr_out> {
             attr_valid_nsec: ttl.subsec_nanos(),
             dummy: 0,
             attr: attr.attr,
+        })
+    }
+}
+
+// cairn patch: FUSE_STATX's reply: every basic field and the birth time.
+impl ResponseStruct<abi::fuse_statx_out> {
+    pub(crate) fn new_statx(ttl: &Duration, attr: &crate::FileAttr) -> Self {
+        /// STATX_BASIC_STATS | STATX_BTIME
+        const MASK: u32 = 0x7ff | 0x800;
+        let time = |t: &SystemTime| {
+            let (tv_sec, tv_nsec) = time_from_system_time(t);
+            abi::fuse_sx_time { tv_sec, tv_nsec, reserved: 0 }
+        };
+        let a = fuse_attr_from_attr(attr);
+        // `rdev` is in the kernel's new_encode_dev() form.
+        let (rdev_major, rdev_minor) = ((a.rdev & 0xfff00) >> 8, (a.rdev & 0xff) | ((a.rdev >> 12) & 0xfff00));
+        ResponseStruct(abi::fuse_statx_out {
+            attr_valid: ttl.as_secs(),
+            attr_valid_nsec: ttl.subsec_nanos(),
+            flags: 0,
+            spare: [0; 2],
+            stat: abi::fuse_statx {
+                mask: MASK,
+                blksize: a.blksize,
+                attributes: 0,
+                nlink: a.nlink,
+                uid: a.uid,
+                gid: a.gid,
+                mode: a.mode as u16,
+                spare0: 0,
+                ino: a.ino,
+                size: a.size,
+                blocks: a.blocks,
+                attributes_mask: 0,
+                atime: time(&attr.atime),
+                btime: time(&attr.crtime),
+                ctime: time(&attr.ctime),
+                mtime: time(&attr.mtime),
+                rdev_major,
+                rdev_minor,
+                dev_major: 0,
+                dev_minor: 0,
+                spare2: [0; 14],
+            },
         })
     }
 }

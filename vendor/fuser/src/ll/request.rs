@@ -1541,6 +1541,32 @@ mod op {
         arg: &'a fuse_syncfs_in,
     }
 
+    /// cairn patch: attributes with the birth time (`statx(2)` asking for
+    /// STATX_BTIME; ABI 7.39).
+    #[derive(Debug)]
+    pub(crate) struct Statx<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a fuse_statx_in,
+    }
+    impl Statx<'_> {
+        pub(crate) fn file_handle(&self) -> Option<FileHandle> {
+            if GetattrFlags::from_bits_retain(self.arg.getattr_flags).contains(GetattrFlags::FUSE_GETATTR_FH) {
+                Some(FileHandle(self.arg.fh))
+            } else {
+                None
+            }
+        }
+        /// The `AT_STATX_*` sync flags of the call.
+        pub(crate) fn flags(&self) -> u32 {
+            self.arg.sx_flags
+        }
+        /// The `STATX_*` fields asked for.
+        pub(crate) fn mask(&self) -> u32 {
+            self.arg.sx_mask
+        }
+    }
+
     /// cairn patch: create an unnamed file (`open(O_TMPFILE)`) in the directory
     /// given by the node id; the arguments are those of [`Create`] (the name is
     /// a placeholder) and the reply is the same as for [`Create`].
@@ -1904,6 +1930,11 @@ mod op {
                 header,
                 arg: data.fetch()?,
             }),
+            // cairn patch
+            fuse_opcode::FUSE_STATX => Operation::Statx(Statx {
+                header,
+                arg: data.fetch()?,
+            }),
 
             #[cfg(target_os = "macos")]
             fuse_opcode::FUSE_SETVOLNAME => Operation::SetVolName(SetVolName {
@@ -1981,6 +2012,7 @@ pub(crate) enum Operation<'a> {
     // cairn patch
     SyncFs(SyncFs<'a>),
     Tmpfile(Tmpfile<'a>),
+    Statx(Statx<'a>),
 
     #[cfg(target_os = "macos")]
     SetVolName(SetVolName<'a>),
@@ -2159,6 +2191,7 @@ impl fmt::Display for Operation<'_> {
             ),
             // cairn patch
             Operation::SyncFs(_) => write!(f, "SYNCFS"),
+            Operation::Statx(x) => write!(f, "STATX mask {:#x}, flags {:#x}", x.mask(), x.flags()),
             Operation::Tmpfile(x) => write!(
                 f,
                 "TMPFILE mode {:#05o}, flags {:#x}",
