@@ -52,7 +52,7 @@
 use crate::size::{human, parse_size};
 use cairn_core::dev::{BlockDevice, FileDevice};
 use cairn_format::bitmap::synth_block_bitmap;
-use cairn_format::checksum::{crc, seed_from_uuid};
+use cairn_format::checksum::crc;
 use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_SIZE};
 use cairn_format::journal::{read_record, JournalRegion, JournalSuper, LogPos, Walk};
 use cairn_format::layout::Geometry;
@@ -329,7 +329,7 @@ fn clean_superblock(f: &File, size: u64, image: &Path) -> Result<Superblock, Str
             image.display()
         ));
     }
-    let seed = seed_from_uuid(&sb.uuid);
+    let seed = sb.csum_seed();
     let region = JournalRegion::of(&sb);
     let bs = u64::from(sb.block_size());
     let mut jb = vec![0u8; bs as usize];
@@ -386,7 +386,7 @@ pub fn fragment(image: &Path, pat: Pattern) -> Result<FragmentSummary, String> {
     let f = dev.file();
     let mut sb = clean_superblock(f, dev.size(), image)?;
     let geo = Geometry::new(&sb).map_err(|e| format!("{}: {e}", image.display()))?;
-    let seed = seed_from_uuid(&sb.uuid);
+    let seed = sb.csum_seed();
     let bs = u64::from(geo.block_size);
     let mask = pat.mask(bs)?;
     let per_block = bs / GD_SIZE as u64;

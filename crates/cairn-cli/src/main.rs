@@ -19,6 +19,7 @@ mod remount_cmd;
 mod size;
 mod stats_cmd;
 mod stats_summary;
+mod tune_cmd;
 mod umount_cmd;
 mod whoami;
 
@@ -148,6 +149,17 @@ enum Cmd {
     Trim {
         /// The image file (or block device).
         image: PathBuf,
+    },
+    /// Change the label or UUID of an unmounted file system (as tune2fs -L / -U); with neither, print them.
+    Tune {
+        /// The image file (or block device).
+        image: PathBuf,
+        /// New volume label (up to 32 bytes; "" clears it).
+        #[arg(long, short = 'L')]
+        label: Option<String>,
+        /// New UUID: "random", or 32 hex digits (dashes optional). No metadata block is rewritten.
+        #[arg(long, short = 'U')]
+        uuid: Option<String>,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell), e.g.
     /// `cairn completions bash > /etc/bash_completion.d/cairn`.
@@ -289,6 +301,16 @@ fn main() -> ExitCode {
             }
             Err(m) => fail("manpages", &m),
         },
+        Cmd::Tune { image, label, uuid } => {
+            init_logging("warn");
+            match tune_cmd::run(&image, label, uuid.as_deref()) {
+                Ok(out) => {
+                    println!("{out}");
+                    ExitCode::SUCCESS
+                }
+                Err(m) => fail("tune", &m),
+            }
+        }
         Cmd::Trim { image } => {
             init_logging("warn");
             match mount_cmd::trim_image(&image) {

@@ -181,3 +181,57 @@ fn the_log_file_is_plain_text_and_a_clean_unmount_logs_no_warning() {
     assert!(!text.contains('\u{1b}'), "ANSI escapes in the log file:\n{text}");
     assert!(!text.contains("WARN"), "a warning in the log of two clean mounts:\n{text}");
 }
+
+/// `cairn tune`: a new label and UUID on an unmounted image (as tune2fs -L
+/// / -U), the files intact and fsck clean afterwards (the checksum seed is
+/// kept, no block is rewritten); a mounted image, an image a crash left
+/// unclean, a bad UUID and a long label are refused and change nothing.
+#[test]
+fn tune_renames_an_unmounted_file_system_and_refuses_what_it_must() {
+    if !can_mount() {
+        return;
+    }
+    let (dir, g, pid) = fresh_mount("t.img", "256M");
+    let (img, mp) = (dir.path().join("t.img"), g.0.clone());
+    std::fs::write(mp.join("f"), b"kept").unwrap();
+    let o = run(&["tune", p(&img), "--label", "busy"]);
+    assert_eq!(o.status.code(), Some(1), "tune of a mounted image: {}", stdout(&o));
+    assert!(stderr(&o).contains("in use"), "{}", stderr(&o));
+    unmount(&mp, pid);
+    let before = stdout(&run(&["tune", p(&img)]));
+    assert!(before.starts_with("label: \nuuid:  "), "{before}");
+
+    let o = run(&["tune", p(&img), "-L", "data disk", "-U", "01234567-89ab-cdef-0123-456789abcdef"]);
+    assert!(o.status.success(), "tune: {}", stderr(&o));
+    assert_eq!(stdout(&o), "label: data disk\nuuid:  01234567-89ab-cdef-0123-456789abcdef\n");
+    assert_fsck_clean(&img, "after a new label and UUID");
+    let o = run(&["tune", p(&img), "--uuid", "random"]);
+    assert!(o.status.success(), "tune: {}", stderr(&o));
+    assert!(!stdout(&o).contains("01234567-89ab"), "{}", stdout(&o));
+    assert_fsck_clean(&img, "after a second UUID");
+    let named = stdout(&run(&["tune", p(&img)]));
+    for bad in [&["-U", "0123"][..], &["-U", "not-a-uuid-at-all-not-a-uuid-at-all"], &["-L", &"x".repeat(33)]] {
+        let o = run(&[&["tune", p(&img)], bad].concat());
+        assert_eq!(o.status.code(), Some(1), "tune {bad:?} was accepted: {}", stdout(&o));
+        assert_eq!(stdout(&run(&["tune", p(&img)])), named, "a refused tune {bad:?} changed the names");
+    }
+
+    // Mounts with its new names, files as they were; then a crash.
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount after tune: {}", stderr(&o));
+    assert_eq!(std::fs::read(mp.join("f")).unwrap(), b"kept");
+    let pid = daemon_pid(&mp);
+    std::fs::write(mp.join("g"), b"new").unwrap();
+    Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    wait_gone(pid, Duration::from_secs(10), "after kill -9");
+    let _ = Command::new("umount").arg("-l").arg(&mp).status();
+    let o = run(&["tune", p(&img), "-L", "after crash"]);
+    assert_eq!(o.status.code(), Some(1), "tune of an unclean image: {}", stdout(&o));
+    assert!(stderr(&o).contains("not cleanly unmounted"), "{}", stderr(&o));
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount after the crash: {}", stderr(&o));
+    unmount(&mp, daemon_pid(&mp));
+    let o = run(&["tune", p(&img), "-L", "after crash"]);
+    assert!(o.status.success(), "tune after replay: {}", stderr(&o));
+    assert_fsck_clean(&img, "after the last tune");
+}

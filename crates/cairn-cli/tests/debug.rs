@@ -6,7 +6,7 @@
 //! journal needs replay are refused untouched.
 
 use cairn_format::bitmap::{bit, synth_block_bitmap};
-use cairn_format::checksum::{crc, seed_from_uuid};
+use cairn_format::checksum::crc;
 use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_SIZE};
 use cairn_format::journal::{body_crc_append, body_seed, encode_commit, encode_descriptor};
 use cairn_format::journal::{JournalRegion, JournalSuper};
@@ -54,7 +54,7 @@ fn groups(img: &Path) -> (Geometry, Vec<(GroupDesc, Vec<u8>)>) {
     let b = std::fs::read(img).unwrap();
     let sb = Superblock::decode(&b[..SB_SIZE], b.len() as u64).unwrap();
     let geo = Geometry::new(&sb).unwrap();
-    let seed = seed_from_uuid(&sb.uuid);
+    let seed = sb.csum_seed();
     let bs = geo.block_size as usize;
     let gs = (0..geo.group_count)
         .map(|g| {
@@ -213,7 +213,7 @@ fn fragment_refuses_images_in_use_unclean_or_needing_replay() {
 
     // Marked clean, but the journal holds a committed record (descriptor,
     // one image of block 0, commit) at its tail.
-    let seed = seed_from_uuid(&sb.uuid);
+    let seed = sb.csum_seed();
     let region = JournalRegion::of(&sb);
     let bs = sb.block_size() as usize;
     let file = std::fs::OpenOptions::new().read(true).write(true).open(&img).unwrap();

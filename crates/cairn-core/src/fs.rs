@@ -214,7 +214,7 @@ impl Fs {
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
         let sb = crate::ro_recovery::read_superblock(dev.as_ref())?;
         let geo = Geometry::new(&sb)?;
-        let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
+        let seed = sb.csum_seed();
         let (journal, _replayed) = Journal::open(dev.clone(), &sb, seed, !opts.read_only)?;
         // The superblock itself may have been replayed.
         let errors_before_replay = sb.state & STATE_ERRORS;

@@ -6,7 +6,8 @@
 //!
 //! ## Map
 //! * [`dev`] — block devices (image file, RAM).
-//! * [`mkfs`] — formatting, as a library function.
+//! * [`mkfs`] — formatting, as a library function; [`tune`] — renaming
+//!   an unmounted file system (label, UUID).
 //! * `buffer` — the metadata buffer cache (sharded).
 //! * `journal` — transactions, commit to the write-ahead journal, replay.
 //! * `alloc` — group bitmaps, block and inode allocation.
@@ -29,6 +30,7 @@ pub mod dev;
 pub mod error;
 pub mod mkfs;
 pub mod testdev;
+pub mod tune;
 pub mod types;
 
 mod acl;

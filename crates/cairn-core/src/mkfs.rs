@@ -12,7 +12,7 @@ use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
 use crate::fs::{Fs, MountOptions};
 use crate::types::Ctx;
-use cairn_format::checksum::{crc, seed_from_uuid};
+use cairn_format::checksum::crc;
 use cairn_format::group_desc::*;
 use cairn_format::inode::*;
 use cairn_format::journal::{JournalSuper, MIN_JOURNAL_BLOCKS};
@@ -248,7 +248,7 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
     let mut sb = plan(size, opts)?;
     let geo = Geometry::new(&sb)?;
     let bs = sb.block_size() as usize;
-    let seed = seed_from_uuid(&sb.uuid);
+    let seed = sb.csum_seed();
     // Wipe old signatures (ours at 0, ext4 at 1080, btrfs at 64 KiB, ...).
     let wipe = (128 * 1024).min(size) as usize;
     dev.write_at(&vec![0u8; wipe], 0)?;

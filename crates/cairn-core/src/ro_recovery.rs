@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 fn superblock(dev: &dyn BlockDevice) -> Result<(Superblock, u32)> {
     let sb = read_superblock(dev)?;
-    let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
+    let seed = sb.csum_seed();
     Ok((sb, seed))
 }
 

@@ -92,6 +92,7 @@ fn superblock() {
         label: *b"golden label\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
         journal_groups: 0,
         backup_group: 0,
+        csum_seed: 0,
     };
     let mut b = vec![0u8; SB_SIZE];
     sb.encode(&mut b);

@@ -24,7 +24,10 @@
 //!           into, INCOMPAT_JOURNAL_GROUPS; 0 without it)
 //! 220     4 backup_group (0 in the primary; in a backup copy, the group
 //!           whose first block holds it: see `backup`)
-//! 224   284 reserved, zero
+//! 224     4 csum_seed (INCOMPAT_CSUM_SEED: the metadata checksums' seed,
+//!           kept when `cairn tune` gave the file system a new UUID; 0
+//!           without it: the seed is derived from the UUID)
+//! 228   280 reserved, zero
 //! 508     4 crc32c of bytes 0..512 with this field zero (seed 0xffffffff)
 //! ```
 //! The superblock checksum is seeded with a constant, not the UUID, because
@@ -44,9 +47,9 @@ const CSUM_OFF: usize = 508;
 const CSUM_SEED: u32 = 0xffff_ffff;
 
 const _: () = {
-    // The last field (backup_group, 220..224) ends before the reserved area and the
+    // The last field (csum_seed, 224..228) ends before the reserved area and the
     // checksum, which ends the structure; the superblock fits the smallest block.
-    assert!(220 + 4 <= CSUM_OFF && CSUM_OFF + 4 == SB_SIZE);
+    assert!(224 + 4 <= CSUM_OFF && CSUM_OFF + 4 == SB_SIZE);
     assert!(SB_SIZE <= crate::MIN_BLOCK_SIZE as usize);
 };
 /// The file system was unmounted cleanly (journal empty, counters exact).
@@ -78,9 +81,17 @@ pub const INCOMPAT_JOURNAL_ZSTD: u32 = 4;
 /// the superblock, and their bitmaps and inode table follow it (see
 /// `backup`). A build without it would look for the bitmaps one block early.
 pub const INCOMPAT_BACKUP_SUPERBLOCKS: u32 = 8;
+/// Incompatible feature: metadata checksums are seeded with `csum_seed`, not
+/// with a hash of the UUID (ext4's metadata_csum_seed): `cairn tune --uuid`
+/// sets it, so that a new UUID needs no block rewritten. A build without it
+/// would find every checksum wrong.
+pub const INCOMPAT_CSUM_SEED: u32 = 16;
 /// Incompatible features this build understands.
-pub const INCOMPAT_SUPPORTED: u32 =
-    INCOMPAT_XATTR_EXTERNAL | INCOMPAT_JOURNAL_GROUPS | INCOMPAT_JOURNAL_ZSTD | INCOMPAT_BACKUP_SUPERBLOCKS;
+pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_XATTR_EXTERNAL
+    | INCOMPAT_JOURNAL_GROUPS
+    | INCOMPAT_JOURNAL_ZSTD
+    | INCOMPAT_BACKUP_SUPERBLOCKS
+    | INCOMPAT_CSUM_SEED;
 
 /// The decoded superblock.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -113,9 +124,21 @@ pub struct Superblock {
     pub journal_groups: u32,
     /// 0 in the primary; the group a backup copy sits at the start of.
     pub backup_group: u32,
+    /// The checksum seed under `INCOMPAT_CSUM_SEED` (see [`Superblock::csum_seed`]).
+    pub csum_seed: u32,
 }
 
 impl Superblock {
+    /// The seed of every metadata checksum but the superblock's own: the
+    /// stored seed under `INCOMPAT_CSUM_SEED`, else a hash of the UUID.
+    pub fn csum_seed(&self) -> u32 {
+        if self.feature_incompat & INCOMPAT_CSUM_SEED != 0 {
+            self.csum_seed
+        } else {
+            crate::checksum::seed_from_uuid(&self.uuid)
+        }
+    }
+
     /// Block size in bytes.
     pub fn block_size(&self) -> u32 {
         1u32 << self.block_size_log2
@@ -176,6 +199,7 @@ impl Superblock {
         b[184..216].copy_from_slice(&self.label);
         put_u32(b, 216, self.journal_groups);
         put_u32(b, 220, self.backup_group);
+        put_u32(b, 224, self.csum_seed);
         let c = crc_skipping(CSUM_SEED, b, CSUM_OFF);
         put_u32(b, CSUM_OFF, c);
     }
@@ -227,6 +251,7 @@ impl Superblock {
             label,
             journal_groups: get_u32(b, 216),
             backup_group: get_u32(b, 220),
+            csum_seed: get_u32(b, 224),
         };
         sb.validate(image_bytes)?;
         Ok(sb)
@@ -385,6 +410,26 @@ mod tests {
         };
         assert_eq!(full.journal_segment_blocks(), 0);
         assert!(decode(&full).is_err());
+    }
+
+    /// The checksum seed follows the UUID until `INCOMPAT_CSUM_SEED` keeps
+    /// it in the superblock (a UUID changed by `cairn tune`); it round-trips.
+    #[test]
+    fn the_checksum_seed_is_the_uuids_unless_kept() {
+        let sb = sample();
+        assert_eq!(sb.csum_seed(), crate::checksum::seed_from_uuid(&sb.uuid));
+        let kept = Superblock {
+            uuid: [9; 16],
+            csum_seed: sb.csum_seed(),
+            feature_incompat: sb.feature_incompat | INCOMPAT_CSUM_SEED,
+            ..sb.clone()
+        };
+        let mut b = vec![0u8; SB_SIZE];
+        kept.encode(&mut b);
+        let back = Superblock::decode(&b, u64::MAX).unwrap();
+        assert_eq!(back, kept);
+        assert_eq!(back.csum_seed(), sb.csum_seed());
+        assert_ne!(back.csum_seed(), crate::checksum::seed_from_uuid(&back.uuid));
     }
 
     #[test]

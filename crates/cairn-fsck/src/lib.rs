@@ -237,7 +237,7 @@ fn check_once(
 ) -> Result<Report, FsckError> {
     let mut img = image::Image::new(source, repair);
     let superblock::Loaded { mut sb, mut geo, fallback } = superblock::load(&mut img, backup)?;
-    let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
+    let seed = sb.csum_seed();
     let mut report = Report::default();
     let mut sb_dirty = false;
     if let Some((g, why)) = &fallback {

@@ -193,7 +193,6 @@ mod tests {
     use crate::dev::MemDevice;
     use crate::journal::cil::{image_of, Captured, Image};
     use crate::mkfs::{format, MkfsOptions};
-    use cairn_format::checksum::seed_from_uuid;
     use cairn_format::journal::{chunk_size, decode_commit, encode_commit, encode_descriptor, WHOLE};
     use cairn_format::superblock::SB_SIZE;
 
@@ -205,7 +204,7 @@ mod tests {
         let mut head = vec![0u8; SB_SIZE];
         dev.read_at(&mut head, 0).unwrap();
         let sb = Superblock::decode(&head, dev.size()).unwrap();
-        let seed = seed_from_uuid(&sb.uuid);
+        let seed = sb.csum_seed();
         (dev, sb, seed)
     }
 

@@ -395,7 +395,7 @@ fn log_head(mem: &MemDevice) -> (JournalRegion, u64) {
     let bs = sb.block_size() as usize;
     let mut j = vec![0u8; bs];
     mem.read_at(&mut j, region.start * bs as u64).unwrap();
-    let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
+    let seed = sb.csum_seed();
     let jsb = cairn_format::journal::JournalSuper::decode(seed, region.start, &j, region.blocks).unwrap();
     (region, jsb.tail_off)
 }

@@ -235,7 +235,7 @@ fn geometry(dev: &MemDevice) -> (Geometry, u32) {
     let mut b = vec![0u8; 4096];
     dev.read_at(&mut b, 0).unwrap();
     let sb = Superblock::decode(&b, dev.size()).unwrap();
-    (Geometry::new(&sb).unwrap(), cairn_format::checksum::seed_from_uuid(&sb.uuid))
+    (Geometry::new(&sb).unwrap(), sb.csum_seed())
 }
 
 /// The external values of inode `ino`'s xattr block: (block, descriptors).

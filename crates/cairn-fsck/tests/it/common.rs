@@ -121,7 +121,7 @@ pub fn assert_clean(path: &Path) -> String {
 pub fn sb_geo(bytes: &[u8]) -> (Superblock, Geometry, u32) {
     let sb = Superblock::decode(&bytes[..4096], bytes.len() as u64).unwrap();
     let geo = Geometry::new(&sb).unwrap();
-    let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
+    let seed = sb.csum_seed();
     (sb, geo, seed)
 }
 

@@ -22,7 +22,7 @@ fn log_records(img: &OverlayDevice) -> (JournalRegion, usize, Vec<LogPos>) {
     let sb = Superblock::decode(&b, img.size()).unwrap();
     let region = JournalRegion::of(&sb);
     let bs = sb.block_size() as usize;
-    let seed = cairn_format::checksum::seed_from_uuid(&sb.uuid);
+    let seed = sb.csum_seed();
     let read = |off: u64| -> std::io::Result<Vec<u8>> {
         let mut blk = vec![0u8; bs];
         img.read_at(&mut blk, region.block_of(off) * bs as u64)?;

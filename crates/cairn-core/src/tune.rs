@@ -1,0 +1,153 @@
+//! `cairn tune`: renaming an unmounted file system — its label and its
+//! UUID — as `tune2fs -L` / `tune2fs -U` and `xfs_admin -L` / `-U` do.
+//!
+//! ## What changes on disk
+//! Only the superblock: the primary in block 0 and every backup copy
+//! (`cairn_format::backup`), which must keep sharing the primary's static
+//! fields. The label is 32 bytes, NUL-padded.
+//!
+//! Every metadata checksum but the superblock's is seeded from the UUID.
+//! As ext4's `metadata_csum_seed`, the first UUID change stores the seed the
+//! old UUID gave in the superblock (`csum_seed`) and sets
+//! `INCOMPAT_CSUM_SEED`: no other block is rewritten, however large the
+//! file system, and later changes only write the UUID. A build that does
+//! not know the feature refuses the image instead of finding every checksum
+//! wrong.
+//!
+//! ## Crash safety
+//! The copies are written and flushed first, the primary last, as mkfs
+//! does. A crash in between leaves a primary with the old names and copies
+//! with the new ones: both seed checksums alike (the seed is kept, not
+//! recomputed), so the file system mounts as it was, and `cairn fsck`
+//! reports the copies that differ from the primary and `--repair` rewrites
+//! them from it. Running `tune` again finishes the change.
+//!
+//! ## Refused
+//! An image that was not cleanly unmounted (its journal may hold records
+//! to replay, and a repair may rewrite the superblock): mount and unmount
+//! it, or run `cairn fsck --repair`, first. The caller holds the image's
+//! exclusive lock, so no mount or fsck runs meanwhile.
+
+use crate::dev::BlockDevice;
+use crate::error::{FsError, Result};
+use cairn_format::backup;
+use cairn_format::layout::Geometry;
+use cairn_format::superblock::{Superblock, INCOMPAT_CSUM_SEED, SB_SIZE, STATE_CLEAN};
+
+/// Bytes a label may have.
+pub const LABEL_MAX: usize = 32;
+
+/// A new UUID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NewUuid {
+    /// A random (version 4) UUID.
+    Random,
+    /// This UUID.
+    Exactly([u8; 16]),
+}
+
+/// What to change; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct Changes {
+    pub label: Option<String>,
+    pub uuid: Option<NewUuid>,
+}
+
+/// Parses a UUID as `cairn tune --uuid` takes it: `random`, or 32 hex
+/// digits, with or without the usual dashes.
+pub fn parse_uuid(s: &str) -> Result<NewUuid> {
+    if s.eq_ignore_ascii_case("random") {
+        return Ok(NewUuid::Random);
+    }
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    let bad = || FsError::Invalid(format!("{s:?} is not a UUID (32 hex digits, dashes optional) or \"random\""));
+    if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(NewUuid::Exactly(out))
+}
+
+/// The UUID in its usual form, `8-4-4-4-12` hex digits.
+pub fn format_uuid(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+/// The label as text (up to its first NUL).
+pub fn label_text(sb: &Superblock) -> String {
+    let end = sb.label.iter().position(|b| *b == 0).unwrap_or(LABEL_MAX);
+    String::from_utf8_lossy(&sb.label[..end]).into_owned()
+}
+
+fn random_uuid() -> [u8; 16] {
+    let mut u: [u8; 16] = rand::random();
+    u[6] = (u[6] & 0x0f) | 0x40; // version 4
+    u[8] = (u[8] & 0x3f) | 0x80; // RFC 4122 variant
+    u
+}
+
+/// Reads and verifies the primary superblock of `dev`.
+pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
+    let mut b = vec![0u8; SB_SIZE];
+    dev.read_at(&mut b, 0)?;
+    Ok(Superblock::decode(&b, dev.size())?)
+}
+
+/// Applies `changes` to the unmounted file system on `dev` (see the module
+/// essay) and returns the new superblock. The caller holds the image's
+/// exclusive lock.
+pub fn tune(dev: &dyn BlockDevice, changes: &Changes) -> Result<Superblock> {
+    let old = read_superblock(dev)?;
+    if old.state & STATE_CLEAN == 0 {
+        return Err(FsError::Invalid(
+            "the file system was not cleanly unmounted: mount and unmount it (the journal is replayed), \
+             or run `cairn fsck --repair`, first"
+                .into(),
+        ));
+    }
+    let mut sb = old.clone();
+    if let Some(label) = &changes.label {
+        if label.len() > LABEL_MAX || label.as_bytes().contains(&0) {
+            return Err(FsError::Invalid(format!(
+                "label {label:?} is {} bytes: at most {LABEL_MAX}, and no NUL",
+                label.len()
+            )));
+        }
+        sb.label = [0; LABEL_MAX];
+        sb.label[..label.len()].copy_from_slice(label.as_bytes());
+    }
+    if let Some(u) = changes.uuid {
+        let uuid = match u {
+            NewUuid::Random => random_uuid(),
+            NewUuid::Exactly(u) => u,
+        };
+        if sb.feature_incompat & INCOMPAT_CSUM_SEED == 0 && uuid != sb.uuid {
+            sb.csum_seed = sb.csum_seed();
+            sb.feature_incompat |= INCOMPAT_CSUM_SEED;
+        }
+        sb.uuid = uuid;
+    }
+    if sb == old {
+        return Ok(sb);
+    }
+    debug_assert_eq!(sb.csum_seed(), old.csum_seed());
+    let geo = Geometry::new(&sb)?;
+    let bs = sb.block_size() as usize;
+    let mut block = vec![0u8; bs];
+    for g in geo.backup_groups() {
+        block.fill(0);
+        backup::copy_for_group(&sb, g).encode(&mut block);
+        dev.write_at(&block, geo.group_start(g) * bs as u64)?;
+    }
+    dev.flush()?;
+    // The primary's block keeps whatever follows the superblock in it.
+    dev.read_at(&mut block, 0)?;
+    sb.encode(&mut block);
+    dev.write_at(&block, 0)?;
+    dev.flush()?;
+    Ok(sb)
+}
