@@ -12,6 +12,7 @@ mod debug_cmd;
 mod debug_dd;
 mod debug_fsmark;
 mod debug_overwrite;
+mod inspect_cmd;
 mod loopdev;
 mod mkfs_cmd;
 mod mount_cmd;
@@ -161,6 +162,13 @@ enum Cmd {
         #[arg(long, short = 'U')]
         uuid: Option<String>,
     },
+    /// Look inside an unmounted image without changing it (as debugfs, xfs_db, logdump): super, groups, stat FILE, ls [DIR], cat FILE, journal.
+    Inspect {
+        /// The image file (or block device).
+        image: PathBuf,
+        #[command(subcommand)]
+        what: inspect_cmd::What,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell), e.g.
     /// `cairn completions bash > /etc/bash_completion.d/cairn`.
     Completions {
@@ -301,6 +309,15 @@ fn main() -> ExitCode {
             }
             Err(m) => fail("manpages", &m),
         },
+        Cmd::Inspect { image, what } => {
+            init_logging("warn");
+            default_sigpipe();
+            let stdout = std::io::stdout();
+            match inspect_cmd::run(&image, &what, &mut stdout.lock()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(m) => fail("inspect", &m),
+            }
+        }
         Cmd::Tune { image, label, uuid } => {
             init_logging("warn");
             match tune_cmd::run(&image, label, uuid.as_deref()) {

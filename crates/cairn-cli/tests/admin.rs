@@ -235,3 +235,66 @@ fn tune_renames_an_unmounted_file_system_and_refuses_what_it_must() {
     assert!(o.status.success(), "tune after replay: {}", stderr(&o));
     assert_fsck_clean(&img, "after the last tune");
 }
+
+/// `cairn inspect`: the superblock, groups, a directory, an inode and a
+/// file's bytes of an unmounted image, read without changing it; after a
+/// crash the journal's records are listed and reading files is refused
+/// with the way out; a mounted image and a foreign file are refused.
+#[test]
+fn inspect_shows_an_unmounted_image_and_changes_nothing() {
+    if !can_mount() {
+        return;
+    }
+    let (dir, g, pid) = fresh_mount("i.img", "256M");
+    let (img, mp) = (dir.path().join("i.img"), g.0.clone());
+    std::fs::create_dir_all(mp.join("d/e")).unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(mp.join("d/e/f"), &data).unwrap();
+    let o = run(&["inspect", p(&img), "super"]);
+    assert_eq!(o.status.code(), Some(1), "inspect of a mounted image: {}", stdout(&o));
+    assert!(stderr(&o).contains("in use"), "{}", stderr(&o));
+    unmount(&mp, pid);
+    let before = std::fs::read(&img).unwrap();
+    let inspect = |args: &[&str]| {
+        let o = run(&[&["inspect", p(&img)], args].concat());
+        assert!(o.status.success(), "inspect {args:?}: {}", stderr(&o));
+        o.stdout
+    };
+    let sup = String::from_utf8(inspect(&["super"])).unwrap();
+    assert!(sup.contains("state                clean") && sup.contains("block size           4096"), "{sup}");
+    let groups = String::from_utf8(inspect(&["groups"])).unwrap();
+    assert_eq!(groups.lines().count(), 3, "a header and two groups of 128 MiB: {groups}");
+    let ls = String::from_utf8(inspect(&["ls", "/d/e"])).unwrap();
+    let f_line = ls.lines().find(|l| l.ends_with(" f")).unwrap_or_else(|| panic!("{ls}"));
+    let ino: u64 = f_line.split_whitespace().next().unwrap().parse().unwrap();
+    let stat = String::from_utf8(inspect(&["stat", &format!("#{ino}")])).unwrap();
+    assert!(stat.contains(&format!("inode {ino} ")) && stat.contains("size 300000"), "{stat}");
+    assert_eq!(inspect(&["cat", "/d/e/f"]), data);
+    let journal = String::from_utf8(inspect(&["journal"])).unwrap();
+    assert!(journal.contains("0 record(s) nothing to replay"), "{journal}");
+    for bad in [&["stat", "/d/nope"][..], &["stat", "relative"], &["stat", "#99999999"], &["cat", "/d"]] {
+        let o = run(&[&["inspect", p(&img)], bad].concat());
+        assert_eq!(o.status.code(), Some(1), "inspect {bad:?} succeeded: {}", stdout(&o));
+    }
+    assert!(std::fs::read(&img).unwrap() == before, "inspect changed the image");
+
+    // A crash leaves records to replay: listed, and files are not read.
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let pid = daemon_pid(&mp);
+    std::fs::write(mp.join("late"), b"x").unwrap();
+    assert!(sh(&format!("sync -f {}", p(&mp))).status.success());
+    Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    wait_gone(pid, Duration::from_secs(10), "after kill -9");
+    let _ = Command::new("umount").arg("-l").arg(&mp).status();
+    let journal = String::from_utf8(inspect(&["journal"])).unwrap();
+    assert!(journal.contains("the next mount replays them") && journal.contains("record "), "{journal}");
+    let o = run(&["inspect", p(&img), "ls"]);
+    assert_eq!(o.status.code(), Some(1), "ls of an image that needs replay: {}", stdout(&o));
+    assert!(stderr(&o).contains("journal"), "{}", stderr(&o));
+    let foreign = dir.path().join("foreign");
+    std::fs::write(&foreign, vec![0u8; 1 << 20]).unwrap();
+    let o = run(&["inspect", p(&foreign), "super"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(!stderr(&o).is_empty());
+}
