@@ -48,7 +48,7 @@ RUNTIME_PKGS=(fuse3 build-essential pkg-config util-linux procps coreutils)
 TEST_PKGS=(e2fsprogs fuse2fs attr acl stress-ng fio dbench fsmark libacl1-dev xfsprogs btrfs-progs
     libfuse3-dev shellcheck kmod
     autoconf automake libtool make gcc patch xfslibs-dev uuid-dev libattr1-dev libaio-dev liburing-dev
-    libgdbm-dev libgdbm-compat-dev bc dump psmisc gawk file quota libcap2-bin)
+    libgdbm-dev libgdbm-compat-dev bc dump psmisc gawk file quota libcap2-bin man-db)
 PKGS=("${RUNTIME_PKGS[@]}")
 [[ $RUNTIME_ONLY -eq 1 ]] || PKGS+=("${TEST_PKGS[@]}")
 

@@ -15,6 +15,9 @@
 #   stress-ng  tests/external/stress-ng.sh (29 file-system stressors, 5 s each)
 #   survival   tests/external/survival.sh (data survives remounts and a daemon SIGKILL
 #              after syncfs)
+#   install    tests/external/install.sh (the README's Install section: scripts/install.sh into a
+#              temporary prefix and /sbin, `mount -a` of a fuse.cairn fstab line, remount ro/rw,
+#              man pages, bash completion, --uninstall)
 #   fsx        tests/external/fsx.sh (fsx-rs 0.2.0: buffered, mmap, fallocate/punch-hole and two
 #              concurrent runs, ~370,000 checked ops; fio --verify=crc32c through O_DIRECT and
 #              page cache vs O_DIRECT coherence; again without the writeback cache)
@@ -45,7 +48,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
 
-ALL=(lint build unit pjdfstest stress-ng survival fsx sigkill pressure xfstests bench mballoc fuzz)
+ALL=(lint build unit pjdfstest stress-ng survival install fsx sigkill pressure xfstests bench mballoc fuzz)
 only=""
 skip=""
 quick=0
@@ -142,6 +145,7 @@ run_suite unit 30 cargo test --release --workspace -- --show-output --include-ig
 run_suite pjdfstest 20 bash tests/external/pjdfstest.sh --compare
 run_suite stress-ng 20 bash tests/external/stress-ng.sh
 run_suite survival 15 bash tests/external/survival.sh
+run_suite install 5 bash tests/external/install.sh
 run_suite fsx 10 bash tests/external/fsx.sh
 run_suite sigkill 20 bash tests/external/sigkill.sh 50
 run_suite pressure 10 bash tests/external/pressure.sh
