@@ -20,6 +20,7 @@ mod remount_cmd;
 mod size;
 mod stats_cmd;
 mod stats_summary;
+mod syslog;
 mod tune_cmd;
 mod umount_cmd;
 mod whoami;
@@ -98,6 +99,9 @@ enum Cmd {
         /// Internal: report readiness on stdout (used by the background start).
         #[arg(long, hide = true)]
         notify_ready: bool,
+        /// Internal: log to syslog (a background daemon started without --log).
+        #[arg(long, hide = true)]
+        syslog: bool,
     },
     /// Unmount MOUNTPOINT and return once its daemon has committed, marked the image clean and
     /// released it (then `cairn fsck`, a copy or a new mount can use the image at once).
@@ -186,9 +190,14 @@ enum Cmd {
     Debug(debug_cmd::DebugCmd),
 }
 
+/// `$CAIRN_LOG`, or `default`.
+fn log_filter(default: &str) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+}
+
 fn init_logging(verbose_default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(verbose_default));
+    let filter = log_filter(verbose_default);
     // Colour only on a terminal (a `--log FILE` or a pipe gets plain text),
     // and never under NO_COLOR.
     use std::io::IsTerminal;
@@ -263,8 +272,12 @@ fn main() -> ExitCode {
                 Err(m) => fail("mkfs", &m),
             }
         }
-        Cmd::Mount { image, mountpoint, options, foreground, log, notify_ready } => {
-            init_logging(if foreground { "info" } else { "warn" });
+        Cmd::Mount { image, mountpoint, options, foreground, log, notify_ready, syslog } => {
+            if syslog {
+                syslog::init(log_filter("info"));
+            } else {
+                init_logging(if foreground { "info" } else { "warn" });
+            }
             let a = mount_cmd::MountArgs { image, mountpoint, options, foreground, log, notify_ready };
             match mount_cmd::run(&a) {
                 Ok(()) => ExitCode::SUCCESS,

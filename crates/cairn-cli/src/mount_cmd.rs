@@ -5,7 +5,7 @@
 //! process group so that a terminal's Ctrl-C does not reach it) and returns
 //! 0 only once the daemon says the file system is mounted and answering; any
 //! failure before that is printed by the parent and returns 1. The daemon's
-//! log goes to `--log FILE` (default: discarded).
+//! log goes to `--log FILE`, or else to syslog (journald).
 //!
 //! The daemon holds an exclusive `flock` on the image for its whole life, so
 //! a second mount, a `cairn fsck` or a `cairn mkfs` of a mounted image is
@@ -89,7 +89,11 @@ fn start_daemon(a: &MountArgs) -> Result<(), String> {
                 .open(p)
                 .map_err(|e| format!("log file {}: {e}", p.display()))?,
         ),
-        None => Stdio::null(),
+        None => {
+            // Nowhere to write: the daemon logs to syslog (see `syslog`).
+            cmd.arg("--syslog");
+            Stdio::null()
+        }
     };
     // The log file is the daemon's stderr, opened here: the daemon itself
     // needs no --log.

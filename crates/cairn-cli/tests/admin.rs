@@ -298,3 +298,54 @@ fn inspect_shows_an_unmounted_image_and_changes_nothing() {
     assert_eq!(o.status.code(), Some(1));
     assert!(!stderr(&o).is_empty());
 }
+
+/// A background daemon started without `--log` logs to syslog: its mount
+/// and unmount reach `/dev/log` as `<PRI>cairn[PID]: ...` datagrams
+/// (facility daemon), plain text. Where a syslog daemon owns /dev/log the
+/// test cannot listen there and says so.
+#[test]
+fn a_background_daemon_without_a_log_file_logs_to_syslog() {
+    if !can_mount() {
+        return;
+    }
+    let dev_log = Path::new("/dev/log");
+    if dev_log.exists() {
+        eprintln!("skipped: /dev/log belongs to the system's syslog daemon");
+        return;
+    }
+    struct Unlink<'a>(&'a Path);
+    impl Drop for Unlink<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(self.0);
+        }
+    }
+    let sock = std::os::unix::net::UnixDatagram::bind(dev_log).unwrap();
+    let _unlink = Unlink(dev_log);
+    sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    // Read as a syslog daemon does, all along (the queue holds ten).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 8192];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(n) = sock.recv(&mut buf) {
+                    got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                }
+            }
+            got
+        })
+    };
+    let (dir, g, pid) = fresh_mount("s.img", "128M");
+    unmount(&g.0, pid);
+    let mp = std::fs::canonicalize(dir.path().join("mnt")).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let got = reader.join().unwrap();
+    let ours: Vec<&String> = got.iter().filter(|m| m.contains(&format!("cairn[{pid}]: "))).collect();
+    let mounted = ours.iter().find(|m| m.contains("mounted") && m.contains(mp.to_str().unwrap()));
+    assert!(mounted.is_some_and(|m| m.starts_with("<30>")), "no info-level 'mounted' message from {pid}: {got:?}");
+    assert!(ours.iter().any(|m| m.contains("unmounted")), "no 'unmounted' message: {ours:?}");
+    assert!(ours.iter().all(|m| !m.contains('\x1b')), "colour codes in syslog: {ours:?}");
+}

@@ -142,6 +142,8 @@ pub struct SpaceGuard {
     failed: Mutex<HashSet<u64>>,
     jobs: Mutex<Option<Sender<Vec<u64>>>>,
     notify: KernelNotifier,
+    /// When the last "nearly full" line was logged (seconds since the epoch).
+    logged_at: AtomicU64,
 }
 
 impl SpaceGuard {
@@ -162,6 +164,7 @@ impl SpaceGuard {
             failed: Mutex::new(HashSet::new()),
             jobs: Mutex::new(if reserve > 0 { Some(tx) } else { None }),
             notify,
+            logged_at: AtomicU64::new(0),
         });
         if reserve > 0 {
             let weak: Weak<SpaceGuard> = Arc::downgrade(&guard);
@@ -210,7 +213,16 @@ impl SpaceGuard {
         let tight = free < self.reserve;
         if self.stats.tight.swap(tight, Relaxed) != tight {
             if tight {
-                self.stats.tight_entries.fetch_add(1, Relaxed);
+                let n = self.stats.tight_entries.fetch_add(1, Relaxed);
+                // One line per burst: the first entry, then at most one a minute.
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                let last = self.logged_at.swap(now, Relaxed);
+                if n == 0 || now >= last + 60 {
+                    tracing::warn!(
+                        free_bytes = free,
+                        "the file system is nearly full: buffered writes now ask first, and get ENOSPC when the space is gone"
+                    );
+                }
                 let mut inos: Vec<u64> = self.recent.iter().map(|a| a.load(Relaxed)).filter(|i| *i != 0).collect();
                 inos.sort_unstable();
                 inos.dedup();

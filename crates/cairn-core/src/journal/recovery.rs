@@ -154,6 +154,13 @@ impl Journal {
         j.write_jsb(restart)?;
         j.dev.flush()?;
         j.restart_at(restart);
+        if report.records > 0 {
+            tracing::info!(
+                records = report.records,
+                blocks = report.blocks,
+                "the file system was not cleanly unmounted: journal replayed"
+            );
+        }
         j.stats.replayed_records.store(report.records, Ordering::Relaxed);
         j.stats.replayed_blocks.store(report.blocks, Ordering::Relaxed);
         Ok((j, report))
