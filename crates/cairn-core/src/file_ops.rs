@@ -33,6 +33,24 @@ impl Fs {
     /// a SETATTR, and its WRITEs of dirty pages may reach cairn after that
     /// SETATTR, so they must not move the times again.
     pub fn write_data(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
+        if crate::inode::flags_in_use() {
+            let sync = {
+                let r = self.iget(ino)?;
+                let g = r.read();
+                self.check_protected_write(&g, off, data)?;
+                crate::inode_flags::is_sync(&g)
+            };
+            if sync {
+                let n = self.write_data_checked(ino, off, data, update_times)?;
+                self.fsync(ino, false)?;
+                return Ok(n);
+            }
+        }
+        self.write_data_checked(ino, off, data, update_times)
+    }
+
+    /// [`Fs::write_data`] once the inode's flags allow it.
+    fn write_data_checked(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         if let Some(n) = self.try_overwrite(ino, off, data, update_times)? {
             return Ok(n);
         }
@@ -145,12 +163,26 @@ impl Fs {
     /// reach cairn first; times set here would then stay on disk, different
     /// from what the caller saw.
     pub fn fallocate_data(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
+        let mut sync = false;
+        if crate::inode::flags_in_use() {
+            let r = self.iget(ino)?;
+            let g = r.read();
+            crate::inode_flags::refuse_if_immutable(&g)?;
+            if g.d.attr_flags & cairn_format::inode::ATTR_APPEND != 0 && mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+                return Err(FsError::Errno(libc::EPERM));
+            }
+            sync = crate::inode_flags::is_sync(&g);
+        }
         match self.fallocate_steps(ino, off, len, mode, update_times) {
             Err(FsError::Errno(libc::ENOSPC)) if self.wait_for_reaper()? => {
                 self.fallocate_steps(ino, off, len, mode, update_times)
             }
             r => r,
+        }?;
+        if sync {
+            self.fsync(ino, false)?;
         }
+        Ok(())
     }
 
     fn fallocate_steps(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
@@ -258,6 +290,20 @@ impl Fs {
         let (attr, more) = self.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();
+            // An immutable inode changes in nothing; an append-only one
+            // keeps its size, mode and owner, and takes no times but "now"
+            // and those its writes set (the kernel's write-back cache sends
+            // mtime and ctime, never atime: an explicit atime is utimes').
+            crate::inode_flags::refuse_if_immutable(&g)?;
+            if g.d.attr_flags & cairn_format::inode::ATTR_APPEND != 0
+                && (set.size.is_some()
+                    || set.mode.is_some()
+                    || set.uid.is_some()
+                    || set.gid.is_some()
+                    || matches!(set.atime, Some(TimeSet::At(_))))
+            {
+                return Err(FsError::Errno(libc::EPERM));
+            }
             // Times set here (utimens) must not be overridden by older
             // fast-path times.
             g.fold_lazy_time();
@@ -331,6 +377,9 @@ impl Fs {
             }
             self.finish_truncate(ino, &mut |_| {})?;
             return self.getattr(ino);
+        }
+        if attr.flags & cairn_format::inode::ATTR_SYNC != 0 {
+            self.fsync(ino, false)?;
         }
         Ok(attr)
     }

@@ -760,6 +760,7 @@ impl Fs {
         self.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();
+            crate::inode_flags::refuse_if_protected(&g)?;
             match &parsed {
                 Some(a) if name == acl::ACCESS => {
                     if g.d.file_type() == S_IFLNK {
@@ -795,6 +796,7 @@ impl Fs {
         self.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();
+            crate::inode_flags::refuse_if_protected(&g)?;
             xattr::remove(tx, &mut g, name)?;
             g.d.ctime = now();
             self.store(tx, &g)

@@ -80,7 +80,7 @@ use crate::lru::{Isolate, Shard, ShardedLru};
 use crate::meta::Meta;
 use crate::stats::Publish;
 use cairn_format::inode::Timestamp;
-use cairn_format::inode::{DataArea, DiskInode};
+use cairn_format::inode::{DataArea, DiskInode, ATTR_APPEND, ATTR_DIRSYNC, ATTR_IMMUTABLE, ATTR_SYNC};
 use cairn_format::FormatError;
 use parking_lot::lock_api::ArcRwLockWriteGuard;
 use parking_lot::{Mutex, RawRwLock, RwLock};
@@ -106,8 +106,26 @@ pub struct InodeState {
     pub held_unlinked: bool,
 }
 
+/// Whether any inode with chattr flags that the engine enforces (`i`, `a`,
+/// `S`, `D`) has been loaded or given them in this process: until then the
+/// hot paths skip the checks (see `inode_flags`).
+static FLAGS_IN_USE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Notes that an inode has enforced chattr flags.
+pub(crate) fn note_protected() {
+    FLAGS_IN_USE.store(true, Ordering::Relaxed);
+}
+
+/// Whether the checks of `inode_flags` can matter.
+pub(crate) fn flags_in_use() -> bool {
+    FLAGS_IN_USE.load(Ordering::Relaxed)
+}
+
 impl InodeState {
     pub(crate) fn new(ino: u64, d: DiskInode) -> InodeState {
+        if d.attr_flags & (ATTR_IMMUTABLE | ATTR_APPEND | ATTR_SYNC | ATTR_DIRSYNC) != 0 {
+            note_protected();
+        }
         InodeState {
             ino,
             d,

@@ -42,6 +42,7 @@ mod dir;
 mod file;
 mod fs;
 mod inode;
+pub mod inode_flags;
 pub(crate) mod journal;
 mod lru;
 mod stats;

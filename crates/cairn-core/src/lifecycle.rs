@@ -102,6 +102,7 @@ impl Fs {
             gid: d.gid,
             rdev: d.rdev,
             blksize: self.meta.geo.block_size,
+            flags: d.attr_flags,
         }
     }
 
@@ -411,6 +412,7 @@ impl Fs {
             crtime: t,
             rdev,
             parent: if is_dir { parent.ino } else { 0 },
+            attr_flags: crate::inode_flags::inherited(parent.d.attr_flags, mode),
             data: if is_dir { DataArea::Tree(0) } else { DataArea::Extents(Vec::new()) },
             ..Default::default()
         };

@@ -80,6 +80,20 @@ impl Fs {
     /// Shared body of mknod/mkdir/symlink.
     fn create(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32, rdev: u64, target: Option<&[u8]>) -> Result<Attr> {
         check_name(name)?;
+        let a = self.create_in(ctx, parent, name, mode, rdev, target)?;
+        self.dirsync(parent)?;
+        Ok(a)
+    }
+
+    fn create_in(
+        &self,
+        ctx: &Ctx,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        target: Option<&[u8]>,
+    ) -> Result<Attr> {
         self.change(credits::DEFAULT, |tx| {
             let p = self.iget(parent)?;
             let mut pg = p.write();
@@ -92,6 +106,7 @@ impl Fs {
             if self.lookup_name(&pg, name)?.is_some() {
                 return Err(FsError::Errno(libc::EEXIST));
             }
+            crate::inode_flags::refuse_if_immutable(&pg)?;
             let is_dir = mode & S_IFMT == S_IFDIR;
             if is_dir && pg.d.nlink >= u32::MAX - 1 {
                 return Err(FsError::Errno(libc::EMLINK));
@@ -208,6 +223,12 @@ impl Fs {
     /// Adds a hard link. Increments the lookup count.
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
         check_name(newname)?;
+        let a = self.link_in(ino, newparent, newname)?;
+        self.dirsync(newparent)?;
+        Ok(a)
+    }
+
+    fn link_in(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
         self.change(credits::DEFAULT, |tx| {
             let p = self.iget(newparent)?;
             let c = self.iget(ino)?;
@@ -223,9 +244,11 @@ impl Fs {
                 if self.lookup_name(pg, newname)?.is_some() {
                     return Err(FsError::Errno(libc::EEXIST));
                 }
+                crate::inode_flags::refuse_if_immutable(pg)?;
             }
             let (mode, nlink) = {
                 let cg = find(&mut gs, ino);
+                crate::inode_flags::refuse_if_protected(cg)?;
                 (cg.d.mode, cg.d.nlink)
             };
             if mode & S_IFMT == S_IFDIR {
@@ -296,8 +319,10 @@ impl Fs {
             if ino == parent {
                 return Err(FsError::Errno(libc::EINVAL));
             }
+            crate::inode_flags::refuse_if_protected(find(&mut gs, parent))?;
             {
                 let cg = find(&mut gs, ino);
+                crate::inode_flags::refuse_if_protected(cg)?;
                 match (want_dir, cg.d.is_dir()) {
                     (false, true) => return Err(FsError::Errno(libc::EISDIR)),
                     (true, false) => return Err(FsError::Errno(libc::ENOTDIR)),
@@ -329,14 +354,14 @@ impl Fs {
     pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
         self.remove_entry(parent, name, false)?;
         self.after_unlink();
-        Ok(())
+        self.dirsync(parent)
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
         self.remove_entry(parent, name, true)?;
         self.after_unlink();
-        Ok(())
+        self.dirsync(parent)
     }
 
     /// Renames, with `RENAME_NOREPLACE` / `RENAME_EXCHANGE` / `RENAME_WHITEOUT` flags.
@@ -370,6 +395,19 @@ impl Fs {
             crate::rename::rename(self, tx, ctx, parent, name, newparent, newname, flags)
         })?;
         self.after_unlink();
+        self.dirsync(parent)?;
+        if newparent != parent {
+            self.dirsync(newparent)?;
+        }
+        Ok(())
+    }
+
+    /// After a change of directory `dir`'s entries: commits it if the
+    /// directory is `D` or `S` (chattr; see `inode_flags`).
+    fn dirsync(&self, dir: u64) -> Result<()> {
+        if crate::inode::flags_in_use() && crate::inode_flags::is_dirsync(&self.iget(dir)?.read()) {
+            self.fsync(dir, false)?;
+        }
         Ok(())
     }
 }

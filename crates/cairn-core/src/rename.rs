@@ -89,6 +89,20 @@ pub fn rename(
         if find(&mut gs, parent).d.nlink == 0 || find(&mut gs, newparent).d.nlink == 0 {
             return Err(FsError::Errno(libc::ENOENT));
         }
+        // chattr's i and a: the old name is removed, the new one added (and
+        // an entry it replaces removed); neither inode may be protected.
+        {
+            use crate::inode_flags::{refuse_if_immutable, refuse_if_protected};
+            refuse_if_protected(find(&mut gs, parent))?;
+            refuse_if_protected(find(&mut gs, src))?;
+            match dst {
+                Some((_, dino)) => {
+                    refuse_if_protected(find(&mut gs, newparent))?;
+                    refuse_if_protected(find(&mut gs, dino))?;
+                }
+                None => refuse_if_immutable(find(&mut gs, newparent))?,
+            }
+        }
         // Worst case: an entry insert (or retarget, a replacing insert),
         // then a second retarget (exchange) or the removal of the old entry
         // and the overwritten target's last link; four inodes.

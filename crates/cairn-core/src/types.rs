@@ -60,6 +60,8 @@ pub struct Attr {
     pub gid: u32,
     pub rdev: u64,
     pub blksize: u32,
+    /// chattr's flags (`cairn_format::inode::ATTR_*`).
+    pub flags: u32,
 }
 
 /// A time to set.

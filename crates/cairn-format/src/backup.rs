@@ -23,8 +23,9 @@
 //! ## When copies are written
 //! As ext4's rules: mkfs writes them, and so does fsck each time it writes
 //! the primary (a repair); the engine changes no field a copy keeps (the
-//! geometry, the features, the UUID, the hash seed, the label), so it never
-//! has to. fsck reports a copy that no longer [matches](static_fields) the
+//! geometry, the features, the UUID, the hash seed, the label; the one
+//! feature bit it may set, `COMPAT_INODE_FLAGS`, is a hint the copies need
+//! not share), so it never has to. fsck reports a copy that no longer [matches](static_fields) the
 //! primary.
 
 use crate::superblock::{Superblock, SB_SIZE, STATE_CLEAN};
@@ -70,8 +71,8 @@ pub fn copy_for_group(primary: &Superblock, g: u64) -> Superblock {
 }
 
 /// The fields a copy must share with its primary: everything but what
-/// changes while mounted (counts, hints, times, state, the orphan list) and
-/// the copy's own location. Two superblocks of one file system have equal
+/// changes while mounted (counts, hints, times, state, the orphan list, the
+/// `COMPAT_INODE_FLAGS` hint a mount may set) and the copy's own location. Two superblocks of one file system have equal
 /// static fields.
 pub fn static_fields(sb: &Superblock) -> Superblock {
     Superblock {
@@ -84,6 +85,7 @@ pub fn static_fields(sb: &Superblock) -> Superblock {
         last_mount_time: 0,
         last_write_time: 0,
         mount_count: 0,
+        feature_compat: sb.feature_compat & !crate::superblock::COMPAT_INODE_FLAGS,
         ..sb.clone()
     }
 }

@@ -164,6 +164,7 @@ fn inode_base(mode: u32, data: DataArea) -> DiskInode {
         xattr_block: 777,
         parent: 1,
         entries: 0,
+        attr_flags: 0,
         data,
     }
 }

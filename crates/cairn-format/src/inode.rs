@@ -16,7 +16,7 @@
 //! 104  8  parent (directories: the parent directory, for "..")
 //! 112  8  entries (directories: number of entries, excluding . and ..)
 //! 120  4  crc32c(seed ^ ino, bytes 0..256 with this field zero)
-//! 124  4  reserved
+//! 124  4  attr_flags (chattr's flags, ATTR_*: the values of Linux's FS_*_FL)
 //! 128 120 data area: inline extents, an extent/dirent B+tree root, or an
 //!         inline symlink target (see INODE_FLAG_*)
 //! 248  8  reserved
@@ -57,6 +57,21 @@ pub const INODE_FLAG_INLINE_DATA: u32 = 1;
 pub const INODE_FLAG_TREE: u32 = 2;
 /// Inode is on the orphan list (unlinked while open, or being truncated).
 pub const INODE_FLAG_ORPHAN: u32 = 4;
+
+/// `attr_flags`: changes of the inode are synchronous (`chattr +S`, FS_SYNC_FL).
+pub const ATTR_SYNC: u32 = 0x8;
+/// `attr_flags`: nothing may change the inode, its data or its names (`+i`).
+pub const ATTR_IMMUTABLE: u32 = 0x10;
+/// `attr_flags`: data may only be appended; no name removed (`+a`).
+pub const ATTR_APPEND: u32 = 0x20;
+/// `attr_flags`: dump(8) skips the file (`+d`; stored only).
+pub const ATTR_NODUMP: u32 = 0x40;
+/// `attr_flags`: no atime updates (`+A`; cairn never updates atime on read).
+pub const ATTR_NOATIME: u32 = 0x80;
+/// `attr_flags`: directory changes are synchronous (`+D`).
+pub const ATTR_DIRSYNC: u32 = 0x10000;
+/// Every `attr_flags` bit this format knows; the rest are ignored.
+pub const ATTR_KNOWN: u32 = ATTR_SYNC | ATTR_IMMUTABLE | ATTR_APPEND | ATTR_NODUMP | ATTR_NOATIME | ATTR_DIRSYNC;
 
 const _: () = {
     // Fixed fields end at 120 (entries, 112..120), then the checksum and 4
@@ -121,6 +136,8 @@ pub struct DiskInode {
     pub xattr_block: u64,
     pub parent: u64,
     pub entries: u64,
+    /// chattr's flags (`ATTR_*`).
+    pub attr_flags: u32,
     pub data: DataArea,
 }
 
@@ -184,6 +201,7 @@ impl DiskInode {
         put_u64(b, 96, self.xattr_block);
         put_u64(b, 104, self.parent);
         put_u64(b, 112, self.entries);
+        put_u32(b, 124, self.attr_flags);
         let c = crc_skipping(seed ^ ino as u32 ^ (ino >> 32) as u32, b, CSUM_OFF);
         put_u32(b, CSUM_OFF, c);
     }
@@ -255,6 +273,7 @@ impl DiskInode {
             xattr_block: get_u64(b, 96),
             parent: get_u64(b, 104),
             entries: get_u64(b, 112),
+            attr_flags: get_u32(b, 124) & ATTR_KNOWN,
             data,
         };
         for t in [inode.atime, inode.mtime, inode.ctime, inode.crtime] {
@@ -275,6 +294,25 @@ impl DiskInode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// chattr's flags sit at byte 124 under the checksum; unknown bits
+    /// read as absent.
+    #[test]
+    fn attr_flags_round_trip_and_unknown_bits_are_dropped() {
+        let d = DiskInode {
+            mode: S_IFREG | 0o644,
+            nlink: 1,
+            attr_flags: ATTR_IMMUTABLE | ATTR_NODUMP,
+            ..Default::default()
+        };
+        let mut b = vec![0u8; INODE_SIZE];
+        d.encode(7, 42, &mut b);
+        assert_eq!(get_u32(&b, 124), 0x50);
+        assert_eq!(DiskInode::decode(7, 42, &b).unwrap(), d);
+        put_u32(&mut b, 124, 0x8000_0050);
+        let back = DiskInode::decode_ignoring_checksum(7, 42, &b).unwrap();
+        assert_eq!(back.attr_flags, ATTR_IMMUTABLE | ATTR_NODUMP);
+    }
 
     #[test]
     fn roundtrip_all_data_forms() {

@@ -66,6 +66,11 @@ pub const INCOMPAT_XATTR_EXTERNAL: u32 = 1;
 /// takes its first inode from as zeros instead of reading it. Builds that do
 /// not know the flag ignore it and read.
 pub const COMPAT_ITABLES_ZEROED: u32 = 1;
+/// Compatible feature: some inode has had chattr's immutable or append-only
+/// flag (`inode::ATTR_IMMUTABLE`, `ATTR_APPEND`). The FUSE daemon then
+/// answers OPEN, to refuse opening such a file for writing (see
+/// `cairn_core::inode_flags`). Builds that do not know it ignore it.
+pub const COMPAT_INODE_FLAGS: u32 = 2;
 /// Incompatible feature: the journal does not fit group 0 and continues
 /// through groups `1 ..= journal_groups`, each past its own bitmaps and inode
 /// table (see `journal::JournalRegion`). Those groups hold no data blocks.

@@ -137,6 +137,9 @@ pub struct CairnFuse {
     notify: KernelNotifier,
     /// Drops the kernel's stale pages after direct writes (`coherence`).
     dio: DirectWriteCoherence,
+    /// OPEN is answered (not ENOSYS): `-o parallel_dio=1`, or an image with
+    /// immutable or append-only inodes, whose opens are checked (`chattr`).
+    serve_open: bool,
 }
 
 /// `_IOWR('X', 121, struct fstrim_range)`: discard free space (`fstrim`).
@@ -173,7 +176,19 @@ impl CairnFuse {
         let notify = KernelNotifier::default();
         let space = SpaceGuard::start(fs.clone(), opts.space_reserve, metrics.space.clone(), notify.clone());
         let dio = DirectWriteCoherence::start(notify.clone(), metrics.dio.clone(), opts.serving_threads);
-        CairnFuse { fs, opts, metrics, dont_mask: false, killpriv_v2: false, writeback: false, space, notify, dio }
+        let serve_open = opts.parallel_dio || fs.has_protected_inodes();
+        CairnFuse {
+            fs,
+            opts,
+            metrics,
+            dont_mask: false,
+            killpriv_v2: false,
+            writeback: false,
+            space,
+            notify,
+            dio,
+            serve_open,
+        }
     }
 
     /// Where the session's notifier goes once the session exists.
@@ -371,7 +386,10 @@ impl Filesystem for CairnFuse {
             return;
         }
         match t.call(|| self.fs.getattr(ino.0)) {
-            Ok(a) => reply.statx(&self.attr_ttl(), &file_attr(&a)),
+            Ok(a) => {
+                let (attributes, mask) = crate::convert::statx_attributes(a.flags);
+                reply.statx_with_attributes(&self.attr_ttl(), &file_attr(&a), attributes, mask)
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -497,9 +515,14 @@ impl Filesystem for CairnFuse {
     /// again, opening every file as if with FOPEN_KEEP_CACHE: zero requests
     /// per open + close of a cached file, but O_DIRECT writes to one file
     /// serialised under the kernel's exclusive inode lock.
-    fn open(&self, _req: &Request, _ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _t = self.metrics.timer(Op::Open);
-        if self.opts.parallel_dio {
+        if self.serve_open {
+            // chattr's i and a (see `chattr`).
+            if let Err(e) = self.fs.check_open(ino.0, flags.0) {
+                reply.error(errno(&e));
+                return;
+            }
             reply.opened(FileHandle(0), self.file_open_flags(flags.0));
         } else {
             reply.error(Errno::ENOSYS);
@@ -740,7 +763,7 @@ impl Filesystem for CairnFuse {
     fn ioctl_with_arg(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
         cmd: u32,
@@ -750,6 +773,17 @@ impl Filesystem for CairnFuse {
         reply: fuser::ReplyIoctl,
     ) {
         let mut t = self.metrics.timer(Op::Ioctl);
+        if crate::chattr::handles(cmd) {
+            match t.call(|| Ok(crate::chattr::ioctl(&self.fs, &ctx(req), ino.0, cmd, in_data, self.serve_open))) {
+                Ok(Ok(out)) => {
+                    reply.ioctl(0, &out);
+                    // The new ctime.
+                    self.notify.attributes_changed(ino.0);
+                }
+                Ok(Err(e)) | Err(e) => reply.error(e),
+            }
+            return;
+        }
         if cmd == FITRIM {
             // `struct fstrim_range { start, len, minlen }` in, and back with
             // `len` set to the bytes discarded. CAP_SYS_ADMIN, as ext4 asks.

@@ -55,6 +55,19 @@ pub fn kind_of_mode(mode: u32) -> FileType {
 }
 
 /// The fuser file type of a `DT_*` directory-entry type.
+/// statx's `STATX_ATTR_*` bits for chattr's flags, and the mask of those
+/// cairn reports: immutable (0x10), append (0x20), nodump (0x40).
+pub fn statx_attributes(flags: u32) -> (u64, u64) {
+    use cairn_core::inode_flags::{ATTR_APPEND, ATTR_IMMUTABLE, ATTR_NODUMP};
+    let mut a = 0u64;
+    for (f, bit) in [(ATTR_IMMUTABLE, 0x10), (ATTR_APPEND, 0x20), (ATTR_NODUMP, 0x40)] {
+        if flags & f != 0 {
+            a |= bit;
+        }
+    }
+    (a, 0x10 | 0x20 | 0x40)
+}
+
 pub fn kind_of_dtype(dtype: u8) -> FileType {
     match dtype {
         libc::DT_DIR => FileType::Directory,

@@ -37,7 +37,8 @@
 //! exited" means "the image is clean"; `cairn umount` waits for exactly that.
 
 pub mod adapter;
-pub mod coherence;
+mod chattr;
+mod coherence;
 pub mod convert;
 pub mod metrics;
 pub mod options;

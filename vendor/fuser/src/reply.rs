@@ -376,7 +376,13 @@ impl Reply for ReplyStatx {
 impl ReplyStatx {
     /// Reply with the attributes, the birth time being `attr.crtime`.
     pub fn statx(self, ttl: &Duration, attr: &FileAttr) {
-        self.reply.send_ll(&ll::ResponseStruct::new_statx(ttl, attr));
+        self.statx_with_attributes(ttl, attr, 0, 0);
+    }
+
+    /// [`ReplyStatx::statx`] with `STATX_ATTR_*` bits (`attributes`, of
+    /// those the file system knows: `attributes_mask`).
+    pub fn statx_with_attributes(self, ttl: &Duration, attr: &FileAttr, attributes: u64, attributes_mask: u64) {
+        self.reply.send_ll(&ll::ResponseStruct::new_statx(ttl, attr, attributes, attributes_mask));
     }
 
     /// Reply to a request with the given error code

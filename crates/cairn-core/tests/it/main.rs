@@ -10,6 +10,7 @@ mod contiguity;
 mod crash;
 mod full;
 mod handles;
+mod inode_flags;
 mod inode_numbers;
 mod latch;
 mod model;

@@ -122,7 +122,7 @@ impl ResponseStruct<abi::fuse_attr_out> {
 
 // cairn patch: FUSE_STATX's reply: every basic field and the birth time.
 impl ResponseStruct<abi::fuse_statx_out> {
-    pub(crate) fn new_statx(ttl: &Duration, attr: &crate::FileAttr) -> Self {
+    pub(crate) fn new_statx(ttl: &Duration, attr: &crate::FileAttr, attributes: u64, attributes_mask: u64) -> Self {
         /// STATX_BASIC_STATS | STATX_BTIME
         const MASK: u32 = 0x7ff | 0x800;
         let time = |t: &SystemTime| {
@@ -140,7 +140,7 @@ impl ResponseStruct<abi::fuse_statx_out> {
             stat: abi::fuse_statx {
                 mask: MASK,
                 blksize: a.blksize,
-                attributes: 0,
+                attributes,
                 nlink: a.nlink,
                 uid: a.uid,
                 gid: a.gid,
@@ -149,7 +149,7 @@ impl ResponseStruct<abi::fuse_statx_out> {
                 ino: a.ino,
                 size: a.size,
                 blocks: a.blocks,
-                attributes_mask: 0,
+                attributes_mask,
                 atime: time(&attr.atime),
                 btime: time(&attr.crtime),
                 ctime: time(&attr.ctime),
