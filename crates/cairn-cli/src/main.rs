@@ -17,6 +17,7 @@ mod loopdev;
 mod mkfs_cmd;
 mod mount_cmd;
 mod remount_cmd;
+mod resize_cmd;
 mod size;
 mod stats_cmd;
 mod stats_summary;
@@ -165,6 +166,13 @@ enum Cmd {
         /// New UUID: "random", or 32 hex digits (dashes optional). No metadata block is rewritten.
         #[arg(long, short = 'U')]
         uuid: Option<String>,
+    },
+    /// Grow an unmounted file system to SIZE (as resize2fs): the image file is lengthened; shrinking is refused.
+    Resize {
+        /// The image file (or block device, already that large).
+        image: PathBuf,
+        /// The new size: 2G, 512M, ... (up to what the group descriptor table holds).
+        size: String,
     },
     /// Look inside an unmounted image without changing it (as debugfs, xfs_db, logdump): super, groups, stat FILE, ls [DIR], cat FILE, journal.
     Inspect {
@@ -322,6 +330,16 @@ fn main() -> ExitCode {
             }
             Err(m) => fail("manpages", &m),
         },
+        Cmd::Resize { image, size } => {
+            init_logging("warn");
+            match resize_cmd::run(&image, &size) {
+                Ok(out) => {
+                    println!("{out}");
+                    ExitCode::SUCCESS
+                }
+                Err(m) => fail("resize", &m),
+            }
+        }
         Cmd::Inspect { image, what } => {
             init_logging("warn");
             default_sigpipe();

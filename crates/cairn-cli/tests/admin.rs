@@ -349,3 +349,41 @@ fn a_background_daemon_without_a_log_file_logs_to_syslog() {
     assert!(ours.iter().any(|m| m.contains("unmounted")), "no 'unmounted' message: {ours:?}");
     assert!(ours.iter().all(|m| !m.contains('\x1b')), "colour codes in syslog: {ours:?}");
 }
+
+/// `cairn resize`: an unmounted image grows (the file lengthened, data
+/// intact, fsck clean, df shows the new size); a mounted image, shrinking,
+/// a size past the descriptor table and a bad size are refused and leave
+/// the image file as it was.
+#[test]
+fn resize_grows_an_unmounted_image_and_refuses_what_it_cannot() {
+    if !can_mount() {
+        return;
+    }
+    let (dir, g, pid) = fresh_mount("r.img", "300M");
+    let (img, mp) = (dir.path().join("r.img"), g.0.clone());
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(mp.join("data"), &data).unwrap();
+    let o = run(&["resize", p(&img), "1G"]);
+    assert_eq!(o.status.code(), Some(1), "resize of a mounted image: {}", stdout(&o));
+    assert!(stderr(&o).contains("in use"), "{}", stderr(&o));
+    unmount(&mp, pid);
+    let len = |img: &Path| std::fs::metadata(img).unwrap().len();
+    for (size, why) in [("100M", "only grows"), ("100G", "at most"), ("lots", "")] {
+        let o = run(&["resize", p(&img), size]);
+        assert_eq!(o.status.code(), Some(1), "resize to {size}: {}", stdout(&o));
+        assert!(stderr(&o).contains(why), "resize to {size}: {}", stderr(&o));
+        assert_eq!(len(&img), 300 << 20, "a refused resize to {size} changed the image's length");
+    }
+    let o = run(&["resize", p(&img), "2G"]);
+    assert!(o.status.success(), "resize: {}", stderr(&o));
+    assert!(stdout(&o).contains("to 2.0 GiB"), "{}", stdout(&o));
+    assert_eq!(len(&img), 2 << 30);
+    assert_fsck_clean(&img, "after the resize");
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let pid = daemon_pid(&mp);
+    assert_eq!(std::fs::read(mp.join("data")).unwrap(), data);
+    let df = String::from_utf8_lossy(&sh(&format!("df -B1 --output=size {}", p(&mp))).stdout).into_owned();
+    assert!(df.contains(&(2u64 << 30).to_string()), "df after the resize: {df}");
+    unmount(&mp, pid);
+}

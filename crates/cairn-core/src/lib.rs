@@ -29,6 +29,7 @@ pub mod crashdev;
 pub mod dev;
 pub mod error;
 pub mod mkfs;
+pub mod resize;
 pub mod testdev;
 pub mod tune;
 pub mod types;

@@ -18,6 +18,7 @@ mod overwrite;
 mod pressure;
 mod read_only;
 mod reaper;
+mod resize;
 mod small_files;
 mod xattr_big;
 mod xattr_share;

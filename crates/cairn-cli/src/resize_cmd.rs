@@ -1,0 +1,41 @@
+//! `cairn resize IMAGE SIZE`: grow an unmounted file system (see
+//! `cairn_core::resize`). An image file is made longer first (sparse); a
+//! block device must already hold SIZE.
+
+use crate::size::parse_size;
+use cairn_core::dev::FileDevice;
+use std::path::Path;
+
+/// Grows IMAGE to SIZE; what to print.
+pub fn run(image: &Path, size: &str) -> Result<String, String> {
+    let shown = image.display();
+    let want = parse_size(size)?;
+    let mut dev = FileDevice::open(image, false).map_err(|e| format!("cannot open {shown}: {e}"))?;
+    dev.lock_exclusive().map_err(|_| format!("{shown} is in use (mounted or being checked); unmount it first"))?;
+    let sb = cairn_core::tune::read_superblock(&dev).map_err(|e| format!("{shown}: {e}"))?;
+    // Refused before the image file changes length.
+    let bytes = cairn_core::resize::plan(&sb, want).map_err(|e| format!("{shown}: {e}"))?;
+    let old_len = dev.file().metadata().map(|m| m.len()).ok();
+    let regular = dev.file().metadata().is_ok_and(|m| m.is_file());
+    if regular && old_len.is_some_and(|l| l < bytes) {
+        dev.set_len(bytes).map_err(|e| format!("{shown}: cannot make the image {bytes} bytes long: {e}"))?;
+    }
+    match cairn_core::resize::grow(&dev, bytes) {
+        Ok(g) => {
+            let b = |n: u64| cairn_core::human_bytes(n * u64::from(g.block_size));
+            Ok(format!(
+                "{shown}: grown from {} to {} ({} to {} groups)",
+                b(g.old_blocks),
+                b(g.new_blocks),
+                g.old_groups,
+                g.new_groups
+            ))
+        }
+        Err(e) => {
+            if let (true, Some(l)) = (regular, old_len) {
+                let _ = dev.set_len(l);
+            }
+            Err(format!("{shown}: {e}"))
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! `cairn resize`: growing an unmounted file system, as `resize2fs` grows
+//! an unmounted ext4.
+//!
+//! ## What grows
+//! The image (or the device, which must already be larger) gains blocks at
+//! its end. A short last group is first filled up to a whole group; then
+//! whole new groups follow, each with its descriptor saying "never used"
+//! (`GD_BLOCK_UNINIT | GD_INODE_UNINIT`, as mkfs leaves a fresh group), a
+//! zeroed inode table, and in ext4's sparse groups a backup superblock.
+//! Nothing else moves: no data block, no inode number, no journal block.
+//!
+//! ## Limits
+//! * The group descriptor table does not move, so the file system can grow
+//!   up to as many groups as its table's blocks hold (64 per 4 KiB block:
+//!   an image made at 1 GiB with 128 MiB groups can reach 8 GiB); a larger
+//!   size is refused, naming the largest. (ext4 reserves descriptor blocks
+//!   for this at mkfs; cairn's mkfs does not yet.)
+//! * A last group too small for its own bitmaps and inode table is left
+//!   out: the size is rounded down to the last whole group that fits.
+//! * Shrinking is refused: it would move data and inodes out of the groups
+//!   that go (resize2fs's hardest part), which cairn does not do.
+//! * Offline only; an image that was not cleanly unmounted is refused.
+//!
+//! ## Crash safety
+//! The writes are ordered so that a crash at any point leaves either the old
+//! file system or the new one, never a mix that loses data: (1) the new
+//! groups' descriptors and inode tables, past the old end where the old
+//! geometry never looks; (2) the backup superblocks; (3) the primary
+//! superblock, the switch; (4) the old last group's new blocks marked free
+//! in its bitmap and descriptor. A crash between (3) and (4) leaves those
+//! blocks marked used and owned by nothing: `cairn fsck --repair` gives
+//! them back. Each step is flushed before the next.
+
+use crate::dev::BlockDevice;
+use crate::error::{FsError, Result};
+use cairn_format::backup;
+use cairn_format::checksum::crc;
+use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_INODE_UNINIT, GD_SIZE};
+use cairn_format::layout::Geometry;
+use cairn_format::superblock::{Superblock, COMPAT_ITABLES_ZEROED, STATE_CLEAN, STATE_ERRORS};
+
+/// What a grow did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grown {
+    pub old_blocks: u64,
+    pub new_blocks: u64,
+    pub old_groups: u64,
+    pub new_groups: u64,
+    pub block_size: u32,
+}
+
+/// The largest size in bytes `sb`'s descriptor table allows.
+pub fn max_bytes(sb: &Superblock) -> u64 {
+    let per_block = u64::from(sb.block_size()) / GD_SIZE as u64;
+    sb.gdt_blocks * per_block * u64::from(sb.blocks_per_group) * u64::from(sb.block_size())
+}
+
+/// The superblock of the grown file system of about `new_bytes`, rounded
+/// down to whole blocks and to a last group that holds its metadata.
+fn grown_superblock(sb: &Superblock, new_bytes: u64) -> Result<(Superblock, Geometry)> {
+    let bs = u64::from(sb.block_size());
+    let bpg = u64::from(sb.blocks_per_group);
+    let shown = |b: u64| crate::human_bytes(b * bs);
+    let mut total = new_bytes / bs;
+    if total <= sb.total_blocks {
+        return Err(FsError::Invalid(format!(
+            "the file system has {} already; cairn resize only grows (shrinking would move data)",
+            shown(sb.total_blocks)
+        )));
+    }
+    let cap = max_bytes(sb) / bs;
+    if total > cap {
+        return Err(FsError::Invalid(format!(
+            "{} is more than its group descriptor table can describe: at most {} ({} groups)",
+            shown(total),
+            shown(cap),
+            cap / bpg
+        )));
+    }
+    loop {
+        let groups = total.div_ceil(bpg);
+        let new = Superblock { total_blocks: total, group_count: groups, ..sb.clone() };
+        match Geometry::new(&new) {
+            Ok(geo) => return Ok((new, geo)),
+            // The last group cannot hold its metadata: leave it out.
+            Err(_) if groups > sb.group_count && (groups - 1) * bpg > sb.total_blocks => total = (groups - 1) * bpg,
+            Err(_) => {
+                return Err(FsError::Invalid(format!(
+                    "{} leaves too little for a new group's bitmaps and inode table; ask for more",
+                    shown(total)
+                )))
+            }
+        }
+    }
+}
+
+/// The size in bytes the file system would have after growing to about
+/// `new_bytes` (what [`grow`] would do), or why it cannot.
+pub fn plan(sb: &Superblock, new_bytes: u64) -> Result<u64> {
+    let (new, _) = grown_superblock(sb, new_bytes)?;
+    Ok(new.total_blocks * u64::from(new.block_size()))
+}
+
+fn read_block(dev: &dyn BlockDevice, bs: usize, b: u64) -> Result<Vec<u8>> {
+    let mut v = vec![0u8; bs];
+    dev.read_at(&mut v, b * bs as u64)?;
+    Ok(v)
+}
+
+/// Grows the unmounted file system on `dev` (already at least `new_bytes`
+/// long) to about `new_bytes`; see the module essay. The caller holds the
+/// image's exclusive lock.
+pub fn grow(dev: &dyn BlockDevice, new_bytes: u64) -> Result<Grown> {
+    let sb = crate::tune::read_superblock(dev)?;
+    if sb.state & STATE_CLEAN == 0 || sb.state & STATE_ERRORS != 0 {
+        return Err(FsError::Invalid(
+            "the file system was not cleanly unmounted or has recorded errors: run `cairn fsck --repair` first".into(),
+        ));
+    }
+    if new_bytes > dev.size() {
+        return Err(FsError::Invalid(format!(
+            "the device holds {}, less than {}",
+            crate::human_bytes(dev.size()),
+            crate::human_bytes(new_bytes)
+        )));
+    }
+    let old_geo = Geometry::new(&sb)?;
+    let (mut new_sb, geo) = grown_superblock(&sb, new_bytes)?;
+    let bs = sb.block_size() as usize;
+    let seed = sb.csum_seed();
+    let last = sb.group_count - 1;
+    let added_to_last = geo.group_len(last) - old_geo.group_len(last);
+
+    // (1) The new groups: descriptors and zeroed inode tables.
+    let mut zeroed = true;
+    let mut new_free = 0u64;
+    let mut gdt: Option<(u64, Vec<u8>)> = None;
+    let flush_gdt = |gdt: &mut Option<(u64, Vec<u8>)>| -> Result<()> {
+        if let Some((b, buf)) = gdt.take() {
+            dev.write_at(&buf, b * bs as u64)?;
+        }
+        Ok(())
+    };
+    for g in sb.group_count..new_sb.group_count {
+        let (blk, off) = gd_loc(sb.gdt_start, sb.block_size(), g);
+        if gdt.as_ref().is_none_or(|(b, _)| *b != blk) {
+            flush_gdt(&mut gdt)?;
+            gdt = Some((blk, read_block(dev, bs, blk)?));
+        }
+        let free = geo.group_len(g) - geo.initially_used(g);
+        new_free += free;
+        let gd = GroupDesc {
+            block_bitmap: geo.block_bitmap(g),
+            inode_bitmap: geo.inode_bitmap(g),
+            inode_table: geo.inode_table(g),
+            free_blocks: free as u32,
+            free_inodes: sb.inodes_per_group,
+            flags: GD_BLOCK_UNINIT | GD_INODE_UNINIT,
+            ..Default::default()
+        };
+        gd.encode(seed, g, &mut gdt.as_mut().expect("read above").1[off..off + GD_SIZE]);
+        let table = geo.itable_blocks * bs as u64;
+        if zeroed && !dev.zero_range(geo.inode_table(g) * bs as u64, table)? {
+            zeroed = false;
+        }
+    }
+    flush_gdt(&mut gdt)?;
+    if !zeroed {
+        // A device that cannot zero: the engine reads new tables first.
+        new_sb.feature_compat &= !COMPAT_ITABLES_ZEROED;
+    }
+    dev.flush()?;
+
+    // (2) Backups, (3) the primary.
+    let new_inodes = (new_sb.group_count - sb.group_count) * u64::from(sb.inodes_per_group);
+    new_sb.free_blocks = sb.free_blocks + new_free + added_to_last;
+    new_sb.free_inodes = sb.free_inodes + new_inodes;
+    let mut block = vec![0u8; bs];
+    for g in geo.backup_groups() {
+        block.fill(0);
+        backup::copy_for_group(&new_sb, g).encode(&mut block);
+        dev.write_at(&block, geo.group_start(g) * bs as u64)?;
+    }
+    dev.flush()?;
+    dev.read_at(&mut block, 0)?;
+    new_sb.encode(&mut block);
+    dev.write_at(&block, 0)?;
+    dev.flush()?;
+
+    // (4) The old last group's new blocks.
+    if added_to_last > 0 {
+        let (blk, off) = gd_loc(sb.gdt_start, sb.block_size(), last);
+        let mut buf = read_block(dev, bs, blk)?;
+        let mut gd = GroupDesc::decode(seed, last, &buf[off..off + GD_SIZE])?;
+        if gd.flags & GD_BLOCK_UNINIT == 0 {
+            let mut bm = read_block(dev, bs, gd.block_bitmap)?;
+            if crc(seed, &bm) != gd.block_bitmap_csum {
+                return Err(FsError::Invalid(format!(
+                    "group {last}'s block bitmap does not match its checksum: the new size is in place, \
+                     but run `cairn fsck --repair` to give its {added_to_last} new blocks back"
+                )));
+            }
+            for b in old_geo.group_len(last)..geo.group_len(last) {
+                bm[(b / 8) as usize] &= !(1 << (b % 8));
+            }
+            dev.write_at(&bm, gd.block_bitmap * bs as u64)?;
+            gd.block_bitmap_csum = crc(seed, &bm);
+        }
+        gd.free_blocks += added_to_last as u32;
+        gd.encode(seed, last, &mut buf[off..off + GD_SIZE]);
+        dev.write_at(&buf, blk * bs as u64)?;
+        dev.flush()?;
+    }
+    Ok(Grown {
+        old_blocks: sb.total_blocks,
+        new_blocks: new_sb.total_blocks,
+        old_groups: sb.group_count,
+        new_groups: new_sb.group_count,
+        block_size: sb.block_size(),
+    })
+}
