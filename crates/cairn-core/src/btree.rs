@@ -9,6 +9,13 @@
 //! Internal key 0 is kept a lower bound of its subtree: inserting a new
 //! minimum lowers it on the way down.
 //!
+//! A split needs new nodes — one for the leaf, one for each full ancestor
+//! the split climbs through, one for a new root — and all of them are
+//! allocated before the first node changes: an allocation that fails (a
+//! full file system) then leaves the tree exactly as it was. (Allocated one
+//! by one, a failure above a split leaf left its right half, with its
+//! entries, pointed to by no parent.)
+//!
 //! A leaf takes an insert or a remove in place when it can (a slotted page,
 //! `cairn_format::leaf_edit`): the other values stay where they are, so the
 //! journal logs a few chunks of the leaf, not most of it. Only a put that no
@@ -34,6 +41,8 @@ pub struct Tree<'a> {
     pub goal: u64,
     /// Nodes allocated minus nodes freed (the owner's block count changes by it).
     pub nodes_delta: i64,
+    /// Nodes allocated for the splits of the insert under way.
+    spare: Vec<std::sync::Arc<crate::buffer::Buf>>,
 }
 
 /// A child must sit exactly one level below its parent.
@@ -51,7 +60,7 @@ fn child_index(children: &[(u64, u64)], key: u64) -> usize {
 impl<'a> Tree<'a> {
     /// A handle on a tree.
     pub fn new(meta: &'a Meta, kind: u8, owner: u64, goal: u64) -> Tree<'a> {
-        Tree { meta, kind, owner, goal, nodes_delta: 0 }
+        Tree { meta, kind, owner, goal, nodes_delta: 0, spare: Vec::new() }
     }
 
     fn load(&self, blk: u64, want_level: Option<u8>) -> Result<(std::sync::Arc<crate::buffer::Buf>, Node)> {
@@ -73,6 +82,36 @@ impl<'a> Tree<'a> {
     fn free_node(&mut self, tx: &Tx<'_>, blk: u64) -> Result<()> {
         self.nodes_delta -= 1;
         tx.free(blk, 1)
+    }
+
+    /// Allocates `n` nodes for the splits ahead, all or none.
+    fn reserve_nodes(&mut self, tx: &Tx<'_>, n: usize) -> Result<()> {
+        while self.spare.len() < n {
+            match self.new_node(tx) {
+                Ok(b) => self.spare.push(b),
+                Err(e) => {
+                    self.release_spare(tx)?;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A node reserved for a split (or a new one).
+    fn take_node(&mut self, tx: &Tx<'_>) -> Result<std::sync::Arc<crate::buffer::Buf>> {
+        match self.spare.pop() {
+            Some(b) => Ok(b),
+            None => self.new_node(tx),
+        }
+    }
+
+    /// Frees the reserved nodes no split took.
+    fn release_spare(&mut self, tx: &Tx<'_>) -> Result<()> {
+        while let Some(b) = self.spare.pop() {
+            self.free_node(tx, b.blk)?;
+        }
+        Ok(())
     }
 
     /// The entry with the greatest key `<= key`.
@@ -166,7 +205,15 @@ impl<'a> Tree<'a> {
             *root = b.blk;
             return Ok(());
         }
-        if let Some((sep, right)) = self.insert_in(tx, *root, key, value, None)? {
+        let split = self.insert_in(tx, *root, key, value, None, 0, true);
+        let split = match split {
+            Ok(s) => s,
+            Err(e) => {
+                self.release_spare(tx)?;
+                return Err(e);
+            }
+        };
+        if let Some((sep, right)) = split {
             let (_, old) = self.load(*root, None)?;
             let left_min = match &old.body {
                 NodeBody::Leaf(e) => e[0].0,
@@ -175,7 +222,7 @@ impl<'a> Tree<'a> {
             if old.level >= MAX_LEVEL {
                 return Err(FormatError::corrupt("tree", self.owner, "would exceed the maximum depth").into());
             }
-            let b = self.new_node(tx)?;
+            let b = self.take_node(tx)?;
             let node = Node {
                 kind: self.kind,
                 level: old.level + 1,
@@ -185,9 +232,14 @@ impl<'a> Tree<'a> {
             tx.write_node(&b, &node);
             *root = b.blk;
         }
-        Ok(())
+        self.release_spare(tx)
     }
 
+    /// Inserts into the subtree at `blk`; `full_above` full internal nodes
+    /// sit directly above it (each splits if this node does), and
+    /// `to_root` says whether they reach the root (whose split makes a new
+    /// root). A split returns (separator, new right node).
+    #[allow(clippy::too_many_arguments)]
     fn insert_in(
         &mut self,
         tx: &Tx<'_>,
@@ -195,6 +247,8 @@ impl<'a> Tree<'a> {
         key: u64,
         value: &[u8],
         level: Option<u8>,
+        full_above: usize,
+        to_root: bool,
     ) -> Result<Option<(u64, u64)>> {
         let bs = self.meta.bs();
         let buf = self.meta.read_node(blk, self.kind, self.owner)?;
@@ -226,8 +280,9 @@ impl<'a> Tree<'a> {
                         break;
                     }
                 }
-                // Allocate first: if the file system is full nothing has changed yet.
-                let nb = self.new_node(tx)?;
+                // Every node this split needs, before anything changes.
+                self.reserve_nodes(tx, 1 + full_above + usize::from(to_root))?;
+                let nb = self.take_node(tx)?;
                 let right: Vec<_> = e.split_off(mid);
                 let sep = right[0].0;
                 tx.write_node(&buf, &node);
@@ -242,7 +297,9 @@ impl<'a> Tree<'a> {
                     changed = true;
                 }
                 let child = c[i].1;
-                if let Some((sep, nb)) = self.insert_in(tx, child, key, value, Some(lvl - 1))? {
+                let full = Node::internal_bytes(c.len() + 1) > bs;
+                let (above, reach) = if full { (full_above + 1, to_root) } else { (0, false) };
+                if let Some((sep, nb)) = self.insert_in(tx, child, key, value, Some(lvl - 1), above, reach)? {
                     c.insert(i + 1, (sep, nb));
                     changed = true;
                 }
@@ -253,7 +310,7 @@ impl<'a> Tree<'a> {
                     tx.write_node(&buf, &node);
                     return Ok(None);
                 }
-                let nb = self.new_node(tx)?;
+                let nb = self.take_node(tx)?;
                 let right: Vec<_> = c.split_off(c.len() / 2);
                 let sep = right[0].0;
                 tx.write_node(&buf, &node);

@@ -212,15 +212,31 @@ pub fn remove(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64) -> Result<
         DataArea::Tree(root) => {
             let mut r = *root;
             let mut t = tree(tx, st);
-            for e in &over {
-                t.remove(tx, &mut r, e.lblk)?;
-            }
-            for e in &keep {
-                t.insert(tx, &mut r, e.lblk, &e.value_bytes())?;
-            }
+            // The one step that may need a new node comes first: the tail of
+            // an extent split in two, under a key no extent has yet (a tree
+            // insert is all or nothing). If it fails, nothing has changed;
+            // after it, only shortenings in place and removals follow, which
+            // need no space. (Removing first lost the tail when its insert
+            // then found the file system full.)
+            let res = (|| -> Result<()> {
+                for k in keep.iter().filter(|k| !over.iter().any(|o| o.lblk == k.lblk)) {
+                    t.insert(tx, &mut r, k.lblk, &k.value_bytes())?;
+                }
+                for e in &over {
+                    match keep.iter().find(|k| k.lblk == e.lblk) {
+                        Some(k) => t.insert(tx, &mut r, k.lblk, &k.value_bytes())?,
+                        None => {
+                            t.remove(tx, &mut r, e.lblk)?;
+                        }
+                    }
+                }
+                Ok(())
+            })();
+            // Whatever happened, the inode names the tree as it now is.
             let delta = t.nodes_delta;
             st.d.blocks = st.d.blocks.saturating_add_signed(delta);
             st.d.data = if r == 0 { DataArea::Extents(Vec::new()) } else { DataArea::Tree(r) };
+            res?;
         }
         DataArea::Inline(_) => {}
     }
@@ -268,6 +284,7 @@ pub fn insert(tx: &Tx<'_>, st: &mut InodeState, e: Extent) -> Result<()> {
                 None => false,
             };
             if !merged {
+                // All or nothing: on ENOSPC the tree is as it was.
                 t.insert(tx, &mut r, e.lblk, &e.value_bytes())?;
             }
             let delta = t.nodes_delta;

@@ -139,7 +139,14 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
                     let k = need.min(len);
                     fill_blocks(tx, pblk, lblk, k, off, data)?;
                     extent_map::remove(tx, st, lblk, lblk + k)?;
-                    extent_map::insert(tx, st, Extent { lblk, pblk, len: k as u32, unwritten: false })?;
+                    if let Err(e) = extent_map::insert(tx, st, Extent { lblk, pblk, len: k as u32, unwritten: false }) {
+                        // No room to map them written: the blocks go back
+                        // and the range reads as a hole, zeros, as it read
+                        // while unwritten.
+                        tx.free(pblk, k)?;
+                        st.d.blocks -= k;
+                        return Err(e);
+                    }
                     Ok(Some(end.min((lblk + k) * b)))
                 }
                 Mapping::Hole { len } => {
@@ -152,7 +159,11 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
                         let _ = tx.free(pblk, k);
                         return Err(e);
                     }
-                    extent_map::insert(tx, st, Extent { lblk, pblk, len: got, unwritten: false })?;
+                    if let Err(e) = extent_map::insert(tx, st, Extent { lblk, pblk, len: got, unwritten: false }) {
+                        // Not mapped (no room for the map): not kept.
+                        tx.free(pblk, k)?;
+                        return Err(e);
+                    }
                     st.d.blocks += k;
                     Ok(Some(end.min((lblk + k) * b)))
                 }
@@ -318,7 +329,11 @@ pub fn allocate_unwritten(tx: &Tx<'_>, st: &mut InodeState, s: u64, e: u64) -> R
                 let want = (e - l).min(len).min(1 << 16) as u32;
                 let req = data_request(tx, st, l, want)?;
                 let (pblk, got) = tx.alloc.alloc_data(tx, req)?;
-                extent_map::insert(tx, st, Extent { lblk: l, pblk, len: got, unwritten: true })?;
+                if let Err(e) = extent_map::insert(tx, st, Extent { lblk: l, pblk, len: got, unwritten: true }) {
+                    // Not mapped (no room for the map): not kept.
+                    tx.free(pblk, u64::from(got))?;
+                    return Err(e);
+                }
                 st.d.blocks += u64::from(got);
                 l += u64::from(got);
             }

@@ -40,6 +40,8 @@ mod backend;
 mod btree;
 mod buffer;
 mod dir;
+#[cfg(feature = "fault-injection")]
+pub mod faults;
 mod file;
 mod fs;
 mod inode;

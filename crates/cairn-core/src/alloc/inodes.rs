@@ -45,6 +45,8 @@ impl Allocator {
     /// Allocates an inode number: the counter's next number if it is free,
     /// else the first free one found from there (see the module essay).
     pub fn alloc_inode(&self, tx: &Tx<'_>, is_dir: bool) -> Result<u64> {
+        #[cfg(feature = "fault-injection")]
+        self.faults.check()?;
         let total = self.geo.total_inodes();
         let mut cand = self.next_ino.fetch_add(1, Relaxed);
         if !(cairn_format::FIRST_INO..=total).contains(&cand) {

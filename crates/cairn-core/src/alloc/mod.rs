@@ -78,6 +78,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Block and inode allocator.
 pub struct Allocator {
+    /// Tests only: injected allocation failures (`faults`).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) faults: crate::faults::Faults,
     geo: Geometry,
     seed: u32,
     gdt_start: u64,
@@ -153,6 +156,8 @@ impl Allocator {
             lists.refile(g as u32, grp);
         }
         Ok(Allocator {
+            #[cfg(feature = "fault-injection")]
+            faults: crate::faults::Faults::default(),
             geo,
             seed,
             gdt_start,
@@ -180,6 +185,8 @@ impl Allocator {
     /// metadata reserve alone: (first block, count between 1 and `req.want`).
     pub fn alloc_data(&self, tx: &Tx<'_>, mut req: AllocRequest) -> Result<(u64, u32)> {
         debug_assert_eq!(req.purpose, Purpose::Data);
+        #[cfg(feature = "fault-injection")]
+        self.faults.check()?;
         if let Some(r) = self.take_prealloc(tx, &req)? {
             self.stats.reqs.fetch_add(1, Relaxed);
             return Ok(r);
@@ -241,6 +248,8 @@ impl Allocator {
     /// `critical` allocations take: the orphan list's nodes, so that a file
     /// can always be deleted on a full file system.
     pub fn alloc_meta_block(&self, tx: &Tx<'_>, goal: u64, critical: bool) -> Result<u64> {
+        #[cfg(feature = "fault-injection")]
+        self.faults.check()?;
         if !critical && self.alloc_free.load(Ordering::Relaxed) <= self.reserve / 4 {
             self.stats.enospc.fetch_add(1, Ordering::Relaxed);
             return Err(FsError::Errno(libc::ENOSPC));

@@ -9,6 +9,7 @@ mod concurrency;
 mod contiguity;
 mod crash;
 mod full;
+mod half_done;
 mod handles;
 mod inode_flags;
 mod inode_numbers;
