@@ -1,5 +1,5 @@
-//! Fault injection for tests (cargo feature `fault-injection`, which only
-//! the engine's own integration tests turn on): the n-th block or inode
+//! Fault injection for tests (cargo feature `testing`, which only the
+//! engine's own tests and fsck's turn on): the n-th block or inode
 //! allocation from now fails with ENOSPC, as a full disk would make it fail
 //! at that point. A test runs an operation once to count its allocations,
 //! then again from the same image once per allocation, each time failing

@@ -811,12 +811,14 @@ impl Fs {
 
     /// Tests: pauses each commit this long after capturing each buffer, so
     /// that operations overtake the push (see `journal::cil`).
+    #[cfg(feature = "testing")]
     pub fn debug_slow_capture(&self, pause: Duration) {
         self.meta.bufs.cil.set_capture_pause(pause);
     }
 
     /// Tests: keeps the reaper thread from freeing what is queued while
     /// `hold` is set (see `reaper`).
+    #[cfg(feature = "testing")]
     pub fn debug_hold_reaper(&self, hold: bool) {
         self.reaper.debug_hold(hold);
     }

@@ -25,11 +25,13 @@
 //! closes the gate only to swap the committed-item lists (microseconds),
 //! then captures and writes them with the gate open. See each module's essay.
 
+#[cfg(feature = "testing")]
 pub mod crashdev;
 pub mod dev;
 pub mod error;
 pub mod mkfs;
 pub mod resize;
+#[cfg(feature = "testing")]
 pub mod testdev;
 pub mod tune;
 pub mod types;
@@ -40,7 +42,7 @@ mod backend;
 mod btree;
 mod buffer;
 mod dir;
-#[cfg(feature = "fault-injection")]
+#[cfg(feature = "testing")]
 pub mod faults;
 mod file;
 mod fs;

@@ -332,6 +332,7 @@ impl Reaper {
 
     /// Tests only: keeps the thread from taking work while `hold` is set,
     /// so a test can act while deletes and truncates are still queued.
+    #[cfg(feature = "testing")]
     pub fn debug_hold(&self, hold: bool) {
         self.held.store(hold, Relaxed);
         self.work.notify_all();

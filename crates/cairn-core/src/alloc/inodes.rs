@@ -45,7 +45,7 @@ impl Allocator {
     /// Allocates an inode number: the counter's next number if it is free,
     /// else the first free one found from there (see the module essay).
     pub fn alloc_inode(&self, tx: &Tx<'_>, is_dir: bool) -> Result<u64> {
-        #[cfg(feature = "fault-injection")]
+        #[cfg(feature = "testing")]
         self.faults.check()?;
         let total = self.geo.total_inodes();
         let mut cand = self.next_ino.fetch_add(1, Relaxed);

@@ -79,7 +79,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Block and inode allocator.
 pub struct Allocator {
     /// Tests only: injected allocation failures (`faults`).
-    #[cfg(feature = "fault-injection")]
+    #[cfg(feature = "testing")]
     pub(crate) faults: crate::faults::Faults,
     geo: Geometry,
     seed: u32,
@@ -156,7 +156,7 @@ impl Allocator {
             lists.refile(g as u32, grp);
         }
         Ok(Allocator {
-            #[cfg(feature = "fault-injection")]
+            #[cfg(feature = "testing")]
             faults: crate::faults::Faults::default(),
             geo,
             seed,
@@ -185,7 +185,7 @@ impl Allocator {
     /// metadata reserve alone: (first block, count between 1 and `req.want`).
     pub fn alloc_data(&self, tx: &Tx<'_>, mut req: AllocRequest) -> Result<(u64, u32)> {
         debug_assert_eq!(req.purpose, Purpose::Data);
-        #[cfg(feature = "fault-injection")]
+        #[cfg(feature = "testing")]
         self.faults.check()?;
         if let Some(r) = self.take_prealloc(tx, &req)? {
             self.stats.reqs.fetch_add(1, Relaxed);
@@ -248,7 +248,7 @@ impl Allocator {
     /// `critical` allocations take: the orphan list's nodes, so that a file
     /// can always be deleted on a full file system.
     pub fn alloc_meta_block(&self, tx: &Tx<'_>, goal: u64, critical: bool) -> Result<u64> {
-        #[cfg(feature = "fault-injection")]
+        #[cfg(feature = "testing")]
         self.faults.check()?;
         if !critical && self.alloc_free.load(Ordering::Relaxed) <= self.reserve / 4 {
             self.stats.enospc.fetch_add(1, Ordering::Relaxed);

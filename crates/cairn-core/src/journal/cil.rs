@@ -117,6 +117,7 @@ pub struct Cil {
     running: AtomicU64,
     /// Tests: a pause (µs) after capturing each buffer, widening the window
     /// in which writers overtake a push.
+    #[cfg(feature = "testing")]
     capture_pause_us: AtomicU64,
     pub stats: CilStats,
 }
@@ -133,6 +134,7 @@ impl Cil {
             lists: (0..LISTS).map(|_| Mutex::new(Vec::new())).collect(),
             count: AtomicU64::new(0),
             running: AtomicU64::new(1),
+            #[cfg(feature = "testing")]
             capture_pause_us: AtomicU64::new(0),
             stats: CilStats::default(),
         }
@@ -207,9 +209,12 @@ impl Cil {
             drop(st);
             drop(data);
             bytes += cairn_format::journal::logged_bytes(block_size, map) as u64;
-            let pause = self.capture_pause_us.load(Relaxed);
-            if pause > 0 {
-                std::thread::sleep(std::time::Duration::from_micros(pause));
+            #[cfg(feature = "testing")]
+            {
+                let pause = self.capture_pause_us.load(Relaxed);
+                if pause > 0 {
+                    std::thread::sleep(std::time::Duration::from_micros(pause));
+                }
             }
             items.push((b.blk, map, image));
             bufs.push(b);
@@ -235,6 +240,7 @@ impl Cil {
     }
 
     /// Tests: pause this long after capturing each buffer.
+    #[cfg(feature = "testing")]
     pub fn set_capture_pause(&self, pause: std::time::Duration) {
         self.capture_pause_us.store(pause.as_micros() as u64, Relaxed);
     }
