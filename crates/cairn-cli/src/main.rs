@@ -83,12 +83,7 @@ enum Cmd {
         image: PathBuf,
         mountpoint: PathBuf,
         /// Mount options, comma-separated: FUSE ones (allow_other, ro, noatime, ...) and cairn's
-        /// (commit=SECONDS, cache_mb=N, threads=N, entry_timeout=S, attr_timeout=S,
-        /// negative_timeout=S, writeback_cache=0|1, max_write=BYTES, readahead_kb=N, mb_optimize_scan=0|1,
-        /// mb_group_prealloc=N, overwrite_fastpath=0|1, delaylog=0|1, journal_compress=0|1, backend_nice=N, nombcache, noacl, sync_delete,
-        /// lru_caches=0|1, io_uring=0|1, ring_threads=N, ring_idle=0|1, parallel_dio=0|1, discard, errors=...).
-        /// Access-time policies (relatime, strictatime, lazytime, ...) are accepted: cairn never
-        /// updates atime on read. `ro,norecovery` mounts without replaying the journal.
+        /// (commit=SECONDS, cache_mb=N, discard, errors=..., ...); `--help` lists every one.
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
         /// Stay attached and log to stderr.
@@ -256,8 +251,16 @@ fn default_sigpipe() {
     }
 }
 
+/// The command line, with `cairn mount -o`'s long help printed from the
+/// option table (`cairn_fuse::option_table`).
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().mut_subcommand("mount", |c| c.mut_arg("options", |a| a.long_help(cairn_fuse::option_table::help())))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::FromArgMatches;
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     if !matches!(cli.cmd, Cmd::Mount { .. }) {
         default_sigpipe();
     }
@@ -319,8 +322,7 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Completions { shell } => {
-            use clap::CommandFactory;
-            clap_complete::generate(shell, &mut Cli::command(), "cairn", &mut std::io::stdout());
+            clap_complete::generate(shell, &mut command(), "cairn", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
         Cmd::Manpages { dir } => match write_manpages(&dir) {
@@ -410,9 +412,8 @@ fn fsck_progress() -> Option<cairn_fsck::ProgressHook> {
 /// Writes `cairn.1` and a page per visible command (`cairn-mkfs.1`, ...)
 /// into `dir`; returns how many.
 fn write_manpages(dir: &std::path::Path) -> Result<usize, String> {
-    use clap::CommandFactory;
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let cmd = Cli::command();
+    let cmd = command();
     let mut pages = vec![("cairn".to_string(), cmd.clone())];
     for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
         let name = format!("cairn-{}", sub.get_name());

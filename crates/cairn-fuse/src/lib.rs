@@ -41,6 +41,7 @@ mod chattr;
 mod coherence;
 pub mod convert;
 pub mod metrics;
+pub mod option_table;
 pub mod options;
 pub mod privs;
 mod shutdown;

@@ -1,37 +1,9 @@
 //! `-o` mount options: cairn's own and the FUSE ones, parsed into the
 //! settings of the engine, the adapter and the FUSE session.
 //!
-//! cairn's own options (all optional):
-//!
-//! | option | meaning | default |
-//! |---|---|---|
-//! | `commit=SECONDS` | journal commit interval | 5 |
-//! | `cache_mb=N` | memory for caches, MiB: the metadata buffer cache gets 15/32 (and sizes from it the committed images awaiting their home write, 1/8 of `cache_mb`; loaded buddies, under 1/10; a checkpoint's copies, 1/16), the in-core inode cache and the dentry cache 1/8 each (see below) | 1/16 of RAM, 64..1024 |
-//! | `lru_caches=0\|1` | bound the inode cache and keep a dentry cache (1), or keep every inode the kernel holds in core and read the directory on every LOOKUP, the buffer cache getting all of `cache_mb` (0, for comparison) | 1 |
-//! | `errors=continue\|remount-ro\|shutdown` | what corruption or an I/O error does (ext4's names) | remount-ro |
-//! | `threads=N` | FUSE worker threads reading `/dev/fuse` (1..64) | 2 |
-//! | `io_uring=0\|1` | serve requests through FUSE over io_uring: one queue per CPU, each served by `ring_threads` threads pinned to that CPU, so a request and its reply never cross CPUs; the `/dev/fuse` threads still take FORGET and INTERRUPT. As root cairn turns on the kernel's switch (`/sys/module/fuse/parameters/enable_uring`); where the kernel does not offer it, `/dev/fuse` serves everything and one line of the log says so | 1 |
-//! | `parallel_dio=0\|1` | answer OPEN, so a file opened with O_DIRECT gets FOPEN_DIRECT_IO and FOPEN_PARALLEL_DIRECT_WRITES: O_DIRECT writes inside the file take the kernel's inode lock shared and writers to one file overlap (1); or answer OPEN with ENOSYS once, so opens cost no request but the kernel serialises O_DIRECT writes to one file under its exclusive inode lock (0). 1 costs an OPEN and a RELEASE per open: dbench 16% slower at 1 client, 10% at 2 and 4 | 0 |
-//! | `dio_coherence=0\|1` | after each O_DIRECT write, drop the kernel's cached pages of the written range before replying, so buffered readers never keep stale bytes after an asynchronous direct write (1); or leave it to the kernel, which misses them for AIO and io_uring writes (0, for measuring). Exact with two or more serving threads per queue; with one, best effort (see `coherence`) | 1 |
-//! | `ring_threads=N` | threads per CPU queue with `io_uring=1` (1..16) | 2 |
-//! | `ring_idle=0\|1` | run the queue threads as SCHED_IDLE, so the scheduler leaves a single busy caller on its CPU instead of moving it to an idle one at every reply (a lone O_DIRECT writer: 2.7× the IOPS); but a CPU-bound task on the same CPU then starves that CPU's queue | 0 |
-//! | `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S` | kernel cache lifetimes (seconds, fractions allowed) | 60 |
-//! | `writeback_cache=0\|1` (`no_writeback_cache` = 0) | kernel writeback cache (see below) | 1 |
-//! | `max_write=BYTES` | largest write request | 1048576 |
-//! | `dirty_limit_mb=N` | the kernel's dirty page cache for this mount, bounded through its bdi (root only); the space guard keeps 4× that free for it and makes buffered writes say ENOSPC when the disk is full (see `space`); 0 leaves the kernel's limit and turns the guard off | 1/16 of the file system, 8–64 |
-//! | `readahead_kb=N` | the connection's readahead window, set after mounting (root only; 0 keeps the kernel's 128) | 1024 |
-//! | `mb_optimize_scan=0\|1` | find block groups through the allocator's order lists and fragment buckets (1) or by walking every group (0), as ext4's option | 1 |
-//! | `mb_group_prealloc=N` | blocks a locality group's run for small files searches for (ext4's knob); 0 turns locality groups off, small files then search near their inode for what they want | 512 |
-//! | `overwrite_fastpath=0\|1` | write over allocated, written blocks with no journal transaction and shared locks (1), or journal every write (0) | 1 |
-//! | `nombcache` (or `no_mbcache`) / `mbcache` | share identical xattr blocks through the dedup cache, or give every inode its own block (ext4's option) | on |
-//! | `acl` / `noacl` | POSIX ACLs (`setfacl`/`getfacl`, enforced by the kernel, inherited from default ACLs) | on |
-//! | `sync_delete` | free deleted files on the calling thread instead of the reaper thread | off |
-//! | `delaylog=0\|1` | delayed logging: log only the changed chunks of each metadata block and defer home writes until the log needs the room (1), or log whole blocks and write them home at every commit (0) | 1 |
-//! | `journal_compress=0\|1` | log each checkpoint's changed chunks as one zstd frame per descriptor (1, on images with `INCOMPAT_JOURNAL_ZSTD`, which mkfs sets) or as they are (0) | 1 |
-//! | `backend_nice=N` | nice value (0–19) of the thread that commits in the background; 0 keeps the daemon's | 10 |
-//! | `push_drain_us=N` | how long (µs, up to 100000) a commit's close of the transaction gate waits for the operations inside before it reopens the gate and tries again; 0: it waits however long | 200 |
-//! | `push_patience_us=N` | how long (µs, up to 100000) a commit waits for a moment with no operation inside the transaction gate (then it swaps at once, nobody kept out) before it closes the gate on the operations inside; 0: it closes at once | 5000 |
-//! | `fuseblk` / `nofuseblk` | mount as type fuseblk over a loop device (root only; see below) | on for root |
+//! Every option — its names, value, default, what it does and whom it is
+//! for — is one row of [`crate::option_table::OPTIONS`]: [`parse`] applies
+//! the rows, `cairn mount --help` prints them ([`crate::option_table::help`]).
 //!
 //! `cache_mb` bounds the daemon's memory: the caches, the committed images
 //! waiting for their home write, loaded buddies and a checkpoint's copies
@@ -76,6 +48,7 @@ use crate::adapter::{AdapterOptions, Timeouts};
 use cairn_core::MountOptions;
 use cairn_core::BUF_OVERHEAD;
 use fuser::MountOption;
+#[cfg(test)]
 use std::time::Duration;
 
 /// Everything `-o` decides.
@@ -130,138 +103,40 @@ impl Default for Settings {
     }
 }
 
-fn seconds(key: &str, v: &str) -> Result<Duration, String> {
-    let s: f64 = v.parse().map_err(|_| format!("option {key}={v}: not a number of seconds"))?;
-    if !(0.0..=86_400.0 * 365.0).contains(&s) {
-        return Err(format!("option {key}={v}: out of range"));
-    }
-    Ok(Duration::from_secs_f64(s))
+/// What parsing gathers before the settings are final.
+pub struct Parsing {
+    pub s: Settings,
+    pub timeouts: Timeouts,
+    pub cache_mb: u64,
+    pub norecovery: bool,
 }
 
-fn number(key: &str, v: &str, min: u64, max: u64) -> Result<u64, String> {
-    let n: u64 = v.parse().map_err(|_| format!("option {key}={v}: not a whole number"))?;
-    if n < min || n > max {
-        return Err(format!("option {key}={v}: must be between {min} and {max}"));
-    }
-    Ok(n)
-}
-
-/// A `0|1` option.
-fn switch(key: &str, v: &str) -> Result<bool, String> {
-    match v {
-        "1" => Ok(true),
-        "0" => Ok(false),
-        _ => Err(format!("option {key}={v}: expected 0 or 1")),
-    }
-}
-
-/// Parses comma-separated `-o` option strings (several `-o` may be given).
+/// Parses comma-separated `-o` option strings (several `-o` may be given)
+/// through the option table.
 pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
-    let mut s = Settings::default();
-    let mut timeouts = Timeouts::default();
-    let mut cache_mb = default_cache_mb();
-    let mut norecovery = false;
+    use crate::option_table::{find, Value};
+    let mut p = Parsing {
+        s: Settings::default(),
+        timeouts: Timeouts::default(),
+        cache_mb: default_cache_mb(),
+        norecovery: false,
+    };
     for group in groups {
         for opt in group.as_ref().split(',').map(str::trim).filter(|o| !o.is_empty()) {
             let (key, val) = match opt.split_once('=') {
                 Some((k, v)) => (k, Some(v)),
                 None => (opt, None),
             };
-            let need = || val.ok_or_else(|| format!("option {key} needs a value ({key}=...)"));
-            match key {
-                "commit" => {
-                    let d = seconds(key, need()?)?;
-                    if d.is_zero() {
-                        return Err("option commit=0: the commit interval must be above 0".into());
-                    }
-                    s.engine.commit_interval = d;
-                }
-                "cache_mb" => cache_mb = number(key, need()?, 4, 1 << 20)?,
-                "lru_caches" => s.engine.lru_caches = switch(key, need()?)?,
-                "errors" => {
-                    let v = need()?;
-                    s.engine.errors = cairn_core::ErrorPolicy::parse(v)
-                        .ok_or_else(|| format!("option errors={v}: expected continue, remount-ro or shutdown"))?;
-                }
-                "mb_optimize_scan" => s.engine.mb_optimize_scan = switch(key, need()?)?,
-                "mb_group_prealloc" => s.engine.mb_group_prealloc = number(key, need()?, 0, 8192)? as u32,
-                "overwrite_fastpath" => s.engine.overwrite_fastpath = switch(key, need()?)?,
-                "delaylog" => s.engine.delaylog = switch(key, need()?)?,
-                "journal_compress" => s.engine.journal_compress = switch(key, need()?)?,
-                "backend_nice" => s.engine.backend_nice = number(key, need()?, 0, 19)? as i32,
-                "push_drain_us" => {
-                    let us = number(key, need()?, 0, 100_000)?;
-                    s.engine.push_drain = (us > 0).then(|| std::time::Duration::from_micros(us));
-                }
-                "push_patience_us" => {
-                    let us = number(key, need()?, 0, 100_000)?;
-                    s.engine.push_patience = (us > 0).then(|| std::time::Duration::from_micros(us));
-                }
-                "nombcache" | "no_mbcache" => s.engine.mbcache = false,
-                "discard" => s.engine.discard = true,
-                "nodiscard" => s.engine.discard = false,
-                "acl" => s.adapter.acl = true,
-                "sync_delete" => s.engine.sync_delete = true,
-                "noacl" => s.adapter.acl = false,
-                "mbcache" => s.engine.mbcache = true,
-                "threads" => s.threads = number(key, need()?, 1, 64)? as usize,
-                "io_uring" => s.adapter.io_uring = switch(key, need()?)?,
-                "parallel_dio" => s.adapter.parallel_dio = switch(key, need()?)?,
-                "dio_coherence" => s.adapter.dio_coherence = switch(key, need()?)?,
-                "ring_threads" => s.ring_threads = number(key, need()?, 1, 16)? as usize,
-                "ring_idle" => s.ring_idle = switch(key, need()?)?,
-                "entry_timeout" => timeouts.entry = seconds(key, need()?)?,
-                "attr_timeout" => timeouts.attr = seconds(key, need()?)?,
-                "negative_timeout" => timeouts.negative = seconds(key, need()?)?,
-                "writeback_cache" => s.adapter.writeback_cache = val.map_or(Ok(true), |v| switch(key, v))?,
-                "no_writeback_cache" => s.adapter.writeback_cache = false,
-                "readahead_kb" => s.readahead_kb = number(key, need()?, 0, 1 << 20)? as u32,
-                "dirty_limit_mb" => s.dirty_limit_mb = Some(number(key, need()?, 0, 1 << 20)?),
-                "max_write" => s.adapter.max_write = number(key, need()?, 4096, 16 << 20)? as u32,
-                "allow_other" => s.allow_other = true,
-                "allow_root" => s.allow_root = true,
-                "default_permissions" => {}
-                "ro" => {
-                    s.engine.read_only = true;
-                    s.fuse.push(MountOption::RO);
-                }
-                "rw" => {
-                    // The last of `ro`/`rw` wins, for the engine and the kernel alike.
-                    s.engine.read_only = false;
-                    s.fuse.retain(|o| *o != MountOption::RO);
-                }
-                "dev" => s.fuse.push(MountOption::Dev),
-                "nodev" => s.fuse.push(MountOption::NoDev),
-                "suid" => s.fuse.push(MountOption::Suid),
-                "nosuid" => s.fuse.push(MountOption::NoSuid),
-                "exec" => s.fuse.push(MountOption::Exec),
-                "noexec" => s.fuse.push(MountOption::NoExec),
-                "atime" => s.fuse.push(MountOption::Atime),
-                "noatime" => s.fuse.push(MountOption::NoAtime),
-                "sync" => s.fuse.push(MountOption::Sync),
-                "async" => s.fuse.push(MountOption::Async),
-                "dirsync" => s.fuse.push(MountOption::DirSync),
-                "auto_unmount" => s.fuse.push(MountOption::AutoUnmount),
-                "fsname" => s.fsname = Some(need()?.to_string()),
-                "fuseblk" => s.fuseblk = Some(true),
-                "nofuseblk" => s.fuseblk = Some(false),
-                "subtype" => s.fuse.push(MountOption::Subtype(need()?.to_string())),
-                "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "nofail" | "_netdev" | "comment" => {}
-                // Access times: the kernel never updates a FUSE inode's atime
-                // itself and cairn updates it only on request (utimensat,
-                // `touch -a`): every mount behaves as `noatime`. The policies
-                // are accepted so that fstab lines written for other file
-                // systems mount (see the README's options).
-                "relatime" | "norelatime" | "strictatime" | "nostrictatime" | "lazytime" | "nolazytime"
-                | "diratime" | "nodiratime" | "iversion" | "noiversion" => {}
-                // A read-only mount never replays the journal (it refuses an
-                // image whose log needs replay); `norecovery` says so.
-                "norecovery" | "noload" => norecovery = true,
-                k if k.starts_with("x-") => {}
-                _ => return Err(format!("unknown mount option '{opt}' (see `cairn mount --help`)")),
+            let spec = find(key).ok_or_else(|| format!("unknown mount option '{opt}' (see `cairn mount --help`)"))?;
+            match (spec.value, val) {
+                (Value::Required(_), None) => return Err(format!("option {key} needs a value ({key}=...)")),
+                (Value::None, Some(_)) => return Err(format!("option {key} takes no value")),
+                _ => {}
             }
+            (spec.apply)(&mut p, key, val)?;
         }
     }
+    let Parsing { mut s, timeouts, cache_mb, norecovery } = p;
     if norecovery && !s.engine.read_only {
         return Err("option norecovery needs ro: a read-write mount replays the journal".into());
     }
@@ -414,6 +289,41 @@ mod tests {
         for atime in ["relatime", "strictatime,nodiratime", "lazytime", "norelatime,diratime,iversion"] {
             let s = parse(&[atime]).unwrap();
             assert!(s.fuse.is_empty() && !s.engine.read_only, "{atime}");
+        }
+    }
+
+    /// Every row of the table parses with a value of its kind, and its
+    /// help names it; a flag given a value and a valued option given none
+    /// are refused.
+    #[test]
+    fn every_option_in_the_table_parses_and_is_in_the_help() {
+        use crate::option_table::{help, Value, OPTIONS};
+        let text = help();
+        for spec in OPTIONS {
+            for name in spec.names {
+                let opt = match spec.value {
+                    Value::None => name.to_string(),
+                    Value::Optional(_) => name.to_string(),
+                    Value::Required(kind) => {
+                        let v = match kind {
+                            "0|1" => "1",
+                            "continue|remount-ro|shutdown" => "continue",
+                            "NAME" => "x",
+                            "BYTES" => "65536",
+                            _ => "5",
+                        };
+                        format!("{name}={v}")
+                    }
+                };
+                let with = if *name == "norecovery" || *name == "noload" { format!("ro,{opt}") } else { opt.clone() };
+                assert!(parse(&[with.as_str()]).is_ok(), "{opt}: {:?}", parse(&[with.as_str()]).err());
+                assert!(text.contains(name), "--help does not name {name}");
+                match spec.value {
+                    Value::None => assert!(parse(&[format!("{name}=1")]).unwrap_err().contains("takes no value")),
+                    Value::Required(_) => assert!(parse(&[*name]).unwrap_err().contains("needs a value")),
+                    Value::Optional(_) => {}
+                }
+            }
         }
     }
 
