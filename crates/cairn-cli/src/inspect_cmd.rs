@@ -140,6 +140,12 @@ fn print_super(sb: &Superblock, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "orphan list root     {}", sb.orphan_root)?;
     writeln!(out, "next inode hint      {}", sb.next_ino)?;
     writeln!(out, "checksum seed        {:#010x}", sb.csum_seed())?;
+    writeln!(
+        out,
+        "errors default       {}",
+        cairn_core::tune::errors_text(sb.default_errors).unwrap_or("unset (remount-ro)")
+    )?;
+    writeln!(out, "mount options        {}", sb.mount_opts_text())?;
     writeln!(out, "mount count          {}", sb.mount_count)?;
     for (what, t) in
         [("made", sb.mkfs_time), ("last mounted", sb.last_mount_time), ("last written", sb.last_write_time)]

@@ -151,7 +151,7 @@ enum Cmd {
         /// The image file (or block device).
         image: PathBuf,
     },
-    /// Change the label or UUID of an unmounted file system (as tune2fs -L / -U); with neither, print them.
+    /// Change the label, UUID, error behaviour or default mount options of an unmounted file system (as tune2fs -L / -U / -e / -o); with none, print them.
     Tune {
         /// The image file (or block device).
         image: PathBuf,
@@ -161,6 +161,12 @@ enum Cmd {
         /// New UUID: "random", or 32 hex digits (dashes optional). No metadata block is rewritten.
         #[arg(long, short = 'U')]
         uuid: Option<String>,
+        /// What an error does when a mount does not say (-o errors=): continue, remount-ro, shutdown, or default.
+        #[arg(long, short = 'e')]
+        errors: Option<String>,
+        /// Default mount options, put before a mount's own -o (up to 64 bytes; "" clears them).
+        #[arg(long, short = 'o')]
+        mount_options: Option<String>,
     },
     /// Grow an unmounted file system to SIZE (as resize2fs): the image file is lengthened; shrinking is refused.
     Resize {
@@ -351,9 +357,9 @@ fn main() -> ExitCode {
                 Err(m) => fail("inspect", &m),
             }
         }
-        Cmd::Tune { image, label, uuid } => {
+        Cmd::Tune { image, label, uuid, errors, mount_options } => {
             init_logging("warn");
-            match tune_cmd::run(&image, label, uuid.as_deref()) {
+            match tune_cmd::run(&image, label, uuid.as_deref(), errors.as_deref(), mount_options) {
                 Ok(out) => {
                     println!("{out}");
                     ExitCode::SUCCESS

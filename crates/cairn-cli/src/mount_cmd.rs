@@ -40,7 +40,7 @@ const FAILED: &str = "cairn-error: ";
 
 /// Checks what can be checked before starting a daemon, with clear errors.
 fn precheck(a: &MountArgs) -> Result<cairn_fuse::Settings, String> {
-    let settings = cairn_fuse::parse_options(&a.options)?;
+    let settings = cairn_fuse::parse_options(&options_with_defaults(a))?;
     let mp = &a.mountpoint;
     match std::fs::metadata(mp) {
         Ok(m) if m.is_dir() => {}
@@ -56,6 +56,19 @@ fn precheck(a: &MountArgs) -> Result<cairn_fuse::Settings, String> {
         Err(e) => return Err(format!("image {}: {e}", a.image.display())),
     }
     Ok(settings)
+}
+
+/// The image's default mount options (`cairn tune -o/-e`) before the
+/// mount's own, which win; none when the superblock cannot be read (the
+/// mount then says why).
+fn options_with_defaults(a: &MountArgs) -> Vec<String> {
+    let mut v = FileDevice::open(&a.image, true)
+        .ok()
+        .and_then(|d| cairn_core::tune::read_superblock(&d).ok())
+        .map(|sb| cairn_core::tune::default_options(&sb))
+        .unwrap_or_default();
+    v.extend(a.options.iter().cloned());
+    v
 }
 
 /// Runs `cairn mount`.

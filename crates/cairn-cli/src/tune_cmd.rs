@@ -5,15 +5,33 @@ use cairn_core::dev::FileDevice;
 use cairn_core::tune::{self, Changes};
 use std::path::Path;
 
-/// Applies the changes and returns what to print: the label and UUID now.
-pub fn run(image: &Path, label: Option<String>, uuid: Option<&str>) -> Result<String, String> {
+/// Applies the changes and returns what to print: the names and defaults now.
+pub fn run(
+    image: &Path,
+    label: Option<String>,
+    uuid: Option<&str>,
+    errors: Option<&str>,
+    mount_opts: Option<String>,
+) -> Result<String, String> {
     let shown = image.display();
     let uuid = uuid.map(tune::parse_uuid).transpose().map_err(|e| e.to_string())?;
-    let changes = Changes { label, uuid };
-    let read_only = changes.label.is_none() && changes.uuid.is_none();
+    let errors = errors.map(tune::parse_errors).transpose().map_err(|e| e.to_string())?;
+    if let Some(o) = &mount_opts {
+        // Refused now, not at the next mount.
+        cairn_fuse::parse_options(&[o.as_str()]).map_err(|e| format!("default mount options: {e}"))?;
+    }
+    let changes = Changes { label, uuid, errors, mount_opts };
+    let read_only =
+        changes.label.is_none() && changes.uuid.is_none() && changes.errors.is_none() && changes.mount_opts.is_none();
     let dev = FileDevice::open(image, read_only).map_err(|e| format!("cannot open {shown}: {e}"))?;
     dev.lock_exclusive().map_err(|_| format!("{shown} is in use (mounted or being checked); unmount it first"))?;
     let sb = if read_only { tune::read_superblock(&dev) } else { tune::tune(&dev, &changes) }
         .map_err(|e| format!("{shown}: {e}"))?;
-    Ok(format!("label: {}\nuuid:  {}", tune::label_text(&sb), tune::format_uuid(&sb.uuid)))
+    Ok(format!(
+        "label: {}\nuuid:  {}\nerrors: {}\nmount options: {}",
+        tune::label_text(&sb),
+        tune::format_uuid(&sb.uuid),
+        tune::errors_text(sb.default_errors).unwrap_or("default (remount-ro)"),
+        sb.mount_opts_text()
+    ))
 }

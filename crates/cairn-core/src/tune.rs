@@ -1,5 +1,8 @@
 //! `cairn tune`: renaming an unmounted file system — its label and its
-//! UUID — as `tune2fs -L` / `tune2fs -U` and `xfs_admin -L` / `-U` do.
+//! UUID — as `tune2fs -L` / `tune2fs -U` and `xfs_admin -L` / `-U` do, and
+//! its defaults for mounts: the error behaviour (`tune2fs -e`) and default
+//! mount options (`tune2fs -o` / `-E mount_opts=`), which a mount puts
+//! before its own `-o`.
 //!
 //! ## What changes on disk
 //! Only the superblock: the primary in block 0 and every backup copy
@@ -51,6 +54,47 @@ pub enum NewUuid {
 pub struct Changes {
     pub label: Option<String>,
     pub uuid: Option<NewUuid>,
+    /// `ERRORS_*`, or 0 to unset.
+    pub errors: Option<u32>,
+    /// Default mount options ("" clears them); the caller checks they parse.
+    pub mount_opts: Option<String>,
+}
+
+/// `continue|remount-ro|shutdown|default` as `default_errors`.
+pub fn parse_errors(s: &str) -> Result<u32> {
+    use cairn_format::superblock::{ERRORS_CONTINUE, ERRORS_REMOUNT_RO, ERRORS_SHUTDOWN};
+    Ok(match s {
+        "continue" => ERRORS_CONTINUE,
+        "remount-ro" => ERRORS_REMOUNT_RO,
+        "shutdown" | "panic" => ERRORS_SHUTDOWN,
+        "default" => 0,
+        _ => return Err(FsError::Invalid(format!("errors {s:?}: expected continue, remount-ro, shutdown or default"))),
+    })
+}
+
+/// `default_errors` as `-o errors=` spells it (None when unset).
+pub fn errors_text(v: u32) -> Option<&'static str> {
+    use cairn_format::superblock::{ERRORS_CONTINUE, ERRORS_REMOUNT_RO, ERRORS_SHUTDOWN};
+    match v {
+        ERRORS_CONTINUE => Some("continue"),
+        ERRORS_REMOUNT_RO => Some("remount-ro"),
+        ERRORS_SHUTDOWN => Some("shutdown"),
+        _ => None,
+    }
+}
+
+/// The options a mount of `sb` starts from, before its own `-o`: the
+/// default mount options and the default error behaviour.
+pub fn default_options(sb: &Superblock) -> Vec<String> {
+    let mut v = Vec::new();
+    let opts = sb.mount_opts_text();
+    if !opts.is_empty() {
+        v.push(opts);
+    }
+    if let Some(e) = errors_text(sb.default_errors) {
+        v.push(format!("errors={e}"));
+    }
+    v
 }
 
 /// Parses a UUID as `cairn tune --uuid` takes it: `random`, or 32 hex
@@ -119,6 +163,20 @@ pub fn tune(dev: &dyn BlockDevice, changes: &Changes) -> Result<Superblock> {
         }
         sb.label = [0; LABEL_MAX];
         sb.label[..label.len()].copy_from_slice(label.as_bytes());
+    }
+    if let Some(e) = changes.errors {
+        sb.default_errors = e;
+    }
+    if let Some(o) = &changes.mount_opts {
+        let max = cairn_format::superblock::MOUNT_OPTS_LEN;
+        if o.len() > max || o.as_bytes().contains(&0) {
+            return Err(FsError::Invalid(format!(
+                "mount options {o:?} are {} bytes: at most {max}, and no NUL",
+                o.len()
+            )));
+        }
+        sb.mount_opts = [0; cairn_format::superblock::MOUNT_OPTS_LEN];
+        sb.mount_opts[..o.len()].copy_from_slice(o.as_bytes());
     }
     if let Some(u) = changes.uuid {
         let uuid = match u {

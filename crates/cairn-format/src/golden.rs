@@ -93,6 +93,8 @@ fn superblock() {
         journal_groups: 0,
         backup_group: 0,
         csum_seed: 0,
+        default_errors: 0,
+        mount_opts: [0; 64],
     };
     let mut b = vec![0u8; SB_SIZE];
     sb.encode(&mut b);

@@ -27,7 +27,11 @@
 //! 224     4 csum_seed (INCOMPAT_CSUM_SEED: the metadata checksums' seed,
 //!           kept when `cairn tune` gave the file system a new UUID; 0
 //!           without it: the seed is derived from the UUID)
-//! 228   280 reserved, zero
+//! 228     4 default_errors (0 unset, else ERRORS_*: what `-o errors=` is
+//!           when a mount does not say; `cairn tune --errors`)
+//! 232    64 mount_opts (default `-o` options, NUL-padded text, put before
+//!           a mount's own; `cairn tune --mount-options`)
+//! 296   212 reserved, zero
 //! 508     4 crc32c of bytes 0..512 with this field zero (seed 0xffffffff)
 //! ```
 //! The superblock checksum is seeded with a constant, not the UUID, because
@@ -47,9 +51,9 @@ const CSUM_OFF: usize = 508;
 const CSUM_SEED: u32 = 0xffff_ffff;
 
 const _: () = {
-    // The last field (csum_seed, 224..228) ends before the reserved area and the
+    // The last field (mount_opts, 232..296) ends before the reserved area and the
     // checksum, which ends the structure; the superblock fits the smallest block.
-    assert!(224 + 4 <= CSUM_OFF && CSUM_OFF + 4 == SB_SIZE);
+    assert!(232 + 64 <= CSUM_OFF && CSUM_OFF + 4 == SB_SIZE);
     assert!(SB_SIZE <= crate::MIN_BLOCK_SIZE as usize);
 };
 /// The file system was unmounted cleanly (journal empty, counters exact).
@@ -91,6 +95,14 @@ pub const INCOMPAT_BACKUP_SUPERBLOCKS: u32 = 8;
 /// sets it, so that a new UUID needs no block rewritten. A build without it
 /// would find every checksum wrong.
 pub const INCOMPAT_CSUM_SEED: u32 = 16;
+/// `default_errors`: go on.
+pub const ERRORS_CONTINUE: u32 = 1;
+/// `default_errors`: abort the journal, read-only from then on.
+pub const ERRORS_REMOUNT_RO: u32 = 2;
+/// `default_errors`: fail every request.
+pub const ERRORS_SHUTDOWN: u32 = 3;
+/// Bytes of `mount_opts`.
+pub const MOUNT_OPTS_LEN: usize = 64;
 /// Incompatible features this build understands.
 pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_XATTR_EXTERNAL
     | INCOMPAT_JOURNAL_GROUPS
@@ -99,7 +111,7 @@ pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_XATTR_EXTERNAL
     | INCOMPAT_CSUM_SEED;
 
 /// The decoded superblock.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
     pub version: u32,
     pub block_size_log2: u32,
@@ -131,6 +143,47 @@ pub struct Superblock {
     pub backup_group: u32,
     /// The checksum seed under `INCOMPAT_CSUM_SEED` (see [`Superblock::csum_seed`]).
     pub csum_seed: u32,
+    /// 0, or `ERRORS_*`: the error behaviour of a mount that names none.
+    pub default_errors: u32,
+    /// Default mount options, NUL-padded.
+    pub mount_opts: [u8; MOUNT_OPTS_LEN],
+}
+
+impl Default for Superblock {
+    fn default() -> Self {
+        Superblock {
+            version: 0,
+            block_size_log2: 0,
+            state: 0,
+            feature_compat: 0,
+            feature_incompat: 0,
+            feature_ro_compat: 0,
+            uuid: [0; 16],
+            total_blocks: 0,
+            blocks_per_group: 0,
+            inodes_per_group: 0,
+            group_count: 0,
+            gdt_start: 0,
+            gdt_blocks: 0,
+            journal_start: 0,
+            journal_blocks: 0,
+            free_blocks: 0,
+            free_inodes: 0,
+            next_ino: 0,
+            orphan_root: 0,
+            mkfs_time: 0,
+            last_mount_time: 0,
+            last_write_time: 0,
+            mount_count: 0,
+            hash_seed: [0; 16],
+            label: [0; 32],
+            journal_groups: 0,
+            backup_group: 0,
+            csum_seed: 0,
+            default_errors: 0,
+            mount_opts: [0; MOUNT_OPTS_LEN],
+        }
+    }
 }
 
 impl Superblock {
@@ -142,6 +195,12 @@ impl Superblock {
         } else {
             crate::checksum::seed_from_uuid(&self.uuid)
         }
+    }
+
+    /// The default mount options as text (up to the first NUL).
+    pub fn mount_opts_text(&self) -> String {
+        let end = self.mount_opts.iter().position(|b| *b == 0).unwrap_or(MOUNT_OPTS_LEN);
+        String::from_utf8_lossy(&self.mount_opts[..end]).into_owned()
     }
 
     /// Block size in bytes.
@@ -205,6 +264,8 @@ impl Superblock {
         put_u32(b, 216, self.journal_groups);
         put_u32(b, 220, self.backup_group);
         put_u32(b, 224, self.csum_seed);
+        put_u32(b, 228, self.default_errors);
+        b[232..232 + MOUNT_OPTS_LEN].copy_from_slice(&self.mount_opts);
         let c = crc_skipping(CSUM_SEED, b, CSUM_OFF);
         put_u32(b, CSUM_OFF, c);
     }
@@ -228,6 +289,8 @@ impl Superblock {
         hash_seed.copy_from_slice(&b[168..184]);
         let mut label = [0u8; 32];
         label.copy_from_slice(&b[184..216]);
+        let mut mount_opts = [0u8; MOUNT_OPTS_LEN];
+        mount_opts.copy_from_slice(&b[232..232 + MOUNT_OPTS_LEN]);
         let sb = Superblock {
             version: get_u32(b, 8),
             block_size_log2: get_u32(b, 12),
@@ -257,6 +320,8 @@ impl Superblock {
             journal_groups: get_u32(b, 216),
             backup_group: get_u32(b, 220),
             csum_seed: get_u32(b, 224),
+            default_errors: get_u32(b, 228),
+            mount_opts,
         };
         sb.validate(image_bytes)?;
         Ok(sb)
@@ -423,10 +488,14 @@ mod tests {
     fn the_checksum_seed_is_the_uuids_unless_kept() {
         let sb = sample();
         assert_eq!(sb.csum_seed(), crate::checksum::seed_from_uuid(&sb.uuid));
+        let mut mount_opts = [0u8; MOUNT_OPTS_LEN];
+        mount_opts[..11].copy_from_slice(b"commit=10,d");
         let kept = Superblock {
             uuid: [9; 16],
             csum_seed: sb.csum_seed(),
             feature_incompat: sb.feature_incompat | INCOMPAT_CSUM_SEED,
+            default_errors: ERRORS_SHUTDOWN,
+            mount_opts,
             ..sb.clone()
         };
         let mut b = vec![0u8; SB_SIZE];
@@ -435,6 +504,7 @@ mod tests {
         assert_eq!(back, kept);
         assert_eq!(back.csum_seed(), sb.csum_seed());
         assert_ne!(back.csum_seed(), crate::checksum::seed_from_uuid(&back.uuid));
+        assert_eq!(back.mount_opts_text(), "commit=10,d");
     }
 
     #[test]
