@@ -33,7 +33,6 @@
 
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
-use cairn_format::backup;
 use cairn_format::checksum::crc;
 use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_INODE_UNINIT, GD_SIZE};
 use cairn_format::layout::Geometry;
@@ -175,17 +174,7 @@ pub fn grow(dev: &dyn BlockDevice, new_bytes: u64) -> Result<Grown> {
     let new_inodes = (new_sb.group_count - sb.group_count) * u64::from(sb.inodes_per_group);
     new_sb.free_blocks = sb.free_blocks + new_free + added_to_last;
     new_sb.free_inodes = sb.free_inodes + new_inodes;
-    let mut block = vec![0u8; bs];
-    for g in geo.backup_groups() {
-        block.fill(0);
-        backup::copy_for_group(&new_sb, g).encode(&mut block);
-        dev.write_at(&block, geo.group_start(g) * bs as u64)?;
-    }
-    dev.flush()?;
-    dev.read_at(&mut block, 0)?;
-    new_sb.encode(&mut block);
-    dev.write_at(&block, 0)?;
-    dev.flush()?;
+    crate::tune::write_superblocks(dev, &new_sb, &geo)?;
 
     // (4) The old last group's new blocks.
     if added_to_last > 0 {

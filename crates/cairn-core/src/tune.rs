@@ -193,19 +193,25 @@ pub fn tune(dev: &dyn BlockDevice, changes: &Changes) -> Result<Superblock> {
         return Ok(sb);
     }
     debug_assert_eq!(sb.csum_seed(), old.csum_seed());
-    let geo = Geometry::new(&sb)?;
+    write_superblocks(dev, &sb, &Geometry::new(&sb)?)?;
+    Ok(sb)
+}
+
+/// Writes `sb` to the backup groups of `geo`, flushes, then writes it to
+/// block 0 (keeping whatever follows it there) and flushes: the copies
+/// first, the primary last, as mkfs and fsck do.
+pub(crate) fn write_superblocks(dev: &dyn BlockDevice, sb: &Superblock, geo: &Geometry) -> Result<()> {
     let bs = sb.block_size() as usize;
     let mut block = vec![0u8; bs];
     for g in geo.backup_groups() {
         block.fill(0);
-        backup::copy_for_group(&sb, g).encode(&mut block);
+        backup::copy_for_group(sb, g).encode(&mut block);
         dev.write_at(&block, geo.group_start(g) * bs as u64)?;
     }
     dev.flush()?;
-    // The primary's block keeps whatever follows the superblock in it.
     dev.read_at(&mut block, 0)?;
     sb.encode(&mut block);
     dev.write_at(&block, 0)?;
     dev.flush()?;
-    Ok(sb)
+    Ok(())
 }

@@ -96,3 +96,14 @@ pub fn fill_up(fs: &Fs, name: &[u8]) -> u64 {
     fs.forget(f.ino, 1);
     off
 }
+
+/// A POSIX ACL xattr value (version 2) of `(tag, perm, id)` entries.
+pub fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(t, p, id) in entries {
+        v.extend_from_slice(&t.to_le_bytes());
+        v.extend_from_slice(&p.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}

@@ -17,16 +17,6 @@ use cairn_core::{Ctx, Fs};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
-    let mut v = 2u32.to_le_bytes().to_vec();
-    for &(t, p, id) in entries {
-        v.extend_from_slice(&t.to_le_bytes());
-        v.extend_from_slice(&p.to_le_bytes());
-        v.extend_from_slice(&id.to_le_bytes());
-    }
-    v
-}
-
 /// Everything about the tree that an operation may change, times and
 /// inode numbers aside.
 fn describe(fs: &Fs) -> BTreeMap<String, String> {

@@ -205,17 +205,6 @@ fn a_hundred_thousand_identical_sets_take_about_a_hundred_blocks() {
 
 // ------------------------------------------------------------ POSIX ACLs
 
-/// The kernel's xattr form of an ACL: (tag, perm, id) entries.
-fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
-    let mut v = 2u32.to_le_bytes().to_vec();
-    for &(t, p, id) in entries {
-        v.extend_from_slice(&t.to_le_bytes());
-        v.extend_from_slice(&p.to_le_bytes());
-        v.extend_from_slice(&id.to_le_bytes());
-    }
-    v
-}
-
 const U: u32 = u32::MAX;
 
 #[test]
