@@ -57,7 +57,7 @@ impl Image {
         dev.lock_exclusive().map_err(|_| {
             format!("{shown} is in use (mounted or being checked); `cairn stats MOUNTPOINT` shows a mount")
         })?;
-        let sb = cairn_core::tune::read_superblock(&dev).map_err(|e| format!("{shown}: {e}"))?;
+        let sb = cairn_core::dev::read_superblock(&dev).map_err(|e| format!("{shown}: {e}"))?;
         let geo = Geometry::new(&sb).map_err(|e| format!("{shown}: {e}"))?;
         Ok(Image { dev: Arc::new(dev), sb, geo })
     }

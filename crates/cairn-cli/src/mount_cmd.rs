@@ -64,7 +64,7 @@ fn precheck(a: &MountArgs) -> Result<cairn_fuse::Settings, String> {
 fn options_with_defaults(a: &MountArgs) -> Vec<String> {
     let mut v = FileDevice::open(&a.image, true)
         .ok()
-        .and_then(|d| cairn_core::tune::read_superblock(&d).ok())
+        .and_then(|d| cairn_core::dev::read_superblock(&d).ok())
         .map(|sb| cairn_core::tune::default_options(&sb))
         .unwrap_or_default();
     v.extend(a.options.iter().cloned());

@@ -12,7 +12,7 @@ pub fn run(image: &Path, size: &str) -> Result<String, String> {
     let want = parse_size(size)?;
     let mut dev = FileDevice::open(image, false).map_err(|e| format!("cannot open {shown}: {e}"))?;
     dev.lock_exclusive().map_err(|_| format!("{shown} is in use (mounted or being checked); unmount it first"))?;
-    let sb = cairn_core::tune::read_superblock(&dev).map_err(|e| format!("{shown}: {e}"))?;
+    let sb = cairn_core::dev::read_superblock(&dev).map_err(|e| format!("{shown}: {e}"))?;
     // Refused before the image file changes length.
     let bytes = cairn_core::resize::plan(&sb, want).map_err(|e| format!("{shown}: {e}"))?;
     let old_len = dev.file().metadata().map(|m| m.len()).ok();

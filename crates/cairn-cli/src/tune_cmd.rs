@@ -25,7 +25,7 @@ pub fn run(
         changes.label.is_none() && changes.uuid.is_none() && changes.errors.is_none() && changes.mount_opts.is_none();
     let dev = FileDevice::open(image, read_only).map_err(|e| format!("cannot open {shown}: {e}"))?;
     dev.lock_exclusive().map_err(|_| format!("{shown} is in use (mounted or being checked); unmount it first"))?;
-    let sb = if read_only { tune::read_superblock(&dev) } else { tune::tune(&dev, &changes) }
+    let sb = if read_only { cairn_core::dev::read_superblock(&dev) } else { tune::tune(&dev, &changes) }
         .map_err(|e| format!("{shown}: {e}"))?;
     Ok(format!(
         "label: {}\nuuid:  {}\nerrors: {}\nmount options: {}",

@@ -257,3 +257,19 @@ impl BlockDevice for MemDevice {
         Ok(true)
     }
 }
+
+/// Reads and decodes the superblock of the image on `dev` (a device too
+/// short to hold one is not a cairn image). Mount, tune, resize and the
+/// CLI's readers of an unmounted image all start here.
+pub fn read_superblock(dev: &dyn BlockDevice) -> crate::error::Result<cairn_format::superblock::Superblock> {
+    use cairn_format::FormatError;
+    let mut head = vec![0u8; cairn_format::superblock::SB_SIZE];
+    dev.read_at(&mut head, 0).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            crate::error::FsError::Corrupt(FormatError::BadMagic { what: "superblock", at: 0 })
+        } else {
+            e.into()
+        }
+    })?;
+    Ok(cairn_format::superblock::Superblock::decode(&head, dev.size())?)
+}

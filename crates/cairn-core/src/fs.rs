@@ -212,13 +212,13 @@ impl Fs {
     /// Mounts the image on `dev`: verifies the superblock, replays the journal,
     /// finishes what the orphan list holds and starts the backend thread.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
-        let sb = crate::ro_recovery::read_superblock(dev.as_ref())?;
+        let sb = crate::dev::read_superblock(dev.as_ref())?;
         let geo = Geometry::new(&sb)?;
         let seed = sb.csum_seed();
         let (journal, _replayed) = Journal::open(dev.clone(), &sb, seed, !opts.read_only)?;
         // The superblock itself may have been replayed.
         let errors_before_replay = sb.state & STATE_ERRORS;
-        let mut sb = crate::ro_recovery::read_superblock(dev.as_ref())?;
+        let mut sb = crate::dev::read_superblock(dev.as_ref())?;
         // STATE_ERRORS is written in place, outside the journal (see
         // `journal::latch`): a replayed superblock image must not clear it.
         sb.state |= errors_before_replay;

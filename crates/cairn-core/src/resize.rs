@@ -110,7 +110,7 @@ fn read_block(dev: &dyn BlockDevice, bs: usize, b: u64) -> Result<Vec<u8>> {
 /// long) to about `new_bytes`; see the module essay. The caller holds the
 /// image's exclusive lock.
 pub fn grow(dev: &dyn BlockDevice, new_bytes: u64) -> Result<Grown> {
-    let sb = crate::tune::read_superblock(dev)?;
+    let sb = crate::dev::read_superblock(dev)?;
     if sb.state & STATE_CLEAN == 0 || sb.state & STATE_ERRORS != 0 {
         return Err(FsError::Invalid(
             "the file system was not cleanly unmounted or has recorded errors: run `cairn fsck --repair` first".into(),

@@ -26,32 +26,17 @@
 //! read-only.
 
 use crate::dev::BlockDevice;
-use crate::error::{FsError, Result};
+use crate::error::Result;
 use crate::fs::Fs;
 use crate::journal::Journal;
 use cairn_format::superblock::Superblock;
-use cairn_format::FormatError;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 fn superblock(dev: &dyn BlockDevice) -> Result<(Superblock, u32)> {
-    let sb = read_superblock(dev)?;
+    let sb = crate::dev::read_superblock(dev)?;
     let seed = sb.csum_seed();
     Ok((sb, seed))
-}
-
-/// Reads and decodes the superblock of the image on `dev` (a device too
-/// short to hold one is not a cairn image).
-pub(crate) fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
-    let mut head = vec![0u8; cairn_format::superblock::SB_SIZE];
-    dev.read_at(&mut head, 0).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            FsError::Corrupt(FormatError::BadMagic { what: "superblock", at: 0 })
-        } else {
-            e.into()
-        }
-    })?;
-    Ok(Superblock::decode(&head, dev.size())?)
 }
 
 impl Fs {

@@ -35,7 +35,7 @@ use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
 use cairn_format::backup;
 use cairn_format::layout::Geometry;
-use cairn_format::superblock::{Superblock, INCOMPAT_CSUM_SEED, SB_SIZE, STATE_CLEAN};
+use cairn_format::superblock::{Superblock, INCOMPAT_CSUM_SEED, STATE_CLEAN};
 
 /// Bytes a label may have.
 pub const LABEL_MAX: usize = 32;
@@ -134,18 +134,11 @@ fn random_uuid() -> [u8; 16] {
     u
 }
 
-/// Reads and verifies the primary superblock of `dev`.
-pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
-    let mut b = vec![0u8; SB_SIZE];
-    dev.read_at(&mut b, 0)?;
-    Ok(Superblock::decode(&b, dev.size())?)
-}
-
 /// Applies `changes` to the unmounted file system on `dev` (see the module
 /// essay) and returns the new superblock. The caller holds the image's
 /// exclusive lock.
 pub fn tune(dev: &dyn BlockDevice, changes: &Changes) -> Result<Superblock> {
-    let old = read_superblock(dev)?;
+    let old = crate::dev::read_superblock(dev)?;
     if old.state & STATE_CLEAN == 0 {
         return Err(FsError::Invalid(
             "the file system was not cleanly unmounted: mount and unmount it (the journal is replayed), \
