@@ -31,7 +31,7 @@ use crate::{acl, dir, file, xattr};
 use cairn_format::dirent::DIRENT_MIN_LOW;
 use cairn_format::inode::*;
 use cairn_format::layout::Geometry;
-use cairn_format::superblock::{Superblock, STATE_CLEAN, STATE_ERRORS};
+use cairn_format::superblock::{STATE_CLEAN, STATE_ERRORS};
 use cairn_format::{FormatError, NAME_MAX, ROOT_INO, SYMLINK_MAX};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -91,11 +91,6 @@ pub struct MountOptions {
     /// Nice value of the backend thread (`-o backend_nice=N`, 0–19; 0 keeps
     /// the mounting thread's; see `backend`).
     pub backend_nice: i32,
-    /// How long a push's close of the transaction gate waits for the
-    /// operations inside before it reopens and tries again
-    /// (`-o push_drain_us=N`; 0: never, the close waits however long; see
-    /// `journal::gate`).
-    pub push_drain: Option<Duration>,
     /// How long a push waits for a moment with no operation inside the
     /// transaction gate (then nobody waits for its swap but for the swap
     /// itself) before it closes the gate on the operations inside
@@ -122,7 +117,6 @@ impl Default for MountOptions {
             delaylog: true,
             journal_compress: true,
             backend_nice: 10,
-            push_drain: Some(crate::journal::gate::DRAIN),
             push_patience: Some(crate::journal::gate::PATIENCE),
         }
     }
@@ -168,8 +162,6 @@ pub struct Fs {
     pub(crate) txm: TxManager,
     pub(crate) icache: InodeCache,
     pub(crate) dcache: DentryCache,
-    pub(crate) sb: Mutex<Superblock>,
-    pub(crate) orphan_root: Mutex<u64>,
     pub(crate) opts: MountOptions,
     /// Changes are refused: `opts.read_only` until [`Fs::make_writable`]
     /// (`ro_recovery`) clears it.
@@ -252,6 +244,8 @@ impl Fs {
             seed,
             hash_seed: sb.hash_seed,
             running_seq: journal.next_seq().into(),
+            orphan_root: Mutex::new(sb.orphan_root),
+            sb: Mutex::new(sb.clone()),
             xattrs: crate::xattr::XattrShare::new(
                 opts.mbcache,
                 sb.feature_incompat & cairn_format::superblock::INCOMPAT_XATTR_EXTERNAL != 0,
@@ -278,13 +272,10 @@ impl Fs {
                 journal,
                 Latch::new(opts.errors, had_errors, home_lock),
                 (cache_blocks / 8).max(256) as u64,
-                opts.push_drain,
                 opts.push_patience,
             ),
             icache: InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes)),
             dcache: DentryCache::new(opts.lru_caches.then_some(opts.dentry_cache_bytes)),
-            orphan_root: Mutex::new(sb.orphan_root),
-            sb: Mutex::new(sb),
             opts: opts.clone(),
             read_only: AtomicBool::new(opts.read_only),
             unmounted: AtomicBool::new(false),
@@ -309,7 +300,7 @@ impl Fs {
     /// commits, and starts the backend, the mbcache's reclaim and the reaper.
     pub(crate) fn start_writing(self: &Arc<Self>) -> Result<()> {
         {
-            let mut sb = self.sb.lock();
+            let mut sb = self.meta.sb.lock();
             sb.state &= !STATE_CLEAN;
             sb.mount_count = sb.mount_count.wrapping_add(1);
             sb.last_mount_time = now().sec as u64;
@@ -353,7 +344,7 @@ impl Fs {
         self.reap_queued();
         self.process_orphans(true)?;
         self.meta.alloc.discard_all_preallocs(&self.meta.bufs);
-        self.sb.lock().state |= STATE_CLEAN;
+        self.meta.sb.lock().state |= STATE_CLEAN;
         self.change(credits::DEFAULT, |tx| self.write_sb_buffer(tx))?;
         // Everything home and the log empty; blocks freed meanwhile are
         // released (and discarded under `-o discard`).
@@ -363,27 +354,14 @@ impl Fs {
     // --------------------------------------------------------------- commit
 
     fn write_sb_buffer(&self, tx: &Tx<'_>) -> Result<()> {
-        let mut sb = self.sb.lock();
-        sb.free_blocks = self.meta.alloc.disk_free_blocks.load(Ordering::Relaxed);
-        sb.free_inodes = self.meta.alloc.free_inodes.load(Ordering::Relaxed);
-        sb.next_ino = self.meta.alloc.next_ino.load(Ordering::Relaxed);
-        sb.orphan_root = *self.orphan_root.lock();
-        sb.last_write_time = now().sec as u64;
-        if self.txm.latch.flagged() {
-            sb.state |= STATE_ERRORS;
-        }
-        let buf = self.meta.bufs.get(0, |_, _| Ok(()))?;
-        // Logged whole: the error latch also writes the superblock in place,
-        // outside the journal, so replay must not patch chunks over it.
-        tx.bufs.modify_whole(tx, &buf, |d| sb.encode(d));
-        Ok(())
+        self.meta.write_sb_buffer(tx, self.txm.latch.flagged())
     }
 
     /// Makes everything changed before this call durable; concurrent callers
     /// share one commit (see `journal::manager`).
     pub(crate) fn commit(&self) -> Result<()> {
         self.log_dirty_times()?;
-        self.txm.commit(&self.meta, &|tx| self.write_sb_buffer(tx))
+        self.txm.commit(&self.meta)
     }
 
     /// Commits, then writes every deferred image home and empties the log,

@@ -146,7 +146,7 @@ impl Fs {
                 }
                 if flags & (ATTR_IMMUTABLE | ATTR_APPEND) != 0 {
                     // Written with the superblock at the commit.
-                    self.sb.lock().feature_compat |= cairn_format::superblock::COMPAT_INODE_FLAGS;
+                    self.meta.sb.lock().feature_compat |= cairn_format::superblock::COMPAT_INODE_FLAGS;
                 }
             }
             Ok(self.attr(&g))
@@ -157,7 +157,7 @@ impl Fs {
     /// append-only (`COMPAT_INODE_FLAGS`): opens must then be checked
     /// ([`Fs::check_open`]).
     pub fn has_protected_inodes(&self) -> bool {
-        self.sb.lock().feature_compat & cairn_format::superblock::COMPAT_INODE_FLAGS != 0
+        self.meta.sb.lock().feature_compat & cairn_format::superblock::COMPAT_INODE_FLAGS != 0
     }
 
     /// EPERM for an `open(2)` with `flags` that the inode's chattr flags

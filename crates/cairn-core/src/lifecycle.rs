@@ -126,7 +126,7 @@ impl Fs {
     }
 
     fn orphan_levels(&self) -> Result<u64> {
-        let root = *self.orphan_root.lock();
+        let root = *self.meta.orphan_root.lock();
         credits::tree_levels(&self.meta, root, KIND_ORPHANS, 0)
     }
 
@@ -140,7 +140,7 @@ impl Fs {
         if st.d.flags & INODE_FLAG_ORPHAN != 0 {
             return Ok(());
         }
-        let mut root = self.orphan_root.lock();
+        let mut root = self.meta.orphan_root.lock();
         self.orphan_tree().insert(tx, &mut root, st.ino, &[])?;
         st.d.flags |= INODE_FLAG_ORPHAN;
         Ok(())
@@ -150,7 +150,7 @@ impl Fs {
         if st.d.flags & INODE_FLAG_ORPHAN == 0 {
             return Ok(());
         }
-        let mut root = self.orphan_root.lock();
+        let mut root = self.meta.orphan_root.lock();
         self.orphan_tree().remove(tx, &mut root, st.ino)?;
         st.d.flags &= !INODE_FLAG_ORPHAN;
         Ok(())
@@ -339,7 +339,7 @@ impl Fs {
     /// unlinked inodes nobody holds, completes interrupted truncates. At
     /// unmount the kernel's references are gone whatever their count says.
     pub(crate) fn process_orphans(&self, unmounting: bool) -> Result<()> {
-        let root = *self.orphan_root.lock();
+        let root = *self.meta.orphan_root.lock();
         let mut inos = Vec::new();
         self.orphan_tree().scan(root, 0, &mut |k, _| {
             inos.push(k);
@@ -353,7 +353,7 @@ impl Fs {
                 tracing::warn!(ino, "orphan list names an inode that is not in use; dropping the entry");
                 self.change(credits::DEFAULT, |tx| {
                     tx.require(self.orphan_credits()?)?;
-                    let mut root = self.orphan_root.lock();
+                    let mut root = self.meta.orphan_root.lock();
                     self.orphan_tree().remove(tx, &mut root, ino)?;
                     Ok(())
                 })?;

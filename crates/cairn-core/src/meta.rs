@@ -1,5 +1,6 @@
 //! `Meta`: the metadata context every subsystem works through — the buffer
-//! cache, the allocator, the geometry and the running checkpoint number.
+//! cache, the allocator, the geometry, the running checkpoint number and
+//! the in-memory superblock that every commit rewrites.
 
 use crate::alloc::Allocator;
 use crate::buffer::{Buf, BufferCache};
@@ -8,7 +9,9 @@ use crate::error::Result;
 use crate::journal::Tx;
 use cairn_format::btree::Node;
 use cairn_format::layout::Geometry;
+use cairn_format::superblock::{Superblock, STATE_ERRORS};
 use cairn_format::FormatError;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -24,6 +27,11 @@ pub struct Meta {
     pub running_seq: AtomicU64,
     /// Shared xattr blocks: the dedup cache and the block locks.
     pub xattrs: crate::xattr::XattrShare,
+    /// The superblock as the next commit writes it (its counters are
+    /// refreshed then, see [`Meta::write_sb_buffer`]).
+    pub sb: Mutex<Superblock>,
+    /// The first block of the orphan list (0: empty; see `lifecycle`).
+    pub orphan_root: Mutex<u64>,
 }
 
 impl Meta {
@@ -55,6 +63,26 @@ impl Meta {
             }
         }
         Ok(buf)
+    }
+
+    /// Logs the superblock with the counters as they are now: run by each
+    /// commit under the closed gate, so they match the checkpoint.
+    /// `errors`: the error latch has flagged the image.
+    pub fn write_sb_buffer(&self, tx: &Tx<'_>, errors: bool) -> Result<()> {
+        let mut sb = self.sb.lock();
+        sb.free_blocks = self.alloc.disk_free_blocks.load(Ordering::Relaxed);
+        sb.free_inodes = self.alloc.free_inodes.load(Ordering::Relaxed);
+        sb.next_ino = self.alloc.next_ino.load(Ordering::Relaxed);
+        sb.orphan_root = *self.orphan_root.lock();
+        sb.last_write_time = crate::types::now().sec as u64;
+        if errors {
+            sb.state |= STATE_ERRORS;
+        }
+        let buf = self.bufs.get(0, |_, _| Ok(()))?;
+        // Logged whole: the error latch also writes the superblock in place,
+        // outside the journal, so replay must not patch chunks over it.
+        tx.bufs.modify_whole(tx, &buf, |d| sb.encode(d));
+        Ok(())
     }
 
     /// Decodes the node in `buf`. Its checksum was verified when the block

@@ -367,7 +367,7 @@ pub fn create_lost_found(dev: Arc<dyn BlockDevice>) -> Result<u64> {
     let fs = Fs::mount(dev, MountOptions::default())?;
     let made = fs.mkdir(&Ctx::root(), ROOT_INO, LOST_FOUND, S_IFDIR | 0o700);
     {
-        let mut sb = fs.sb.lock();
+        let mut sb = fs.meta.sb.lock();
         sb.mount_count = 0;
         sb.last_mount_time = 0;
     }

@@ -94,14 +94,11 @@ pub struct CilStats {
     pub swap_us_max: AtomicU64,
     pub capture_us_total: AtomicU64,
     pub capture_us_max: AtomicU64,
-    /// Time an operation that found the gate closed by a push was kept out
-    /// of the next checkpoint: until the gate opened (see `gate::Wait`;
-    /// operations that found it open do not wait and are not counted).
+    /// Time an operation that found the gate closed by a push waited until
+    /// it was in (see `gate::Wait`; operations that found it open do not
+    /// wait and are not counted).
     pub writer_wait: Histogram,
     pub writer_wait_us_max: AtomicU64,
-    /// The longest such wait by the clock, with the time the waiting thread
-    /// was off its CPU after the gate had opened.
-    pub writer_wait_wall_us_max: AtomicU64,
     /// Waits during which the kernel switched the spinning thread out
     /// (`gate::Wait::preempted`), and the longest wait by the clock of all
     /// the others (those that parked included).
@@ -274,7 +271,6 @@ impl Publish for Cil {
         put("cil.writer_wait_us_p99", s.writer_wait.quantile(0.99));
         put("cil.writer_wait_us_p999", s.writer_wait.quantile(0.999));
         put("cil.writer_wait_us_max", s.writer_wait_us_max.load(Relaxed));
-        put("cil.writer_wait_wall_us_max", s.writer_wait_wall_us_max.load(Relaxed));
         put("cil.writer_waits_preempted", s.writer_waits_preempted.load(Relaxed));
         put("cil.writer_wait_on_cpu_us_max", s.writer_wait_on_cpu_us_max.load(Relaxed));
     }

@@ -14,30 +14,30 @@
 //! after a commit. Every newly dirtied buffer is charged; charging past the
 //! reservation is an accounting bug, counted in `journal.credit_overruns`.
 
-use super::gate::Held;
 use super::manager::TxManager;
 use crate::error::{FsError, Result};
 use crate::meta::Meta;
 use std::cell::Cell;
 use std::ops::Deref;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 /// A transaction handle (see the module essay).
 pub struct Tx<'a> {
     meta: &'a Meta,
     mgr: &'a TxManager,
-    /// The hold on the gate, which knows when it began (a commit waits for
-    /// the longest hold); `None` only for the commit's own handle, which runs
-    /// under the closed gate and holds no reservation.
-    gate: Option<Held<'a>>,
+    /// When the handle entered the gate (a commit waits for the longest
+    /// hold); `None` only for the commit's own handle, which runs under the
+    /// closed gate and holds no reservation.
+    entered: Option<Instant>,
     credits: Cell<u64>,
     used: Cell<u64>,
     touched: Cell<bool>,
 }
 
 impl<'a> Tx<'a> {
-    pub(super) fn new(meta: &'a Meta, mgr: &'a TxManager, gate: Option<Held<'a>>, credits: u64) -> Tx<'a> {
-        Tx { meta, mgr, gate, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false) }
+    pub(super) fn new(meta: &'a Meta, mgr: &'a TxManager, entered: Option<Instant>, credits: u64) -> Tx<'a> {
+        Tx { meta, mgr, entered, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false) }
     }
 
     /// Buffers this handle newly dirtied so far.
@@ -74,7 +74,7 @@ impl<'a> Tx<'a> {
         if total <= have {
             return Ok(());
         }
-        if self.gate.is_none() || self.mgr.try_extend(self.meta, total - have) {
+        if self.entered.is_none() || self.mgr.try_extend(self.meta, total - have) {
             self.credits.set(total);
             return Ok(());
         }
@@ -108,10 +108,11 @@ impl Deref for Tx<'_> {
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
-        if let Some(held) = &self.gate {
+        if let Some(entered) = self.entered {
             self.mgr.release(self.credits.get());
-            let us = held.entered().elapsed().as_micros() as u64;
+            let us = entered.elapsed().as_micros() as u64;
             self.mgr.stats.gate_hold_us_max.fetch_max(us, Ordering::Relaxed);
+            self.mgr.leave(self.meta);
         }
     }
 }

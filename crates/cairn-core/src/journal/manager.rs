@@ -15,17 +15,16 @@
 //! built while handles keep within their credits.
 //!
 //! ## Commit
-//! [`TxManager::commit`] closes the gate (see `gate`) only to let the caller
-//! rewrite the superblock buffer and to swap the committed-item list for an
-//! empty one (see `cil`: a few locks, whatever the amount dirty). That swap
-//! runs on whichever thread finds the gate empty first: the commit's, or
-//! the last handle's to leave, in its drop, so no thread need be scheduled
-//! while the gate holds operations out. The commit first waits up to
-//! `-o push_patience_us` for such a moment without closing the gate, so
-//! that nobody waits but for the swap itself. A close that has not drained after
-//! `-o push_drain_us` (a handle inside lost its CPU) is given up and tried
-//! again, so a preempted handle holds up the push but not the other
-//! handles. Capturing
+//! [`TxManager::commit`] closes the gate (see `gate`) only to rewrite the
+//! superblock buffer and to swap the committed-item list for an empty one
+//! (see `cil`: a few locks, whatever the amount dirty): [`TxManager`]'s
+//! `swap`, which needs nothing but the manager and [`Meta`]. It runs on
+//! whichever thread finds the gate empty first (the gate hands it the
+//! turn): the commit's, or the last handle's to leave, in its drop, so no
+//! thread need be scheduled while the gate holds operations out. Its result
+//! (or its panic) reaches the commit through `swapped`. The commit first
+//! waits up to `-o push_patience_us` for such a moment without closing the
+//! gate, so that nobody waits but for the swap itself. Capturing
 //! the buffers, the log write, the barriers and the home writes run with the
 //! gate released, so operations go on meanwhile. The captured buffers
 //! stay pinned (in flight) until their home writes are done. Commits are
@@ -40,7 +39,7 @@
 //! inode lock or an allocator lock when it is dropped.
 
 use super::cil::Batch;
-use super::gate::Gate;
+use super::gate::{Gate, Push, Turn};
 use super::handle::Tx;
 use super::latch::Latch;
 use super::log::Journal;
@@ -48,6 +47,7 @@ use crate::error::{FsError, Result};
 use crate::meta::Meta;
 use crate::stats::Publish;
 use parking_lot::Mutex;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -82,6 +82,9 @@ pub struct TxManager {
     pub log: Journal,
     pub latch: Latch,
     gate: Gate,
+    /// What the running commit's swap returned (or its panic), handed from
+    /// whichever thread took the turn to the commit.
+    swapped: Mutex<Option<std::thread::Result<Result<Batch>>>>,
     commit_lock: Mutex<()>,
     reserved: AtomicU64,
     limit: u64,
@@ -94,22 +97,15 @@ pub struct TxManager {
 impl TxManager {
     /// `max_dirty`: the most buffers one checkpoint may hold whatever the
     /// log's room (the memory the caller allows a checkpoint).
-    /// `drain`: how long a push's close waits for the operations inside
-    /// before it is given up (`None`: never); `patience`: how long a push
-    /// waits for a moment with none inside before it closes (`None`: it
-    /// closes at once; see `gate`).
-    pub fn new(
-        log: Journal,
-        latch: Latch,
-        max_dirty: u64,
-        drain: Option<Duration>,
-        patience: Option<Duration>,
-    ) -> TxManager {
+    /// `patience`: how long a push waits for a moment with no handle inside
+    /// before it closes the gate (`None`: it closes at once; see `gate`).
+    pub fn new(log: Journal, latch: Latch, max_dirty: u64, patience: Option<Duration>) -> TxManager {
         let limit = log.max_record_images().min(max_dirty).saturating_sub(MARGIN).max(1);
         TxManager {
             log,
             latch,
-            gate: Gate::new(drain, patience),
+            gate: Gate::new(patience),
+            swapped: Mutex::new(None),
             commit_lock: Mutex::new(()),
             reserved: AtomicU64::new(0),
             limit,
@@ -126,9 +122,53 @@ impl TxManager {
 
     /// Runs `f` with no handle and no commit running (the invariants of
     /// the cache and the allocator hold then).
-    pub fn quiesced<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+    pub fn quiesced<R>(&self, f: impl FnOnce() -> R) -> R {
         let _c = self.commit_lock.lock();
-        self.gate.close_and(f)
+        let Push::Mine(turn) = self.gate.push(false) else { unreachable!("a quiesce delegates nothing") };
+        let r = catch_unwind(AssertUnwindSafe(f));
+        self.gate.open(turn);
+        r.unwrap_or_else(|p| resume_unwind(p))
+    }
+
+    /// A handle leaves the gate (its drop); if it is the last one out of a
+    /// gate closed for a commit, it runs the commit's swap.
+    pub(super) fn leave(&self, meta: &Meta) {
+        if let Some(turn) = self.gate.leave() {
+            self.take_turn(meta, turn);
+        }
+    }
+
+    /// Runs the commit's swap with no handle inside, hands its result to the
+    /// commit and reopens the gate.
+    fn take_turn(&self, meta: &Meta, turn: Turn) {
+        let r = catch_unwind(AssertUnwindSafe(|| self.swap(meta)));
+        *self.swapped.lock() = Some(r);
+        self.gate.open(turn);
+    }
+
+    /// Under the closed gate, with no handle inside: rewrites the superblock
+    /// buffer and swaps the committed-item list for an empty one.
+    fn swap(&self, meta: &Meta) -> Result<Batch> {
+        let t0 = Instant::now();
+        // An operation that failed while we waited may have aborted the
+        // journal: its half-done changes must not be pushed.
+        self.latch.check_commit()?;
+        if cfg!(debug_assertions) {
+            // No handle runs now: the in-memory invariants must hold.
+            meta.bufs.debug_check_consistency();
+            meta.alloc.debug_check_consistency();
+        }
+        if meta.bufs.dirty_count() > 0 {
+            let tx = Tx::new(meta, self, None, MARGIN);
+            meta.write_sb_buffer(&tx, self.latch.flagged())?;
+        }
+        let batch = meta.bufs.cil.swap();
+        if !batch.is_empty() {
+            meta.running_seq.fetch_add(1, Ordering::AcqRel);
+        }
+        self.snapshots.fetch_add(1, Ordering::AcqRel);
+        meta.bufs.cil.stats.swap_us_max.fetch_max(t0.elapsed().as_micros() as u64, Relaxed);
+        Ok(batch)
     }
 
     /// Credits reserved by running handles.
@@ -197,27 +237,23 @@ impl TxManager {
         }
         self.stats.handles.fetch_add(1, Ordering::Relaxed);
         self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
-        let (gate, waited) = self.gate.enter();
-        if let Some(w) = waited {
-            let us = w.kept_out.as_micros() as u64;
+        if let Some(w) = self.gate.enter() {
+            let us = w.wall.as_micros() as u64;
             let cil = &meta.bufs.cil.stats;
             cil.writer_wait.add(us);
             cil.writer_wait_us_max.fetch_max(us, Relaxed);
-            let wall = w.wall.as_micros() as u64;
-            cil.writer_wait_wall_us_max.fetch_max(wall, Relaxed);
             if w.preempted {
                 cil.writer_waits_preempted.fetch_add(1, Relaxed);
             } else {
-                cil.writer_wait_on_cpu_us_max.fetch_max(wall, Relaxed);
+                cil.writer_wait_on_cpu_us_max.fetch_max(us, Relaxed);
             }
         }
-        Ok(Tx::new(meta, self, Some(gate), credits))
+        Ok(Tx::new(meta, self, Some(Instant::now()), credits))
     }
 
     /// Makes everything changed before this call durable (see the module
-    /// essay). `prepare` runs under the closed gate before the snapshot,
-    /// when there is anything to commit (it rewrites the superblock buffer).
-    pub fn commit(&self, meta: &Meta, prepare: &(dyn Fn(&Tx) -> Result<()> + Sync)) -> Result<()> {
+    /// essay).
+    pub fn commit(&self, meta: &Meta) -> Result<()> {
         let arrived = self.snapshots.load(Ordering::Acquire);
         let _c = self.commit_lock.lock();
         if self.committed_snapshots.load(Ordering::Acquire) > arrived {
@@ -225,31 +261,13 @@ impl TxManager {
             return Ok(());
         }
         self.latch.check_commit()?;
-        // Runs with no handle inside the gate, on this thread or on the last
-        // handle's to leave (see `gate`).
-        let swap = || -> Result<Batch> {
-            let t0 = Instant::now();
-            // An operation that failed while we waited may have aborted the
-            // journal: its half-done changes must not be pushed.
-            self.latch.check_commit()?;
-            if cfg!(debug_assertions) {
-                // No handle runs now: the in-memory invariants must hold.
-                meta.bufs.debug_check_consistency();
-                meta.alloc.debug_check_consistency();
-            }
-            if meta.bufs.dirty_count() > 0 {
-                let tx = Tx::new(meta, self, None, MARGIN);
-                prepare(&tx)?;
-            }
-            let batch = meta.bufs.cil.swap();
-            if !batch.is_empty() {
-                meta.running_seq.fetch_add(1, Ordering::AcqRel);
-            }
-            self.snapshots.fetch_add(1, Ordering::AcqRel);
-            meta.bufs.cil.stats.swap_us_max.fetch_max(t0.elapsed().as_micros() as u64, Relaxed);
-            Ok(batch)
-        };
-        let batch = self.gate.close_and(swap)?;
+        // The swap runs with no handle inside the gate, on this thread or on
+        // the last handle's to leave (see `gate`).
+        if let Push::Mine(turn) = self.gate.push(true) {
+            self.take_turn(meta, turn);
+        }
+        let swapped = self.swapped.lock().take().expect("a push's turn ended without a swap");
+        let batch = swapped.unwrap_or_else(|p| resume_unwind(p))?;
         // The gate is free again: operations fill the next checkpoint while
         // this one is captured and written.
         let t0 = Instant::now();
@@ -309,14 +327,9 @@ impl Publish for TxManager {
         put("tx.max_credits", t.max_credits.load(Relaxed));
         put("tx.steps", t.steps.load(Relaxed));
         put("tx.gate_hold_us_max", t.gate_hold_us_max.load(Relaxed));
-        let (defers, given_up) = self.gate.defers();
-        put("tx.push_defers", defers);
-        put("tx.push_defers_given_up", given_up);
-        put("tx.push_reopens", self.gate.reopens());
         let (empty, impatient) = self.gate.empties();
         put("tx.push_empty_swaps", empty);
         put("tx.push_impatient_closes", impatient);
-        put("tx.push_last_closes", self.gate.last_closes());
         let (preempted, on_cpu_max) = self.gate.swaps();
         put("tx.swaps_preempted", preempted);
         put("tx.swap_on_cpu_us_max", on_cpu_max);
