@@ -677,7 +677,7 @@ class FsMarkScale(FsMark):
             "`sync`), and the daemon's peak RSS per phase (VmHWM of the `cairn mount` process, reset at "
             "the phase's start with `clear_refs`, read at its end; fuse2fs's likewise). `cairn-engine`: "
             "the same three phases on cairn's engine in one process, no FUSE, no kernel caches "
-            "(`cairn debug fsmark IMG --files N --threads 2 --dirs D --per-dir N --rows LOOPS`: "
+            "(`cairn-bench-driver fsmark IMG --files N --threads 2 --dirs D --per-dir N --rows LOOPS`: "
             "`Fs::mknod`s in the same directory shape with fs_mark's 40-byte names, commit, unmount, "
             "drop_caches, a new mount, a one-thread walk that looks up every entry, two threads that "
             "unlink and rmdir); its device bytes are the bytes it `pwrite`s to the image file (it has "
@@ -766,7 +766,7 @@ class FsMarkScale(FsMark):
         return res
 
     def run_engine(self, fs, v):
-        cmd = [fs.cairn, "debug", "fsmark", fs.image, "--files", str(v["files"]), "--threads",
+        cmd = [fsmod.driver_of(fs.cairn), "fsmark", fs.image, "--files", str(v["files"]), "--threads",
                str(self.THREADS), "--dirs", str(v["dirs"]), "--per-dir", str(v["per_dir"]), "--rows",
                str(v["loops"])]
         data = None
@@ -776,14 +776,14 @@ class FsMarkScale(FsMark):
             cmd = ["perf", "record", "-g", "-F", "999", "-k", "CLOCK_MONOTONIC", "-o", data, "--", *cmd]
         r = run(cmd, capture_output=True, text=True, check=False)
         if r.returncode:
-            raise RuntimeError(f"cairn debug fsmark failed: {r.stderr.strip()[-500:]}")
+            raise RuntimeError(f"cairn-bench-driver fsmark failed: {r.stderr.strip()[-500:]}")
         j = json.loads(r.stdout)
         if data:
             for ph in ("create", "walk", "unlink"):
                 if j.get(ph):
                     tag = f"{fs.name}-{count_label(v['files'])}-{ph}"
                     perf_summary(data, os.path.join(self.profile_dir, f"{tag}.txt"),
-                                 f"perf record -g -F 999 -k CLOCK_MONOTONIC -- cairn debug fsmark ({tag})",
+                                 f"perf record -g -F 999 -k CLOCK_MONOTONIC -- cairn-bench-driver fsmark ({tag})",
                                  j[ph]["monotonic"])
             os.unlink(data)
         n = j["create"]["files"]

@@ -59,12 +59,21 @@ CAIRN_VARIANTS = {
     "cairn-impatient": ["push_patience_us=0"],
 }
 # cairn's engine alone, without FUSE or the kernel: the experiment runs a
-# `cairn debug ...` workload on an image file in the scratch tmpfs (nothing is
+# `cairn-bench-driver ...` workload on an image file in the scratch tmpfs (nothing is
 # mounted). Only experiments that name it in `Experiment.extra_fs` run it.
 ENGINE = "cairn-engine"
 USER_FS = ["cairn", "fuse2fs", BASELINE, ENGINE, *CAIRN_VARIANTS]
 ROOT = os.geteuid() == 0
 KERNEL_FS = {"tmpfs", "ext4", "xfs", "btrfs"}
+
+
+def driver_of(cairn_bin):
+    """The benchmark driver (`bench/driver`, the engine in-process) built
+    beside the `cairn` binary `cairn_bin`."""
+    driver = os.path.join(os.path.dirname(os.path.abspath(cairn_bin)), "cairn-bench-driver")
+    if not os.access(driver, os.X_OK):
+        raise RuntimeError(f"no {driver}: build it with `cargo build --release -p cairn-bench-driver`")
+    return driver
 
 
 def is_cairn(name):

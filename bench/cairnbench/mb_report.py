@@ -170,8 +170,8 @@ def loops_section(res):
 
 def engine_section(res):
     e = {x: get(res["cairn"], x, "engine") for x in MODES}
-    s = "## 3. The engine alone (`cairn debug dd`)\n\n"
-    s += ("`cairn debug dd IMG --path file --bs 2M --count 10 --repeat 3 -o mb_optimize_scan=X` on a fresh copy: "
+    s = "## 3. The engine alone (`cairn-bench-driver dd`)\n\n"
+    s += ("`cairn-bench-driver dd IMG --path file --bs 2M --count 10 --repeat 3 -o mb_optimize_scan=X` on a fresh copy: "
           "the engine mounted in-process (no FUSE, no kernel), xorshift data generated outside the timed region; "
           "seconds of the file-system calls per run:\n\n")
     s += HEAD
@@ -233,7 +233,7 @@ def write(outdir, res):
     s += (f"{meta['date']}, {meta['machine']}; cairn {meta['cairn_version']}; `{meta['command']}`; "
           f"{meta.get('wall_seconds', 0)} s in all.\n\n")
     s += (f"Image: `cairn mkfs --size {meta['size']}` ({pr.get('groups', 0):,} groups of "
-          f"{pr.get('group_bytes', 0) >> 20} MiB), sparse, in a private tmpfs; `cairn debug fragment` "
+          f"{pr.get('group_bytes', 0) >> 20} MiB), sparse, in a private tmpfs; `cairn-bench-driver fragment` "
           f"(every other MiB of every group marked used; {pr.get('fragment_seconds', 0):.1f} s) left "
           f"{human(pr.get('free_bytes'))} free in 1 MiB runs and no free 2 MiB run; it holds "
           f"{human(pr.get('bytes_on_disk'))} of metadata. Every measurement starts from a fresh "

@@ -1,24 +1,20 @@
 //! # cairn: the command
 //!
-//! `cairn mkfs | mount | umount | fsck | stats | bench`, and the hidden, test-only
-//! `cairn debug fragment | dd` (`debug_cmd`). Each subcommand lives in its own
-//! module; this file parses the command line and maps outcomes to exit
+//! `cairn mkfs | mount | umount | fsck | stats | trim | tune | resize | inspect
+//! | bench | completions | manpages`. Each subcommand lives in its own module
+//! (the benchmark suite's in-process tools are a binary of their own,
+//! `bench/driver`); this file parses the command line and maps outcomes to exit
 //! codes: 0 success, 1 failure with a message on stderr, 2 bad usage (clap),
 //! and for `fsck` the fsck(8) codes (0 clean, 1 corrected, 4 uncorrected,
 //! 8 operational error).
 
 mod control;
-mod debug_cmd;
-mod debug_dd;
-mod debug_fsmark;
-mod debug_overwrite;
 mod inspect_cmd;
 mod loopdev;
 mod mkfs_cmd;
 mod mount_cmd;
 mod remount_cmd;
 mod resize_cmd;
-mod size;
 mod stats_cmd;
 mod stats_summary;
 mod syslog;
@@ -194,9 +190,6 @@ enum Cmd {
         /// The directory to write them into (created if missing).
         dir: PathBuf,
     },
-    /// Test-only tools for benchmarks and tests (fragment an image, dd through the engine).
-    #[command(hide = true, subcommand)]
-    Debug(debug_cmd::DebugCmd),
 }
 
 /// `$CAIRN_LOG`, or `default`.
@@ -375,13 +368,6 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(m) => fail("trim", &m),
-            }
-        }
-        Cmd::Debug(cmd) => {
-            init_logging("warn");
-            match debug_cmd::run(&cmd) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(m) => fail("debug", &m),
             }
         }
     }

@@ -4,9 +4,9 @@
 //! XFS, btrfs, and a few other signatures) unless `--force`: formatting the
 //! wrong file is the one mistake mkfs cannot undo.
 
-use crate::size::{human, parse_size};
 use cairn_core::dev::{BlockDevice, FileDevice};
 use cairn_core::mkfs::{create_lost_found, format, MkfsOptions};
+use cairn_core::{human_bytes as human, parse_size};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::OpenOptions;
 use std::io::Read;

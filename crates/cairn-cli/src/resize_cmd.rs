@@ -2,8 +2,8 @@
 //! `cairn_core::resize`). An image file is made longer first (sparse); a
 //! block device must already hold SIZE.
 
-use crate::size::parse_size;
 use cairn_core::dev::FileDevice;
+use cairn_core::parse_size;
 use std::path::Path;
 
 /// Grows IMAGE to SIZE; what to print.

@@ -2,7 +2,7 @@
 //! control socket) or the static figures of an image (from its superblock).
 
 use crate::control;
-use crate::size::human;
+use cairn_core::human_bytes as human;
 use cairn_format::superblock::{Superblock, SB_SIZE, STATE_CLEAN, STATE_ERRORS};
 use serde_json::{json, Value};
 use std::os::unix::fs::FileExt;

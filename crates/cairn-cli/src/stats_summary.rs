@@ -3,7 +3,7 @@
 //! cache hit rates, one headline figure per mechanism, errors), computed
 //! from the same document `--json` prints. `--all` adds every raw counter.
 
-use crate::size::human;
+use cairn_core::human_bytes as human;
 use cairn_fsck::num;
 use serde_json::Value;
 

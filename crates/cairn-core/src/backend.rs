@@ -12,15 +12,13 @@
 //! as CPUs, an operation woken at a push's reopened gate otherwise sat
 //! runnable behind the capture until the scheduler's next tick (4 ms here).
 //! At a lower priority the woken operation takes the backend's CPU at once.
-//! Engine, 1M creates and unlinks (`cairn debug fsmark`), 6 runs each,
+//! Engine, 1M creates and unlinks (`cairn-bench-driver fsmark`), 6 runs each,
 //! alternating: the longest wait at a push was under 1 ms in 10 of 12
 //! phases at nice 10 against 7 of 12 at nice 0; at 2M, 3 runs each, 3 of 6
 //! against 1 of 6. Commits a `fsync` makes run on the caller's thread.
 
-use crate::fs::Fs;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -34,20 +32,19 @@ pub struct Backend {
 }
 
 impl Backend {
-    /// Starts the thread for `fs`.
-    pub fn start(fs: &Arc<Fs>, interval: Duration, nice: i32) -> std::io::Result<()> {
-        let f2 = fs.clone();
-        let h = std::thread::Builder::new()
-            .name("cairn-backend".into())
-            .spawn(move || f2.backend().run(&f2, interval, nice))?;
-        *fs.backend().thread.lock() = Some(h);
+    /// Starts the thread: `body` runs on it (it calls [`Backend::run`]).
+    pub fn spawn(&self, body: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+        let h = std::thread::Builder::new().name("cairn-backend".into()).spawn(body)?;
+        *self.thread.lock() = Some(h);
         Ok(())
     }
 
-    fn run(&self, fs: &Fs, interval: Duration, nice: i32) {
+    /// The thread's loop: `commit` every `interval`, or when kicked, until
+    /// stopped or `commit` returns false.
+    pub fn run(&self, interval: Duration, nice: i32, commit: &mut dyn FnMut() -> bool) {
         if nice > 0 {
             lower_own_priority(nice);
-            crate::journal::gate::mark_background_thread();
+            crate::tx::gate::mark_background_thread();
         }
         loop {
             {
@@ -60,18 +57,8 @@ impl Backend {
             if self.stop.load(Ordering::Acquire) {
                 return;
             }
-            if let Err(e) = fs.commit() {
-                tracing::error!(error = %e, "background commit failed; the backend stops");
+            if !commit() {
                 return;
-            }
-            // `-o discard`: blocks freed by the checkpoint just committed
-            // are discarded when the log's tail passes it; checkpoint now
-            // rather than when the log next needs room.
-            if fs.opts.discard && fs.meta.alloc.pending_blocks() > 0 {
-                if let Err(e) = fs.txm.checkpoint(&fs.meta) {
-                    tracing::error!(error = %e, "background checkpoint failed; the backend stops");
-                    return;
-                }
             }
         }
     }

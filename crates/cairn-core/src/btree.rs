@@ -26,8 +26,8 @@
 //! touched under that owner's lock; callers hold the transaction gate.
 
 use crate::error::Result;
-use crate::journal::Tx;
 use crate::meta::Meta;
+use crate::tx::Tx;
 use cairn_format::btree::{Node, NodeBody, NodeView, MAX_LEVEL};
 use cairn_format::leaf_edit;
 use cairn_format::FormatError;
@@ -399,4 +399,15 @@ impl<'a> Tree<'a> {
         }
         self.free_node(tx, root)
     }
+}
+
+/// Levels of the tree rooted at `root` (0 = empty): the root's level + 1
+/// (what `journal::credits` takes).
+pub fn levels(meta: &Meta, root: u64, kind: u8, owner: u64) -> Result<u64> {
+    if root == 0 {
+        return Ok(0);
+    }
+    let buf = meta.read_node(root, kind, owner)?;
+    let level = buf.read()[5];
+    Ok(u64::from(level) + 1)
 }

@@ -15,8 +15,8 @@
 use crate::btree::Tree;
 use crate::error::{FsError, Result};
 use crate::inode::InodeState;
-use crate::journal::Tx;
 use crate::meta::Meta;
+use crate::tx::Tx;
 use cairn_format::btree::KIND_DIRENTS;
 use cairn_format::dirent::*;
 use cairn_format::inode::DataArea;
@@ -127,5 +127,13 @@ pub fn list(meta: &Meta, dir: &InodeState, from: u64, f: &mut dyn FnMut(u64, Dir
     match bad {
         Some(e) => Err(e.into()),
         None => Ok(()),
+    }
+}
+
+/// Levels of a directory's entry tree.
+pub fn levels(meta: &Meta, st: &InodeState) -> Result<u64> {
+    match st.d.data {
+        DataArea::Tree(root) => crate::btree::levels(meta, root, KIND_DIRENTS, st.ino),
+        _ => Ok(0),
     }
 }

@@ -12,8 +12,8 @@
 use crate::btree::Tree;
 use crate::error::Result;
 use crate::inode::InodeState;
-use crate::journal::Tx;
 use crate::meta::Meta;
+use crate::tx::Tx;
 use cairn_format::btree::KIND_EXTENTS;
 use cairn_format::extent::{Extent, MAX_EXTENT_LEN};
 use cairn_format::inode::{DataArea, INLINE_EXTENTS};
@@ -293,5 +293,14 @@ pub fn insert(tx: &Tx<'_>, st: &mut InodeState, e: Extent) -> Result<()> {
             Ok(())
         }
         DataArea::Inline(_) => Err(FormatError::corrupt("inode", st.ino, "extent insert into inline data").into()),
+    }
+}
+
+/// Levels of a file's extent tree; inline maps count as one level (an
+/// insert may move them into a new tree).
+pub fn levels(meta: &Meta, st: &InodeState) -> Result<u64> {
+    match st.d.data {
+        DataArea::Tree(root) => crate::btree::levels(meta, root, KIND_EXTENTS, st.ino),
+        _ => Ok(1),
     }
 }

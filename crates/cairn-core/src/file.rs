@@ -17,8 +17,9 @@ use crate::alloc::AllocRequest;
 use crate::error::{FsError, Result};
 use crate::extent_map::{self, Mapping};
 use crate::inode::InodeState;
-use crate::journal::{credits, Tx};
+use crate::journal::credits;
 use crate::meta::Meta;
+use crate::tx::Tx;
 use cairn_format::extent::{Extent, MAX_EXTENT_LEN};
 
 /// Largest file size supported (bytes).
@@ -96,7 +97,7 @@ fn data_request(meta: &Meta, st: &InodeState, lblk: u64, want: u32) -> Result<Al
 /// credits are spent and something was done already (the caller goes on in
 /// a new handle); asks for more credits when nothing was.
 fn room_for_extent(tx: &Tx<'_>, st: &InodeState, progressed: bool) -> Result<bool> {
-    let need = credits::map_extent(credits::extent_levels(tx, st)?) + credits::INODE;
+    let need = credits::map_extent(crate::extent_map::levels(tx, st)?) + credits::INODE;
     if tx.left() >= need {
         return Ok(true);
     }
@@ -244,7 +245,7 @@ fn zero_written(meta: &Meta, st: &InodeState, from: u64, to: u64) -> Result<()> 
 /// of the range, as many as the handle's credits allow, and returns whether
 /// any are left (the caller commits and calls again, in a new handle).
 pub fn free_range_step(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64, reserve: u64) -> Result<bool> {
-    let levels = credits::extent_levels(tx, st)?;
+    let levels = crate::extent_map::levels(tx, st)?;
     let per = credits::unmap_extent(levels);
     // Clipped pieces re-inserted at both ends, the inode, and what the
     // caller does after the step (`reserve`).

@@ -22,10 +22,11 @@ use crate::dcache::{Cached, DentryCache};
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
 use crate::inode::{InodeCache, InodeGuard, InodeState};
-use crate::journal::{credits, ErrorPolicy, Journal, Latch, Tx, TxManager};
+use crate::journal::{credits, ErrorPolicy, Journal, Latch};
 use crate::meta::Meta;
-use crate::overwrite::Overwrite;
+use crate::overwrite_state::Overwrite;
 use crate::reaper::Reaper;
+use crate::tx::{Tx, TxManager};
 use crate::types::*;
 use crate::{acl, dir, file, xattr};
 use cairn_format::dirent::DIRENT_MIN_LOW;
@@ -82,7 +83,7 @@ pub struct MountOptions {
     pub sync_delete: bool,
     /// Delayed logging: log only the changed chunks of each block and defer
     /// home writes until the log needs the room (`-o delaylog=0`: whole
-    /// blocks, home at every commit; see `journal::cil` and `journal::ail`).
+    /// blocks, home at every commit; see `buffer::cil` and `journal::ail`).
     pub delaylog: bool,
     /// Compress each checkpoint's logged chunks (zstd) on images with
     /// `INCOMPAT_JOURNAL_ZSTD` (`-o journal_compress=0` logs them as they
@@ -91,10 +92,15 @@ pub struct MountOptions {
     /// Nice value of the backend thread (`-o backend_nice=N`, 0–19; 0 keeps
     /// the mounting thread's; see `backend`).
     pub backend_nice: i32,
+    /// How long a push's close of the transaction gate waits for the
+    /// operations inside before it reopens and tries again
+    /// (`-o push_drain_us=N`; 0: never, the close waits however long; see
+    /// `tx::gate`).
+    pub push_drain: Option<Duration>,
     /// How long a push waits for a moment with no operation inside the
     /// transaction gate (then nobody waits for its swap but for the swap
     /// itself) before it closes the gate on the operations inside
-    /// (`-o push_patience_us=N`; 0: it closes at once; see `journal::gate`).
+    /// (`-o push_patience_us=N`; 0: it closes at once; see `tx::gate`).
     pub push_patience: Option<Duration>,
 }
 
@@ -117,7 +123,8 @@ impl Default for MountOptions {
             delaylog: true,
             journal_compress: true,
             backend_nice: 10,
-            push_patience: Some(crate::journal::gate::PATIENCE),
+            push_drain: Some(crate::tx::gate::DRAIN),
+            push_patience: Some(crate::tx::gate::PATIENCE),
         }
     }
 }
@@ -246,7 +253,7 @@ impl Fs {
             running_seq: journal.next_seq().into(),
             orphan_root: Mutex::new(sb.orphan_root),
             sb: Mutex::new(sb.clone()),
-            xattrs: crate::xattr::XattrShare::new(
+            xattrs: crate::mbcache::XattrShare::new(
                 opts.mbcache,
                 sb.feature_incompat & cairn_format::superblock::INCOMPAT_XATTR_EXTERNAL != 0,
             ),
@@ -273,6 +280,7 @@ impl Fs {
                 Latch::new(opts.errors, had_errors, home_lock),
                 (cache_blocks / 8).max(256) as u64,
                 opts.push_patience,
+                opts.push_drain,
             ),
             icache: InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes)),
             dcache: DentryCache::new(opts.lru_caches.then_some(opts.dentry_cache_bytes)),
@@ -311,16 +319,33 @@ impl Fs {
         // a superblock that says clean then means an empty log (the journal
         // open trusts it to skip its scan for damage).
         self.commit_and_checkpoint()?;
-        Backend::start(self, self.opts.commit_interval, self.opts.backend_nice)?;
+        let fs = self.clone();
+        let (interval, nice) = (self.opts.commit_interval, self.opts.backend_nice);
+        self.backend.spawn(move || fs.backend.run(interval, nice, &mut || fs.background_commit()))?;
         self.meta.xattrs.cache.start()?;
         if self.reaper.deferred {
-            Reaper::start(self)?;
+            let fs = self.clone();
+            self.reaper.spawn(move || fs.reaper.run(&|| fs.reap_queued()))?;
         }
         Ok(())
     }
 
-    pub(crate) fn backend(&self) -> &Backend {
-        &self.backend
+    /// One round of the backend thread: a commit, and under `-o discard` a
+    /// checkpoint that releases (and discards) the blocks freed so far,
+    /// rather than when the log next needs room. False stops the thread
+    /// (the error is logged).
+    fn background_commit(&self) -> bool {
+        if let Err(e) = self.commit() {
+            tracing::error!(error = %e, "background commit failed; the backend stops");
+            return false;
+        }
+        if self.opts.discard && self.meta.alloc.pending_blocks() > 0 {
+            if let Err(e) = self.txm.checkpoint(&self.meta) {
+                tracing::error!(error = %e, "background checkpoint failed; the backend stops");
+                return false;
+            }
+        }
+        true
     }
 
     /// Commits everything, checkpoints the journal, marks the image clean and
@@ -358,7 +383,7 @@ impl Fs {
     }
 
     /// Makes everything changed before this call durable; concurrent callers
-    /// share one commit (see `journal::manager`).
+    /// share one commit (see `tx::manager`).
     pub(crate) fn commit(&self) -> Result<()> {
         self.log_dirty_times()?;
         self.txm.commit(&self.meta)
@@ -387,7 +412,7 @@ impl Fs {
     }
 
     /// Runs a changing operation in a transaction handle of `credits` log
-    /// credits (see `journal::handle`): restarts it with more credits when it
+    /// credits (see `tx::handle`): restarts it with more credits when it
     /// asks for them before changing anything, and retries once, after two
     /// commits, an operation that found the file system full while freed
     /// blocks still waited for the journal (operations leave nothing
@@ -784,11 +809,22 @@ impl Fs {
     /// Live counters, as (dotted name, value) pairs: `journal.commits`,
     /// `alloc.blocks_allocated`, `cache.hits`, ... Later subsystems add theirs.
     pub fn stats(&self) -> Vec<(String, u64)> {
-        crate::stats::collect(self)
+        use crate::stats::Publish;
+        let mut v: Vec<(String, u64)> = Vec::new();
+        let mut put = |k: &str, x: u64| v.push((k.to_string(), x));
+        self.txm.publish(&mut put);
+        self.meta.bufs.publish(&mut put);
+        self.icache.publish(&mut put);
+        self.dcache.publish(&mut put);
+        self.ow.publish(&mut put);
+        self.reaper.publish(&mut put);
+        self.meta.xattrs.cache.publish(&mut put);
+        self.meta.alloc.publish(&mut put);
+        v
     }
 
     /// Tests: pauses each commit this long after capturing each buffer, so
-    /// that operations overtake the push (see `journal::cil`).
+    /// that operations overtake the push (see `buffer::cil`).
     #[cfg(feature = "testing")]
     pub fn debug_slow_capture(&self, pause: Duration) {
         self.meta.bufs.cil.set_capture_pause(pause);

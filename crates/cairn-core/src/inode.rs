@@ -75,10 +75,10 @@
 //! lock is taken before a lookup-table shard lock.
 
 use crate::error::{FsError, Result};
-use crate::journal::Tx;
 use crate::lru::{Isolate, Shard, ShardedLru};
 use crate::meta::Meta;
 use crate::stats::Publish;
+use crate::tx::Tx;
 use cairn_format::inode::Timestamp;
 use cairn_format::inode::{DataArea, DiskInode, ATTR_APPEND, ATTR_DIRSYNC, ATTR_IMMUTABLE, ATTR_SYNC};
 use cairn_format::FormatError;

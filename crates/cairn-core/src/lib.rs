@@ -5,17 +5,24 @@
 //! benchmarks and embedders call [`Fs`] directly.
 //!
 //! ## Map
-//! * [`dev`] — block devices (image file, RAM).
-//! * [`mkfs`] — formatting, as a library function; [`tune`] — renaming
-//!   an unmounted file system (label, UUID).
-//! * `buffer` — the metadata buffer cache (sharded).
-//! * `journal` — transactions, commit to the write-ahead journal, replay.
+//! From the bottom; each module uses only those above it in this list
+//! (`tests/it/layers.rs` checks that no import cycle creeps in; the layers
+//! are drawn in docs/design.md).
+//! * [`dev`] — block devices (image file, RAM); `stats`, `types`, `error`.
+//! * `journal` — the write-ahead log: records, replay, deferred home
+//!   writes, the error latch, credit arithmetic.
+//! * `buffer` — the metadata buffer cache (sharded) and its committed-item
+//!   list.
 //! * `alloc` — group bitmaps, block and inode allocation.
+//! * `meta` — the context the objects work through.
+//! * `tx` — transaction handles, the gate, the transaction manager.
 //! * `btree` — the generic B+tree over buffers (extents, directories, orphans).
 //! * `inode`, `dir`, `file`, `xattr` — the objects.
-//! * `overwrite` — the overwrite fast path (no transaction for writes over
-//!   written blocks) and the lazily logged times it leaves.
-//! * [`Fs`] (`fs.rs`) — the POSIX-shaped API.
+//! * [`Fs`] (`fs.rs`) — the POSIX-shaped API; its operations live in
+//!   `namespace`, `file_ops`, `lifecycle`, `overwrite` (the overwrite fast
+//!   path: no transaction for writes over written blocks), `chattr`, ...
+//! * [`mkfs`] — formatting, as a library function; [`tune`], [`resize`] —
+//!   changing an unmounted file system.
 //!
 //! ## Concurrency
 //! FUSE serves requests from several threads. There is no global lock on the
@@ -41,6 +48,7 @@ mod alloc;
 mod backend;
 mod btree;
 mod buffer;
+mod chattr;
 mod dir;
 #[cfg(feature = "testing")]
 pub mod faults;
@@ -52,6 +60,7 @@ pub(crate) mod journal;
 mod lru;
 mod stats;
 mod thread_index;
+pub(crate) mod tx;
 mod xattr;
 
 pub use buffer::{BufState, BUF_OVERHEAD};
@@ -70,6 +79,7 @@ mod mbcache;
 mod meta;
 mod namespace;
 mod overwrite;
+mod overwrite_state;
 mod reaper;
 mod rename;
 mod ro_recovery;

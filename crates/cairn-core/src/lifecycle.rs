@@ -58,7 +58,8 @@ use crate::error::{FsError, Result};
 use crate::file;
 use crate::fs::Fs;
 use crate::inode::{InodeRef, InodeState};
-use crate::journal::{credits, Tx};
+use crate::journal::credits;
+use crate::tx::Tx;
 use crate::types::*;
 use cairn_format::btree::KIND_ORPHANS;
 use cairn_format::inode::*;
@@ -127,7 +128,7 @@ impl Fs {
 
     fn orphan_levels(&self) -> Result<u64> {
         let root = *self.meta.orphan_root.lock();
-        credits::tree_levels(&self.meta, root, KIND_ORPHANS, 0)
+        crate::btree::levels(&self.meta, root, KIND_ORPHANS, 0)
     }
 
     /// Credits of adding to (or removing from) the orphan list (one level
@@ -168,7 +169,7 @@ impl Fs {
             DataArea::Extents(list) => list.len() as u64 * credits::FREE,
             DataArea::Tree(root) if st.d.is_dir() => {
                 let kind = cairn_format::btree::KIND_DIRENTS;
-                credits::tree_levels(&self.meta, *root, kind, st.ino)? * credits::FREE
+                crate::btree::levels(&self.meta, *root, kind, st.ino)? * credits::FREE
             }
             DataArea::Tree(_) => credits::FREE,
             DataArea::Inline(_) => 0,
@@ -229,7 +230,14 @@ impl Fs {
 
     /// Drops one link of `st` (all of a directory's); releases it at zero.
     pub(crate) fn drop_link(&self, tx: &Tx<'_>, st: &mut InodeState, all: bool) -> Result<()> {
-        st.d.nlink = if all { 0 } else { st.d.nlink.saturating_sub(1) };
+        let nlink = if all { 0 } else { st.d.nlink.saturating_sub(1) };
+        if nlink == 0 && !(self.icache.lookups(st.ino) == 0 && Self::frees_at_once(st)) {
+            // The orphan-list insert may allocate, and fail on a full disk:
+            // before the inode changes (`release_unlinked` then finds it
+            // listed).
+            self.orphan_add(tx, st)?;
+        }
+        st.d.nlink = nlink;
         st.d.ctime = now();
         if st.d.nlink == 0 {
             return self.release_unlinked(tx, st);
@@ -522,4 +530,53 @@ impl Drop for LetGo<'_> {
 
 fn xattr_release(tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
     crate::xattr::release(tx, st)
+}
+
+/// The reaper's work (see `reaper`).
+impl Fs {
+    /// Frees every queued inode, in steps (the reaper thread, unmount, and
+    /// callers under `-o sync_delete`). Call with no handle held. A failure
+    /// leaves the inode on the orphan list (the next mount finishes it).
+    pub(crate) fn reap_queued(&self) {
+        crate::reaper::reaping(|| self.reap_queued_here());
+    }
+
+    fn reap_queued_here(&self) {
+        while let Some(job) = self.reaper.take() {
+            match job {
+                crate::reaper::Job::Delete(ino) => {
+                    if let Err(e) = self.finish_delete(ino) {
+                        tracing::warn!(ino, error = %e, "freeing a deleted file failed; it stays on the orphan list");
+                    }
+                }
+                crate::reaper::Job::Truncate { ino, blocks } => {
+                    let mut freed = 0;
+                    let res = {
+                        let _io = self.io_lock(ino);
+                        self.finish_truncate_if_pending(ino, &mut |n| {
+                            freed += n;
+                            self.reaper.freed(n);
+                        })
+                    };
+                    // The estimate's rest: blocks a write settled first,
+                    // holes, or a delete that took the file over.
+                    self.reaper.freed(blocks.saturating_sub(freed));
+                    if let Err(e) = res {
+                        tracing::warn!(ino, error = %e, "a deferred truncate failed; the file stays on the orphan list");
+                    }
+                }
+            }
+            self.reaper.finished();
+        }
+    }
+
+    /// After an operation that may have queued inodes: free them now
+    /// (`sync_delete`) or wake the reaper.
+    pub(crate) fn after_unlink(&self) {
+        if self.reaper.deferred {
+            self.reaper.kick();
+        } else {
+            self.reap_queued();
+        }
+    }
 }

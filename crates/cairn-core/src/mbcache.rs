@@ -36,7 +36,7 @@
 //! sharing — every inode gets its own block.
 
 use crate::stats::Publish;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -320,6 +320,34 @@ impl Publish for MbCache {
         let diff = |a: &AtomicU64, b: &AtomicU64| a.load(Relaxed).saturating_sub(b.load(Relaxed));
         put("mbcache.blocks_saved_since_mount", diff(&s.refs_shared, &s.refs_unshared));
         put("mbcache.shared_blocks_since_mount", diff(&s.became_shared, &s.became_private));
+    }
+}
+
+/// The sharing side of xattr blocks (`xattr`): the dedup cache and the
+/// block locks.
+pub struct XattrShare {
+    pub cache: Arc<MbCache>,
+    locks: Vec<Mutex<()>>,
+    /// The image may hold external values (`INCOMPAT_XATTR_EXTERNAL`).
+    pub(crate) external: bool,
+}
+
+/// Stripes of the xattr-block lock.
+const BLOCK_LOCKS: usize = 256;
+
+impl XattrShare {
+    pub fn new(mbcache: bool, external: bool) -> XattrShare {
+        XattrShare {
+            cache: Arc::new(MbCache::new(mbcache)),
+            locks: (0..BLOCK_LOCKS).map(|_| Mutex::new(())).collect(),
+            external,
+        }
+    }
+
+    /// The lock of xattr block `blk`: its refcount, its bytes and its cache
+    /// entry change only under it.
+    pub(crate) fn lock(&self, blk: u64) -> MutexGuard<'_, ()> {
+        self.locks[(blk as usize) % BLOCK_LOCKS].lock()
     }
 }
 

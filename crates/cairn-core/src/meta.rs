@@ -3,10 +3,9 @@
 //! the in-memory superblock that every commit rewrites.
 
 use crate::alloc::Allocator;
-use crate::buffer::{Buf, BufferCache};
+use crate::buffer::{Buf, BufferCache, Change};
 use crate::dev::BlockDevice;
 use crate::error::Result;
-use crate::journal::Tx;
 use cairn_format::btree::Node;
 use cairn_format::layout::Geometry;
 use cairn_format::superblock::{Superblock, STATE_ERRORS};
@@ -26,7 +25,7 @@ pub struct Meta {
     /// Sequence number of the checkpoint that operations now add to.
     pub running_seq: AtomicU64,
     /// Shared xattr blocks: the dedup cache and the block locks.
-    pub xattrs: crate::xattr::XattrShare,
+    pub xattrs: crate::mbcache::XattrShare,
     /// The superblock as the next commit writes it (its counters are
     /// refreshed then, see [`Meta::write_sb_buffer`]).
     pub sb: Mutex<Superblock>,
@@ -68,7 +67,7 @@ impl Meta {
     /// Logs the superblock with the counters as they are now: run by each
     /// commit under the closed gate, so they match the checkpoint.
     /// `errors`: the error latch has flagged the image.
-    pub fn write_sb_buffer(&self, tx: &Tx<'_>, errors: bool) -> Result<()> {
+    pub fn write_sb_buffer(&self, tx: &dyn Change, errors: bool) -> Result<()> {
         let mut sb = self.sb.lock();
         sb.free_blocks = self.alloc.disk_free_blocks.load(Ordering::Relaxed);
         sb.free_inodes = self.alloc.free_inodes.load(Ordering::Relaxed);
@@ -81,7 +80,7 @@ impl Meta {
         let buf = self.bufs.get(0, |_, _| Ok(()))?;
         // Logged whole: the error latch also writes the superblock in place,
         // outside the journal, so replay must not patch chunks over it.
-        tx.bufs.modify_whole(tx, &buf, |d| sb.encode(d));
+        self.bufs.modify_whole(tx, &buf, |d| sb.encode(d));
         Ok(())
     }
 
@@ -90,31 +89,5 @@ impl Meta {
     /// only the bounds are checked here.
     pub fn decode_node(&self, buf: &Buf) -> Result<Node> {
         Ok(Node::parse(buf.blk, &buf.read())?)
-    }
-}
-
-/// Changing metadata: only through a transaction handle.
-impl Tx<'_> {
-    /// Changes bytes `range` of `buf` in the running checkpoint (see
-    /// `BufferCache::modify`: only the chunks that change are logged).
-    pub fn modify<R>(&self, buf: &Arc<Buf>, range: std::ops::Range<usize>, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        self.bufs.modify(self, buf, range, f)
-    }
-
-    /// Encodes `node` into `buf` in the running checkpoint.
-    pub fn write_node(&self, buf: &Arc<Buf>, node: &Node) {
-        self.modify(buf, 0..self.bs(), |d| node.encode(self.seed, buf.blk, d));
-    }
-
-    /// Allocates one metadata block near `goal` and returns a zeroed buffer,
-    /// logged whole (`critical`: may take the last of the reserve, see `alloc`).
-    pub fn alloc_meta(&self, goal: u64, critical: bool) -> Result<Arc<Buf>> {
-        let blk = self.alloc.alloc_meta_block(self, goal, critical)?;
-        Ok(self.bufs.get_new(self, blk))
-    }
-
-    /// Frees blocks in the running checkpoint.
-    pub fn free(&self, start: u64, len: u64) -> Result<()> {
-        self.alloc.free_blocks(self, self.running_seq.load(Ordering::Acquire), start, len)
     }
 }

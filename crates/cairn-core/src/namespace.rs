@@ -45,7 +45,7 @@ impl Inherited {
         n * (credits::ALLOC + credits::FREE + 2)
     }
 
-    fn apply(&self, tx: &crate::journal::Tx<'_>, st: &mut InodeState) -> Result<()> {
+    fn apply(&self, tx: &crate::tx::Tx<'_>, st: &mut InodeState) -> Result<()> {
         if let Some(a) = &self.access {
             xattr::set(tx, st, acl::ACCESS, a, 0)?;
         }
@@ -74,7 +74,7 @@ impl Fs {
 
     /// Credits of adding an entry to `dir`.
     fn entry_add_credits(&self, dir: &InodeState) -> Result<u64> {
-        Ok(credits::tree_insert(credits::dir_levels(&self.meta, dir)?))
+        Ok(credits::tree_insert(crate::dir::levels(&self.meta, dir)?))
     }
 
     /// Shared body of mknod/mkdir/symlink.
@@ -330,9 +330,14 @@ impl Fs {
                     _ => {}
                 }
             }
-            let levels = credits::dir_levels(&self.meta, find(&mut gs, parent))?;
+            let levels = crate::dir::levels(&self.meta, find(&mut gs, parent))?;
             tx.require(credits::tree_remove(levels) + credits::INODE + self.drop_link_credits(find(&mut gs, ino))?)?;
             let t = now();
+            // The link first: its last one puts the inode on the orphan
+            // list, an insert that may allocate (and fail on a full disk)
+            // before anything else has changed; removing the entry
+            // allocates nothing.
+            self.drop_link(tx, find(&mut gs, ino), want_dir)?;
             {
                 let pg = find(&mut gs, parent);
                 self.dcache.invalidate(pg, name);
@@ -344,7 +349,6 @@ impl Fs {
                 }
                 self.store(tx, pg)?;
             }
-            self.drop_link(tx, find(&mut gs, ino), want_dir)?;
             self.dcache.insert(find(&mut gs, parent), name, None);
             Ok(())
         })

@@ -29,7 +29,7 @@
 //! ## Times
 //! The fast path records its time in the inode's dirty times
 //! ([`crate::inode::InodeState::lazy_time`], see `inode`) and queues the
-//! inode once on [`Overwrite`]'s list. [`Fs::log_dirty_times`] stores every
+//! inode once on `overwrite_state::Overwrite`'s list. [`Fs::log_dirty_times`] stores every
 //! queued inode in ordinary handles at the start of each commit, so times are
 //! durable after `fsync`/`syncfs` and at the backend's periodic commit (a
 //! commit that starts while another is storing the times it took waits for
@@ -57,59 +57,13 @@ use crate::extent_map::{self, Mapping};
 use crate::fs::Fs;
 use crate::inode::InodeRef;
 use crate::journal::credits;
-use crate::stats::Publish;
 use crate::types::now;
 use cairn_format::inode::S_IFREG;
-use parking_lot::{Mutex, ReentrantMutex};
+use std::sync::atomic::Ordering;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Inodes stored per handle when dirty times are logged.
 const TIMES_PER_HANDLE: usize = 32;
-
-/// Counters of the fast path (see the module essay).
-#[derive(Default)]
-pub struct OverwriteStats {
-    pub fast_writes: AtomicU64,
-    pub fast_bytes: AtomicU64,
-    pub journaled_writes: AtomicU64,
-    pub journaled_bytes: AtomicU64,
-    pub fallbacks: AtomicU64,
-    pub lazy_time_updates: AtomicU64,
-    pub lazy_times_logged: AtomicU64,
-    pub datasync_flush_only: AtomicU64,
-}
-
-/// The fast path's switch, its dirty-times list and counters.
-pub struct Overwrite {
-    pub enabled: bool,
-    /// Inodes with dirty times, each once (`times_queued`); the list holds a
-    /// reference, so the inode cache keeps them until they are logged.
-    dirty: Mutex<Vec<InodeRef>>,
-    /// Held by [`Fs::log_dirty_times`] from taking the list until the times
-    /// are in handles, so that a concurrent commit (an `fsync`) that finds
-    /// the list empty waits for them instead of committing without them.
-    /// Reentrant: logging may begin a handle that commits to make room.
-    logging: ReentrantMutex<()>,
-    pub stats: OverwriteStats,
-}
-
-impl Overwrite {
-    pub fn new(enabled: bool) -> Overwrite {
-        Overwrite {
-            enabled,
-            dirty: Mutex::new(Vec::new()),
-            logging: ReentrantMutex::new(()),
-            stats: OverwriteStats::default(),
-        }
-    }
-
-    /// Notes a write that went down the journaled path.
-    pub fn note_journaled(&self, bytes: usize) {
-        self.stats.journaled_writes.fetch_add(1, Relaxed);
-        self.stats.journaled_bytes.fetch_add(bytes as u64, Relaxed);
-    }
-}
 
 /// One piece of a fast-path write: `data[from..to]` goes to image offset `at`.
 struct Piece {
@@ -241,21 +195,5 @@ impl Fs {
             }
         }
         result
-    }
-}
-
-impl Publish for Overwrite {
-    fn publish(&self, put: &mut dyn FnMut(&str, u64)) {
-        let s = &self.stats;
-        put("overwrite.enabled", u64::from(self.enabled));
-        put("overwrite.fast_writes", s.fast_writes.load(Relaxed));
-        put("overwrite.fast_bytes", s.fast_bytes.load(Relaxed));
-        put("overwrite.journaled_writes", s.journaled_writes.load(Relaxed));
-        put("overwrite.journaled_bytes", s.journaled_bytes.load(Relaxed));
-        put("overwrite.fallbacks", s.fallbacks.load(Relaxed));
-        put("overwrite.lazy_time_updates", s.lazy_time_updates.load(Relaxed));
-        put("overwrite.lazy_times_logged", s.lazy_times_logged.load(Relaxed));
-        put("overwrite.dirty_times_queued", self.dirty.lock().len() as u64);
-        put("overwrite.datasync_flush_only", s.datasync_flush_only.load(Relaxed));
     }
 }

@@ -55,13 +55,11 @@
 //! `reaper.truncates_queued`, `reaper.truncates_settled`, `reaper.wakeups`
 //! (batches the thread woke for).
 
-use crate::fs::Fs;
 use crate::stats::Publish;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -81,7 +79,7 @@ pub const FORGET_WAIT: Duration = Duration::from_millis(500);
 
 /// What the reaper does for a queued inode.
 #[derive(Clone, Copy, Debug)]
-enum Job {
+pub(crate) enum Job {
     /// Free an unlinked inode: blocks, xattrs, orphan entry, number.
     Delete(u64),
     /// Free the blocks past a linked inode's size (a deferred truncate),
@@ -237,7 +235,7 @@ impl Reaper {
         let _ = self.backlog_blocks.fetch_update(Relaxed, Relaxed, |b| Some(b.saturating_sub(n)));
     }
 
-    fn take(&self) -> Option<Job> {
+    pub(crate) fn take(&self) -> Option<Job> {
         let mut q = self.queue.lock();
         let job = q.jobs.pop_front()?;
         q.running += 1;
@@ -248,7 +246,7 @@ impl Reaper {
         Some(job)
     }
 
-    fn finished(&self) {
+    pub(crate) fn finished(&self) {
         let mut q = self.queue.lock();
         q.running -= 1;
         self.stats.done.fetch_add(1, Relaxed);
@@ -296,17 +294,18 @@ impl Reaper {
         true
     }
 
-    /// Starts the thread for `fs`.
-    pub fn start(fs: &Arc<Fs>) -> std::io::Result<()> {
-        let f2 = fs.clone();
-        let h = std::thread::Builder::new().name("cairn-reaper".into()).spawn(move || f2.reaper.run(&f2))?;
-        *fs.reaper.thread.lock() = Some(h);
+    /// Starts the thread: `body` runs on it (it calls [`Reaper::run`]).
+    pub fn spawn(&self, body: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+        let h = std::thread::Builder::new().name("cairn-reaper".into()).spawn(body)?;
+        *self.thread.lock() = Some(h);
         Ok(())
     }
 
-    fn run(&self, fs: &Fs) {
-        // Its operations do not take a push's swap on (see `journal::gate`).
-        crate::journal::gate::mark_background_thread();
+    /// The thread's loop: waits for a batch of work, then `reap`s it
+    /// (`Fs::reap_queued`), until stopped.
+    pub fn run(&self, reap: &dyn Fn()) {
+        // Its operations do not take a push's swap on (see `tx::gate`).
+        crate::tx::gate::mark_background_thread();
         loop {
             {
                 let mut q = self.queue.lock();
@@ -326,7 +325,7 @@ impl Reaper {
                 return;
             }
             self.stats.wakeups.fetch_add(1, Relaxed);
-            fs.reap_queued();
+            reap();
         }
     }
 
@@ -353,60 +352,18 @@ thread_local! {
     static REAPING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Whether the calling thread is inside [`Fs::reap_queued`] (waiting for the
+/// Whether the calling thread is inside `Fs::reap_queued` (waiting for the
 /// reaper there would wait for itself).
 pub(crate) fn reaping_here() -> bool {
     REAPING.with(|r| r.get())
 }
 
-impl Fs {
-    /// Frees every queued inode, in steps (the reaper thread, unmount, and
-    /// callers under `-o sync_delete`). Call with no handle held. A failure
-    /// leaves the inode on the orphan list (the next mount finishes it).
-    pub(crate) fn reap_queued(&self) {
-        let outer = REAPING.with(|r| r.replace(true));
-        self.reap_queued_here();
-        REAPING.with(|r| r.set(outer));
-    }
-
-    fn reap_queued_here(&self) {
-        while let Some(job) = self.reaper.take() {
-            match job {
-                Job::Delete(ino) => {
-                    if let Err(e) = self.finish_delete(ino) {
-                        tracing::warn!(ino, error = %e, "freeing a deleted file failed; it stays on the orphan list");
-                    }
-                }
-                Job::Truncate { ino, blocks } => {
-                    let mut freed = 0;
-                    let res = {
-                        let _io = self.io_lock(ino);
-                        self.finish_truncate_if_pending(ino, &mut |n| {
-                            freed += n;
-                            self.reaper.freed(n);
-                        })
-                    };
-                    // The estimate's rest: blocks a write settled first,
-                    // holes, or a delete that took the file over.
-                    self.reaper.freed(blocks.saturating_sub(freed));
-                    if let Err(e) = res {
-                        tracing::warn!(ino, error = %e, "a deferred truncate failed; the file stays on the orphan list");
-                    }
-                }
-            }
-            self.reaper.finished();
-        }
-    }
-
-    /// After an operation that may have queued inodes: free them now
-    /// (`sync_delete`) or wake the reaper.
-    pub(crate) fn after_unlink(&self) {
-        if self.reaper.deferred {
-            self.reaper.kick();
-        } else {
-            self.reap_queued();
-        }
-    }
+/// Runs `f` as reaping (see [`reaping_here`]).
+pub(crate) fn reaping<R>(f: impl FnOnce() -> R) -> R {
+    let outer = REAPING.with(|r| r.replace(true));
+    let r = f();
+    REAPING.with(|r| r.set(outer));
+    r
 }
 
 impl Publish for Reaper {

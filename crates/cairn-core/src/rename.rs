@@ -22,7 +22,8 @@ use crate::dir;
 use crate::error::{FsError, Result};
 use crate::fs::{find, Fs};
 use crate::inode::lock_many;
-use crate::journal::{credits, Tx};
+use crate::journal::credits;
+use crate::tx::Tx;
 use crate::types::now as now_ts;
 use crate::types::{Ctx, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 use cairn_format::dirent::dtype_of_mode;
@@ -107,7 +108,7 @@ pub fn rename(
         // then a second retarget (exchange) or the removal of the old entry
         // and the overwritten target's last link; four inodes.
         let levels =
-            credits::dir_levels(meta, find(&mut gs, parent))?.max(credits::dir_levels(meta, find(&mut gs, newparent))?);
+            crate::dir::levels(meta, find(&mut gs, parent))?.max(crate::dir::levels(meta, find(&mut gs, newparent))?);
         let target = match dst {
             Some((_, dino)) => fs.drop_link_credits(find(&mut gs, dino))?,
             None => 0,

@@ -1,9 +1,8 @@
 //! Live counters for `cairn stats` (the daemon serves them; see cairn-cli).
 //!
 //! Each subsystem publishes its own counters by implementing [`Publish`]
-//! next to its code; this module only gathers them, in a fixed order.
+//! next to its code; `Fs::stats` gathers them, in a fixed order.
 
-use crate::fs::Fs;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// A subsystem that has counters: calls `put(dotted_name, value)` for each.
@@ -71,21 +70,6 @@ impl Histogram {
         }
         1u64 << (BUCKETS - 1)
     }
-}
-
-/// All counters of `fs`.
-pub fn collect(fs: &Fs) -> Vec<(String, u64)> {
-    let mut v: Vec<(String, u64)> = Vec::new();
-    let mut put = |k: &str, x: u64| v.push((k.to_string(), x));
-    fs.txm.publish(&mut put);
-    fs.meta.bufs.publish(&mut put);
-    fs.icache.publish(&mut put);
-    fs.dcache.publish(&mut put);
-    fs.ow.publish(&mut put);
-    fs.reaper.publish(&mut put);
-    fs.meta.xattrs.cache.publish(&mut put);
-    fs.meta.alloc.publish(&mut put);
-    v
 }
 
 #[cfg(test)]

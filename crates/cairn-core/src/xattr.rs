@@ -51,7 +51,7 @@
 //! * A block with refcount > 1 is never changed in place, nor are its value
 //!   blocks, which are written once and never changed.
 //! * A block's refcount, its bytes and its cache entry change only under
-//!   the block's lock (striped, [`XattrShare`]), inside the caller's
+//!   the block's lock (striped, [`crate::mbcache::XattrShare`]), inside the caller's
 //!   transaction together with the inode's pointer; the lock is never held
 //!   with another block's.
 //! * A cache entry is alive only while its block is an xattr block with
@@ -63,15 +63,13 @@
 
 use crate::error::{FsError, Result};
 use crate::inode::InodeState;
-use crate::journal::{credits, Tx};
-use crate::mbcache::MbCache;
+use crate::journal::credits;
 use crate::meta::Meta;
+use crate::tx::Tx;
 use crate::types::{XATTR_CREATE, XATTR_REPLACE};
 use cairn_format::xattr::*;
 use cairn_format::FormatError;
-use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 
 fn load(meta: &Meta, blk: u64) -> Result<XattrBlock> {
     let seed = meta.seed;
@@ -146,33 +144,6 @@ pub fn list(meta: &Meta, st: &InodeState) -> Result<Vec<u8>> {
         out.push(0);
     }
     Ok(out)
-}
-
-/// The sharing side of xattr blocks: the dedup cache and the block locks.
-pub struct XattrShare {
-    pub cache: Arc<MbCache>,
-    locks: Vec<Mutex<()>>,
-    /// The image may hold external values (`INCOMPAT_XATTR_EXTERNAL`).
-    external: bool,
-}
-
-/// Stripes of the xattr-block lock.
-const BLOCK_LOCKS: usize = 256;
-
-impl XattrShare {
-    pub fn new(mbcache: bool, external: bool) -> XattrShare {
-        XattrShare {
-            cache: Arc::new(MbCache::new(mbcache)),
-            locks: (0..BLOCK_LOCKS).map(|_| Mutex::new(())).collect(),
-            external,
-        }
-    }
-
-    /// The lock of xattr block `blk`: its refcount, its bytes and its cache
-    /// entry change only under it.
-    fn lock(&self, blk: u64) -> MutexGuard<'_, ()> {
-        self.locks[(blk as usize) % BLOCK_LOCKS].lock()
-    }
 }
 
 /// Writes block `blk` (`new`: freshly allocated, not read first, logged

@@ -255,6 +255,10 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.backend_nice = number(k, req(v), 0, 19)? as i32;
         Ok(())
     }),
+    spec(&["push_drain_us"], Required("N"), Measuring, "200", "how long (us, up to 100000) a commit's closed gate waits for the operations inside; 0: however long", |p, k, v| {
+        p.s.engine.push_drain = micros(k, v)?;
+        Ok(())
+    }),
     spec(&["push_patience_us"], Required("N"), Measuring, "5000", "how long (us, up to 100000) a commit waits for an empty gate before closing it; 0: closes at once", |p, k, v| {
         p.s.engine.push_patience = micros(k, v)?;
         Ok(())

@@ -241,6 +241,11 @@ mod tests {
         assert_eq!(parse(&["backend_nice=19"]).unwrap().engine.backend_nice, 19);
         assert!(parse(&["backend_nice=20"]).unwrap_err().contains("between 0 and 19"));
         assert!(parse(&["backend_nice=-5"]).is_err());
+        assert_eq!(s.engine.push_drain, Some(std::time::Duration::from_micros(200)));
+        assert_eq!(parse(&["push_drain_us=0"]).unwrap().engine.push_drain, None);
+        let d = parse(&["push_drain_us=1000"]).unwrap().engine.push_drain;
+        assert_eq!(d, Some(std::time::Duration::from_micros(1000)));
+        assert!(parse(&["push_drain_us=100001"]).unwrap_err().contains("between 0 and 100000"));
         assert_eq!(s.engine.push_patience, Some(std::time::Duration::from_millis(5)));
         assert_eq!(parse(&["push_patience_us=0"]).unwrap().engine.push_patience, None);
         let p = parse(&["push_patience_us=300"]).unwrap().engine.push_patience;

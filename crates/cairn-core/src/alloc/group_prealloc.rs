@@ -50,8 +50,8 @@ use super::prealloc::Held;
 use super::request::AllocRequest;
 use super::Allocator;
 use crate::buffer::BufferCache;
+use crate::buffer::Change;
 use crate::error::Result;
-use crate::journal::Tx;
 use crate::thread_index::thread_index;
 use parking_lot::Mutex;
 
@@ -107,7 +107,7 @@ impl LocalityGroups {
 impl Allocator {
     /// Serves small-file request `req` from the calling thread's locality
     /// group: the run closest to the goal that holds all it wants.
-    pub(super) fn take_group_prealloc(&self, tx: &Tx<'_>, req: &AllocRequest) -> Result<Option<(u64, u32)>> {
+    pub(super) fn take_group_prealloc(&self, tx: &dyn Change, req: &AllocRequest) -> Result<Option<(u64, u32)>> {
         let lg = self.lg.mine();
         let want = req.want;
         let pick = lg.lock().iter().filter(|r| r.len >= want).min_by_key(|r| r.pblk.abs_diff(req.goal)).copied();

@@ -23,8 +23,8 @@ use super::bits::*;
 use super::buddy::{Buddy, MAX_ORDER};
 use super::Allocator;
 use crate::buffer::BufferCache;
+use crate::buffer::Change;
 use crate::error::Result;
-use crate::journal::Tx;
 use cairn_format::bitmap::{synth_block_bitmap, synth_inode_bitmap};
 use cairn_format::checksum::crc;
 use cairn_format::group_desc::*;
@@ -153,10 +153,10 @@ impl Allocator {
     }
 
     /// Reads, changes and rewrites group `g`'s descriptor in the transaction.
-    fn update_gd(&self, tx: &Tx<'_>, g: u64, f: impl FnOnce(&mut GroupDesc)) -> Result<()> {
+    fn update_gd(&self, tx: &dyn Change, g: u64, f: impl FnOnce(&mut GroupDesc)) -> Result<()> {
         let (blk, off) = self.gd_loc(g);
-        let buf = tx.bufs.get(blk, |_, _| Ok(()))?;
-        tx.modify(&buf, off..off + GD_SIZE, |d| {
+        let buf = tx.bufs().get(blk, |_, _| Ok(()))?;
+        tx.bufs().modify(tx, &buf, off..off + GD_SIZE, |d| {
             let mut gd = GroupDesc::decode(self.seed, g, d)?;
             f(&mut gd);
             gd.encode(self.seed, g, d);
@@ -304,7 +304,7 @@ impl Allocator {
     /// caller's group lock keeps every other change of the bitmap out).
     pub(super) fn change_disk_bitmap(
         &self,
-        tx: &Tx<'_>,
+        tx: &dyn Change,
         g: u64,
         inode_map: bool,
         bits: std::ops::Range<u64>,
@@ -313,21 +313,21 @@ impl Allocator {
     ) -> Result<u64> {
         let n = (bits.end - bits.start) as i64;
         let free_delta = if set { -n } else { n };
-        let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, &tx.bufs, g)?;
+        let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, tx.bufs(), g)?;
         let (blk, uninit_flag) =
             if inode_map { (gd.inode_bitmap, GD_INODE_UNINIT) } else { (gd.block_bitmap, GD_BLOCK_UNINIT) };
         let buf = if gd.flags & uninit_flag != 0 {
-            let b = tx.bufs.get_new(tx, blk);
+            let b = tx.bufs().get_new(tx, blk);
             let init = if inode_map { synth_inode_bitmap(&self.geo) } else { synth_block_bitmap(&self.geo, g) };
-            debug_assert_eq!(init.len(), tx.bufs.block_size());
-            tx.modify(&b, 0..init.len(), |d| d.copy_from_slice(&init));
+            debug_assert_eq!(init.len(), tx.bufs().block_size());
+            tx.bufs().modify(tx, &b, 0..init.len(), |d| d.copy_from_slice(&init));
             b
         } else {
-            tx.bufs.get(blk, |_, _| Ok(()))?
+            tx.bufs().get(blk, |_, _| Ok(()))?
         };
         let first_byte = bits.start / 8;
         let bytes = first_byte as usize..bits.end.div_ceil(8) as usize;
-        let same = tx.modify(&buf, bytes, |d| {
+        let same = tx.bufs().modify(tx, &buf, bytes, |d| {
             let mut same = 0;
             for x in bits.start - first_byte * 8..bits.end - first_byte * 8 {
                 same += u64::from(disk_bit(d, x) == set);

@@ -30,21 +30,21 @@
 //! bitmap that is never written. cairn's in-memory group bitmap plays that
 //! part: a number is set there at once, while the on-disk bitmap's change
 //! rides in the create's own transaction and reaches the device only with
-//! the checkpoint that commits the create (the CIL, `journal::cil`). A crash
+//! the checkpoint that commits the create (the CIL, `buffer::cil`). A crash
 //! before that checkpoint loses the number and the inode together, so no
 //! number is ever leaked or handed out twice.
 
 use super::bits::*;
 use super::Allocator;
 use crate::buffer::BufferCache;
+use crate::buffer::Change;
 use crate::error::{FsError, Result};
-use crate::journal::Tx;
 use std::sync::atomic::Ordering::Relaxed;
 
 impl Allocator {
     /// Allocates an inode number: the counter's next number if it is free,
     /// else the first free one found from there (see the module essay).
-    pub fn alloc_inode(&self, tx: &Tx<'_>, is_dir: bool) -> Result<u64> {
+    pub fn alloc_inode(&self, tx: &dyn Change, is_dir: bool) -> Result<u64> {
         #[cfg(feature = "testing")]
         self.faults.check()?;
         let total = self.geo.total_inodes();
@@ -84,7 +84,7 @@ impl Allocator {
     /// group has none to give), in memory and in the transaction.
     fn take_inode(
         &self,
-        tx: &Tx<'_>,
+        tx: &dyn Change,
         g: u64,
         is_dir: bool,
         pick: impl FnOnce(&[u64]) -> Option<u64>,
@@ -95,7 +95,7 @@ impl Allocator {
         }
         let mut st = self.lock_group(g);
         if st.inodes.is_none() {
-            st.inodes = Some(self.read_bitmap(&tx.bufs, g, true)?);
+            st.inodes = Some(self.read_bitmap(tx.bufs(), g, true)?);
         }
         let map = st.inodes.as_mut().expect("loaded above");
         let Some(idx) = pick(map) else { return Ok(None) };
@@ -107,7 +107,7 @@ impl Allocator {
             // zeros home holds, so replay is exact).
             st.itable_fresh_from = table_block as u32 + 1;
             let (blk, _) = self.geo.inode_location(g * self.geo.inodes_per_group + idx + 1);
-            if tx.bufs.insert_zeroed(blk) {
+            if tx.bufs().insert_zeroed(blk) {
                 self.stats.itable_blocks_unread.fetch_add(1, Relaxed);
             }
         }
@@ -131,13 +131,13 @@ impl Allocator {
     }
 
     /// Frees inode number `ino`.
-    pub fn free_inode(&self, tx: &Tx<'_>, ino: u64, was_dir: bool) -> Result<()> {
+    pub fn free_inode(&self, tx: &dyn Change, ino: u64, was_dir: bool) -> Result<()> {
         let g = self.geo.group_of_ino(ino);
         let idx = self.geo.index_in_group(ino);
         let grp = &self.groups[g as usize];
         let mut st = self.lock_group(g);
         if st.inodes.is_none() {
-            st.inodes = Some(self.read_bitmap(&tx.bufs, g, true)?);
+            st.inodes = Some(self.read_bitmap(tx.bufs(), g, true)?);
         }
         let map = st.inodes.as_mut().expect("loaded above");
         // Freeing a free inode (a damaged orphan list, a stale entry) must

@@ -49,6 +49,8 @@
 
 mod bits;
 pub mod buddy;
+#[cfg(feature = "testing")]
+pub(crate) mod faults;
 mod group_prealloc;
 mod groups;
 mod inodes;
@@ -65,8 +67,8 @@ pub use request::{AllocRequest, Purpose};
 pub use trim::TrimStats;
 
 use crate::buffer::BufferCache;
+use crate::buffer::Change;
 use crate::error::{FsError, Result};
-use crate::journal::Tx;
 use cairn_format::layout::Geometry;
 use cairn_format::FormatError;
 use groups::Group;
@@ -80,7 +82,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Allocator {
     /// Tests only: injected allocation failures (`faults`).
     #[cfg(feature = "testing")]
-    pub(crate) faults: crate::faults::Faults,
+    pub(crate) faults: faults::Faults,
     geo: Geometry,
     seed: u32,
     gdt_start: u64,
@@ -157,7 +159,7 @@ impl Allocator {
         }
         Ok(Allocator {
             #[cfg(feature = "testing")]
-            faults: crate::faults::Faults::default(),
+            faults: faults::Faults::default(),
             geo,
             seed,
             gdt_start,
@@ -183,7 +185,7 @@ impl Allocator {
 
     /// Allocates file data per `req` (its purpose must be data), leaving the
     /// metadata reserve alone: (first block, count between 1 and `req.want`).
-    pub fn alloc_data(&self, tx: &Tx<'_>, mut req: AllocRequest) -> Result<(u64, u32)> {
+    pub fn alloc_data(&self, tx: &dyn Change, mut req: AllocRequest) -> Result<(u64, u32)> {
         debug_assert_eq!(req.purpose, Purpose::Data);
         #[cfg(feature = "testing")]
         self.faults.check()?;
@@ -200,7 +202,7 @@ impl Allocator {
         }
         let mut free = self.alloc_free.load(Ordering::Relaxed);
         if free <= self.reserve && self.preallocated_blocks() > 0 {
-            self.discard_all_preallocs(&tx.bufs);
+            self.discard_all_preallocs(tx.bufs());
             free = self.alloc_free.load(Ordering::Relaxed);
         }
         if free <= self.reserve {
@@ -209,7 +211,7 @@ impl Allocator {
         }
         req.want = u64::from(req.want).min(free - self.reserve) as u32;
         if req.small {
-            self.trim_group_preallocs(&tx.bufs);
+            self.trim_group_preallocs(tx.bufs());
             req.search = req.search.max(self.lg.chunk);
         }
         self.allocate(tx, req)
@@ -247,7 +249,7 @@ impl Allocator {
     /// reserve that data leaves, down to its last quarter, which only
     /// `critical` allocations take: the orphan list's nodes, so that a file
     /// can always be deleted on a full file system.
-    pub fn alloc_meta_block(&self, tx: &Tx<'_>, goal: u64, critical: bool) -> Result<u64> {
+    pub fn alloc_meta_block(&self, tx: &dyn Change, goal: u64, critical: bool) -> Result<u64> {
         #[cfg(feature = "testing")]
         self.faults.check()?;
         if !critical && self.alloc_free.load(Ordering::Relaxed) <= self.reserve / 4 {
@@ -258,7 +260,7 @@ impl Allocator {
     }
 
     /// Frees `[start, start+len)` in checkpoint `seq` (see the module essay).
-    pub fn free_blocks(&self, tx: &Tx<'_>, seq: u64, start: u64, len: u64) -> Result<()> {
+    pub fn free_blocks(&self, tx: &dyn Change, seq: u64, start: u64, len: u64) -> Result<()> {
         if !self.geo.valid_data_range(start, len) {
             return Err(FormatError::corrupt("extent", start, format!("freeing invalid range {start}+{len}")).into());
         }

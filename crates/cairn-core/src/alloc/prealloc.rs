@@ -32,8 +32,8 @@ use super::groups::GroupState;
 use super::request::{AllocRequest, Purpose};
 use super::Allocator;
 use crate::buffer::BufferCache;
+use crate::buffer::Change;
 use crate::error::Result;
-use crate::journal::Tx;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -108,13 +108,13 @@ impl Preallocs {
 impl Allocator {
     /// Serves `req` from its inode's preallocation if that continues at
     /// `req.lblk`; discards a preallocation that does not.
-    pub(super) fn take_prealloc(&self, tx: &Tx<'_>, req: &AllocRequest) -> Result<Option<(u64, u32)>> {
+    pub(super) fn take_prealloc(&self, tx: &dyn Change, req: &AllocRequest) -> Result<Option<(u64, u32)>> {
         if req.purpose != Purpose::Data || req.ino == 0 {
             return Ok(None);
         }
         let Some(pa) = self.pa.peek(req.ino) else { return Ok(None) };
         if pa.lblk != req.lblk {
-            self.discard_prealloc(&tx.bufs, req.ino);
+            self.discard_prealloc(tx.bufs(), req.ino);
             return Ok(None);
         }
         let g = self.geo.group_of_block(pa.pblk);
@@ -208,7 +208,7 @@ impl Allocator {
     /// preallocation).
     pub(super) fn use_held(
         &self,
-        tx: &Tx<'_>,
+        tx: &dyn Change,
         g: u64,
         pblk: u64,
         n: u64,

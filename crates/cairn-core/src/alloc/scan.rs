@@ -28,8 +28,8 @@ use super::groups::{bucket_of, GroupState, ORDER_NONE, ORDER_UNKNOWN};
 use super::lists::Index;
 use super::request::AllocRequest;
 use super::Allocator;
+use crate::buffer::Change;
 use crate::error::{FsError, Result};
-use crate::journal::Tx;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
@@ -48,7 +48,7 @@ enum Verdict {
 
 impl Allocator {
     /// Allocates between 1 and `req.want` contiguous blocks: (first, count).
-    pub fn allocate(&self, tx: &Tx<'_>, req: AllocRequest) -> Result<(u64, u32)> {
+    pub fn allocate(&self, tx: &dyn Change, req: AllocRequest) -> Result<(u64, u32)> {
         self.stats.reqs.fetch_add(1, Relaxed);
         let t = Instant::now();
         let r = self.allocate_timed(tx, req);
@@ -56,7 +56,7 @@ impl Allocator {
         r
     }
 
-    fn allocate_timed(&self, tx: &Tx<'_>, req: AllocRequest) -> Result<(u64, u32)> {
+    fn allocate_timed(&self, tx: &dyn Change, req: AllocRequest) -> Result<(u64, u32)> {
         let goal = if req.goal >= self.geo.total_blocks { 0 } else { req.goal };
         let g0 = self.geo.group_of_block(goal);
         if let Some(r) = self.try_goal(tx, g0, goal, req)? {
@@ -74,12 +74,12 @@ impl Allocator {
     }
 
     /// The free run at the goal block itself, if the goal is free.
-    fn try_goal(&self, tx: &Tx<'_>, g: u64, goal: u64, req: AllocRequest) -> Result<Option<(u64, u32)>> {
+    fn try_goal(&self, tx: &dyn Change, g: u64, goal: u64, req: AllocRequest) -> Result<Option<(u64, u32)>> {
         if self.groups[g as usize].free.load(Relaxed) == 0 {
             return Ok(None);
         }
         let mut st = self.lock_group(g);
-        self.load_buddy(&tx.bufs, g, &mut st)?;
+        self.load_buddy(tx.bufs(), g, &mut st)?;
         let off = goal - self.geo.group_start(g);
         let b = st.buddy.as_ref().expect("loaded above");
         // A small file's goal is a hint of locality only: it is taken when a
@@ -101,7 +101,7 @@ impl Allocator {
     }
 
     /// One criterion's pass over its candidate groups.
-    fn pass(&self, tx: &Tx<'_>, cr: usize, g0: u64, goal: u64, req: AllocRequest) -> Result<Option<(u64, u32)>> {
+    fn pass(&self, tx: &dyn Change, cr: usize, g0: u64, goal: u64, req: AllocRequest) -> Result<Option<(u64, u32)>> {
         let mut found: Option<Result<(u64, u32)>> = None;
         let mut visit = |g: u32| -> bool {
             match self.try_group(tx, u64::from(g), cr, g0, goal, req) {
@@ -164,7 +164,7 @@ impl Allocator {
     /// Tries group `g` at criterion `cr`.
     fn try_group(
         &self,
-        tx: &Tx<'_>,
+        tx: &dyn Change,
         g: u64,
         cr: usize,
         g0: u64,
@@ -177,7 +177,7 @@ impl Allocator {
             return Ok(None);
         }
         let mut st = self.lock_group(g);
-        self.load_buddy(&tx.bufs, g, &mut st)?;
+        self.load_buddy(tx.bufs(), g, &mut st)?;
         // Re-checked under the lock: the summary may have changed.
         if !matches!(self.good_group(g, cr, req), Verdict::Yes) {
             return Ok(None);
@@ -210,7 +210,7 @@ impl Allocator {
     /// Marks `[off, off+n)` of group `g` in use, in the buddy and on disk.
     fn take(
         &self,
-        tx: &Tx<'_>,
+        tx: &dyn Change,
         g: u64,
         st: &mut GroupState,
         off: u64,
@@ -235,7 +235,14 @@ impl Allocator {
 
     /// Marks `[off, off+n)` of group `g`, already out of its buddy, in use
     /// on disk and counts the allocation (the caller holds the group lock).
-    pub(super) fn mark_in_use_on_disk(&self, tx: &Tx<'_>, g: u64, off: u64, n: u64, req: &AllocRequest) -> Result<()> {
+    pub(super) fn mark_in_use_on_disk(
+        &self,
+        tx: &dyn Change,
+        g: u64,
+        off: u64,
+        n: u64,
+        req: &AllocRequest,
+    ) -> Result<()> {
         self.change_disk_bitmap(tx, g, false, off..off + n, true, 0)?;
         self.disk_free_blocks.fetch_sub(n, Relaxed);
         self.stats.blocks_allocated.fetch_add(n, Relaxed);

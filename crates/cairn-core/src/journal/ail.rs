@@ -370,7 +370,7 @@ impl Publish for Ail {
 mod tests {
     use super::*;
     use crate::dev::MemDevice;
-    use crate::journal::cil::image_of;
+    use crate::journal::image::image_of;
     use crate::journal::image::ImageBytes;
 
     #[test]

@@ -13,12 +13,9 @@
 //! * an inode change: its inode-table block, 1.
 //!
 //! The superblock, which every commit rewrites, is outside the handles: the
-//! manager keeps a margin for it (`manager::MARGIN`).
-
-use crate::error::Result;
-use crate::inode::InodeState;
-use crate::meta::Meta;
-use cairn_format::inode::DataArea;
+//! manager keeps a margin for it (`tx::manager::MARGIN`). The depths the
+//! figures take are read by the trees' own modules (`btree::levels`,
+//! `extent_map::levels`, `dir::levels`).
 
 /// One inode-table block.
 pub const INODE: u64 = 1;
@@ -38,33 +35,6 @@ pub fn tree_insert(levels: u64) -> u64 {
 /// Remove from a tree of `levels` levels.
 pub fn tree_remove(levels: u64) -> u64 {
     3 * levels + 1
-}
-
-/// Levels of the tree rooted at `root` (0 = empty): the root's level + 1.
-pub fn tree_levels(meta: &Meta, root: u64, kind: u8, owner: u64) -> Result<u64> {
-    if root == 0 {
-        return Ok(0);
-    }
-    let buf = meta.read_node(root, kind, owner)?;
-    let level = buf.read()[5];
-    Ok(u64::from(level) + 1)
-}
-
-/// Levels of a file's extent tree; inline maps count as one level (an
-/// insert may move them into a new tree).
-pub fn extent_levels(meta: &Meta, st: &InodeState) -> Result<u64> {
-    match st.d.data {
-        DataArea::Tree(root) => tree_levels(meta, root, cairn_format::btree::KIND_EXTENTS, st.ino),
-        _ => Ok(1),
-    }
-}
-
-/// Levels of a directory's entry tree.
-pub fn dir_levels(meta: &Meta, st: &InodeState) -> Result<u64> {
-    match st.d.data {
-        DataArea::Tree(root) => tree_levels(meta, root, cairn_format::btree::KIND_DIRENTS, st.ino),
-        _ => Ok(0),
-    }
 }
 
 /// Mapping one new extent (allocation + insert, or the conversion of an

@@ -43,6 +43,10 @@ use std::sync::Arc;
 /// allocator's next size class (a fifth more memory per image).
 pub type Image = Arc<ImageBytes>;
 
+/// One captured buffer: home block, chunk map, whole image (what a log
+/// record carries).
+pub type Captured = (u64, u64, Image);
+
 /// Bytes of live images, and of those the cached buffers hold.
 #[derive(Default, Debug)]
 pub struct ImageMeter {

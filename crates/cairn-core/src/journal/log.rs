@@ -47,7 +47,7 @@
 //! is also what groups concurrent `fsync` calls into one commit.
 
 use super::ail::Ail;
-use super::cil::Captured;
+use super::image::Captured;
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
 use crate::stats::percentile;

@@ -198,7 +198,7 @@ impl Journal {
 mod tests {
     use super::*;
     use crate::dev::MemDevice;
-    use crate::journal::cil::{image_of, Captured, Image};
+    use crate::journal::image::{image_of, Captured, Image};
     use crate::mkfs::{format, MkfsOptions};
     use cairn_format::journal::{chunk_size, decode_commit, encode_commit, encode_descriptor, WHOLE};
     use cairn_format::superblock::SB_SIZE;

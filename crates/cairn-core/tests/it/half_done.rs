@@ -114,6 +114,19 @@ fn ops() -> Vec<(&'static str, Op)> {
             fs.rename(ino(fs, "/big"), b"entry-with-a-longish-name-0007", ino(fs, "/acl"), b"moved", 0)
         }),
         ("rename over a file with xattrs", |fs| fs.rename(1, b"g", 1, b"f", 0)),
+        ("unlink of a file with xattrs from a large directory", |fs| {
+            fs.rename(1, b"g", ino(fs, "/big"), b"g", 0)?;
+            fs.unlink(ino(fs, "/big"), b"g")
+        }),
+        ("unlink of a file with an extent tree", |fs| fs.unlink(1, b"frag")),
+        ("truncate of a fragmented file to the middle of its tree", |fs| {
+            let set = cairn_core::SetAttr { size: Some(300 << 10), ..Default::default() };
+            fs.setattr(&Ctx::root(), ino(fs, "/frag"), &set).map(|_| ())
+        }),
+        ("truncate that splits an unwritten extent", |fs| {
+            let set = cairn_core::SetAttr { size: Some((32 * 7 + 5) * 4096), ..Default::default() };
+            fs.setattr(&Ctx::root(), ino(fs, "/unw"), &set).map(|_| ())
+        }),
         ("fallocate over a fragmented file", |fs| fs.fallocate(ino(fs, "/frag"), 0, 2 << 20, 0)),
         ("punch a hole in a contiguous file", |fs| {
             fs.fallocate(ino(fs, "/f"), 8192, 4096, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)

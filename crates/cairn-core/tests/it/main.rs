@@ -14,6 +14,7 @@ mod handles;
 mod inode_flags;
 mod inode_numbers;
 mod latch;
+mod layers;
 mod model;
 mod overwrite;
 mod pressure;

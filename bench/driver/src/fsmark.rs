@@ -1,4 +1,4 @@
-//! `cairn debug fsmark`: seed 001's three phases against the engine, without
+//! `cairn-bench-driver fsmark`: seed 001's three phases against the engine, without
 //! FUSE.
 //!
 //! Through a mount every create, lookup and unlink is a FUSE round trip and
@@ -37,7 +37,7 @@
 //! ...; the unlink's count from the walk's mount).
 //! Output: JSON on stdout, one line per phase on stderr.
 
-use crate::debug_dd::{mount_on, XorShift};
+use crate::dd::{mount_on, XorShift};
 use cairn_core::dev::{BlockDevice, FileDevice};
 use cairn_core::{Ctx, Fs, FsError};
 use cairn_format::ROOT_INO;
@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Arguments of `cairn debug fsmark`.
+/// Arguments of `cairn-bench-driver fsmark`.
 pub struct FsmarkArgs<'a> {
     pub image: &'a Path,
     pub files: u64,
@@ -121,7 +121,7 @@ fn err(what: &str, e: FsError) -> String {
 }
 
 /// A field of /proc/self/status in KiB (VmHWM, VmRSS).
-pub(crate) fn status_kib(field: &str) -> Option<u64> {
+pub fn status_kib(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = s.lines().find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
     line[field.len() + 1..].split_whitespace().next()?.parse().ok()
@@ -446,7 +446,7 @@ fn walk_and_unlink(a: &FsmarkArgs<'_>) -> Result<(Value, Option<Value>), String>
     Ok((walk, Some(unlink)))
 }
 
-/// Runs `cairn debug fsmark`.
+/// Runs `cairn-bench-driver fsmark`.
 pub fn run(a: &FsmarkArgs<'_>) -> Result<(), String> {
     if a.files == 0 || a.threads == 0 || a.threads > 256 || a.dirs == 0 || a.rows == 0 {
         return Err("need --files >= 1, --threads between 1 and 256, --dirs >= 1 and --rows >= 1".into());

@@ -15,7 +15,11 @@ struct Owner<F: Fn() + Sync> {
 
 impl<F: Fn() + Sync> Owner<F> {
     fn new(patience: Option<Duration>, work: F) -> Self {
-        Owner { gate: Gate::new(patience), work, ran_on: StdMutex::new(None) }
+        Self::with_drain(patience, None, work)
+    }
+
+    fn with_drain(patience: Option<Duration>, drain: Option<Duration>, work: F) -> Self {
+        Owner { gate: Gate::new(patience, drain), work, ran_on: StdMutex::new(None) }
     }
 
     fn take_turn(&self, turn: Turn) {
@@ -98,11 +102,11 @@ fn an_empty_gate_swaps_on_the_pushing_thread() {
 
 /// Three threads run operations while 2,000 pushes (every tenth a quiesce)
 /// run their work: no work sees an operation inside.
-fn operations_and_pushes_never_overlap(patience: Option<Duration>) {
+fn operations_and_pushes_never_overlap(patience: Option<Duration>, drain: Option<Duration>) {
     let in_ops = AtomicU64::new(0);
     let swaps = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
-    let owner = &Owner::new(patience, || {
+    let owner = &Owner::with_drain(patience, drain, || {
         assert_eq!(in_ops.load(SeqCst), 0, "an operation ran during a swap");
         swaps.fetch_add(1, SeqCst);
     });
@@ -133,11 +137,64 @@ fn operations_and_pushes_never_overlap(patience: Option<Duration>) {
 
 #[test]
 fn many_operations_and_pushes_never_overlap() {
-    operations_and_pushes_never_overlap(Some(PATIENCE));
-    operations_and_pushes_never_overlap(None);
+    operations_and_pushes_never_overlap(Some(PATIENCE), Some(DRAIN));
+    operations_and_pushes_never_overlap(None, Some(DRAIN));
+    operations_and_pushes_never_overlap(None, None);
     // A zero patience closes at once after asking for an empty gate: the
     // close races the last ones out that would close it themselves.
-    operations_and_pushes_never_overlap(Some(Duration::ZERO));
+    operations_and_pushes_never_overlap(Some(Duration::ZERO), None);
+}
+
+#[test]
+fn closes_given_up_at_once_never_let_a_swap_overlap_an_operation() {
+    // A zero drain gives up every close that does not drain at once:
+    // reopens race the last operations' leaving all the time.
+    operations_and_pushes_never_overlap(None, Some(Duration::ZERO));
+    operations_and_pushes_never_overlap(Some(Duration::ZERO), Some(Duration::ZERO));
+}
+
+#[test]
+fn a_close_that_does_not_drain_is_given_up_and_tried_again() {
+    let owner = &Owner::with_drain(None, Some(Duration::from_millis(1)), || ());
+    owner.gate.enter();
+    thread::scope(|s| {
+        let push = s.spawn(|| owner.push());
+        wait_for(&owner.gate, CLOSED);
+        // Entrants wait no longer than the drain (and its noticing), then go
+        // on while the old operation is still inside.
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            owner.gate.enter();
+            assert!(t0.elapsed() < Duration::from_secs(2));
+            owner.leave();
+        }
+        assert!(owner.gate.reopens().0 >= 1, "no close was given up");
+        assert!(!push.is_finished(), "the push swapped with an operation inside");
+        // The old operation leaves: a later close drains, or its last one
+        // out (this thread) swaps.
+        owner.leave();
+        push.join().unwrap();
+    });
+    assert_eq!(owner.gate.state.load(SeqCst), 0);
+}
+
+#[test]
+fn the_last_attempt_waits_for_the_drain() {
+    let owner = &Owner::with_drain(None, Some(Duration::from_micros(100)), || ());
+    owner.gate.enter();
+    thread::scope(|s| {
+        let push = s.spawn(|| owner.push());
+        while owner.gate.reopens().1 == 0 {
+            thread::sleep(Duration::from_micros(200));
+        }
+        // The last close holds however long.
+        thread::sleep(Duration::from_millis(5));
+        assert_ne!(owner.gate.state.load(SeqCst) & CLOSED, 0, "the last close was given up");
+        assert_eq!(owner.gate.reopens().0, u64::from(ATTEMPTS - 1));
+        owner.leave();
+        assert_eq!(push.join().unwrap(), thread::current().id());
+    });
+    assert_eq!(owner.gate.state.load(SeqCst), 0);
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! `cairn debug dd`: `dd` against the engine, without FUSE.
+//! `cairn-bench-driver dd`: `dd` against the engine, without FUSE.
 //!
 //! The allocator experiment times `dd bs=2M count=10` on a fragmented file
 //! system. Through a mount that time includes the kernel, FUSE round trips
@@ -31,7 +31,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Arguments of `cairn debug dd`.
+/// Arguments of `cairn-bench-driver dd`.
 pub struct DdArgs<'a> {
     pub image: &'a Path,
     pub name: &'a str,
@@ -47,7 +47,7 @@ pub struct DdArgs<'a> {
 pub(crate) struct XorShift(pub(crate) u64);
 
 impl XorShift {
-    pub(crate) fn fill(&mut self, buf: &mut [u8]) {
+    pub fn fill(&mut self, buf: &mut [u8]) {
         let mut x = self.0;
         for c in buf.chunks_mut(8) {
             x ^= x << 13;
@@ -83,7 +83,7 @@ fn summary(i: u32, bytes: u64, secs: f64, before: &BTreeMap<String, u64>, after:
     format!(
         "run {i}: {} in {secs:.3} s ({:.1} MiB/s); alloc.calls {} groups_scanned {}; mb reqs {} goal_hits {} \
          useless_loops cr0..3 {} groups_considered cr0..3 {}",
-        crate::size::human(bytes),
+        cairn_core::human_bytes(bytes),
         bytes as f64 / (1 << 20) as f64 / secs.max(1e-9),
         d("alloc.calls"),
         d("alloc.groups_scanned"),
@@ -94,13 +94,13 @@ fn summary(i: u32, bytes: u64, secs: f64, before: &BTreeMap<String, u64>, after:
     )
 }
 
-pub(crate) fn mount(image: &Path, options: &[String]) -> Result<Arc<Fs>, String> {
+pub fn mount(image: &Path, options: &[String]) -> Result<Arc<Fs>, String> {
     mount_on(image, options, |dev| Arc::new(dev))
 }
 
 /// As [`mount`], with the locked image file wrapped by `wrap` first (a
 /// device that counts the engine's I/O, say).
-pub(crate) fn mount_on(
+pub fn mount_on(
     image: &Path,
     options: &[String],
     wrap: impl FnOnce(FileDevice) -> Arc<dyn BlockDevice>,
@@ -165,7 +165,7 @@ fn one_run(fs: &Fs, a: &DdArgs<'_>, rng: &mut XorShift, buf: &mut [u8]) -> Resul
     Ok(RunResult { write, fsync, bytes })
 }
 
-/// Runs `cairn debug dd`.
+/// Runs `cairn-bench-driver dd`.
 pub fn run(a: &DdArgs<'_>) -> Result<(), String> {
     if a.bs == 0 || a.bs > 1 << 30 {
         return Err("--bs must be between 1 byte and 1 GiB".into());

@@ -1,4 +1,4 @@
-//! `cairn debug overwrite`: seed 004's fio job against the engine, without
+//! `cairn-bench-driver overwrite`: seed 004's fio job against the engine, without
 //! FUSE.
 //!
 //! Through a mount, a 4 KiB write costs a FUSE round trip (tens of µs here)
@@ -18,7 +18,7 @@
 //! (counter values are differences over the whole run, ramp included), and
 //! one line per job count on stderr.
 
-use crate::debug_dd::{mount, XorShift};
+use crate::dd::{mount, XorShift};
 use cairn_core::{Ctx, Fs, FsError};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Arguments of `cairn debug overwrite`.
+/// Arguments of `cairn-bench-driver overwrite`.
 pub struct OverwriteArgs<'a> {
     pub image: &'a Path,
     pub files: u32,
@@ -128,7 +128,7 @@ fn run_jobs(fs: &Arc<Fs>, inos: &Arc<Vec<u64>>, a: &OverwriteArgs<'_>, jobs: u32
     Ok((writes.load(Ordering::Relaxed), secs))
 }
 
-/// Runs `cairn debug overwrite`.
+/// Runs `cairn-bench-driver overwrite`.
 pub fn run(a: &OverwriteArgs<'_>) -> Result<(), String> {
     if a.files == 0 || a.bs == 0 || a.bs > 1 << 20 || a.size < u64::from(a.files) * a.bs {
         return Err("need --files >= 1, 1 <= --bs <= 1M and --size of at least one block per file".into());

@@ -15,11 +15,14 @@
 //! reservation is an accounting bug, counted in `journal.credit_overruns`.
 
 use super::manager::TxManager;
+use crate::buffer::Buf;
 use crate::error::{FsError, Result};
 use crate::meta::Meta;
+use cairn_format::btree::Node;
 use std::cell::Cell;
 use std::ops::Deref;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A transaction handle (see the module essay).
@@ -99,6 +102,18 @@ impl<'a> Tx<'a> {
     }
 }
 
+impl crate::buffer::Change for Tx<'_> {
+    fn bufs(&self) -> &crate::buffer::BufferCache {
+        &self.meta.bufs
+    }
+    fn charge(&self, n: u64) {
+        Tx::charge(self, n)
+    }
+    fn touch(&self) {
+        Tx::touch(self)
+    }
+}
+
 impl Deref for Tx<'_> {
     type Target = Meta;
     fn deref(&self) -> &Meta {
@@ -114,5 +129,31 @@ impl Drop for Tx<'_> {
             self.mgr.stats.gate_hold_us_max.fetch_max(us, Ordering::Relaxed);
             self.mgr.leave(self.meta);
         }
+    }
+}
+
+/// Changing metadata: only through a transaction handle.
+impl Tx<'_> {
+    /// Changes bytes `range` of `buf` in the running checkpoint (see
+    /// `BufferCache::modify`: only the chunks that change are logged).
+    pub fn modify<R>(&self, buf: &Arc<Buf>, range: std::ops::Range<usize>, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        self.bufs.modify(self, buf, range, f)
+    }
+
+    /// Encodes `node` into `buf` in the running checkpoint.
+    pub fn write_node(&self, buf: &Arc<Buf>, node: &Node) {
+        self.modify(buf, 0..self.bs(), |d| node.encode(self.seed, buf.blk, d));
+    }
+
+    /// Allocates one metadata block near `goal` and returns a zeroed buffer,
+    /// logged whole (`critical`: may take the last of the reserve, see `alloc`).
+    pub fn alloc_meta(&self, goal: u64, critical: bool) -> Result<Arc<Buf>> {
+        let blk = self.alloc.alloc_meta_block(self, goal, critical)?;
+        Ok(self.bufs.get_new(self, blk))
+    }
+
+    /// Frees blocks in the running checkpoint.
+    pub fn free(&self, start: u64, len: u64) -> Result<()> {
+        self.alloc.free_blocks(self, self.running_seq.load(Ordering::Acquire), start, len)
     }
 }

@@ -1,9 +1,11 @@
-//! The hidden test tools, `cairn debug fragment` and `cairn debug dd`, as
-//! bench/mballoc uses them: the fragmented image has exactly the free space
+//! The benchmark driver's tools as bench/ uses them. `fragment` and `dd` as
+//! bench/mballoc does: the fragmented image has exactly the free space
 //! the pattern predicts (checked group by group with the format crate, not
 //! with the tool's own code), it stays mountable and writable, fsck sees the
 //! marked blocks as leaked, and images that are in use, not clean, or whose
-//! journal needs replay are refused untouched.
+//! journal needs replay are refused untouched. `fsmark` makes, walks and
+//! removes exactly what it reports. Images are made and checked with the
+//! engine's mkfs and cairn-fsck, as libraries.
 
 use cairn_format::bitmap::{bit, synth_block_bitmap};
 use cairn_format::checksum::crc;
@@ -16,9 +18,28 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::process::{Command, Output};
+use std::sync::Arc;
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cairn")).args(args).output().expect("run cairn")
+    Command::new(env!("CARGO_BIN_EXE_cairn-bench-driver")).args(args).output().expect("run cairn-bench-driver")
+}
+
+/// `cairn mkfs IMAGE --size SIZE [--group-size GROUP]` (4 KiB blocks).
+fn mkfs(img: &Path, size: u64, group: Option<u64>) {
+    std::fs::File::create(img).unwrap();
+    let mut dev = cairn_core::dev::FileDevice::open(img, false).unwrap();
+    dev.set_len(size).unwrap();
+    let opts =
+        cairn_core::mkfs::MkfsOptions { blocks_per_group: group.map(|g| (g / 4096) as u32), ..Default::default() };
+    cairn_core::mkfs::format(&dev, &opts, &mut |_, _| ()).unwrap();
+    cairn_core::mkfs::create_lost_found(Arc::new(dev)).unwrap();
+}
+
+/// `cairn fsck IMAGE`: its exit code and report.
+fn fsck(img: &Path) -> (i32, String) {
+    let mut out = Vec::new();
+    let code = cairn_fsck::run(img, &cairn_fsck::Options::default(), &mut out);
+    (code, String::from_utf8_lossy(&out).into_owned())
 }
 
 fn text(o: &Output) -> String {
@@ -32,8 +53,7 @@ fn p(path: &Path) -> &str {
 /// A 64 MiB image of 4 MiB groups (16 groups, 1024 blocks each).
 fn small_image(dir: &Path) -> std::path::PathBuf {
     let img = dir.join("f.img");
-    let o = run(&["mkfs", p(&img), "--size", "64M", "--group-size", "4M", "--quiet"]);
-    assert!(o.status.success(), "mkfs: {}", text(&o));
+    mkfs(&img, 64 << 20, Some(4 << 20));
     img
 }
 
@@ -104,20 +124,20 @@ fn check_pattern(img: &Path, before: &[(GroupDesc, Vec<u8>)], used: u64, period:
     free_total
 }
 
-/// Runs a `cairn debug` tool that prints JSON, checks that it succeeded and
+/// Runs a driver tool that prints JSON, checks that it succeeded and
 /// that its stderr holds each of `said`, and returns the JSON.
-fn debug_json(args: &[&str], extra: &[&str], said: &[&str]) -> serde_json::Value {
+fn tool_json(args: &[&str], extra: &[&str], said: &[&str]) -> serde_json::Value {
     let args: Vec<&str> = args.iter().chain(extra).copied().collect();
     let o = run(&args);
-    assert!(o.status.success(), "{}: {}", args[..2].join(" "), text(&o));
+    assert!(o.status.success(), "{}: {}", args[0], text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(said.iter().all(|s| err.contains(s)), "{err}");
     serde_json::from_slice(&o.stdout).expect("the tool prints JSON")
 }
 
 fn dd(img: &Path, name: &str, count: &str, extra: &[&str]) -> serde_json::Value {
-    let args = ["debug", "dd", p(img), "--path", name, "--bs", "2M", "--count", count];
-    debug_json(&args, extra, &["run 1: ", "useless_loops"])
+    let args = ["dd", p(img), "--path", name, "--bs", "2M", "--count", count];
+    tool_json(&args, extra, &["run 1: ", "useless_loops"])
 }
 
 #[test]
@@ -129,23 +149,23 @@ fn fragment_leaves_exactly_the_pattern_free_and_the_image_stays_usable() {
     assert_eq!(v["runs"][0]["bytes"].as_u64(), Some(6 << 20), "{v}");
     let (_, before) = groups(&img);
 
-    let o = run(&["debug", "fragment", p(&img)]);
+    let o = run(&["fragment", p(&img)]);
     assert!(o.status.success(), "fragment: {}", text(&o));
     assert!(text(&o).contains(" groups fragmented"), "{}", text(&o));
     let free = check_pattern(&img, &before, 256, 512);
     assert!(free > 4000, "about half the space stays free: {free} blocks");
 
     // A second pass changes nothing: the pattern is already there.
-    let o = run(&["debug", "fragment", p(&img)]);
+    let o = run(&["fragment", p(&img)]);
     assert!(o.status.success(), "second fragment: {}", text(&o));
     assert!(text(&o).contains("0 groups fragmented"), "{}", text(&o));
     let before = groups(&img).1;
     assert_eq!(check_pattern(&img, &before, 256, 512), free);
 
     // fsck: the marked blocks are owned by nothing (that is the point).
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
-    assert!(text(&o).contains("nothing owns"), "{}", text(&o));
+    let (code, said) = fsck(&img);
+    assert_eq!(code, 4, "{said}");
+    assert!(said.contains("nothing owns"), "{said}");
 
     // The engine mounts it, writes 2 MiB writes into the 1 MiB holes, and
     // leaves it clean; both mount-option values are accepted.
@@ -156,7 +176,7 @@ fn fragment_leaves_exactly_the_pattern_free_and_the_image_stays_usable() {
         assert!(runs.iter().all(|r| r["bytes"].as_u64() == Some(8 << 20) && r["seconds"].as_f64().unwrap() > 0.0));
         assert!(v["alloc"]["alloc.blocks_allocated"].as_u64().unwrap() >= 2 * 2048, "{v}");
         assert!(v["mount_seconds"].as_f64().is_some() && v["unmount_seconds"].as_f64().is_some(), "{v}");
-        assert_ne!(superblock(&img).state & STATE_CLEAN, 0, "clean after debug dd");
+        assert_ne!(superblock(&img).state & STATE_CLEAN, 0, "clean after dd");
     }
 }
 
@@ -167,11 +187,11 @@ fn fragment_takes_other_patterns_and_refuses_bad_ones() {
     let (_, before) = groups(&img);
     let pristine = std::fs::read(&img).unwrap();
     for (used, period) in [("2M", "2M"), ("0", "1M"), ("6K", "64K"), ("1M", "x")] {
-        let o = run(&["debug", "fragment", p(&img), "--used", used, "--period", period]);
+        let o = run(&["fragment", p(&img), "--used", used, "--period", period]);
         assert_eq!(o.status.code(), Some(1), "--used {used} --period {period}: {}", text(&o));
     }
     assert!(std::fs::read(&img).unwrap() == pristine, "a refused fragment changed the image");
-    let o = run(&["debug", "fragment", p(&img), "--used", "12K", "--period", "64K"]);
+    let o = run(&["fragment", p(&img), "--used", "12K", "--period", "64K"]);
     assert!(o.status.success(), "{}", text(&o));
     check_pattern(&img, &before, 3, 16);
 }
@@ -189,10 +209,10 @@ fn fragment_refuses_images_in_use_unclean_or_needing_replay() {
     #[allow(unsafe_code)]
     let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     assert_eq!(r, 0);
-    let o = run(&["debug", "fragment", p(&img)]);
+    let o = run(&["fragment", p(&img)]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("in use"), "{}", text(&o));
-    let o = run(&["debug", "dd", p(&img), "--path", "x", "--bs", "4K", "--count", "1"]);
+    let o = run(&["dd", p(&img), "--path", "x", "--bs", "4K", "--count", "1"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("in use"), "{}", text(&o));
     drop(f);
@@ -203,7 +223,7 @@ fn fragment_refuses_images_in_use_unclean_or_needing_replay() {
     sb.state &= !STATE_CLEAN;
     write_superblock(&img, &sb);
     let dirty = std::fs::read(&img).unwrap();
-    let o = run(&["debug", "fragment", p(&img)]);
+    let o = run(&["fragment", p(&img)]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("not cleanly unmounted"), "{}", text(&o));
     assert!(std::fs::read(&img).unwrap() == dirty, "unclean: image changed");
@@ -232,63 +252,37 @@ fn fragment_refuses_images_in_use_unclean_or_needing_replay() {
         off = region.next(off, 1);
     }
     let with_log = std::fs::read(&img).unwrap();
-    let o = run(&["debug", "fragment", p(&img)]);
+    let o = run(&["fragment", p(&img)]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("need replay"), "{}", text(&o));
     assert!(std::fs::read(&img).unwrap() == with_log, "needs replay: image changed");
     // fsck agrees that it merely needs replay (the record is well formed).
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let (code, said) = fsck(&img);
+    assert_eq!(code, 0, "{said}");
 
     // Not a cairn image at all.
     let junk = dir.path().join("junk");
     std::fs::write(&junk, vec![7u8; 1 << 20]).unwrap();
-    let o = run(&["debug", "fragment", p(&junk)]);
+    let o = run(&["fragment", p(&junk)]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("not a cairn file system"), "{}", text(&o));
     assert_eq!(std::fs::metadata(&junk).unwrap().size(), 1 << 20);
 }
 
-#[test]
-fn a_fragmented_image_mounts_through_fuse() {
-    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-    if !root || !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED: mounting needs root and /dev/fuse");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let img = small_image(dir.path());
-    let o = run(&["debug", "fragment", p(&img)]);
-    assert!(o.status.success(), "fragment: {}", text(&o));
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
-    let o = run(&["mount", p(&img), p(&mp), "-o", "mb_optimize_scan=0"]);
-    assert!(o.status.success(), "mount: {}", text(&o));
-    let data: Vec<u8> = (0..(5u32 << 20)).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
-    let wrote = std::fs::write(mp.join("big"), &data);
-    let read = std::fs::read(mp.join("big"));
-    let o = run(&["umount", p(&mp)]);
-    assert!(o.status.success(), "umount: {}", text(&o));
-    wrote.unwrap();
-    assert!(read.unwrap() == data, "data read back differs");
-    assert_ne!(superblock(&img).state & STATE_CLEAN, 0, "clean after umount");
-}
-
 fn fsmark(img: &Path, extra: &[&str]) -> serde_json::Value {
-    let args = ["debug", "fsmark", p(img), "--files", "3001", "--threads", "3", "--dirs", "7"];
-    debug_json(&args, extra, &["create: 3001 files", "walk: "])
+    let args = ["fsmark", p(img), "--files", "3001", "--threads", "3", "--dirs", "7"];
+    tool_json(&args, extra, &["create: 3001 files", "walk: "])
 }
 
-/// `cairn debug fsmark` (seed 001 through the engine): what it says it
+/// `fsmark` (seed 001 through the engine): what it says it
 /// created is what an independent fsck finds on the image, the cold walk
 /// sees every file and directory, and the unlink phase leaves an empty,
 /// clean file system.
 #[test]
-fn debug_fsmark_creates_walks_and_removes_what_it_says() {
+fn fsmark_creates_walks_and_removes_what_it_says() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("m.img");
-    let o = run(&["mkfs", p(&img), "--size", "256M", "--quiet"]);
-    assert!(o.status.success(), "mkfs: {}", text(&o));
+    mkfs(&img, 256 << 20, None);
 
     let v = fsmark(&img, &["--keep", "--rows", "5"]);
     assert_eq!(v["create"]["files"].as_u64(), Some(3001), "{v}");
@@ -303,19 +297,18 @@ fn debug_fsmark_creates_walks_and_removes_what_it_says() {
     assert!(v["image_bytes_per_file"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["walk"]["io"]["reads"].as_u64().unwrap() > 0, "a cold walk reads the image: {v}");
     assert!(v["create"]["peak_rss_kib"].as_u64().unwrap() > 0, "{v}");
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(text(&o).contains("(26 directories, 3,001 files,"), "{}", text(&o));
+    let (code, said) = fsck(&img);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("(26 directories, 3,001 files,"), "{said}");
 
     // Again from scratch, unlink phase included: everything goes.
-    let o = run(&["mkfs", p(&img), "--size", "256M", "--force", "--quiet"]);
-    assert!(o.status.success(), "mkfs: {}", text(&o));
+    mkfs(&img, 256 << 20, None);
     let v = fsmark(&img, &["--per-dir", "10"]);
     assert_eq!(v["walk"]["files"].as_u64(), Some(3001), "{v}");
     assert_eq!(v["unlink"]["files"].as_u64(), Some(3001), "{v}");
     assert!(v["unlink"]["journal_bytes"].as_u64().unwrap() > 0, "{v}");
-    let o = run(&["fsck", p(&img)]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(text(&o).contains("(2 directories, 0 files,"), "{}", text(&o));
-    assert_ne!(superblock(&img).state & STATE_CLEAN, 0, "clean after debug fsmark");
+    let (code, said) = fsck(&img);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("(2 directories, 0 files,"), "{said}");
+    assert_ne!(superblock(&img).state & STATE_CLEAN, 0, "clean after fsmark");
 }

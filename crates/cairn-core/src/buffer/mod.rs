@@ -8,7 +8,7 @@
 //! ## Buffer states
 //! A buffer is *clean* (its bytes are what its home block holds), *dirty*
 //! (changed in the running checkpoint: it is on the committed-item list, see
-//! `journal::cil`), *committing* (dirty in a checkpoint whose push has begun
+//! `buffer::cil`), *committing* (dirty in a checkpoint whose push has begun
 //! but has not captured it yet), *in flight* (captured by a commit whose home
 //! write has not finished), or dirty and in flight at once (changed again
 //! after the capture). Only clean buffers may be evicted: dropping an
@@ -38,8 +38,9 @@
 //! * Dirty, committing and in-flight buffers stay in the map; a buffer is on
 //!   the committed-item list of the checkpoint that dirtied it until that
 //!   checkpoint's push takes the list (under the closed gate, a swap).
-//! * Marking a buffer dirty takes a transaction handle ([`Tx`]): the type
-//!   proves that the gate is held and charges the handle's log credits.
+//! * Marking a buffer dirty takes a running transaction ([`Change`], which
+//!   `tx::Tx` is): the type proves that the gate is held and charges the
+//!   handle's log credits.
 //! * A miss never installs a stale read: the device read happens without the
 //!   shard lock, so a shard's eviction epoch is compared before the insert and
 //!   the read is redone if a buffer left the shard meanwhile.
@@ -62,14 +63,16 @@
 //! small mutex taken after the bytes' lock. Lock order: shard mutex →
 //! buffer data → buffer log state (never the reverse).
 
+pub mod cil;
+
 use crate::dev::BlockDevice;
 use crate::error::Result;
 use crate::journal::ail::Ail;
-use crate::journal::cil::{Cil, Frozen, Image};
+use crate::journal::image::Image;
 use crate::journal::image::ImageBytes;
-use crate::journal::Tx;
 use crate::stats::Publish;
 use cairn_format::journal::{changed_chunks, WHOLE};
+use cil::{Cil, Frozen};
 use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -79,6 +82,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 const SHARDS: usize = 64;
+
+/// A running transaction as the layers below the metadata context see it
+/// (`tx::Tx` is the one implementation): proof that the caller holds the
+/// transaction gate, the account each newly dirtied buffer is charged to,
+/// and the buffer cache it changes.
+pub trait Change {
+    /// The buffer cache this transaction changes.
+    fn bufs(&self) -> &BufferCache;
+    /// Charges `n` newly dirtied buffers to the transaction.
+    fn charge(&self, n: u64);
+    /// Notes a change to a buffer that was already dirty.
+    fn touch(&self);
+}
 
 /// Most buffers one eviction pass looks at (see `maybe_evict`).
 const EVICT_LOOKS: usize = 256;
@@ -104,7 +120,7 @@ pub struct Buf {
     referenced: AtomicBool,
 }
 
-/// A buffer's part in logging (see the module essay and `journal::cil`).
+/// A buffer's part in logging (see the module essay and `buffer::cil`).
 #[derive(Default)]
 pub(crate) struct LogState {
     /// The checkpoint (committed-item list sequence) whose changes `map`
@@ -329,7 +345,7 @@ impl BufferCache {
     /// Returns a zero-filled buffer for a block that is being (re)initialised
     /// in the running checkpoint, without reading it, logged whole (its home
     /// bytes are not what replay may build on). A cached copy is zeroed.
-    pub fn get_new(&self, tx: &Tx<'_>, blk: u64) -> Arc<Buf> {
+    pub fn get_new(&self, tx: &dyn Change, blk: u64) -> Arc<Buf> {
         let s = self.shard(blk);
         let buf = {
             let mut sh = self.shards[s].lock();
@@ -382,19 +398,19 @@ impl BufferCache {
     /// Changes bytes `range` of `buf` in the running checkpoint of the
     /// operation holding `tx` (see "Changing bytes" in the module essay);
     /// `f` gets the range and may return a value.
-    pub fn modify<R>(&self, tx: &Tx<'_>, buf: &Arc<Buf>, range: Range<usize>, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    pub fn modify<R>(&self, tx: &dyn Change, buf: &Arc<Buf>, range: Range<usize>, f: impl FnOnce(&mut [u8]) -> R) -> R {
         self.change(tx, buf, range, 0, f)
     }
 
     /// As [`BufferCache::modify`] over the whole block, logging it whole
     /// whatever changed (for a block also written outside the journal).
-    pub fn modify_whole<R>(&self, tx: &Tx<'_>, buf: &Arc<Buf>, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    pub fn modify_whole<R>(&self, tx: &dyn Change, buf: &Arc<Buf>, f: impl FnOnce(&mut [u8]) -> R) -> R {
         self.change(tx, buf, 0..self.block_size, WHOLE, f)
     }
 
     fn change<R>(
         &self,
-        tx: &Tx<'_>,
+        tx: &dyn Change,
         buf: &Arc<Buf>,
         range: Range<usize>,
         force: u64,

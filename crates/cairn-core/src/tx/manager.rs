@@ -24,7 +24,10 @@
 //! thread need be scheduled while the gate holds operations out. Its result
 //! (or its panic) reaches the commit through `swapped`. The commit first
 //! waits up to `-o push_patience_us` for such a moment without closing the
-//! gate, so that nobody waits but for the swap itself. Capturing
+//! gate, so that nobody waits but for the swap itself; a close that has not
+//! drained after `-o push_drain_us` (a handle inside lost its CPU) is given
+//! up and tried again, so a preempted handle holds up the push but not the
+//! other handles. Capturing
 //! the buffers, the log write, the barriers and the home writes run with the
 //! gate released, so operations go on meanwhile. The captured buffers
 //! stay pinned (in flight) until their home writes are done. Commits are
@@ -38,12 +41,11 @@
 //! (the superblock buffer, the insertion lists): a handle must not hold an
 //! inode lock or an allocator lock when it is dropped.
 
-use super::cil::Batch;
 use super::gate::{Gate, Push, Turn};
 use super::handle::Tx;
-use super::latch::Latch;
-use super::log::Journal;
+use crate::buffer::cil::Batch;
 use crate::error::{FsError, Result};
+use crate::journal::{Journal, Latch};
 use crate::meta::Meta;
 use crate::stats::Publish;
 use parking_lot::Mutex;
@@ -98,13 +100,21 @@ impl TxManager {
     /// `max_dirty`: the most buffers one checkpoint may hold whatever the
     /// log's room (the memory the caller allows a checkpoint).
     /// `patience`: how long a push waits for a moment with no handle inside
-    /// before it closes the gate (`None`: it closes at once; see `gate`).
-    pub fn new(log: Journal, latch: Latch, max_dirty: u64, patience: Option<Duration>) -> TxManager {
+    /// before it closes the gate (`None`: it closes at once); `drain`: how
+    /// long a close waits for the handles inside before it is given up
+    /// (`None`: never; see `gate`).
+    pub fn new(
+        log: Journal,
+        latch: Latch,
+        max_dirty: u64,
+        patience: Option<Duration>,
+        drain: Option<Duration>,
+    ) -> TxManager {
         let limit = log.max_record_images().min(max_dirty).saturating_sub(MARGIN).max(1);
         TxManager {
             log,
             latch,
-            gate: Gate::new(patience),
+            gate: Gate::new(patience, drain),
             swapped: Mutex::new(None),
             commit_lock: Mutex::new(()),
             reserved: AtomicU64::new(0),
@@ -217,7 +227,7 @@ impl TxManager {
     pub fn begin<'a>(&'a self, meta: &'a Meta, credits: u64, commit: &dyn Fn() -> Result<()>) -> Result<Tx<'a>> {
         // A first guess larger than the log is trimmed: the operation states
         // its real need with `Tx::require`.
-        let credits = if credits == super::credits::DEFAULT { credits.min(self.limit) } else { credits };
+        let credits = if credits == crate::journal::credits::DEFAULT { credits.min(self.limit) } else { credits };
         if credits > self.limit {
             tracing::error!(credits, limit = self.limit, "an operation needs more log room than the journal has");
             return Err(FsError::Errno(libc::ENOSPC));
@@ -330,6 +340,9 @@ impl Publish for TxManager {
         let (empty, impatient) = self.gate.empties();
         put("tx.push_empty_swaps", empty);
         put("tx.push_impatient_closes", impatient);
+        let (reopens, last_closes) = self.gate.reopens();
+        put("tx.push_reopens", reopens);
+        put("tx.push_last_closes", last_closes);
         let (preempted, on_cpu_max) = self.gate.swaps();
         put("tx.swaps_preempted", preempted);
         put("tx.swap_on_cpu_us_max", on_cpu_max);

@@ -35,7 +35,7 @@
 //! commit mutex → gate (closed, the swap) → insertion lists. The capture
 //! runs under the commit mutex only: buffer bytes (read) → buffer log state.
 
-use crate::buffer::{Buf, LogState};
+use super::{Buf, LogState};
 use crate::stats::{Histogram, Publish};
 use crate::thread_index::thread_index;
 use parking_lot::Mutex;
@@ -47,9 +47,7 @@ use std::sync::Arc;
 /// rarely share one).
 const LISTS: usize = 16;
 
-#[cfg(test)]
-pub use super::image::image_of;
-pub use super::image::Image;
+use crate::journal::image::{Captured, Image};
 
 /// A buffer's image of a committing checkpoint, copied by a writer.
 pub(crate) struct Frozen {
@@ -69,9 +67,6 @@ impl Batch {
         self.lists.iter().all(Vec::is_empty)
     }
 }
-
-/// One captured buffer: home block, chunk map, whole image.
-pub type Captured = (u64, u64, Image);
 
 /// The captured buffers of one push, sorted by block, and the buffers
 /// themselves, pinned until [`Cil::unpin`].
