@@ -24,6 +24,7 @@ use crate::error::{FsError, Result};
 use crate::inode::{InodeCache, InodeGuard, InodeState};
 use crate::journal::{credits, ErrorPolicy, Journal, Latch};
 use crate::meta::Meta;
+pub use crate::mount_options::MountOptions;
 use crate::overwrite_state::Overwrite;
 use crate::reaper::Reaper;
 use crate::tx::{Tx, TxManager};
@@ -37,97 +38,6 @@ use cairn_format::{FormatError, NAME_MAX, ROOT_INO, SYMLINK_MAX};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// Options for [`Fs::mount`].
-#[derive(Debug, Clone)]
-pub struct MountOptions {
-    /// Refuse every change; the journal is not replayed into the image.
-    pub read_only: bool,
-    /// Commit interval of the backend thread (`-o commit=SECONDS`).
-    pub commit_interval: Duration,
-    /// Metadata buffer cache size, in blocks.
-    pub cache_blocks: usize,
-    /// Byte budget of the in-core inode cache (`-o cache_mb` gives it an
-    /// eighth; see `inode`). Inodes that are busy or dirty are never
-    /// dropped, so the cache may exceed it by them.
-    pub inode_cache_bytes: usize,
-    /// Byte budget of the dentry cache (`-o cache_mb` gives it an eighth;
-    /// see `dcache`).
-    pub dentry_cache_bytes: usize,
-    /// Bound the inode cache and keep a dentry cache (`-o lru_caches=0|1`);
-    /// off: in-core inodes stay until the kernel forgets them, every LOOKUP
-    /// reads the directory (the behaviour before both caches).
-    pub lru_caches: bool,
-    /// What corruption or an I/O error does (`-o errors=`).
-    pub errors: ErrorPolicy,
-    /// Find groups for power-of-two and goal-length requests through the
-    /// allocator's order lists and fragment buckets instead of walking every
-    /// group (`-o mb_optimize_scan=0|1`, see `alloc`).
-    pub mb_optimize_scan: bool,
-    /// Blocks a locality group's new run for small files searches for
-    /// (`-o mb_group_prealloc=N`, ext4's knob; 0 turns them off: see
-    /// `alloc::group_prealloc`).
-    pub mb_group_prealloc: u32,
-    /// Discard blocks as soon as their free is durable (`-o discard`: holes
-    /// punched in the image file as deletes commit; see `alloc::trim`).
-    pub discard: bool,
-    /// Write over allocated, written blocks with no transaction and shared
-    /// locks (`-o overwrite_fastpath=0|1`, see `overwrite`).
-    pub overwrite_fastpath: bool,
-    /// Share identical xattr blocks through the dedup cache (`-o nombcache`
-    /// turns it off, see `mbcache`).
-    pub mbcache: bool,
-    /// Free deleted files on the caller's thread instead of the reaper's
-    /// (`-o sync_delete`, see `reaper`).
-    pub sync_delete: bool,
-    /// Delayed logging: log only the changed chunks of each block and defer
-    /// home writes until the log needs the room (`-o delaylog=0`: whole
-    /// blocks, home at every commit; see `buffer::cil` and `journal::ail`).
-    pub delaylog: bool,
-    /// Compress each checkpoint's logged chunks (zstd) on images with
-    /// `INCOMPAT_JOURNAL_ZSTD` (`-o journal_compress=0` logs them as they
-    /// are; see `journal::log`).
-    pub journal_compress: bool,
-    /// Nice value of the backend thread (`-o backend_nice=N`, 0–19; 0 keeps
-    /// the mounting thread's; see `backend`).
-    pub backend_nice: i32,
-    /// How long a push's close of the transaction gate waits for the
-    /// operations inside before it reopens and tries again
-    /// (`-o push_drain_us=N`; 0: never, the close waits however long; see
-    /// `tx::gate`).
-    pub push_drain: Option<Duration>,
-    /// How long a push waits for a moment with no operation inside the
-    /// transaction gate (then nobody waits for its swap but for the swap
-    /// itself) before it closes the gate on the operations inside
-    /// (`-o push_patience_us=N`; 0: it closes at once; see `tx::gate`).
-    pub push_patience: Option<Duration>,
-}
-
-impl Default for MountOptions {
-    fn default() -> Self {
-        MountOptions {
-            read_only: false,
-            commit_interval: Duration::from_secs(5),
-            cache_blocks: 65536,
-            inode_cache_bytes: 32 << 20,
-            dentry_cache_bytes: 32 << 20,
-            lru_caches: true,
-            errors: ErrorPolicy::default(),
-            mb_optimize_scan: true,
-            mb_group_prealloc: crate::alloc::DEFAULT_GROUP_PREALLOC,
-            discard: false,
-            overwrite_fastpath: true,
-            mbcache: true,
-            sync_delete: false,
-            delaylog: true,
-            journal_compress: true,
-            backend_nice: 10,
-            push_drain: Some(crate::tx::gate::DRAIN),
-            push_patience: Some(crate::tx::gate::PATIENCE),
-        }
-    }
-}
 
 /// Stripes of the per-inode I/O lock.
 const IO_LOCKS: usize = 256;
@@ -210,9 +120,12 @@ impl Fs {
 
     /// Mounts the image on `dev`: verifies the superblock, replays the journal,
     /// finishes what the orphan list holds and starts the backend thread.
-    pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
+    pub fn mount(dev: Arc<dyn BlockDevice>, mut opts: MountOptions) -> Result<Arc<Fs>> {
         let sb = crate::dev::read_superblock(dev.as_ref())?;
         let geo = Geometry::new(&sb)?;
+        if let Some(bytes) = opts.memory_budget {
+            opts.split_budget(bytes, geo.block_size);
+        }
         let seed = sb.csum_seed();
         let (journal, _replayed) = Journal::open(dev.clone(), &sb, seed, !opts.read_only)?;
         // The superblock itself may have been replayed.
@@ -826,7 +739,7 @@ impl Fs {
     /// Tests: pauses each commit this long after capturing each buffer, so
     /// that operations overtake the push (see `buffer::cil`).
     #[cfg(feature = "testing")]
-    pub fn debug_slow_capture(&self, pause: Duration) {
+    pub fn debug_slow_capture(&self, pause: std::time::Duration) {
         self.meta.bufs.cil.set_capture_pause(pause);
     }
 

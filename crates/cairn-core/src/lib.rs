@@ -77,6 +77,7 @@ mod file_ops;
 mod lifecycle;
 mod mbcache;
 mod meta;
+mod mount_options;
 mod namespace;
 mod overwrite;
 mod overwrite_state;

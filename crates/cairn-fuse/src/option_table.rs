@@ -321,8 +321,16 @@ pub fn find(key: &str) -> Option<&'static Spec> {
     if key.starts_with("x-") {
         return OPTIONS.iter().find(|s| s.audience == Ignored);
     }
+    if let Some(bare) = key.strip_prefix(DEBUG_PREFIX) {
+        return OPTIONS.iter().find(|s| s.audience == Measuring && s.names.contains(&bare));
+    }
     OPTIONS.iter().find(|s| s.names.contains(&key))
 }
+
+/// The prefix that names a measuring option (`debug.push_patience_us`,
+/// `debug.overwrite_fastpath=0`); their bare names are accepted too (some
+/// are ext4's: `mb_optimize_scan`, `nombcache`, `delaylog`).
+pub const DEBUG_PREFIX: &str = "debug.";
 
 /// The options as `cairn mount --help` prints them, grouped by audience.
 pub fn help() -> String {
@@ -330,15 +338,18 @@ pub fn help() -> String {
     for (aud, title) in [
         (Cairn, "cairn's options"),
         (Fuse, "FUSE and kernel options"),
-        (Measuring, "for measuring a mechanism against its absence (benchmarks; the defaults are the ones to use)"),
+        (Measuring, "for measuring a mechanism against its absence (benchmarks; the defaults are the ones to use; the bare names work too)"),
         (Ignored, "accepted and ignored"),
     ] {
         out.push_str(&format!("\n{title}:\n"));
         for s in OPTIONS.iter().filter(|s| s.audience == aud) {
+            let prefix = if aud == Measuring { DEBUG_PREFIX } else { "" };
+            let names: Vec<String> = s.names.iter().map(|n| format!("{prefix}{n}")).collect();
+            let names = names.join(" | ");
             let name = match s.value {
-                Value::None => s.names.join(" | "),
-                Value::Required(v) => format!("{}={v}", s.names.join(" | ")),
-                Value::Optional(v) => format!("{}[={v}]", s.names.join(" | ")),
+                Value::None => names,
+                Value::Required(v) => format!("{names}={v}"),
+                Value::Optional(v) => format!("{names}[={v}]"),
             };
             let default = if s.default.is_empty() { String::new() } else { format!(" [default: {}]", s.default) };
             out.push_str(&format!("  {name}\n"));

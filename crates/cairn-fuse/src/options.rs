@@ -46,7 +46,6 @@
 
 use crate::adapter::{AdapterOptions, Timeouts};
 use cairn_core::MountOptions;
-use cairn_core::BUF_OVERHEAD;
 use fuser::MountOption;
 #[cfg(test)]
 use std::time::Duration;
@@ -141,7 +140,7 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
         return Err("option norecovery needs ro: a read-write mount replays the journal".into());
     }
     s.adapter.timeouts = timeouts;
-    split_cache(&mut s.engine, cache_mb);
+    s.engine.memory_budget = Some(cache_mb << 20);
     Ok(s)
 }
 
@@ -155,27 +154,6 @@ pub fn default_cache_mb() -> u64 {
     match total_kib {
         Some(k) => (k / 1024 / 16).clamp(64, 1024),
         None => 256,
-    }
-}
-
-/// Splits `cache_mb` so that everything the engine keeps in memory in
-/// proportion to it fits within it (see `-o cache_mb` in the README):
-/// 15/32 to the buffer cache, each 4 KiB block counted with its bookkeeping
-/// ([`BUF_OVERHEAD`]); the engine sizes three things from the buffer
-/// cache's size: the committed images waiting for their home write (the
-/// AIL, a quarter of its bytes), loaded buddies (a sixteenth of its blocks
-/// as buddies of about three blocks each) and one checkpoint's captured
-/// copies (an eighth); 1/8 each to the inode and the dentry cache. With
-/// `lru_caches=0` the buffer cache also gets those two caches' share.
-fn split_cache(e: &mut MountOptions, mb: u64) {
-    let bytes = (mb << 20) as usize;
-    let per_block = 4096 + BUF_OVERHEAD;
-    if e.lru_caches {
-        e.cache_blocks = bytes / 32 * 15 / per_block;
-        e.inode_cache_bytes = bytes / 8;
-        e.dentry_cache_bytes = bytes / 8;
-    } else {
-        e.cache_blocks = bytes / 32 * 23 / per_block;
     }
 }
 
@@ -197,19 +175,16 @@ mod tests {
     }
 
     #[test]
-    fn cache_mb_is_split_between_the_caches() {
-        let s = parse(&["cache_mb=64"]).unwrap();
-        assert!(s.engine.lru_caches);
-        assert_eq!(s.engine.cache_blocks, (30 << 20) / (4096 + BUF_OVERHEAD));
-        assert_eq!(s.engine.inode_cache_bytes, 8 << 20);
-        assert_eq!(s.engine.dentry_cache_bytes, 8 << 20);
+    fn cache_mb_is_the_engines_budget() {
+        // The engine splits it once it knows the block size
+        // (`MountOptions::split_budget`).
+        assert_eq!(parse(&["cache_mb=64"]).unwrap().engine.memory_budget, Some(64 << 20));
         let s = parse(&["lru_caches=0,cache_mb=64"]).unwrap();
         assert!(!s.engine.lru_caches);
-        assert_eq!(s.engine.cache_blocks, (46 << 20) / (4096 + BUF_OVERHEAD));
         assert!(parse(&["lru_caches=2"]).is_err());
         let d = default_cache_mb();
         assert!((64..=1024).contains(&d));
-        assert_eq!(parse::<&str>(&[]).unwrap().engine.inode_cache_bytes, (d << 20) as usize / 8);
+        assert_eq!(parse::<&str>(&[]).unwrap().engine.memory_budget, Some(d << 20));
     }
 
     #[test]
@@ -242,6 +217,11 @@ mod tests {
         assert!(parse(&["backend_nice=20"]).unwrap_err().contains("between 0 and 19"));
         assert!(parse(&["backend_nice=-5"]).is_err());
         assert_eq!(s.engine.push_drain, Some(std::time::Duration::from_micros(200)));
+        // Measuring knobs under `debug.` names, and only those.
+        assert_eq!(parse(&["debug.push_drain_us=0"]).unwrap().engine.push_drain, None);
+        assert!(!parse(&["debug.overwrite_fastpath=0"]).unwrap().engine.overwrite_fastpath);
+        assert!(parse(&["debug.allow_other"]).is_err());
+        assert!(parse(&["debug.commit=5"]).is_err());
         assert_eq!(parse(&["push_drain_us=0"]).unwrap().engine.push_drain, None);
         let d = parse(&["push_drain_us=1000"]).unwrap().engine.push_drain;
         assert_eq!(d, Some(std::time::Duration::from_micros(1000)));

@@ -329,12 +329,19 @@ impl Gate {
         let drain = self.drain.filter(|_| delegate);
         for attempt in 1.. {
             *self.progress.lock() = Progress::default();
+            // Entrants spin through a close that may be given up, and
+            // through a turn taken at an empty moment.
+            let last = drain.is_none() || attempt >= ATTEMPTS;
+            self.reopenable.store(!last, SeqCst);
             if let Some(patience) = patience {
                 if let Some(push) = self.wait_for_empty(patience) {
                     return push;
                 }
             }
-            // Close on the operations inside.
+            // Close on the operations inside. The stamp first: an entrant
+            // that finds the gate closed must not judge this close by the
+            // last one's.
+            self.closed_at.store(self.micros(), SeqCst);
             let mut s = self.state.load(SeqCst);
             loop {
                 if patience.is_some() && s & WANT == 0 {
@@ -346,7 +353,6 @@ impl Gate {
                     Err(now) => s = now,
                 }
             }
-            self.closed_at.store(self.micros(), SeqCst);
             if s & COUNT == 0 {
                 return Push::Mine(Turn::now());
             }
@@ -360,11 +366,9 @@ impl Gate {
                 }
                 return Push::Mine(Turn::now());
             }
-            let last = drain.is_none() || attempt >= ATTEMPTS;
             if drain.is_some() && last {
                 self.last_closes.fetch_add(1, Relaxed);
             }
-            self.reopenable.store(!last, SeqCst);
             let deadline = drain.filter(|_| !last).map(|d| Instant::now() + d);
             if self.wait_swapped(deadline) {
                 return Push::Done;
