@@ -14,6 +14,7 @@
 //! after a commit. Every newly dirtied buffer is charged; charging past the
 //! reservation is an accounting bug, counted in `journal.credit_overruns`.
 
+use super::gate::Entry;
 use super::manager::TxManager;
 use crate::buffer::Buf;
 use crate::error::{FsError, Result};
@@ -32,14 +33,14 @@ pub struct Tx<'a> {
     /// When the handle entered the gate (a commit waits for the longest
     /// hold); `None` only for the commit's own handle, which runs under the
     /// closed gate and holds no reservation.
-    entered: Option<Instant>,
+    entered: Option<(Entry, Instant)>,
     credits: Cell<u64>,
     used: Cell<u64>,
     touched: Cell<bool>,
 }
 
 impl<'a> Tx<'a> {
-    pub(super) fn new(meta: &'a Meta, mgr: &'a TxManager, entered: Option<Instant>, credits: u64) -> Tx<'a> {
+    pub(super) fn new(meta: &'a Meta, mgr: &'a TxManager, entered: Option<(Entry, Instant)>, credits: u64) -> Tx<'a> {
         Tx { meta, mgr, entered, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false) }
     }
 
@@ -123,11 +124,11 @@ impl Deref for Tx<'_> {
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
-        if let Some(entered) = self.entered {
+        if let Some((entry, entered)) = self.entered {
             self.mgr.release(self.credits.get());
             let us = entered.elapsed().as_micros() as u64;
             self.mgr.stats.gate_hold_us_max.fetch_max(us, Ordering::Relaxed);
-            self.mgr.leave(self.meta);
+            self.mgr.leave(self.meta, entry);
         }
     }
 }

@@ -41,7 +41,7 @@
 //! (the superblock buffer, the insertion lists): a handle must not hold an
 //! inode lock or an allocator lock when it is dropped.
 
-use super::gate::{Gate, Push, Turn};
+use super::gate::{Entry, Gate, Push, Turn};
 use super::handle::Tx;
 use crate::buffer::cil::Batch;
 use crate::error::{FsError, Result};
@@ -142,8 +142,8 @@ impl TxManager {
 
     /// A handle leaves the gate (its drop); if it is the last one out of a
     /// gate closed for a commit, it runs the commit's swap.
-    pub(super) fn leave(&self, meta: &Meta) {
-        if let Some(turn) = self.gate.leave() {
+    pub(super) fn leave(&self, meta: &Meta, entry: Entry) {
+        if let Some(turn) = self.gate.leave(entry) {
             self.take_turn(meta, turn);
         }
     }
@@ -247,7 +247,8 @@ impl TxManager {
         }
         self.stats.handles.fetch_add(1, Ordering::Relaxed);
         self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
-        if let Some(w) = self.gate.enter() {
+        let (entry, waited) = self.gate.enter();
+        if let Some(w) = waited {
             let us = w.wall.as_micros() as u64;
             let cil = &meta.bufs.cil.stats;
             cil.writer_wait.add(us);
@@ -258,7 +259,7 @@ impl TxManager {
                 cil.writer_wait_on_cpu_us_max.fetch_max(us, Relaxed);
             }
         }
-        Ok(Tx::new(meta, self, Some(Instant::now()), credits))
+        Ok(Tx::new(meta, self, Some((entry, Instant::now())), credits))
     }
 
     /// Makes everything changed before this call durable (see the module
@@ -340,6 +341,9 @@ impl Publish for TxManager {
         let (empty, impatient) = self.gate.empties();
         put("tx.push_empty_swaps", empty);
         put("tx.push_impatient_closes", impatient);
+        let (defers, given_up) = self.gate.defers();
+        put("tx.push_defers", defers);
+        put("tx.push_defers_given_up", given_up);
         let (reopens, last_closes) = self.gate.reopens();
         put("tx.push_reopens", reopens);
         put("tx.push_last_closes", last_closes);
