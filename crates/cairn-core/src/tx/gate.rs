@@ -579,9 +579,10 @@ impl Gate {
         }
         let closed = self.micros().saturating_sub(self.closed_at.load(SeqCst));
         self.closed_us_max.fetch_max(closed, Relaxed);
-        self.reopenable.store(false, SeqCst);
-        // Operations spinning on the gate go on at once; the parked ones and
-        // the push are woken under the mutex.
+        // Operations spinning on the gate go on at once (`reopenable` stays
+        // as it is: cleared before the opening, it made spinners park, and
+        // wait for a CPU, just as the gate opened); the parked ones and the
+        // push are woken under the mutex.
         let s = self.state.fetch_and(!CLOSED, SeqCst);
         debug_assert_eq!(s, CLOSED, "a turn ended on a gate not closed and empty");
         let mut p = self.progress.lock();
