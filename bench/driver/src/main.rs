@@ -36,6 +36,11 @@ mod overwrite;
 
 use fragment::{fragment, Pattern};
 
+/// The allocator the `cairn` daemon runs with (see cairn-cli's main.rs), so
+/// that the engine is measured here as it runs there.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "cairn-bench-driver",
