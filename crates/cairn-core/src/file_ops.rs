@@ -78,7 +78,9 @@ impl Fs {
     }
 
     /// Waits until the reaper has freed what it holds, then commits so that
-    /// the blocks leave the journal's hold; false if nothing was queued, if
+    /// the blocks leave the journal's hold (or, with nothing queued, only
+    /// checkpoints if freed blocks wait for the journal); false if nothing
+    /// was queued or waits, if
     /// the calling thread is itself freeing queued inodes (the reaper
     /// thread, or a `sync_delete` caller): it would wait for itself, or if
     /// it holds an I/O lock, which the reaper may need (see `IoGuard`): the
@@ -92,7 +94,13 @@ impl Fs {
         }
         let forgotten = self.reaper.wait_for_forget(crate::reaper::FORGET_WAIT);
         if self.reaper.backlog_inodes() == 0 && !forgotten {
-            return Ok(false);
+            // The reaper may have finished since the caller's own retry
+            // checkpointed: what it freed waits for the journal.
+            if self.meta.alloc.pending_blocks() == 0 {
+                return Ok(false);
+            }
+            self.commit_and_checkpoint()?;
+            return Ok(true);
         }
         self.reaper.wait_idle(std::time::Duration::from_secs(300));
         self.commit_and_checkpoint()?;
