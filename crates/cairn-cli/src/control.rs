@@ -8,8 +8,10 @@
 //! one JSON document (`{"image", "mountpoint", "pid", "read_only",
 //! "counters": {...}}`; `read_only`: the engine refuses changes, see
 //! `remount_cmd`);
-//! the daemon closes the connection after writing it. Later issues may add
-//! requests; today the protocol is "connect, read to EOF".
+//! the daemon closes the connection after writing it. A client may first
+//! write a request and shut its side: `make-writable` (`cairn remount
+//! rw`) or `grow BYTES` (`cairn resize MOUNTPOINT SIZE`), answered with
+//! `{"ok": true, ...}` or `{"error": "..."}`.
 //!
 //! The socket holds no state: removing it only makes `cairn stats` unable to
 //! find the daemon. The daemon removes it when it exits.
@@ -117,6 +119,23 @@ pub fn serve(fs: Arc<Fs>, fuse: Arc<Metrics>, image: PathBuf, mountpoint: PathBu
                         tracing::error!(error = %e, "remount read-write failed");
                         json!({ "error": e.to_string() })
                     }
+                },
+                r if r.starts_with("grow ") => match r[5..].trim().parse::<u64>() {
+                    Ok(bytes) => match fs.grow(bytes) {
+                        Ok(g) => json!({
+                            "ok": true,
+                            "old_blocks": g.old_blocks,
+                            "new_blocks": g.new_blocks,
+                            "old_groups": g.old_groups,
+                            "new_groups": g.new_groups,
+                            "block_size": g.block_size,
+                        }),
+                        Err(e) => {
+                            tracing::warn!(error = %e, bytes, "grow while mounted refused or failed");
+                            json!({ "error": e.to_string() })
+                        }
+                    },
+                    Err(_) => json!({ "error": format!("bad size in {r:?}") }),
                 },
                 "" => stats_document(&fs, &fuse, &image, &mountpoint),
                 other => json!({ "error": format!("unknown request {other:?}") }),

@@ -164,9 +164,11 @@ enum Cmd {
         #[arg(long, short = 'o')]
         mount_options: Option<String>,
     },
-    /// Grow an unmounted file system to SIZE (as resize2fs): the image file is lengthened; shrinking is refused.
+    /// Grow a file system to SIZE, unmounted or mounted (as resize2fs): an image file is lengthened; shrinking is refused.
     Resize {
-        /// The image file (or block device, already that large).
+        /// The image file (or block device, already that large) of an
+        /// unmounted file system, or the mount point of a mounted one.
+        #[arg(value_name = "IMAGE|MOUNTPOINT")]
         image: PathBuf,
         /// The new size: 2G, 512M, ... (up to what the group descriptor table holds).
         size: String,

@@ -1,17 +1,25 @@
 //! `cairn resize IMAGE SIZE`: grow an unmounted file system (see
 //! `cairn_core::resize`). An image file is made longer first (sparse); a
-//! block device must already hold SIZE.
+//! block device must already hold SIZE. `cairn resize MOUNTPOINT SIZE`
+//! grows a mounted one through its daemon's control socket (see
+//! `cairn_core`'s `online_resize`).
 
 use cairn_core::dev::FileDevice;
 use cairn_core::parse_size;
 use std::path::Path;
 
-/// Grows IMAGE to SIZE; what to print.
+/// Grows IMAGE (or the file system mounted at a directory) to SIZE; what
+/// to print.
 pub fn run(image: &Path, size: &str) -> Result<String, String> {
     let shown = image.display();
     let want = parse_size(size)?;
+    if image.is_dir() {
+        return grow_mounted(image, want);
+    }
     let mut dev = FileDevice::open(image, false).map_err(|e| format!("cannot open {shown}: {e}"))?;
-    dev.lock_exclusive().map_err(|_| format!("{shown} is in use (mounted or being checked); unmount it first"))?;
+    dev.lock_exclusive().map_err(|_| {
+        format!("{shown} is in use (mounted or being checked); give its mount point to grow it while mounted")
+    })?;
     let sb = cairn_core::dev::read_superblock(&dev).map_err(|e| format!("{shown}: {e}"))?;
     // Refused before the image file changes length.
     let bytes = cairn_core::resize::plan(&sb, want).map_err(|e| format!("{shown}: {e}"))?;
@@ -38,4 +46,23 @@ pub fn run(image: &Path, size: &str) -> Result<String, String> {
             Err(format!("{shown}: {e}"))
         }
     }
+}
+
+/// Asks the daemon serving `mountpoint` to grow its file system to `bytes`.
+fn grow_mounted(mountpoint: &Path, bytes: u64) -> Result<String, String> {
+    let shown = mountpoint.display();
+    let canon = std::fs::canonicalize(mountpoint).map_err(|e| format!("{shown}: {e}"))?;
+    let answer = crate::control::ask(&canon, &format!("grow {bytes}"))?;
+    if let Some(e) = answer.get("error").and_then(|e| e.as_str()) {
+        return Err(format!("{shown}: {e}"));
+    }
+    let n = |k: &str| answer.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    let b = |k: &str| cairn_core::human_bytes(n(k) * n("block_size"));
+    Ok(format!(
+        "{shown}: grown from {} to {} ({} to {} groups) while mounted",
+        b("old_blocks"),
+        b("new_blocks"),
+        n("old_groups"),
+        n("new_groups")
+    ))
 }

@@ -385,10 +385,11 @@ fn resize_grows_an_unmounted_image_and_refuses_what_it_cannot() {
     std::fs::write(mp.join("data"), &data).unwrap();
     let o = run(&["resize", p(&img), "1G"]);
     assert_eq!(o.status.code(), Some(1), "resize of a mounted image: {}", stdout(&o));
-    assert!(stderr(&o).contains("in use"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("in use") && stderr(&o).contains("mount point"), "{}", stderr(&o));
     unmount(&mp, pid);
     let len = |img: &Path| std::fs::metadata(img).unwrap().len();
-    for (size, why) in [("100M", "only grows"), ("100G", "at most"), ("lots", "")] {
+    // mkfs reserved descriptor blocks for 1,024 times the groups: 384 GiB.
+    for (size, why) in [("100M", "only grows"), ("1T", "at most 384.0 GiB"), ("lots", "")] {
         let o = run(&["resize", p(&img), size]);
         assert_eq!(o.status.code(), Some(1), "resize to {size}: {}", stdout(&o));
         assert!(stderr(&o).contains(why), "resize to {size}: {}", stderr(&o));
@@ -405,5 +406,36 @@ fn resize_grows_an_unmounted_image_and_refuses_what_it_cannot() {
     assert_eq!(std::fs::read(mp.join("data")).unwrap(), data);
     let df = String::from_utf8_lossy(&sh(&format!("df -B1 --output=size {}", p(&mp))).stdout).into_owned();
     assert!(df.contains(&(2u64 << 30).to_string()), "df after the resize: {df}");
+    // Mounted: through the daemon, refusals first, then a grow while a
+    // writer runs; df shows it at once.
+    for (size, why) in [("1G", "only grows"), ("1T", "at most")] {
+        let o = run(&["resize", p(&mp), size]);
+        assert_eq!(o.status.code(), Some(1), "mounted resize to {size}: {}", stdout(&o));
+        assert!(stderr(&o).contains(why), "mounted resize to {size}: {}", stderr(&o));
+    }
+    let writer = {
+        let mp = mp.clone();
+        std::thread::spawn(move || {
+            for i in 0..50 {
+                std::fs::write(mp.join(format!("w{i}")), vec![i as u8; 1 << 20]).unwrap();
+            }
+        })
+    };
+    let o = run(&["resize", p(&mp), "3G"]);
+    assert!(o.status.success(), "mounted resize: {}", stderr(&o));
+    assert!(stdout(&o).contains("to 3.0 GiB") && stdout(&o).contains("while mounted"), "{}", stdout(&o));
+    writer.join().unwrap();
+    assert_eq!(len(&img), 3 << 30);
+    let df = String::from_utf8_lossy(&sh(&format!("df -B1 --output=size {}", p(&mp))).stdout).into_owned();
+    assert!(df.contains(&(3u64 << 30).to_string()), "df after the mounted resize: {df}");
+    assert_eq!(std::fs::read(mp.join("data")).unwrap(), data);
+    unmount(&mp, pid);
+    assert_fsck_clean(&img, "after the mounted resize");
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount after the mounted resize: {}", stderr(&o));
+    let pid = daemon_pid(&mp);
+    for i in [0u8, 49] {
+        assert_eq!(std::fs::read(mp.join(format!("w{i}"))).unwrap(), vec![i; 1 << 20], "w{i}");
+    }
     unmount(&mp, pid);
 }

@@ -40,12 +40,25 @@ pub trait BlockDevice: Send + Sync {
     fn make_writable(&self) -> io::Result<()> {
         Err(io::Error::new(io::ErrorKind::Unsupported, "this device cannot be made writable"))
     }
+    /// Makes the device at least `bytes` long for a grow while mounted (an
+    /// image file is lengthened, sparse); fails if it cannot be, changing
+    /// nothing.
+    fn grow_to(&self, bytes: u64) -> io::Result<()> {
+        if self.size() >= bytes {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("the device holds {} bytes, less than {bytes}", self.size()),
+        ))
+    }
 }
 
 /// An image file or block device.
 pub struct FileDevice {
     file: File,
-    size: u64,
+    /// Size in bytes (an image file grows with `grow_to`).
+    size: std::sync::atomic::AtomicU64,
     /// A regular file (holes can be punched), not a block device.
     regular: bool,
     /// Opened for writing (or made writable since).
@@ -70,7 +83,7 @@ impl FileDevice {
         };
         Ok(FileDevice {
             file,
-            size,
+            size: size.into(),
             regular: meta.file_type().is_file(),
             writable: (!read_only).into(),
             held: Mutex::new(None),
@@ -98,7 +111,7 @@ impl FileDevice {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "a block device has its own size"));
         }
         self.file.set_len(len)?;
-        self.size = len;
+        *self.size.get_mut() = len;
         Ok(())
     }
 
@@ -119,7 +132,28 @@ impl BlockDevice for FileDevice {
         self.file.sync_data()
     }
     fn size(&self) -> u64 {
-        self.size
+        self.size.load(std::sync::atomic::Ordering::Acquire)
+    }
+    fn grow_to(&self, bytes: u64) -> io::Result<()> {
+        use std::sync::atomic::Ordering;
+        if !self.regular {
+            // A block device grown underneath (a loop device's capacity set
+            // again): learn its size anew.
+            use std::io::Seek;
+            let mut f = &self.file;
+            let now = f.seek(io::SeekFrom::End(0))?;
+            self.size.fetch_max(now, Ordering::AcqRel);
+        } else if self.size() < bytes {
+            self.file.set_len(bytes)?;
+            self.size.fetch_max(bytes, Ordering::AcqRel);
+        }
+        if self.size() < bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the device holds {} bytes, less than {bytes}", self.size()),
+            ));
+        }
+        Ok(())
     }
     /// Reopens the image for writing (through `/proc/self/fd`, so the same
     /// file even if its path changed) and puts the new open file description
@@ -247,6 +281,14 @@ impl BlockDevice for MemDevice {
         self.data.lock().len() as u64
     }
     fn make_writable(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn grow_to(&self, bytes: u64) -> io::Result<()> {
+        let mut d = self.data.lock();
+        let n = usize::try_from(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        if d.len() < n {
+            d.resize(n, 0);
+        }
         Ok(())
     }
     fn zero_range(&self, off: u64, len: u64) -> io::Result<bool> {

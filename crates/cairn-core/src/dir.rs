@@ -30,7 +30,7 @@ fn root_of(dir: &InodeState) -> Result<u64> {
 }
 
 fn tree<'a>(meta: &'a Meta, dir: &InodeState) -> Tree<'a> {
-    let goal = meta.geo.group_start(meta.geo.group_of_ino(dir.ino));
+    let goal = meta.geo().group_start(meta.geo().group_of_ino(dir.ino));
     Tree::new(meta, KIND_DIRENTS, dir.ino, goal)
 }
 

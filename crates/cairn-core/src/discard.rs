@@ -18,7 +18,7 @@ impl Fs {
     /// length under a block or a minimum longer than a group, EROFS on a read-only mount).
     pub fn trim(&self, start: u64, len: u64, min_len: u64) -> Result<u64> {
         self.writable()?;
-        let geo = self.meta.geo;
+        let geo = self.meta.geo();
         let bs = u64::from(geo.block_size);
         if start >= geo.total_blocks * bs || len < bs || min_len > geo.blocks_per_group * bs {
             return Err(FsError::Errno(libc::EINVAL));

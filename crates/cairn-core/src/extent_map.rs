@@ -29,12 +29,12 @@ pub enum Mapping {
 }
 
 fn tree<'a>(meta: &'a Meta, st: &InodeState) -> Tree<'a> {
-    let goal = meta.geo.group_start(meta.geo.group_of_ino(st.ino));
+    let goal = meta.geo().group_start(meta.geo().group_of_ino(st.ino));
     Tree::new(meta, KIND_EXTENTS, st.ino, goal)
 }
 
 fn check(meta: &Meta, ino: u64, e: &Extent) -> Result<Extent> {
-    if e.len == 0 || !meta.geo.valid_data_range(e.pblk, u64::from(e.len)) {
+    if e.len == 0 || !meta.geo().valid_data_range(e.pblk, u64::from(e.len)) {
         return Err(FormatError::corrupt("extent", ino, format!("{e:?} out of range")).into());
     }
     Ok(*e)

@@ -26,7 +26,7 @@ use cairn_format::extent::{Extent, MAX_EXTENT_LEN};
 pub const MAX_FILE_SIZE: u64 = 1 << 52;
 
 fn bs(meta: &Meta) -> u64 {
-    meta.geo.block_size as u64
+    meta.geo().block_size as u64
 }
 
 /// Reads up to `size` bytes at `off`, clipped at end of file.
@@ -78,14 +78,14 @@ pub fn read_into(meta: &Meta, st: &InodeState, off: u64, out: &mut [u8]) -> Resu
 /// after its last block is *streaming* and gets a normalized search length
 /// (see `alloc::request`); a write into a hole searches for what it wants.
 fn data_request(meta: &Meta, st: &InodeState, lblk: u64, want: u32) -> Result<AllocRequest> {
-    let bs = meta.geo.block_size;
+    let bs = meta.geo().block_size;
     if lblk > 0 {
         if let Mapping::Mapped { pblk, .. } = extent_map::lookup(meta, st, lblk - 1)? {
             return Ok(AllocRequest::data(st.ino, pblk + 1, want, lblk, st.d.size, bs));
         }
     }
-    let g = meta.geo.group_of_ino(st.ino);
-    let goal = meta.geo.meta_start(g) + meta.geo.meta_blocks();
+    let g = meta.geo().group_of_ino(st.ino);
+    let goal = meta.geo().meta_start(g) + meta.geo().meta_blocks();
     Ok(if lblk == 0 {
         AllocRequest::data(st.ino, goal, want, 0, st.d.size, bs)
     } else {

@@ -329,7 +329,7 @@ impl Fs {
                     // anything changes, so a restart finds the inode as it
                     // was), then the new size and, if blocks are left, the
                     // orphan entry that lets mount finish the job.
-                    let from = size.div_ceil(u64::from(self.meta.geo.block_size));
+                    let from = size.div_ceil(u64::from(self.meta.geo().block_size));
                     more = file::free_range_step(tx, &mut g, from, u64::MAX, self.orphan_credits()?)?;
                     file::set_size(tx, &mut g, size)?;
                     if more {
@@ -377,8 +377,8 @@ impl Fs {
             if self.reaper.deferred {
                 // The rest goes to the reaper (see `lifecycle`); about
                 // this many blocks lie past the new end.
-                let past = attr.blocks / u64::from(self.meta.geo.block_size / 512);
-                let kept = attr.size.div_ceil(u64::from(self.meta.geo.block_size));
+                let past = attr.blocks / u64::from(self.meta.geo().block_size / 512);
+                let kept = attr.size.div_ceil(u64::from(self.meta.geo().block_size));
                 self.reaper.push_truncate(ino, past.saturating_sub(kept));
                 self.reaper.kick();
                 return Ok(attr);

@@ -134,6 +134,8 @@ impl Fs {
         // STATE_ERRORS is written in place, outside the journal (see
         // `journal::latch`): a replayed superblock image must not clear it.
         sb.state |= errors_before_replay;
+        // A replayed grow (`online_resize`) changes the geometry.
+        let geo = Geometry::new(&sb)?;
         let cache_blocks = opts.cache_blocks.max(64);
         // Deferred images no cached buffer shares may hold a quarter of the
         // cache's size in memory; those it shares keep their buffers cached.
@@ -155,12 +157,11 @@ impl Fs {
             discard: opts.discard,
         };
         let zeroed = sb.feature_compat & cairn_format::superblock::COMPAT_ITABLES_ZEROED != 0;
-        let alloc = Allocator::load(geo, seed, sb.gdt_start, &bufs, sb.next_ino, zeroed, alloc_opts)?;
+        let alloc = Allocator::load(geo, seed, (sb.gdt_start, sb.gdt_blocks), &bufs, sb.next_ino, zeroed, alloc_opts)?;
         let meta = Meta {
             dev,
             bufs,
             alloc,
-            geo,
             seed,
             hash_seed: sb.hash_seed,
             running_seq: journal.next_seq().into(),
@@ -600,16 +601,16 @@ impl Fs {
         self.alive()?;
         let a = &self.meta.alloc;
         // Blocks of deleted files the reaper has still to free count as free.
-        let free =
-            (a.disk_free_blocks.load(Ordering::Relaxed) + self.reaper.backlog_blocks()).min(self.meta.geo.total_blocks);
+        let free = (a.disk_free_blocks.load(Ordering::Relaxed) + self.reaper.backlog_blocks())
+            .min(self.meta.geo().total_blocks);
         Ok(StatFs {
-            block_size: self.meta.geo.block_size,
-            blocks: self.meta.geo.total_blocks,
+            block_size: self.meta.geo().block_size,
+            blocks: self.meta.geo().total_blocks,
             blocks_free: free,
             // File data cannot take the metadata reserve: a program that
             // fallocates what statfs says is available must get it.
             blocks_avail: free.saturating_sub(a.reserve_blocks()),
-            files: self.meta.geo.total_inodes(),
+            files: self.meta.geo().total_inodes(),
             files_free: a.free_inodes.load(Ordering::Relaxed),
             name_max: NAME_MAX as u32,
         })

@@ -452,26 +452,26 @@ pub fn lock_many(refs: &[&InodeRef]) -> Vec<InodeGuard> {
 impl Meta {
     /// Reads and verifies inode `ino` (checksum, file type, block pointers).
     pub fn load_inode(&self, ino: u64) -> Result<DiskInode> {
-        if !self.geo.valid_ino(ino) {
+        if !self.geo().valid_ino(ino) {
             return Err(FsError::Errno(libc::ESTALE));
         }
-        let (blk, off) = self.geo.inode_location(ino);
+        let (blk, off) = self.geo().inode_location(ino);
         let buf = self.bufs.get(blk, |_, _| Ok(()))?;
         let d = DiskInode::decode(self.seed, ino, &buf.read()[off..off + cairn_format::inode::INODE_SIZE])?;
         match &d.data {
             DataArea::Extents(list) => {
                 for e in list {
-                    if e.len == 0 || !self.geo.valid_data_range(e.pblk, u64::from(e.len)) {
+                    if e.len == 0 || !self.geo().valid_data_range(e.pblk, u64::from(e.len)) {
                         return Err(FormatError::corrupt("inode", ino, format!("extent {e:?} out of range")).into());
                     }
                 }
             }
-            DataArea::Tree(root) if *root != 0 && !self.geo.valid_data_range(*root, 1) => {
+            DataArea::Tree(root) if *root != 0 && !self.geo().valid_data_range(*root, 1) => {
                 return Err(FormatError::corrupt("inode", ino, "tree root out of range").into());
             }
             _ => {}
         }
-        if d.xattr_block != 0 && !self.geo.valid_data_range(d.xattr_block, 1) {
+        if d.xattr_block != 0 && !self.geo().valid_data_range(d.xattr_block, 1) {
             return Err(FormatError::corrupt("inode", ino, "xattr block out of range").into());
         }
         Ok(d)
@@ -481,7 +481,7 @@ impl Meta {
 impl Tx<'_> {
     /// Writes inode `ino` into its inode-table buffer (running transaction).
     pub fn store_inode(&self, ino: u64, d: &DiskInode) -> Result<()> {
-        let (blk, off) = self.geo.inode_location(ino);
+        let (blk, off) = self.geo().inode_location(ino);
         let buf = self.bufs.get(blk, |_, _| Ok(()))?;
         self.modify(&buf, off..off + cairn_format::inode::INODE_SIZE, |slot| d.encode(self.seed, ino, slot));
         Ok(())

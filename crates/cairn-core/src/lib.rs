@@ -79,6 +79,7 @@ mod mbcache;
 mod meta;
 mod mount_options;
 mod namespace;
+mod online_resize;
 mod overwrite;
 mod overwrite_state;
 mod reaper;

@@ -92,7 +92,7 @@ impl Fs {
             ino: st.ino,
             generation: if st.ino == cairn_format::ROOT_INO { 0 } else { d.generation },
             size: d.size,
-            blocks: d.blocks * u64::from(self.meta.geo.block_size / 512),
+            blocks: d.blocks * u64::from(self.meta.geo().block_size / 512),
             atime: d.atime,
             mtime,
             ctime,
@@ -102,7 +102,7 @@ impl Fs {
             uid: d.uid,
             gid: d.gid,
             rdev: d.rdev,
-            blksize: self.meta.geo.block_size,
+            blksize: self.meta.geo().block_size,
             flags: d.attr_flags,
         }
     }
@@ -287,7 +287,7 @@ impl Fs {
             let (more, freed) = self.change(credits::DEFAULT, |tx| {
                 let r = self.iget(ino)?;
                 let mut st = r.write();
-                let from = st.d.size.div_ceil(u64::from(self.meta.geo.block_size));
+                let from = st.d.size.div_ceil(u64::from(self.meta.geo().block_size));
                 let before = st.d.blocks;
                 let more = file::free_range_step(tx, &mut st, from, u64::MAX, self.orphan_credits()?)?;
                 if tx.changed() {
@@ -354,7 +354,7 @@ impl Fs {
             true
         })?;
         for ino in inos {
-            let valid = self.meta.geo.valid_ino(ino) && self.meta.alloc.inode_in_use(&self.meta.bufs, ino)?;
+            let valid = self.meta.geo().valid_ino(ino) && self.meta.alloc.inode_in_use(&self.meta.bufs, ino)?;
             if !valid {
                 // A stale entry (a damaged list): drop it rather than free a
                 // free inode twice.
@@ -433,7 +433,7 @@ impl Fs {
     pub fn lookup_self(&self, ino: u64) -> Result<Attr> {
         let stale = || FsError::Errno(libc::ESTALE);
         self.read_op(|| {
-            if !self.meta.geo.valid_ino(ino) || !self.meta.alloc.inode_in_use(&self.meta.bufs, ino)? {
+            if !self.meta.geo().valid_ino(ino) || !self.meta.alloc.inode_in_use(&self.meta.bufs, ino)? {
                 return Err(stale());
             }
             let r = match self.iget(ino) {

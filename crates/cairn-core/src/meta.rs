@@ -19,7 +19,6 @@ pub struct Meta {
     pub dev: Arc<dyn BlockDevice>,
     pub bufs: BufferCache,
     pub alloc: Allocator,
-    pub geo: Geometry,
     pub seed: u32,
     pub hash_seed: [u8; 16],
     /// Sequence number of the checkpoint that operations now add to.
@@ -34,15 +33,20 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// The geometry as of now (`cairn resize` may grow it while mounted).
+    pub fn geo(&self) -> Geometry {
+        self.alloc.geo()
+    }
+
     /// Block size in bytes.
     pub fn bs(&self) -> usize {
-        self.geo.block_size as usize
+        self.geo().block_size as usize
     }
 
     /// Reads a B+tree node, verifying it (checksum, bounds, block number) and
     /// that it belongs to tree `kind` of `owner`.
     pub fn read_node(&self, blk: u64, kind: u8, owner: u64) -> Result<Arc<Buf>> {
-        if !self.geo.valid_data_range(blk, 1) {
+        if !self.geo().valid_data_range(blk, 1) {
             return Err(
                 FormatError::corrupt("tree pointer", owner, format!("block {blk} outside the data area")).into()
             );

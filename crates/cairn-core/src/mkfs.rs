@@ -27,7 +27,7 @@ use std::sync::Arc;
 pub const MKFS_MIN_JOURNAL_BLOCKS: u64 = 256;
 const _: () = assert!(MKFS_MIN_JOURNAL_BLOCKS >= MIN_JOURNAL_BLOCKS);
 use cairn_format::layout::Geometry;
-use cairn_format::superblock::{Superblock, STATE_CLEAN, VERSION};
+use cairn_format::superblock::{max_gdt_reserve, Superblock, STATE_CLEAN, VERSION};
 use cairn_format::{FIRST_INO, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, ROOT_INO};
 
 /// The journal mkfs makes when none is asked for, in blocks: 1/64 of the
@@ -143,6 +143,26 @@ pub fn plan(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     }))
 }
 
+/// Descriptor-table blocks mkfs reserves past what `groups` need, so that
+/// `cairn resize` can add groups (the table cannot move): enough for 1,024
+/// times as many groups (up to 2^48 blocks), as mke2fs reserves, at most
+/// [`max_gdt_reserve`] blocks. They come out of group 0's room; a journal
+/// that group 0 holds alone keeps the size asked for (a smaller reserve
+/// then), a larger one gives up at most a quarter of that room, and a
+/// group 0 too small for the journal asked gives none (the smallest image
+/// stays as small).
+fn gdt_reserve(groups: u64, bpg: u64, bs: u64, room: u64, journal: u64) -> u64 {
+    let per_block = bs / GD_SIZE as u64;
+    let most_groups = groups.saturating_mul(1024).min((1u64 << 48) / bpg).max(groups);
+    let want = most_groups.div_ceil(per_block) - groups.div_ceil(per_block);
+    let spare = match room.checked_sub(journal) {
+        Some(left) => left,
+        None if room >= 4 * MKFS_MIN_JOURNAL_BLOCKS => room / 4,
+        None => 0,
+    };
+    want.min(max_gdt_reserve(bs)).min(spare)
+}
+
 fn plan_exact(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     let bs = opts.block_size;
     if !bs.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&bs) {
@@ -169,10 +189,12 @@ fn plan_exact(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     if total > (1u64 << 48) {
         return Err(invalid("image too large (more than 2^48 blocks)".into()));
     }
-    let gdt_blocks = (groups * GD_SIZE as u64).div_ceil(bs64);
+    let gdt_need = (groups * GD_SIZE as u64).div_ceil(bs64);
     let g0_len = bpg.min(total);
-    let room = g0_len.saturating_sub(1 + gdt_blocks + meta_blocks + 16);
+    let room0 = g0_len.saturating_sub(1 + gdt_need + meta_blocks + 16);
     let want = opts.journal_blocks.unwrap_or_else(|| default_journal_blocks(total, bs64));
+    let gdt_blocks = gdt_need + gdt_reserve(groups, bpg, bs64, room0, want);
+    let room = room0 - (gdt_blocks - gdt_need);
     // A journal larger than group 0's room fills it and goes on through
     // whole groups (past their metadata), as many as come nearest to the
     // size asked; none (group 0's room) when that is nearer and enough.

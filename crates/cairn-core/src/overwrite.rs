@@ -95,7 +95,7 @@ impl Fs {
                 return Ok(None);
             }
         };
-        let b = u64::from(self.meta.geo.block_size);
+        let b = u64::from(self.meta.geo().block_size);
         let mut pieces: Vec<Piece> = Vec::with_capacity(1);
         let mut pos = off;
         while pos < end {

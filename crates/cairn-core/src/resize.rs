@@ -11,15 +11,17 @@
 //!
 //! ## Limits
 //! * The group descriptor table does not move, so the file system can grow
-//!   up to as many groups as its table's blocks hold (64 per 4 KiB block:
-//!   an image made at 1 GiB with 128 MiB groups can reach 8 GiB); a larger
-//!   size is refused, naming the largest. (ext4 reserves descriptor blocks
-//!   for this at mkfs; cairn's mkfs does not yet.)
+//!   up to as many groups as its table's blocks hold: mkfs reserves blocks
+//!   for 1,024 times its groups (as ext4's reserved GDT blocks; at most a
+//!   quarter of the block size in blocks, and none where group 0 has no
+//!   room beside the journal): an image made at 1 GiB with 128 MiB groups
+//!   can reach 1 TiB. A larger size is refused, naming the largest.
 //! * A last group too small for its own bitmaps and inode table is left
 //!   out: the size is rounded down to the last whole group that fits.
 //! * Shrinking is refused: it would move data and inodes out of the groups
 //!   that go (resize2fs's hardest part), which cairn does not do.
-//! * Offline only; an image that was not cleanly unmounted is refused.
+//! * Here offline, and an image that was not cleanly unmounted is refused;
+//!   a mounted file system grows through its daemon (`online_resize`).
 //!
 //! ## Crash safety
 //! The writes are ordered so that a crash at any point leaves either the old
@@ -56,7 +58,7 @@ pub fn max_bytes(sb: &Superblock) -> u64 {
 
 /// The superblock of the grown file system of about `new_bytes`, rounded
 /// down to whole blocks and to a last group that holds its metadata.
-fn grown_superblock(sb: &Superblock, new_bytes: u64) -> Result<(Superblock, Geometry)> {
+pub(crate) fn grown_superblock(sb: &Superblock, new_bytes: u64) -> Result<(Superblock, Geometry)> {
     let bs = u64::from(sb.block_size());
     let bpg = u64::from(sb.blocks_per_group);
     let shown = |b: u64| crate::human_bytes(b * bs);

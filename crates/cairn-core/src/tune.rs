@@ -190,10 +190,9 @@ pub fn tune(dev: &dyn BlockDevice, changes: &Changes) -> Result<Superblock> {
     Ok(sb)
 }
 
-/// Writes `sb` to the backup groups of `geo`, flushes, then writes it to
-/// block 0 (keeping whatever follows it there) and flushes: the copies
-/// first, the primary last, as mkfs and fsck do.
-pub(crate) fn write_superblocks(dev: &dyn BlockDevice, sb: &Superblock, geo: &Geometry) -> Result<()> {
+/// Writes `sb`'s copies to the backup groups of `geo` and flushes (the
+/// primary is not touched: a grow while mounted logs it).
+pub(crate) fn write_backups(dev: &dyn BlockDevice, sb: &Superblock, geo: &Geometry) -> Result<()> {
     let bs = sb.block_size() as usize;
     let mut block = vec![0u8; bs];
     for g in geo.backup_groups() {
@@ -202,6 +201,15 @@ pub(crate) fn write_superblocks(dev: &dyn BlockDevice, sb: &Superblock, geo: &Ge
         dev.write_at(&block, geo.group_start(g) * bs as u64)?;
     }
     dev.flush()?;
+    Ok(())
+}
+
+/// Writes `sb` to the backup groups of `geo`, flushes, then writes it to
+/// block 0 (keeping whatever follows it there) and flushes: the copies
+/// first, the primary last, as mkfs and fsck do.
+pub(crate) fn write_superblocks(dev: &dyn BlockDevice, sb: &Superblock, geo: &Geometry) -> Result<()> {
+    write_backups(dev, sb, geo)?;
+    let mut block = vec![0u8; sb.block_size() as usize];
     dev.read_at(&mut block, 0)?;
     sb.encode(&mut block);
     dev.write_at(&block, 0)?;

@@ -83,7 +83,7 @@ fn load(meta: &Meta, blk: u64) -> Result<XattrBlock> {
 fn read_value(meta: &Meta, owner: u64, x: &ExtValue) -> Result<(Vec<u8>, Vec<u64>)> {
     let seed = meta.seed;
     x.read(seed, owner, meta.bs(), |blk| -> Result<Vec<u8>> {
-        if !meta.geo.valid_data_range(blk, 1) {
+        if !meta.geo().valid_data_range(blk, 1) {
             return Err(FormatError::corrupt("xattr value", owner, format!("block {blk} outside the data area")).into());
         }
         let buf = meta.bufs.get(blk, |b, d| ValueBlock::decode(seed, b, d).map(|_| ()).map_err(Into::into))?;
@@ -323,7 +323,7 @@ fn share_existing(tx: &Tx<'_>, key: u32, wants: &[Want], old: u64) -> Result<Opt
 /// Bitmap and descriptor blocks of allocating or freeing `blocks` blocks:
 /// two per group touched, and there are only so many groups.
 fn bitmap_credits(meta: &Meta, blocks: u64) -> u64 {
-    credits::ALLOC * blocks.min(meta.geo.group_count)
+    credits::ALLOC * blocks.min(meta.geo().group_count)
 }
 
 /// Worst-case credits of giving an inode whose block is `old` the set
@@ -399,7 +399,7 @@ fn store(tx: &Tx<'_>, st: &mut InodeState, mut wants: Vec<Want>) -> Result<()> {
     }
     // A new block and its values first (the only steps that can fail), then
     // the old block's reference goes.
-    let goal = tx.geo.group_start(tx.geo.group_of_ino(st.ino));
+    let goal = tx.geo().group_start(tx.geo().group_of_ino(st.ino));
     let blk = tx.alloc.alloc_meta_block(tx, goal, false)?;
     let list = match write_values(tx, blk, &mut wants, true) {
         Ok(list) => list,

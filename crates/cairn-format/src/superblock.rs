@@ -11,7 +11,9 @@
 //!  48     8 total_blocks
 //!  56     4 blocks_per_group  60 4 inodes_per_group
 //!  64     8 group_count
-//!  72     8 gdt_start         80 8 gdt_blocks
+//!  72     8 gdt_start         80 8 gdt_blocks (the groups' descriptors,
+//!           and up to `max_gdt_reserve` blocks more that mkfs reserves
+//!           for `cairn resize` to describe new groups in; zero until used)
 //!  88     8 journal_start     96 8 journal_blocks
 //! 104     8 free_blocks      112 8 free_inodes   (summary; exact after clean unmount)
 //! 120     8 next_ino (allocation hint)
@@ -103,6 +105,13 @@ pub const ERRORS_REMOUNT_RO: u32 = 2;
 pub const ERRORS_SHUTDOWN: u32 = 3;
 /// Bytes of `mount_opts`.
 pub const MOUNT_OPTS_LEN: usize = 64;
+
+/// The most descriptor-table blocks beyond what the groups need that a file
+/// system of block size `bs` may reserve for growth (ext4's cap on
+/// `s_reserved_gdt_blocks`: a quarter of the block size in blocks).
+pub fn max_gdt_reserve(bs: u64) -> u64 {
+    bs / 4
+}
 /// Incompatible features this build understands.
 pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_XATTR_EXTERNAL
     | INCOMPAT_JOURNAL_GROUPS
@@ -365,10 +374,12 @@ impl Superblock {
             ));
         }
         let gdt_need = (groups * crate::group_desc::GD_SIZE as u64).div_ceil(bs);
-        if self.gdt_start != 1 || self.gdt_blocks != gdt_need {
+        if self.gdt_start != 1 || self.gdt_blocks < gdt_need || self.gdt_blocks > gdt_need + max_gdt_reserve(bs) {
             return bad(format!(
-                "group descriptor table at {}+{} (want 1+{gdt_need})",
-                self.gdt_start, self.gdt_blocks
+                "group descriptor table at {}+{} (want 1+{gdt_need}, up to {} more for growth)",
+                self.gdt_start,
+                self.gdt_blocks,
+                max_gdt_reserve(bs)
             ));
         }
         let spans = self.feature_incompat & INCOMPAT_JOURNAL_GROUPS != 0;
@@ -433,6 +444,19 @@ mod tests {
         let mut buf = vec![0u8; 4096];
         sb.encode(&mut buf);
         assert_eq!(Superblock::decode(&buf, 65536 * 4096).unwrap(), sb);
+    }
+
+    #[test]
+    fn the_descriptor_table_may_hold_a_reserve_for_growth_within_bounds() {
+        let decode = |gdt_blocks: u64| {
+            let sb = Superblock { gdt_blocks, journal_start: 1 + gdt_blocks, ..sample() };
+            let mut buf = vec![0u8; 4096];
+            sb.encode(&mut buf);
+            Superblock::decode(&buf, u64::MAX)
+        };
+        assert!(decode(1).is_ok() && decode(1 + 1024).is_ok(), "no reserve and the largest");
+        assert!(decode(0).is_err(), "a table too small for the groups");
+        assert!(decode(1 + 1025).is_err(), "a reserve past a quarter of the block size");
     }
 
     #[test]

@@ -86,7 +86,11 @@ fn write_tail(img: &mut Image, region: &JournalRegion, seed: u32, tail: LogPos) 
 /// records were replayed (the superblock must then be re-read).
 pub fn replay(img: &mut Image, sb: &Superblock, seed: u32, report: &mut Report) -> Result<bool, FsckError> {
     let repair = img.writable();
-    let region = JournalRegion::of(sb);
+    // Homes may lie past the superblock's end, up to the image's: an online
+    // grow logs its new groups before its superblock reaches home (as the
+    // engine's replay, `journal::recovery`).
+    let mut region = JournalRegion::of(sb);
+    region.total_blocks = region.total_blocks.max(img.size() / u64::from(sb.block_size()));
     let jb = img.read_block(region.start)?;
     let jsb = match JournalSuper::decode(seed, region.start, &jb, region.blocks) {
         Ok(j) => j,

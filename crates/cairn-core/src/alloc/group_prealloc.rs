@@ -112,7 +112,7 @@ impl Allocator {
         let want = req.want;
         let pick = lg.lock().iter().filter(|r| r.len >= want).min_by_key(|r| r.pblk.abs_diff(req.goal)).copied();
         let Some(run) = pick else { return Ok(None) };
-        let g = self.geo.group_of_block(run.pblk);
+        let g = self.geo().group_of_block(run.pblk);
         let _st = self.lock_group(g);
         {
             let mut runs = lg.lock();
@@ -138,7 +138,7 @@ impl Allocator {
             return;
         }
         self.hold(g, st, off + n, r, &self.lg.held);
-        let run = Run { pblk: self.geo.group_start(g) + off + n, len: r as u32 };
+        let run = Run { pblk: self.geo().group_start(g) + off + n, len: r as u32 };
         self.lg.mine().lock().push(run);
     }
 
@@ -163,7 +163,7 @@ impl Allocator {
     /// there: it leaves the list only under its block group's lock, so a
     /// buddy loaded meanwhile still marks it.
     fn discard_run(&self, bufs: &BufferCache, lg: &Mutex<Vec<Run>>, run: Run) {
-        let g = self.geo.group_of_block(run.pblk);
+        let g = self.geo().group_of_block(run.pblk);
         let mut st = self.lock_group(g);
         {
             let mut runs = lg.lock();

@@ -74,27 +74,23 @@ pub struct Group {
 }
 
 impl Group {
-    pub fn new(gd: &GroupDesc, geo: &Geometry, g: u64, itables_zeroed: bool) -> Group {
+    /// Sets a dormant group's state from its descriptor `gd` (at mount, or
+    /// when a grow adds it); the caller files it on the lists.
+    pub fn wake(&self, gd: &GroupDesc, geo: &Geometry, g: u64, itables_zeroed: bool) {
         // A table mkfs zeroed stays zero while no inode of the group has been
         // taken: the checkpoint that takes the first also clears the flag.
         let fresh = itables_zeroed && gd.flags & GD_INODE_UNINIT != 0;
-        let itable_fresh_from = if fresh { 0 } else { geo.itable_blocks as u32 };
+        self.lock.lock().itable_fresh_from = if fresh { 0 } else { geo.itable_blocks as u32 };
         let (largest, fragments) = if gd.flags & GD_BLOCK_UNINIT != 0 {
             let (a, b) = (geo.initially_used(g), geo.group_len(g));
             (largest_order_of_run(a, b).map_or(ORDER_NONE, |k| k as u8), u32::from(a < b))
         } else {
             (ORDER_UNKNOWN, 0)
         };
-        Group {
-            lock: Mutex::new(GroupState { buddy: None, inodes: None, pending: Vec::new(), itable_fresh_from }),
-            free: AtomicU32::new(gd.free_blocks),
-            free_inodes: AtomicU32::new(gd.free_inodes),
-            fragments: AtomicU32::new(fragments),
-            largest: AtomicU8::new(largest),
-            in_order: AtomicU8::new(NOT_LISTED),
-            in_bucket: AtomicU8::new(NOT_LISTED),
-            referenced: AtomicBool::new(false),
-        }
+        self.free.store(gd.free_blocks, Relaxed);
+        self.free_inodes.store(gd.free_inodes, Relaxed);
+        self.fragments.store(fragments, Relaxed);
+        self.largest.store(largest, Relaxed);
     }
 
     /// Whether the summary is known (the group can be filed on the lists).
@@ -133,7 +129,7 @@ pub fn bucket_of(avg: u32) -> u32 {
 
 impl Allocator {
     pub(super) fn gd_loc(&self, g: u64) -> (u64, usize) {
-        gd_loc(self.gdt_start, self.geo.block_size, g)
+        gd_loc(self.gdt_start, self.geo().block_size, g)
     }
 
     pub(super) fn read_gd(geo: Geometry, seed: u32, gdt_start: u64, bufs: &BufferCache, g: u64) -> Result<GroupDesc> {
@@ -153,7 +149,7 @@ impl Allocator {
     }
 
     /// Reads, changes and rewrites group `g`'s descriptor in the transaction.
-    fn update_gd(&self, tx: &dyn Change, g: u64, f: impl FnOnce(&mut GroupDesc)) -> Result<()> {
+    pub(super) fn update_gd(&self, tx: &dyn Change, g: u64, f: impl FnOnce(&mut GroupDesc)) -> Result<()> {
         let (blk, off) = self.gd_loc(g);
         let buf = tx.bufs().get(blk, |_, _| Ok(()))?;
         tx.bufs().modify(tx, &buf, off..off + GD_SIZE, |d| {
@@ -167,14 +163,14 @@ impl Allocator {
     /// Reads group `g`'s block or inode bitmap, verified against the
     /// descriptor's checksum (or synthesised if it was never written).
     pub(super) fn read_bitmap(&self, bufs: &BufferCache, g: u64, inode_map: bool) -> Result<Vec<u64>> {
-        let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, bufs, g)?;
+        let gd = Self::read_gd(self.geo(), self.seed, self.gdt_start, bufs, g)?;
         let (uninit, blk, want, what) = if inode_map {
             (GD_INODE_UNINIT, gd.inode_bitmap, gd.inode_bitmap_csum, "inode bitmap")
         } else {
             (GD_BLOCK_UNINIT, gd.block_bitmap, gd.block_bitmap_csum, "block bitmap")
         };
         if gd.flags & uninit != 0 {
-            let bytes = if inode_map { synth_inode_bitmap(&self.geo) } else { synth_block_bitmap(&self.geo, g) };
+            let bytes = if inode_map { synth_inode_bitmap(&self.geo()) } else { synth_block_bitmap(&self.geo(), g) };
             return Ok(words_from_bytes(&bytes));
         }
         let seed = self.seed;
@@ -210,18 +206,18 @@ impl Allocator {
     /// Makes sure group `g`'s buddy is loaded: its bitmap plus its pending
     /// frees. Files the group on the lists if its summary was unknown.
     pub(super) fn load_buddy(&self, bufs: &BufferCache, g: u64, st: &mut GroupState) -> Result<()> {
-        let grp = &self.groups[g as usize];
+        let grp = self.groups.get(g);
         grp.referenced.store(true, Relaxed);
         if st.buddy.is_some() {
             return Ok(());
         }
         let t = Instant::now();
         let map = self.allocatable_map(bufs, g, st)?;
-        let buddy = Buddy::new(map, self.geo.group_len(g));
+        let buddy = Buddy::new(map, self.geo().group_len(g));
         if buddy.free() != grp.free.load(Relaxed) {
             return Err(FormatError::corrupt(
                 "block bitmap",
-                self.geo.block_bitmap(g),
+                self.geo().block_bitmap(g),
                 format!(
                     "group {g}: {} free blocks in the bitmap, the descriptor says {}",
                     buddy.free(),
@@ -242,7 +238,7 @@ impl Allocator {
     /// Copies the loaded buddy's summary into the group's atomics and
     /// re-files the group on the lists. Called with the group's lock held.
     pub(super) fn summarise(&self, g: u64, st: &GroupState) {
-        let grp = &self.groups[g as usize];
+        let grp = self.groups.get(g);
         let Some(b) = st.buddy.as_ref() else { return };
         grp.fragments.store(b.fragments(), Relaxed);
         grp.largest.store(b.largest_order().map_or(ORDER_NONE, |k| k as u8), Relaxed);
@@ -253,7 +249,7 @@ impl Allocator {
     /// (the caller holds the group's lock and has taken them off whatever
     /// held them: a pending list, a preallocation).
     pub(super) fn return_to_buddy(&self, bufs: &BufferCache, g: u64, st: &mut GroupState, ranges: &[(u64, u64)]) {
-        let grp = &self.groups[g as usize];
+        let grp = self.groups.get(g);
         let n: u64 = ranges.iter().map(|r| r.1).sum();
         grp.free.fetch_add(n as u32, Relaxed);
         self.alloc_free.fetch_add(n, Relaxed);
@@ -278,7 +274,7 @@ impl Allocator {
         while q.len() > self.buddy_cap && budget > 0 {
             budget -= 1;
             let Some(v) = q.pop_front() else { break };
-            let grp = &self.groups[v as usize];
+            let grp = self.groups.get(u64::from(v));
             if grp.referenced.swap(false, Relaxed) {
                 q.push_back(v);
                 continue;
@@ -313,12 +309,12 @@ impl Allocator {
     ) -> Result<u64> {
         let n = (bits.end - bits.start) as i64;
         let free_delta = if set { -n } else { n };
-        let gd = Self::read_gd(self.geo, self.seed, self.gdt_start, tx.bufs(), g)?;
+        let gd = Self::read_gd(self.geo(), self.seed, self.gdt_start, tx.bufs(), g)?;
         let (blk, uninit_flag) =
             if inode_map { (gd.inode_bitmap, GD_INODE_UNINIT) } else { (gd.block_bitmap, GD_BLOCK_UNINIT) };
         let buf = if gd.flags & uninit_flag != 0 {
             let b = tx.bufs().get_new(tx, blk);
-            let init = if inode_map { synth_inode_bitmap(&self.geo) } else { synth_block_bitmap(&self.geo, g) };
+            let init = if inode_map { synth_inode_bitmap(&self.geo()) } else { synth_block_bitmap(&self.geo(), g) };
             debug_assert_eq!(init.len(), tx.bufs().block_size());
             tx.bufs().modify(tx, &b, 0..init.len(), |d| d.copy_from_slice(&init));
             b
@@ -352,7 +348,7 @@ impl Allocator {
 
     /// Locks group `g`.
     pub(super) fn lock_group(&self, g: u64) -> MutexGuard<'_, GroupState> {
-        self.groups[g as usize].lock.lock()
+        self.groups.get(g).lock.lock()
     }
 }
 

@@ -47,7 +47,7 @@ impl Allocator {
     pub fn alloc_inode(&self, tx: &dyn Change, is_dir: bool) -> Result<u64> {
         #[cfg(feature = "testing")]
         self.faults.check()?;
-        let total = self.geo.total_inodes();
+        let total = self.geo().total_inodes();
         let mut cand = self.next_ino.fetch_add(1, Relaxed);
         if !(cairn_format::FIRST_INO..=total).contains(&cand) {
             // The counter ran past the last inode: start again at the first.
@@ -55,16 +55,16 @@ impl Allocator {
             self.stats.inode_counter_wraps.fetch_add(1, Relaxed);
             cand = cairn_format::FIRST_INO;
         }
-        let g = self.geo.group_of_ino(cand);
-        let idx = self.geo.index_in_group(cand);
+        let g = self.geo().group_of_ino(cand);
+        let idx = self.geo().index_in_group(cand);
         if self.take_inode(tx, g, is_dir, |map| (!test_bit(map, idx)).then_some(idx))?.is_some() {
             self.stats.inodes_by_counter.fetch_add(1, Relaxed);
             return Ok(cand);
         }
         // Taken (numbers freed and reused, or an image written by an older
         // cairn): search from the candidate on, wrapping around.
-        let n = self.geo.group_count;
-        let ipg = self.geo.inodes_per_group;
+        let n = self.geo().group_count;
+        let ipg = self.geo().inodes_per_group;
         for i in 0..=n {
             let gi = (g + i) % n;
             let from = if i == 0 { idx } else { 0 };
@@ -89,7 +89,7 @@ impl Allocator {
         is_dir: bool,
         pick: impl FnOnce(&[u64]) -> Option<u64>,
     ) -> Result<Option<u64>> {
-        let grp = &self.groups[g as usize];
+        let grp = self.groups.get(g);
         if grp.free_inodes.load(Relaxed) == 0 {
             return Ok(None);
         }
@@ -100,13 +100,13 @@ impl Allocator {
         let map = st.inodes.as_mut().expect("loaded above");
         let Some(idx) = pick(map) else { return Ok(None) };
         set_bit(map, idx);
-        let table_block = idx / self.geo.inodes_per_block();
+        let table_block = idx / self.geo().inodes_per_block();
         if table_block >= u64::from(st.itable_fresh_from) {
             // Zeros at home and untouched in this mount: start the buffer
             // as zeros, not as a read (changes log their chunks against the
             // zeros home holds, so replay is exact).
             st.itable_fresh_from = table_block as u32 + 1;
-            let (blk, _) = self.geo.inode_location(g * self.geo.inodes_per_group + idx + 1);
+            let (blk, _) = self.geo().inode_location(g * self.geo().inodes_per_group + idx + 1);
             if tx.bufs().insert_zeroed(blk) {
                 self.stats.itable_blocks_unread.fetch_add(1, Relaxed);
             }
@@ -121,8 +121,8 @@ impl Allocator {
 
     /// Whether inode `ino` is marked in use in its group's bitmap.
     pub fn inode_in_use(&self, bufs: &BufferCache, ino: u64) -> Result<bool> {
-        let g = self.geo.group_of_ino(ino);
-        let idx = self.geo.index_in_group(ino);
+        let g = self.geo().group_of_ino(ino);
+        let idx = self.geo().index_in_group(ino);
         let mut st = self.lock_group(g);
         if st.inodes.is_none() {
             st.inodes = Some(self.read_bitmap(bufs, g, true)?);
@@ -132,9 +132,9 @@ impl Allocator {
 
     /// Frees inode number `ino`.
     pub fn free_inode(&self, tx: &dyn Change, ino: u64, was_dir: bool) -> Result<()> {
-        let g = self.geo.group_of_ino(ino);
-        let idx = self.geo.index_in_group(ino);
-        let grp = &self.groups[g as usize];
+        let g = self.geo().group_of_ino(ino);
+        let idx = self.geo().index_in_group(ino);
+        let grp = self.groups.get(g);
         let mut st = self.lock_group(g);
         if st.inodes.is_none() {
             st.inodes = Some(self.read_bitmap(tx.bufs(), g, true)?);

@@ -82,7 +82,7 @@ impl Publish for Allocator {
         put("alloc.inodes_freed", s.inodes_freed.load(Relaxed));
         put("alloc.next_ino", self.next_ino.load(Relaxed));
         put("alloc.mb.optimize_scan", u64::from(self.optimize_scan));
-        put("alloc.mb.groups", self.geo.group_count);
+        put("alloc.mb.groups", self.geo().group_count);
         put("alloc.mb.reqs", s.reqs.load(Relaxed));
         put("alloc.mb.time_ns", s.time_ns.load(Relaxed));
         put("alloc.mb.goal_hits", s.goal_hits.load(Relaxed));

@@ -53,6 +53,7 @@ pub mod buddy;
 pub(crate) mod faults;
 mod group_prealloc;
 mod groups;
+mod grow;
 mod inodes;
 mod lists;
 mod mb_stats;
@@ -71,7 +72,7 @@ use crate::buffer::Change;
 use crate::error::{FsError, Result};
 use cairn_format::layout::Geometry;
 use cairn_format::FormatError;
-use groups::Group;
+use grow::{GroupTable, LiveGeometry};
 use lists::GroupLists;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -83,10 +84,13 @@ pub struct Allocator {
     /// Tests only: injected allocation failures (`faults`).
     #[cfg(feature = "testing")]
     pub(crate) faults: faults::Faults,
-    geo: Geometry,
+    /// The geometry (its block count grows with `cairn resize`, see `grow`).
+    geo: LiveGeometry,
     seed: u32,
     gdt_start: u64,
-    groups: Vec<Group>,
+    /// Groups the descriptor table, reserve included, can describe.
+    gdt_capacity: u64,
+    groups: GroupTable,
     lists: GroupLists,
     /// Whether cr0/cr1 use the lists (`-o mb_optimize_scan`).
     optimize_scan: bool,
@@ -133,16 +137,21 @@ pub struct AllocOptions {
 impl Allocator {
     /// Loads every group descriptor and builds the groups' summaries (from
     /// the layout for groups never written; others stay unknown until used).
+    /// `gdt`: the descriptor table's first block and length in blocks.
     pub fn load(
         geo: Geometry,
         seed: u32,
-        gdt_start: u64,
+        gdt: (u64, u64),
         bufs: &BufferCache,
         next_ino: u64,
         itables_zeroed: bool,
         opts: AllocOptions,
     ) -> Result<Allocator> {
-        let mut groups = Vec::with_capacity(geo.group_count as usize);
+        let (gdt_start, gdt_blocks) = gdt;
+        let gdt_capacity =
+            (gdt_blocks * u64::from(geo.block_size) / cairn_format::group_desc::GD_SIZE as u64).max(geo.group_count);
+        let groups = GroupTable::new(gdt_capacity);
+        groups.ensure(geo.group_count);
         let (mut fb, mut fi) = (0u64, 0u64);
         for g in 0..geo.group_count {
             let gd = Self::read_gd(geo, seed, gdt_start, bufs, g)?;
@@ -151,18 +160,19 @@ impl Allocator {
             }
             fb += u64::from(gd.free_blocks);
             fi += u64::from(gd.free_inodes);
-            groups.push(Group::new(&gd, &geo, g, itables_zeroed));
+            groups.get(g).wake(&gd, &geo, g, itables_zeroed);
         }
         let lists = GroupLists::new();
-        for (g, grp) in groups.iter().enumerate() {
-            lists.refile(g as u32, grp);
+        for g in 0..geo.group_count {
+            lists.refile(g as u32, groups.get(g));
         }
         Ok(Allocator {
             #[cfg(feature = "testing")]
             faults: faults::Faults::default(),
-            geo,
+            geo: LiveGeometry::new(geo),
             seed,
             gdt_start,
+            gdt_capacity,
             groups,
             lists,
             optimize_scan: opts.optimize_scan,
@@ -231,8 +241,8 @@ impl Allocator {
     /// Blocks of group `g` held by preallocations of either kind: (offset
     /// in the group, length).
     fn preallocated_in(&self, g: u64) -> Vec<(u64, u64)> {
-        let start = self.geo.group_start(g);
-        let end = start + self.geo.group_len(g);
+        let start = self.geo().group_start(g);
+        let end = start + self.geo().group_len(g);
         let mut v = self.pa.in_range(start, end);
         v.extend(self.lg.in_range(start, end));
         v
@@ -261,15 +271,15 @@ impl Allocator {
 
     /// Frees `[start, start+len)` in checkpoint `seq` (see the module essay).
     pub fn free_blocks(&self, tx: &dyn Change, seq: u64, start: u64, len: u64) -> Result<()> {
-        if !self.geo.valid_data_range(start, len) {
+        if !self.geo().valid_data_range(start, len) {
             return Err(FormatError::corrupt("extent", start, format!("freeing invalid range {start}+{len}")).into());
         }
         let mut b = start;
         let end = start + len;
         while b < end {
-            let g = self.geo.group_of_block(b);
-            let base = self.geo.group_start(g);
-            let gend = (base + self.geo.group_len(g)).min(end);
+            let g = self.geo().group_of_block(b);
+            let base = self.geo().group_start(g);
+            let gend = (base + self.geo().group_len(g)).min(end);
             let (s, n) = (b - base, gend - b);
             let mut st = self.lock_group(g);
             let double = self.change_disk_bitmap(tx, g, false, s..s + n, false, 0)? > 0;
@@ -352,7 +362,8 @@ impl Allocator {
             "allocatable {alloc_free} + pending {pending} + preallocated {held} != free {disk_free}"
         );
         let (mut sum, mut pending_sum) = (0u64, 0u64);
-        for (g, grp) in self.groups.iter().enumerate() {
+        for g in 0..self.geo().group_count {
+            let grp = self.groups.get(g);
             let st = grp.lock.lock();
             let free = grp.free.load(Ordering::Relaxed);
             sum += u64::from(free);
@@ -367,7 +378,7 @@ impl Allocator {
                     let (off, len) = (u64::from(off), u64::from(len));
                     assert!((off..off + len).all(|i| !b.is_free(i)), "group {g}: a pending free is allocatable");
                 }
-                for (off, len) in self.preallocated_in(g as u64) {
+                for (off, len) in self.preallocated_in(g) {
                     assert!((off..off + len).all(|i| !b.is_free(i)), "group {g}: a preallocation is allocatable");
                 }
             }

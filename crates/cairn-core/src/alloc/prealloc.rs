@@ -117,7 +117,7 @@ impl Allocator {
             self.discard_prealloc(tx.bufs(), req.ino);
             return Ok(None);
         }
-        let g = self.geo.group_of_block(pa.pblk);
+        let g = self.geo().group_of_block(pa.pblk);
         let _st = self.lock_group(g);
         let (start, n) = {
             let mut map = self.pa.map(req.ino).lock();
@@ -154,7 +154,7 @@ impl Allocator {
             if map.len() >= MAX_PREALLOCS / SHARDS || map.contains_key(&req.ino) {
                 return;
             }
-            let pblk = self.geo.group_start(g) + off + n;
+            let pblk = self.geo().group_start(g) + off + n;
             map.insert(req.ino, Prealloc { lblk: req.lblk + n, pblk, len: r as u32 });
         }
         self.hold(g, st, off + n, r, &self.pa.held);
@@ -163,12 +163,12 @@ impl Allocator {
     /// Gives inode `ino`'s preallocation, if any, back to the buddy.
     pub fn discard_prealloc(&self, bufs: &BufferCache, ino: u64) {
         let Some(pa) = self.pa.peek(ino) else { return };
-        let g = self.geo.group_of_block(pa.pblk);
+        let g = self.geo().group_of_block(pa.pblk);
         let mut st = self.lock_group(g);
         let pa = {
             let mut map = self.pa.map(ino).lock();
             match map.get(&ino) {
-                Some(p) if self.geo.group_of_block(p.pblk) == g => map.remove(&ino).expect("present"),
+                Some(p) if self.geo().group_of_block(p.pblk) == g => map.remove(&ino).expect("present"),
                 _ => return,
             }
         };
@@ -196,7 +196,7 @@ impl Allocator {
     /// of the buddy, held by a preallocation counted in `held`.
     pub(super) fn hold(&self, g: u64, st: &mut GroupState, at: u64, r: u64, held: &Held) {
         st.buddy.as_mut().expect("loaded by the caller").mark(at, r, true);
-        self.groups[g as usize].free.fetch_sub(r as u32, Relaxed);
+        self.groups.get(g).free.fetch_sub(r as u32, Relaxed);
         self.alloc_free.fetch_sub(r, Relaxed);
         held.reserved.fetch_add(r, Relaxed);
         held.made.fetch_add(r, Relaxed);
@@ -217,7 +217,7 @@ impl Allocator {
     ) -> Result<()> {
         held.reserved.fetch_sub(n, Relaxed);
         held.used.fetch_add(n, Relaxed);
-        self.mark_in_use_on_disk(tx, g, pblk - self.geo.group_start(g), n, req)
+        self.mark_in_use_on_disk(tx, g, pblk - self.geo().group_start(g), n, req)
     }
 
     /// Gives `r` held blocks from `pblk` of group `g` back to the buddy (the
@@ -226,6 +226,6 @@ impl Allocator {
     pub(super) fn release_held(&self, bufs: &BufferCache, g: u64, st: &mut GroupState, pblk: u64, r: u64, held: &Held) {
         held.reserved.fetch_sub(r, Relaxed);
         held.discarded.fetch_add(r, Relaxed);
-        self.return_to_buddy(bufs, g, st, &[(pblk - self.geo.group_start(g), r)]);
+        self.return_to_buddy(bufs, g, st, &[(pblk - self.geo().group_start(g), r)]);
     }
 }

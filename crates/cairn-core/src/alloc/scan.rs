@@ -57,8 +57,8 @@ impl Allocator {
     }
 
     fn allocate_timed(&self, tx: &dyn Change, req: AllocRequest) -> Result<(u64, u32)> {
-        let goal = if req.goal >= self.geo.total_blocks { 0 } else { req.goal };
-        let g0 = self.geo.group_of_block(goal);
+        let goal = if req.goal >= self.geo().total_blocks { 0 } else { req.goal };
+        let g0 = self.geo().group_of_block(goal);
         if let Some(r) = self.try_goal(tx, g0, goal, req)? {
             return Ok(r);
         }
@@ -75,12 +75,12 @@ impl Allocator {
 
     /// The free run at the goal block itself, if the goal is free.
     fn try_goal(&self, tx: &dyn Change, g: u64, goal: u64, req: AllocRequest) -> Result<Option<(u64, u32)>> {
-        if self.groups[g as usize].free.load(Relaxed) == 0 {
+        if self.groups.get(g).free.load(Relaxed) == 0 {
             return Ok(None);
         }
         let mut st = self.lock_group(g);
         self.load_buddy(tx.bufs(), g, &mut st)?;
-        let off = goal - self.geo.group_start(g);
+        let off = goal - self.geo().group_start(g);
         let b = st.buddy.as_ref().expect("loaded above");
         // A small file's goal is a hint of locality only: it is taken when a
         // whole new run fits there (ext4 takes a goal only at its full
@@ -127,7 +127,7 @@ impl Allocator {
                 }
             }
         } else {
-            let n = self.geo.group_count;
+            let n = self.geo().group_count;
             let hit = (0..n).any(|i| visit(((g0 + i) % n) as u32));
             if !hit {
                 self.stats.cr[cr].useless_loops.fetch_add(1, Relaxed);
@@ -138,7 +138,7 @@ impl Allocator {
 
     /// Whether group `g` may serve `req` at `cr`, judged from its summary.
     fn good_group(&self, g: u64, cr: usize, req: AllocRequest) -> Verdict {
-        let grp = &self.groups[g as usize];
+        let grp = self.groups.get(g);
         let free = grp.free.load(Relaxed);
         if free == 0 || (cr == 2 && free < req.search) {
             return Verdict::No;
@@ -182,7 +182,7 @@ impl Allocator {
         if !matches!(self.good_group(g, cr, req), Verdict::Yes) {
             return Ok(None);
         }
-        let hint = if g == g0 { goal - self.geo.group_start(g) } else { 0 };
+        let hint = if g == g0 { goal - self.geo().group_start(g) } else { 0 };
         let b = st.buddy.as_ref().expect("loaded above");
         let want = u64::from(req.want);
         let pick = match cr {
@@ -217,7 +217,7 @@ impl Allocator {
         n: u64,
         req: AllocRequest,
     ) -> Result<(u64, u32)> {
-        let grp = &self.groups[g as usize];
+        let grp = self.groups.get(g);
         let b = st.buddy.as_mut().expect("loaded by the caller");
         debug_assert_eq!(b.run_at(off, n), n, "group {g}: taking blocks that are not free");
         b.mark(off, n, true);
@@ -230,7 +230,7 @@ impl Allocator {
             self.make_prealloc(g, st, off, n, &req);
         }
         self.mark_in_use_on_disk(tx, g, off, n, &req)?;
-        Ok((self.geo.group_start(g) + off, n as u32))
+        Ok((self.geo().group_start(g) + off, n as u32))
     }
 
     /// Marks `[off, off+n)` of group `g`, already out of its buddy, in use

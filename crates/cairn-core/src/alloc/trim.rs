@@ -48,8 +48,8 @@ impl Allocator {
     /// buddy). A discard that fails is counted and logged, never an error:
     /// the blocks are free either way.
     pub(super) fn discard_released(&self, bufs: &BufferCache, g: u64, ranges: &[(u64, u64)]) {
-        let base = self.geo.group_start(g);
-        let bs = u64::from(self.geo.block_size);
+        let base = self.geo().group_start(g);
+        let bs = u64::from(self.geo().block_size);
         for &(off, len) in ranges {
             match bufs.dev().discard((base + off) * bs, len * bs) {
                 Ok(true) => {
@@ -70,7 +70,7 @@ impl Allocator {
     /// Discards every allocatable free extent of at least `min_len` blocks
     /// that lies within blocks `[start, end)`; returns the blocks discarded.
     pub fn trim(&self, bufs: &BufferCache, dev: &dyn BlockDevice, start: u64, end: u64, min_len: u64) -> Result<u64> {
-        let geo = self.geo;
+        let geo = self.geo();
         let bs = u64::from(geo.block_size);
         let end = end.min(geo.total_blocks);
         let mut total = 0u64;

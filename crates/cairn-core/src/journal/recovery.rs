@@ -63,6 +63,17 @@ pub struct ReplayReport {
     pub blocks: u64,
 }
 
+/// The journal region of `sb`, whose records may name any home block on
+/// the device: a file system grown while mounted (`Fs::grow`) logs blocks of
+/// its new groups before its grown superblock reaches home, and a replay
+/// reads the superblock as it was before (the grown one is among the
+/// records it replays). A record's home stays inside the device.
+fn region_of(sb: &Superblock, dev: &dyn BlockDevice) -> JournalRegion {
+    let mut region = JournalRegion::of(sb);
+    region.total_blocks = region.total_blocks.max(dev.size() / u64::from(sb.block_size()));
+    region
+}
+
 impl Journal {
     /// Committed records in `sb`'s journal that a mount would replay; reads
     /// and verifies the log, writes nothing. Fails as `open` does on a log
@@ -76,7 +87,7 @@ impl Journal {
     /// verifies after the end is damage, and an error. Writes nothing.
     fn verify(dev: Arc<dyn BlockDevice>, sb: &Superblock, seed: u32) -> Result<(Journal, u64, LogPos, LogEnd, LogPos)> {
         let bs = sb.block_size() as usize;
-        let region = JournalRegion::of(sb);
+        let region = region_of(sb, dev.as_ref());
         let mut jb = vec![0u8; bs];
         dev.read_at(&mut jb, region.start * bs as u64)?;
         let jsb = JournalSuper::decode(seed, region.start, &jb, region.blocks)?;
@@ -109,7 +120,7 @@ impl Journal {
         replay: bool,
     ) -> Result<(Journal, ReplayReport)> {
         let bs = sb.block_size() as usize;
-        let region = JournalRegion::of(sb);
+        let region = region_of(sb, dev.as_ref());
         // First pass: verify the log and find its end, writing nothing.
         let (j, records, end, why, tail) = Journal::verify(dev, sb, seed)?;
         if let LogEnd::ImpossibleHome { off, home } = why {

@@ -140,6 +140,14 @@ impl TxManager {
         r.unwrap_or_else(|p| resume_unwind(p))
     }
 
+    /// Runs `f` with a handle of its own while no other handle and no
+    /// commit runs: a change the in-memory state must take whole (a grow
+    /// adds groups the allocator serves at once). Its changes join the
+    /// running checkpoint.
+    pub fn quiesced_change<R>(&self, meta: &Meta, credits: u64, f: impl FnOnce(&Tx<'_>) -> Result<R>) -> Result<R> {
+        self.quiesced(|| f(&Tx::new(meta, self, None, credits)))
+    }
+
     /// A handle leaves the gate (its drop); if it is the last one out of a
     /// gate closed for a commit, it runs the commit's swap.
     pub(super) fn leave(&self, meta: &Meta, entry: Entry) {

@@ -103,3 +103,94 @@ fn a_full_file_system_grows_and_its_last_group_fills_up() {
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after filling the grown file system");
 }
+
+/// `Fs::grow`: a mounted file system grows while other threads create and
+/// write files; the new space is used at once, and after unmount fsck finds
+/// it clean (backup copies included) and every file intact.
+#[test]
+fn a_mounted_file_system_grows_under_concurrent_writers() {
+    let dev = small_fs_on_big_device(10);
+    let fs = mount(&dev);
+    let root = Ctx::root();
+    let before = fs.statfs().unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..2u8)
+        .map(|t| {
+            let (fs, stop) = (fs.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let dir = fs.mkdir(&root, 1, format!("w{t}").as_bytes(), 0o755).unwrap().ino;
+                let mut n = 0u32;
+                // 400 files of one block each at most: the old file system
+                // (2,560 blocks) holds them whether the grow comes early or late.
+                while n < 400 && (n < 200 || !stop.load(std::sync::atomic::Ordering::Relaxed)) {
+                    let a = fs.mknod(&root, dir, format!("f{n}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+                    fs.write(a.ino, 0, &[t ^ n as u8; 3000]).unwrap();
+                    n += 1;
+                }
+                (dir, n)
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let g = fs.grow(100 << 20).expect("grow while mounted");
+    assert_eq!((g.old_blocks, g.new_blocks, g.old_groups, g.new_groups), (2560, 25600, 3, 25));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let made: Vec<(u64, u32)> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    fs.debug_check_consistency();
+    let after = fs.statfs().unwrap();
+    assert_eq!(after.blocks, 25600);
+    assert!(after.files > before.files && after.blocks_free > before.blocks_free + 20_000, "{after:?}");
+    // More than the old file system held, written at once.
+    let big = fs.mknod(&root, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let chunk = vec![7u8; 1 << 20];
+    for i in 0..40u64 {
+        assert_eq!(fs.write(big, i << 20, &chunk).unwrap() as usize, chunk.len(), "write {i} in the grown space");
+    }
+    // A second grow, to the most the descriptor table allows.
+    let g2 = fs.grow(256 << 20).expect("grow again");
+    assert_eq!(g2.new_groups, 64);
+    let e = fs.grow(512 << 20).unwrap_err();
+    assert!(e.to_string().contains("at most"), "{e}");
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after growing while mounted");
+    let fs = mount(&dev);
+    assert_eq!(fs.statfs().unwrap().blocks, 65536);
+    for (t, (dir, n)) in made.into_iter().enumerate() {
+        for i in 0..n {
+            let a = fs.lookup(dir, format!("f{i}").as_bytes()).unwrap();
+            assert_eq!(fs.read(a.ino, 0, 3000).unwrap(), vec![t as u8 ^ i as u8; 3000], "w{t}/f{i}");
+        }
+    }
+    assert_eq!(fs.read(big, 39 << 20, 4096).unwrap(), vec![7u8; 4096]);
+    fs.unmount().unwrap();
+}
+
+/// A read-only mount and a shrink are refused, changing nothing.
+#[test]
+fn a_mounted_grow_refuses_shrinking_and_read_only() {
+    let dev = small_fs_on_big_device(12);
+    let fs = mount(&dev);
+    let e = fs.grow(8 << 20).unwrap_err();
+    assert!(e.to_string().contains("only grows"), "{e}");
+    assert_eq!(fs.statfs().unwrap().blocks, 3072);
+    fs.unmount().unwrap();
+    let d: Arc<dyn BlockDevice> = dev.clone();
+    let fs = cairn_core::Fs::mount(d, cairn_core::MountOptions { read_only: true, ..Default::default() }).unwrap();
+    let e = fs.grow(64 << 20).unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("read-only"), "{e}");
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after refused grows");
+}
+
+/// mkfs reserves descriptor blocks for growth: a 1 GiB image of 128 MiB
+/// groups can grow to 1,024 times as many groups (1 TiB).
+#[test]
+fn mkfs_reserves_descriptor_blocks_for_growth() {
+    let sb = cairn_core::mkfs::plan(1 << 30, &MkfsOptions::default()).unwrap();
+    assert_eq!((sb.group_count, sb.gdt_blocks), (8, 128));
+    assert_eq!(cairn_core::resize::max_bytes(&sb), 1 << 40);
+    // A small image whose group 0 barely holds the journal reserves nothing.
+    let sb =
+        cairn_core::mkfs::plan(12 << 20, &MkfsOptions { blocks_per_group: Some(1024), ..Default::default() }).unwrap();
+    assert_eq!(sb.gdt_blocks, 1);
+}
