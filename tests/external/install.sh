@@ -14,7 +14,11 @@
 #   - `mount -o remount,ro` and back to rw through the installed helper;
 #   - `man cairn` and `man cairn-mount` find and render the installed pages;
 #   - the bash completion, sourced, completes `cairn mo` to `mount`;
-#   - scripts/install.sh --uninstall leaves nothing behind.
+#   - scripts/install.sh --uninstall leaves nothing behind;
+#   - the Debian package (scripts/deb.sh) installs with dpkg -i, mounts from the same
+#     fstab line through its /sbin helper and /usr/bin/cairn, `man cairn-resize` renders
+#     its gzipped page, and dpkg -r removes every file (skipped, with a message, where a
+#     cairn package is installed already: it is left alone).
 set -euo pipefail
 # shellcheck source=tests/external/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -90,4 +94,31 @@ bash "$CAIRN_ROOT/scripts/install.sh" --prefix "$prefix" --uninstall
 left=$(find "$prefix" \( -type f -o -type l \) -name '*cairn*' | head -5)
 [[ -z $left ]] || die "left after --uninstall: $left"
 [[ ! -e /sbin/mount.fuse.cairn ]] || die "/sbin/mount.fuse.cairn left after --uninstall"
+log "scripts/deb.sh"
+if dpkg -s cairn >/dev/null 2>&1; then
+    log "a cairn package is installed on this machine: the .deb install is not tried (it would replace it)"
+else
+    deb=$(bash "$CAIRN_ROOT/scripts/deb.sh" --binary "$CAIRN" --out "$SCRATCH/deb")
+    [[ $(dpkg-deb -f "$deb" Package) == cairn ]] || die "$deb: not a cairn package"
+    log "dpkg -i $(basename "$deb")"
+    on_exit "dpkg -r cairn >/dev/null 2>&1 || true"
+    dpkg -i "$deb" >/dev/null
+    for f in /usr/bin/cairn /sbin/mount.fuse.cairn /usr/share/man/man1/cairn-mount.1.gz \
+        /usr/share/bash-completion/completions/cairn; do
+        dpkg -L cairn | grep -qx "$f" || die "the package does not own $f"
+        [[ -e $f ]] || die "dpkg -i did not install $f"
+    done
+    grep -qF "CAIRN=\${CAIRN:-/usr/bin/cairn}" /sbin/mount.fuse.cairn || die "the packaged helper does not run /usr/bin/cairn"
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin mount -a --fstab "$fstab"
+    [[ $(cat "$mp/hello") == "installed and mounted from fstab" ]] || die "read back through the packaged cairn"
+    [[ $(/usr/bin/cairn stats "$mp" --json | grep -c '"image"') -ge 1 ]] || die "cairn stats of the package's mount"
+    umount "$mp"
+    wait_daemon_exit "$img" "$mp"
+    MANPAGER="cat" man cairn-resize 2>/dev/null | grep -qi "mounted" || die "man cairn-resize from the package"
+    log "dpkg -r cairn"
+    dpkg -r cairn >/dev/null
+    for f in /usr/bin/cairn /sbin/mount.fuse.cairn /usr/share/man/man1/cairn.1.gz; do
+        [[ ! -e $f ]] || die "$f left after dpkg -r"
+    done
+fi
 log "install: ok"
