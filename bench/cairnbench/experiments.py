@@ -1286,6 +1286,9 @@ class MetaLatency(Experiment):
         return {"create_us": c50, "stat_us": s50, "rename_us": r50, "unlink_us": u50, "create_p99_us": c99}
 
 
+# After the classes it builds on (it imports them from here).
+from .floor import Floor  # noqa: E402
+
 ALL = [
     DbenchSync(),
     FsMark(),
@@ -1297,5 +1300,6 @@ ALL = [
     Sequential(),
     MetaLatency(),
     FsMarkScale(),
+    Floor(),
 ]
 BY_NAME = {e.name: e for e in ALL}

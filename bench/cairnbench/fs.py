@@ -62,7 +62,11 @@ CAIRN_VARIANTS = {
 # `cairn-bench-driver ...` workload on an image file in the scratch tmpfs (nothing is
 # mounted). Only experiments that name it in `Experiment.extra_fs` run it.
 ENGINE = "cairn-engine"
-USER_FS = ["cairn", "fuse2fs", BASELINE, ENGINE, *CAIRN_VARIANTS]
+# The FUSE floor: `cairn-bench-driver nullfs`, a null server on cairn's own
+# transport and options with no engine behind it (its tree in memory, file bytes
+# not kept). Only experiments that name it in `Experiment.extra_fs` run it.
+NULLFS = "nullfs"
+USER_FS = ["cairn", "fuse2fs", BASELINE, ENGINE, NULLFS, *CAIRN_VARIANTS]
 ROOT = os.geteuid() == 0
 KERNEL_FS = {"tmpfs", "ext4", "xfs", "btrfs"}
 
@@ -116,6 +120,7 @@ NEEDS = {
     BASELINE: [],
     **{v: [] for v in CAIRN_VARIANTS},
     ENGINE: [],
+    NULLFS: [],
     "tmpfs": [],
     "ext4": [("mkfs.ext4", "e2fsprogs")],
     "xfs": [("mkfs.xfs", "xfsprogs")],
@@ -217,6 +222,8 @@ class FileSystem:
         self.dev = None
         self.src = None
         self.pid = None
+        self.is_null = name == NULLFS
+        self.proc = None  # the null server, a child of this process
 
     # ------------------------------------------------------------ lifecycle
 
@@ -226,6 +233,9 @@ class FileSystem:
         os.makedirs(self.mp, exist_ok=True)
         if self.name == "tmpfs":
             run(["mount", "-t", "tmpfs", "-o", f"size={self.size},mode=755", "tmpfs", self.mp])
+            return
+        if self.is_null:
+            self.mount()
             return
         with open(self.image, "wb") as f:
             if self.dense:
@@ -254,8 +264,16 @@ class FileSystem:
         self.mount()
 
     def mount(self):
-        """Mounts the already formatted file system (also after `unmount`)."""
-        if self.is_cairn:
+        """Mounts the already formatted file system (also after `unmount`;
+        the null server starts empty)."""
+        if self.is_null:
+            opts = ["-o", "allow_other"] if ROOT else []
+            proc = subprocess.Popen([driver_of(self.cairn), "nullfs", self.mp, *opts], stdin=subprocess.DEVNULL)
+            self.pid, self.proc = proc.pid, proc
+            wait_until(lambda: is_mounted(self.mp) or proc.poll() is not None, 30, "the null server to mount")
+            if proc.poll() is not None:
+                raise RuntimeError(f"cairn-bench-driver nullfs exited {proc.returncode}")
+        elif self.is_cairn:
             opts = (["allow_other"] if ROOT else []) + cairn_options(self.name)
             opts = ["-o", ",".join(opts)] if opts else []
             r = run([self.cairn, "mount", self.src, self.mp, *opts], check=False, capture_output=True, text=True)
@@ -282,6 +300,11 @@ class FileSystem:
         if self.name == "fuse2fs":
             daemon = out(["pgrep", "-n", "-f", f"fuse2fs {self.src} "])
         run(["umount", self.mp] if ROOT else ["fusermount3", "-u", self.mp])
+        if self.is_null and self.proc:
+            # Our child: reaped here, or it would linger as a zombie.
+            self.proc.wait(timeout=120)
+            self.proc = None
+            self.pid = None
         if self.is_cairn and self.pid:
             wait_until(lambda: not os.path.exists(f"/proc/{self.pid}"), 120, "the cairn daemon to exit")
             self.pid = None
@@ -290,8 +313,12 @@ class FileSystem:
 
     def remount_cold(self):
         """Empties every cache the file system keeps: unmount (the daemons
-        exit), drop the kernel's caches, mount again. tmpfs has no cold state:
-        only the kernel's dentry/inode caches are dropped."""
+        exit), drop the kernel's caches, mount again. tmpfs has no cold state,
+        and the null server's tree lives only in it: only the kernel's caches
+        are dropped."""
+        if self.name == "tmpfs" or self.is_null:
+            drop_caches()
+            return
         if self.name != "tmpfs":
             self.unmount()
         drop_caches()
@@ -301,7 +328,7 @@ class FileSystem:
     def teardown(self):
         try:
             if is_mounted(self.mp):
-                if self.is_cairn or self.name == "fuse2fs":
+                if self.is_cairn or self.is_null or self.name == "fuse2fs":
                     self.unmount()
                 else:
                     run(["umount", self.mp], check=False, capture_output=True)
@@ -334,7 +361,7 @@ class FileSystem:
     def daemon_pid(self):
         """The PID of the user-space daemon serving the mount (cairn's or
         fuse2fs's), or None (a kernel file system, or not mounted)."""
-        if self.is_cairn:
+        if self.is_cairn or self.is_null:
             return self.pid
         if self.name == "fuse2fs" and is_mounted(self.mp):
             pid = run(["pgrep", "-n", "-f", f"fuse2fs {self.src} "], check=False, capture_output=True, text=True)
@@ -342,10 +369,14 @@ class FileSystem:
         return None
 
     def cairn_counters(self):
-        """cairn's live counters (`cairn stats --json`), or {}."""
+        """cairn's live counters (`cairn stats --json`), the null server's
+        request counters (its root's `user.nullfs.counters`), or {}."""
+        import json
+
+        if self.is_null:
+            return json.loads(os.getxattr(self.mp, "user.nullfs.counters"))
         if not self.is_cairn:
             return {}
-        import json
 
         return json.loads(out([self.cairn, "stats", self.mp, "--json"]))["counters"]
 

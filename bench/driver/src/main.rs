@@ -11,6 +11,9 @@
 //! ## `fragment`
 //! See [`fragment`].
 //!
+//! ## `cairn-bench-driver nullfs MOUNTPOINT [-o OPTIONS] [--counters FILE]`
+//! The FUSE floor: a null server over cairn's own transport; see [`nullfs`].
+//!
 //! ## `cairn-bench-driver dd IMAGE --path NAME --bs SIZE --count N [--fsync] [--repeat R] [-o OPTIONS]`
 //! The engine without FUSE: mounts IMAGE in this process (`Fs::mount`, the
 //! same `-o` options as `cairn mount`, so `-o mb_optimize_scan=0|1`),
@@ -32,6 +35,7 @@ use std::process::ExitCode;
 mod dd;
 mod fragment;
 mod fsmark;
+mod nullfs;
 mod overwrite;
 
 use fragment::{fragment, Pattern};
@@ -165,6 +169,21 @@ enum Cmd {
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
     },
+    /// Serve a null FUSE file system at MOUNTPOINT (the FUSE floor) until it is unmounted.
+    ///
+    /// cairn's transport, INIT, mount options and TTLs with no engine behind them: a tree
+    /// in memory, file bytes not kept (reads answer zeros). Runs in the foreground; unmount
+    /// with `umount MOUNTPOINT`. See `nullfs`.
+    Nullfs {
+        /// An empty directory.
+        mountpoint: PathBuf,
+        /// Mount options, as for `cairn mount` (io_uring=0, writeback_cache=0, threads=N, ...).
+        #[arg(short = 'o', value_name = "OPTIONS")]
+        options: Vec<String>,
+        /// Write the request counters (JSON, as `cairn stats`'s `fuse.*`) here at unmount.
+        #[arg(long)]
+        counters: Option<PathBuf>,
+    },
 }
 
 /// Runs one tool.
@@ -218,6 +237,7 @@ fn run(cmd: &Cmd) -> Result<(), String> {
             };
             fsmark::run(&a)
         }
+        Cmd::Nullfs { mountpoint, options, counters } => nullfs::run(mountpoint, options, counters.as_deref()),
     }
 }
 

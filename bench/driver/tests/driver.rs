@@ -312,3 +312,83 @@ fn fsmark_creates_walks_and_removes_what_it_says() {
     assert!(said.contains("(2 directories, 0 files,"), "{said}");
     assert_ne!(superblock(&img).state & STATE_CLEAN, 0, "clean after fsmark");
 }
+
+/// `nullfs`, the FUSE floor, through a real mount: files and directories
+/// come and go as in a file system (create, write, read of zeros up to the
+/// size, rename, symlink, rm -rf), a refused operation says why, the request
+/// counters are readable while mounted (the root's `user.nullfs.counters`)
+/// and written at unmount.
+#[test]
+fn nullfs_serves_a_tree_and_counts_its_requests() {
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root || !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: mounting needs root and /dev/fuse");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let counters = dir.path().join("counters.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn-bench-driver"))
+        .args(["nullfs", p(&mp), "--counters", p(&counters)])
+        .spawn()
+        .unwrap();
+    let mounted = || std::fs::read_to_string("/proc/self/mounts").unwrap().contains(&format!(" {} ", mp.display()));
+    for _ in 0..100 {
+        if mounted() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(mounted(), "nullfs did not mount");
+    let body = || -> std::io::Result<()> {
+        std::fs::create_dir_all(mp.join("a/b"))?;
+        for i in 0..50 {
+            std::fs::write(mp.join(format!("a/b/f{i}")), b"hello")?;
+        }
+        assert_eq!(std::fs::read_dir(mp.join("a/b"))?.count(), 50);
+        // Bytes written stay in the kernel's page cache; a size set
+        // without writing is read from the server: zeros.
+        std::fs::File::create(mp.join("sized"))?.set_len(10_000)?;
+        assert_eq!(std::fs::read(mp.join("sized"))?, vec![0u8; 10_000], "reads answer zeros up to the size");
+        std::fs::remove_file(mp.join("sized"))?;
+        std::fs::rename(mp.join("a/b/f1"), mp.join("a/moved"))?;
+        assert!(mp.join("a/moved").exists() && !mp.join("a/b/f1").exists());
+        std::os::unix::fs::symlink("target", mp.join("s"))?;
+        assert_eq!(std::fs::read_link(mp.join("s"))?, Path::new("target"));
+        let e = std::fs::remove_dir(mp.join("a")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY));
+        let live: serde_json::Value =
+            serde_json::from_slice(&xattr_of(&mp, "user.nullfs.counters")).expect("counters as JSON");
+        assert!(live["fuse.create.requests"].as_u64().unwrap() >= 50, "{live}");
+        std::fs::remove_dir_all(mp.join("a"))?;
+        assert_eq!(std::fs::read_dir(&mp)?.count(), 1);
+        Ok(())
+    };
+    // Unmounted whatever the checks found (a panic included), so that no
+    // server is left behind.
+    let r = std::panic::catch_unwind(body);
+    let _ = Command::new("umount").arg(&mp).status();
+    let status = child.wait().unwrap();
+    match r {
+        Ok(r) => r.unwrap(),
+        Err(p) => std::panic::resume_unwind(p),
+    }
+    assert!(status.success(), "nullfs exited {status}");
+    let done: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&counters).unwrap()).unwrap();
+    assert!(done["fuse.unlink.requests"].as_u64().unwrap() >= 49, "{done}");
+}
+
+/// The value of extended attribute `name` of `path`.
+fn xattr_of(path: &Path, name: &str) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let c_name = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 65536];
+    // SAFETY: both strings are NUL-terminated and live; the buffer is as long as said.
+    #[allow(unsafe_code)]
+    let n = unsafe { libc::getxattr(c_path.as_ptr(), c_name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n >= 0, "getxattr {name}: {}", std::io::Error::last_os_error());
+    buf.truncate(n as usize);
+    buf
+}

@@ -160,6 +160,74 @@ fn time_set(t: TimeOrNow) -> TimeSet {
     }
 }
 
+/// What the kernel granted of what cairn asks for in INIT.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Negotiated {
+    /// FUSE_DONT_MASK: creates carry the umask unapplied.
+    pub dont_mask: bool,
+    /// FUSE_HANDLE_KILLPRIV_V2: suid/sgid and capabilities are the server's to drop.
+    pub killpriv_v2: bool,
+    /// FUSE_WRITEBACK_CACHE: the kernel owns size and times of cached files.
+    pub writeback: bool,
+}
+
+/// Asks the kernel in INIT for what `opts` say (capabilities, largest
+/// write and readahead, background queue, time granularity): cairn's mount
+/// and the benchmark's null server (`cairn-bench-driver nullfs`, the FUSE
+/// floor) ask the same, so that they differ only behind the transport.
+pub fn negotiate(opts: &AdapterOptions, config: &mut KernelConfig) -> Negotiated {
+    let mut wanted = InitFlags::FUSE_ASYNC_READ
+        | InitFlags::FUSE_BIG_WRITES
+        | InitFlags::FUSE_PARALLEL_DIROPS
+        | InitFlags::FUSE_DO_READDIRPLUS
+        | InitFlags::FUSE_READDIRPLUS_AUTO
+        | InitFlags::FUSE_ASYNC_DIO
+        | InitFlags::FUSE_CACHE_SYMLINKS
+        | InitFlags::FUSE_MAX_PAGES
+        | InitFlags::FUSE_EXPORT_SUPPORT
+        | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+    if opts.writeback_cache {
+        wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+    }
+    if opts.io_uring {
+        wanted |= InitFlags::FUSE_OVER_IO_URING;
+    }
+    if opts.parallel_dio {
+        // MAP_SHARED of a file opened with FOPEN_DIRECT_IO (fsx -Z
+        // mmaps its O_DIRECT descriptor); the kernel keeps such an
+        // inode in caching mode while it is mapped.
+        wanted |= InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+    }
+    if opts.acl {
+        // The kernel caches and enforces POSIX ACLs; cairn keeps them
+        // (mode sync, chmod, inheritance: cairn-core `acl`), which needs
+        // the umask unapplied.
+        wanted |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+    }
+    let mut got = Negotiated::default();
+    for flag in wanted.iter() {
+        if config.add_capabilities(flag).is_err() {
+            tracing::debug!(?flag, "the kernel does not offer this FUSE capability");
+        } else if flag == InitFlags::FUSE_DONT_MASK {
+            got.dont_mask = true;
+        } else if flag == InitFlags::FUSE_HANDLE_KILLPRIV_V2 {
+            got.killpriv_v2 = true;
+        } else if flag == InitFlags::FUSE_WRITEBACK_CACHE {
+            got.writeback = true;
+        }
+    }
+    if let Err(best) = config.set_max_write(opts.max_write) {
+        let _ = config.set_max_write(best);
+    }
+    if let Err(best) = config.set_max_readahead(opts.max_write) {
+        let _ = config.set_max_readahead(best);
+    }
+    let _ = config.set_max_background(64);
+    let _ = config.set_congestion_threshold(48);
+    let _ = config.set_time_granularity(Duration::from_nanos(1));
+    got
+}
+
 impl CairnFuse {
     /// The caller of a create, with its umask when cairn must apply it.
     fn create_ctx(&self, req: &Request, umask: u32) -> Ctx {
@@ -272,54 +340,8 @@ impl CairnFuse {
 
 impl Filesystem for CairnFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut wanted = InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_ASYNC_DIO
-            | InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_MAX_PAGES
-            | InitFlags::FUSE_EXPORT_SUPPORT
-            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
-        if self.opts.writeback_cache {
-            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
-        }
-        if self.opts.io_uring {
-            wanted |= InitFlags::FUSE_OVER_IO_URING;
-        }
-        if self.opts.parallel_dio {
-            // MAP_SHARED of a file opened with FOPEN_DIRECT_IO (fsx -Z
-            // mmaps its O_DIRECT descriptor); the kernel keeps such an
-            // inode in caching mode while it is mapped.
-            wanted |= InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
-        }
-        if self.opts.acl {
-            // The kernel caches and enforces POSIX ACLs; cairn keeps them
-            // (mode sync, chmod, inheritance: cairn-core `acl`), which needs
-            // the umask unapplied.
-            wanted |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
-        }
-        for flag in wanted.iter() {
-            if config.add_capabilities(flag).is_err() {
-                tracing::debug!(?flag, "the kernel does not offer this FUSE capability");
-            } else if flag == InitFlags::FUSE_DONT_MASK {
-                self.dont_mask = true;
-            } else if flag == InitFlags::FUSE_HANDLE_KILLPRIV_V2 {
-                self.killpriv_v2 = true;
-            } else if flag == InitFlags::FUSE_WRITEBACK_CACHE {
-                self.writeback = true;
-            }
-        }
-        if let Err(best) = config.set_max_write(self.opts.max_write) {
-            let _ = config.set_max_write(best);
-        }
-        if let Err(best) = config.set_max_readahead(self.opts.max_write) {
-            let _ = config.set_max_readahead(best);
-        }
-        let _ = config.set_max_background(64);
-        let _ = config.set_congestion_threshold(48);
-        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        let got = negotiate(&self.opts, config);
+        (self.dont_mask, self.killpriv_v2, self.writeback) = (got.dont_mask, got.killpriv_v2, got.writeback);
         Ok(())
     }
 

@@ -47,7 +47,7 @@ pub mod privs;
 mod shutdown;
 pub mod space;
 
-pub use adapter::{AdapterOptions, CairnFuse, Timeouts};
+pub use adapter::{negotiate, AdapterOptions, CairnFuse, Negotiated, Timeouts};
 pub use metrics::Metrics;
 pub use options::{parse as parse_options, Settings};
 pub use space::SpaceGuard;
