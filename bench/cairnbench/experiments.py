@@ -404,9 +404,7 @@ class FsMark(Experiment):
         per = n // th
         dirs = [os.path.join(fs.mp, str(i)) for i in range(th)]
         s0 = fs.sectors_written()
-        cmd = ["fs_mark", "-S", "0", "-s", "0", "-L", "1", "-D", "100", "-N", str(max(1, per // 100)), "-n", str(per)]
-        for d in dirs:
-            cmd += ["-d", d]
+        cmd = fsmark_empty_files(dirs, per)
         c0 = fs.cairn_counters()
         r = run(cmd, capture_output=True, text=True, cwd=fs.scratch.path)
         rows = [ln.split() for ln in r.stdout.splitlines() if re.match(r"^\s*\d+\s+\d+\s+\d+\s+[\d.]+", ln)]
@@ -428,6 +426,15 @@ class FsMark(Experiment):
             for phase, a, b, files in [("create", c0, c1, n), ("walk", c2, c3, walked), ("unlink", c3, c4, n)]:
                 res[f"{phase}_reqs"], res[f"{phase}_cairn_us"] = request_budget(a, b, files)
         return res
+
+
+def fsmark_empty_files(dirs, per):
+    """fs_mark making `per` empty files in each of `dirs` (one thread each),
+    in 100 subdirectories, one loop."""
+    cmd = ["fs_mark", "-S", "0", "-s", "0", "-L", "1", "-D", "100", "-N", str(max(1, per // 100)), "-n", str(per)]
+    for d in dirs:
+        cmd += ["-d", d]
+    return cmd
 
 
 def request_budget(before, after, files):

@@ -15,7 +15,7 @@ import statistics
 import time
 
 from . import fs as fsmod
-from .experiments import Experiment, Metric, request_budget, run_parallel
+from .experiments import Experiment, Metric, fsmark_empty_files, request_budget, run_parallel
 from .fs import run
 
 PHASES = [
@@ -65,9 +65,7 @@ class Floor(Experiment):
         n, th = v["files"], v["threads"]
         per = n // th
         dirs = [os.path.join(fs.mp, str(i)) for i in range(th)]
-        cmd = ["fs_mark", "-S", "0", "-s", "0", "-L", "1", "-D", "100", "-N", str(max(1, per // 100)), "-n", str(per)]
-        for d in dirs:
-            cmd += ["-d", d]
+        cmd = fsmark_empty_files(dirs, per)
         server = fs.is_cairn or fs.is_null
         counters = fs.cairn_counters if server else (lambda: {})
         res = {}

@@ -91,18 +91,6 @@ fn attr(ino: u64, kind: FileType, mode: u32, req: &Request) -> FileAttr {
     }
 }
 
-fn kind_of(mode: u32) -> FileType {
-    match mode & libc::S_IFMT {
-        libc::S_IFDIR => FileType::Directory,
-        libc::S_IFLNK => FileType::Symlink,
-        libc::S_IFCHR => FileType::CharDevice,
-        libc::S_IFBLK => FileType::BlockDevice,
-        libc::S_IFIFO => FileType::NamedPipe,
-        libc::S_IFSOCK => FileType::Socket,
-        _ => FileType::RegularFile,
-    }
-}
-
 impl NullFs {
     pub fn new(opts: AdapterOptions, metrics: Arc<Metrics>) -> NullFs {
         let fs = NullFs {
@@ -174,7 +162,7 @@ impl NullFs {
             return Err(Errno::ENAMETOOLONG);
         }
         let ino = self.next_ino.fetch_add(1, Relaxed);
-        let kind = kind_of(mode);
+        let kind = cairn_fuse::convert::kind_of_mode(mode);
         let mut a = attr(ino, kind, mode, req);
         if let Some(t) = target {
             a.size = t.len() as u64;
