@@ -88,7 +88,12 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
     let geo = ctx.geo;
     let bs = geo.block_size as usize;
     let ipg = geo.inodes_per_group;
-    let claims = std::mem::take(&mut ctx.claims);
+    let mut claims = std::mem::take(&mut ctx.claims);
+    // Sorted in pass 2, but repairs since (a /lost+found made again, a
+    // salvaged tree) add claims at the end: the group slices below need
+    // the order (a fuzzed image made pass 5 slice a claim from the group
+    // before).
+    claims.sort_unstable_by_key(|c| (c.start, c.len));
     let live_claims: Vec<bool> = claims.iter().map(|c| claim_live(ctx, c)).collect();
     // Live inodes in number order: (ino, is_dir, bad, resurrected).
     let mut live: Vec<(u64, bool, bool, bool)> =
