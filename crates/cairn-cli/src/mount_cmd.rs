@@ -182,9 +182,17 @@ pub fn trim_image(image: &Path) -> Result<u64, String> {
 
 fn open_engine(image: &Path, settings: &cairn_fuse::Settings) -> Result<Arc<Fs>, String> {
     let ro = settings.engine.read_only;
-    let dev = FileDevice::open(image, ro).map_err(|e| format!("cannot open image {}: {e}", image.display()))?;
+    let mut dev = FileDevice::open(image, ro).map_err(|e| format!("cannot open image {}: {e}", image.display()))?;
     dev.lock_exclusive()
         .map_err(|_| format!("{} is already in use: mounted (or being checked) by another process", image.display()))?;
+    if settings.direct_data {
+        if let Err(e) = dev.use_direct_data() {
+            tracing::warn!(
+                "{}: no O_DIRECT for file data ({e}); it goes through the host's page cache (-o direct_data=0 silences this)",
+                image.display()
+            );
+        }
+    }
     let dev: Arc<dyn cairn_core::dev::BlockDevice> = Arc::new(dev);
     if ro {
         recover_for_read_only(image, dev.clone())?;

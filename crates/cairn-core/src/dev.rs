@@ -5,6 +5,7 @@
 //! file (or block device), so external tools (strace, blktrace on a loop
 //! device) can see every I/O. [`MemDevice`] keeps an image in RAM for tests.
 
+use crate::direct_data::DirectData;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -40,6 +41,17 @@ pub trait BlockDevice: Send + Sync {
     fn make_writable(&self) -> io::Result<()> {
         Err(io::Error::new(io::ErrorKind::Unsupported, "this device cannot be made writable"))
     }
+    /// Reads file data: as [`BlockDevice::read_at`], but a device may keep
+    /// the bytes out of the host's page cache (see `direct_data`).
+    fn read_data(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        self.read_at(buf, off)
+    }
+    /// Writes file data: as [`BlockDevice::write_at`] (see `read_data`).
+    fn write_data(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.write_at(buf, off)
+    }
+    /// Publishes the device's counters (`dev.*`), if it has any.
+    fn publish(&self, _put: &mut dyn FnMut(&str, u64)) {}
     /// Makes the device at least `bytes` long for a grow while mounted (an
     /// image file is lengthened, sparse); fails if it cannot be, changing
     /// nothing.
@@ -66,6 +78,9 @@ pub struct FileDevice {
     /// The read-only open file description `file`'s descriptor named before
     /// [`BlockDevice::make_writable`]: it holds the image's lock.
     held: Mutex<Option<std::os::fd::OwnedFd>>,
+    /// File data's `O_DIRECT` descriptor, once [`FileDevice::use_direct_data`]
+    /// succeeded.
+    direct: Option<DirectData>,
 }
 
 impl FileDevice {
@@ -87,6 +102,7 @@ impl FileDevice {
             regular: meta.file_type().is_file(),
             writable: (!read_only).into(),
             held: Mutex::new(None),
+            direct: None,
         })
     }
 
@@ -115,6 +131,20 @@ impl FileDevice {
         Ok(())
     }
 
+    /// Reads and writes file data with `O_DIRECT` from now on (see
+    /// `direct_data`); `Err` with the host's reason, and nothing changed,
+    /// where it cannot be done.
+    pub fn use_direct_data(&mut self) -> io::Result<()> {
+        let writable = self.writable.load(std::sync::atomic::Ordering::Acquire);
+        self.direct = Some(DirectData::open(&self.file, writable)?);
+        Ok(())
+    }
+
+    /// The `O_DIRECT` side, when file data uses it.
+    pub fn direct_data(&self) -> Option<&DirectData> {
+        self.direct.as_ref()
+    }
+
     /// The open file.
     pub fn file(&self) -> &File {
         &self.file
@@ -127,6 +157,24 @@ impl BlockDevice for FileDevice {
     }
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         self.file.write_all_at(buf, off)
+    }
+    fn read_data(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        match &self.direct {
+            Some(d) => d.read(buf, off),
+            None => self.read_at(buf, off),
+        }
+    }
+    fn write_data(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        match &self.direct {
+            Some(d) => d.write(buf, off, &self.file),
+            None => self.write_at(buf, off),
+        }
+    }
+    fn publish(&self, put: &mut dyn FnMut(&str, u64)) {
+        match &self.direct {
+            Some(d) => d.publish(put),
+            None => put("dev.direct_data", 0),
+        }
     }
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
@@ -161,7 +209,6 @@ impl BlockDevice for FileDevice {
     /// in flight on other threads see as one atomic switch. The old
     /// description stays open: the image's `flock` belongs to it.
     fn make_writable(&self) -> io::Result<()> {
-        use std::os::fd::{AsFd, IntoRawFd};
         use std::sync::atomic::Ordering;
         let mut held = self.held.lock();
         if self.writable.load(Ordering::Acquire) {
@@ -169,20 +216,10 @@ impl BlockDevice for FileDevice {
         }
         let fd = self.file.as_raw_fd();
         let rw = OpenOptions::new().read(true).write(true).open(format!("/proc/self/fd/{fd}"))?;
-        let keep = self.file.as_fd().try_clone_to_owned()?;
-        let rw_fd = rw.into_raw_fd();
-        // SAFETY: both descriptors are open and ours; dup2 replaces what
-        // `fd` names (kept alive by `keep`), and the spare one is closed.
-        #[allow(unsafe_code)]
-        let r = unsafe {
-            let r = libc::dup2(rw_fd, fd);
-            libc::close(rw_fd);
-            r
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
+        if let Some(d) = &self.direct {
+            d.make_writable()?;
         }
-        *held = Some(keep);
+        *held = Some(replace_description(&self.file, rw)?);
         self.writable.store(true, Ordering::Release);
         Ok(())
     }
@@ -222,6 +259,29 @@ impl BlockDevice for FileDevice {
             e => Err(e),
         }
     }
+}
+
+/// Puts `new`'s open file description under `file`'s descriptor number
+/// with `dup2`, which reads and writes in flight on other threads see as
+/// one atomic switch; returns the old description (which may hold the
+/// image's `flock`), kept open.
+pub(crate) fn replace_description(file: &File, new: File) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsFd, IntoRawFd};
+    let fd = file.as_raw_fd();
+    let keep = file.as_fd().try_clone_to_owned()?;
+    let new_fd = new.into_raw_fd();
+    // SAFETY: both descriptors are open and ours; dup2 replaces what `fd`
+    // names (kept alive by `keep`), and the spare one is closed.
+    #[allow(unsafe_code)]
+    let r = unsafe {
+        let r = libc::dup2(new_fd, fd);
+        libc::close(new_fd);
+        r
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(keep)
 }
 
 /// An image in memory (tests, benchmarks, the crash harness).

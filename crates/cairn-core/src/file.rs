@@ -63,7 +63,7 @@ pub fn read_into(meta: &Meta, st: &InodeState, off: u64, out: &mut [u8]) -> Resu
                 if unwritten {
                     out[o..o + n].fill(0);
                 } else {
-                    meta.dev.read_at(&mut out[o..o + n], pblk * b + inner)?;
+                    meta.dev.read_data(&mut out[o..o + n], pblk * b + inner)?;
                 }
                 pos = stop;
             }
@@ -132,7 +132,7 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
                 Mapping::Mapped { pblk, len, unwritten: false } => {
                     let stop = end.min((lblk + len) * b);
                     let d = &data[(pos - off) as usize..(stop - off) as usize];
-                    tx.dev.write_at(d, pblk * b + inner)?;
+                    tx.dev.write_data(d, pblk * b + inner)?;
                     Ok(Some(stop))
                 }
                 Mapping::Mapped { pblk, len, unwritten: true } => {
@@ -206,7 +206,7 @@ fn fill_blocks(meta: &Meta, pblk: u64, lblk: u64, k: u64, off: u64, data: &[u8])
     let stop = start + k * b;
     let dend = off + data.len() as u64;
     if off <= start && dend >= stop {
-        meta.dev.write_at(&data[(start - off) as usize..(stop - off) as usize], pblk * b)?;
+        meta.dev.write_data(&data[(start - off) as usize..(stop - off) as usize], pblk * b)?;
         return Ok(());
     }
     let mut buf = vec![0u8; (k * b) as usize];
@@ -215,7 +215,7 @@ fn fill_blocks(meta: &Meta, pblk: u64, lblk: u64, k: u64, off: u64, data: &[u8])
     if s < e {
         buf[(s - start) as usize..(e - start) as usize].copy_from_slice(&data[(s - off) as usize..(e - off) as usize]);
     }
-    meta.dev.write_at(&buf, pblk * b)?;
+    meta.dev.write_data(&buf, pblk * b)?;
     Ok(())
 }
 
@@ -232,7 +232,7 @@ fn zero_written(meta: &Meta, st: &InodeState, from: u64, to: u64) -> Result<()> 
                 let stop = to.min((lblk + len) * b);
                 if !unwritten {
                     let zeros = vec![0u8; (stop - pos) as usize];
-                    meta.dev.write_at(&zeros, pblk * b + pos % b)?;
+                    meta.dev.write_data(&zeros, pblk * b + pos % b)?;
                 }
                 pos = stop;
             }

@@ -734,6 +734,7 @@ impl Fs {
         self.reaper.publish(&mut put);
         self.meta.xattrs.cache.publish(&mut put);
         self.meta.alloc.publish(&mut put);
+        self.meta.dev.publish(&mut put);
         v
     }
 

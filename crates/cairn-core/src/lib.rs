@@ -35,6 +35,7 @@
 #[cfg(feature = "testing")]
 pub mod crashdev;
 pub mod dev;
+pub mod direct_data;
 pub mod error;
 pub mod mkfs;
 pub mod resize;

@@ -119,7 +119,7 @@ impl Fs {
         }
         self.read_op(|| {
             for p in &pieces {
-                self.meta.dev.write_at(&data[p.from..p.to], p.at)?;
+                self.meta.dev.write_data(&data[p.from..p.to], p.at)?;
             }
             Ok(())
         })?;

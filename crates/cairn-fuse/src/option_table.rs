@@ -227,6 +227,11 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.overwrite_fastpath = switch(k, req(v))?;
         Ok(())
     }),
+    spec(&["direct_data"], Required("0|1"), Measuring, "1",
+        "read and write file data in the image with O_DIRECT, so the host caches each byte once (0: through the host's page cache)", |p, k, v| {
+            p.s.direct_data = switch(k, req(v))?;
+            Ok(())
+        }),
     spec(&["delaylog"], Required("0|1"), Measuring, "1", "log only changed chunks and defer home writes (XFS's delayed logging)", |p, k, v| {
         p.s.engine.delaylog = switch(k, req(v))?;
         Ok(())

@@ -80,6 +80,9 @@ pub struct Settings {
     /// dirty_limit_mb`; `None`: 1/16 of the file system, 8 to 64 MiB; 0: the
     /// kernel's own limit and no space guard, see `space`).
     pub dirty_limit_mb: Option<u64>,
+    /// Read and write file data with `O_DIRECT` (`-o direct_data`, see
+    /// `cairn_core::direct_data`).
+    pub direct_data: bool,
 }
 
 impl Default for Settings {
@@ -90,6 +93,7 @@ impl Default for Settings {
             threads: 2,
             ring_threads: 2,
             ring_idle: false,
+            direct_data: true,
             allow_other: false,
             allow_root: false,
             fuse: Vec::new(),

@@ -106,6 +106,8 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+/// cairn patch: page-aligned buffers (ring payloads, O_DIRECT).
+mod page_buf;
 /// cairn patch: FUSE over io_uring.
 mod uring;
 

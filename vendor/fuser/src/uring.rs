@@ -27,7 +27,11 @@
 //! fuser parses a request from one contiguous buffer, so each request is
 //! reassembled (in header, fixed struct, payload) into the thread's buffer;
 //! the fixed struct's length is what the in header's `len` leaves after the
-//! header and the payload.
+//! header and the payload. The headers go just before the buffer's second
+//! page, so a WRITE's data starts on a page boundary, as the payload
+//! buffers do (a READ's reply is read straight into one): cairn moves file
+//! data between them and its image with `O_DIRECT`, which wants aligned
+//! memory.
 //!
 //! ## Replies
 //! A reply may come from another thread (fuser's replies are `Send`): the
@@ -50,6 +54,8 @@ use parking_lot::Condvar;
 use parking_lot::Mutex;
 
 use crate::Filesystem;
+use crate::page_buf::PAGE;
+use crate::page_buf::PageBuf;
 use crate::ReplyEmpty;
 use crate::ll::Operation;
 use crate::request::RequestWithSender;
@@ -87,7 +93,7 @@ pub(crate) struct UringParams {
 #[derive(Debug)]
 struct EntryBufs {
     header: Box<[u8]>,
-    payload: Box<[u8]>,
+    payload: PageBuf,
     replied: bool,
 }
 
@@ -103,7 +109,7 @@ impl UringReply {
         Arc::new(UringReply {
             bufs: Mutex::new(EntryBufs {
                 header: vec![0u8; HEADER_SIZE.max(4096)].into_boxed_slice(),
-                payload: vec![0u8; payload_size].into_boxed_slice(),
+                payload: PageBuf::zeroed(payload_size),
                 replied: true,
             }),
             done: Condvar::new(),
@@ -355,7 +361,7 @@ pub(crate) fn queue_thread<FS: Filesystem>(
         push(&mut ring, &register_sqe(fd, qid, iov, i))?;
     }
     ring.submit()?;
-    let mut req_buf: Vec<u8> = Vec::with_capacity(params.payload_size + IN_HEADER + OP_IN);
+    let mut req_buf = PageBuf::zeroed(PAGE + params.payload_size + OP_IN);
     let mut done: Vec<(u64, i32)> = Vec::with_capacity(depth);
     loop {
         match ring.submit_and_wait(1) {
@@ -409,9 +415,9 @@ pub(crate) fn queue_thread<FS: Filesystem>(
 fn serve<FS: Filesystem>(
     se: &SessionEventLoop<FS>,
     entry: &Arc<UringReply>,
-    req_buf: &mut Vec<u8>,
+    req_buf: &mut PageBuf,
 ) -> u64 {
-    let (commit_id, unique, valid) = {
+    let (commit_id, unique, valid, at) = {
         let mut b = entry.bufs.lock();
         let h = &b.header;
         let word = |at: usize| u32::from_ne_bytes(h[at..at + 4].try_into().unwrap()) as usize;
@@ -421,19 +427,23 @@ fn serve<FS: Filesystem>(
         let valid = len >= IN_HEADER + payload_sz
             && len - IN_HEADER - payload_sz <= OP_IN
             && payload_sz <= b.payload.len();
+        let mut at = 0..0;
         if valid {
             let op_len = len - IN_HEADER - payload_sz;
-            req_buf.clear();
-            req_buf.extend_from_slice(&h[..IN_HEADER]);
-            req_buf.extend_from_slice(&h[OP_IN..OP_IN + op_len]);
-            req_buf.extend_from_slice(&b.payload[..payload_sz]);
+            let heads = IN_HEADER + op_len;
+            // The payload at `PAGE` (the headers stay 8-aligned).
+            let start = if heads <= PAGE && heads % 8 == 0 { PAGE - heads } else { 0 };
+            req_buf[start..start + IN_HEADER].copy_from_slice(&h[..IN_HEADER]);
+            req_buf[start + IN_HEADER..start + heads].copy_from_slice(&h[OP_IN..OP_IN + op_len]);
+            req_buf[start + heads..start + len].copy_from_slice(&b.payload[..payload_sz]);
+            at = start..start + len;
         }
         b.replied = false;
-        (commit_id, unique, valid)
+        (commit_id, unique, valid, at)
     };
     let reply = || crate::reply::ReplySender::Uring(entry.clone());
     match valid
-        .then(|| RequestWithSender::new(se.ch.sender(), req_buf))
+        .then(|| RequestWithSender::new(se.ch.sender(), &req_buf[at]))
         .flatten()
     {
         Some(req) => {
