@@ -26,6 +26,19 @@ PHASES = [
     ("read", "MB/s", "cold 1 MiB reads of a 512 MiB file"),
 ]
 
+# Page cache grown by the cold read, MiB per GiB read (lower is better: one
+# copy of each byte is 1,024).
+CACHE = ("read_cache", "MiB/GiB", "page cache grown per GiB read cold")
+
+
+def page_cache_kib():
+    """The host's page cache (`Cached:` in /proc/meminfo), KiB."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Cached:"):
+                return int(line.split()[1])
+    raise RuntimeError("no Cached: line in /proc/meminfo")
+
 
 class Floor(Experiment):
     name = "floor"
@@ -39,7 +52,7 @@ class Floor(Experiment):
     ] + [
         Metric(f"{k}_server_us", "µs", False, f"time inside the server per {k}", table=False)
         for k, _, _ in PHASES if k != "read"
-    ]
+    ] + [Metric(CACHE[0], CACHE[1], False, CACHE[2], table=False)]
 
     def variants(self, quick):
         return [{"label": "2 threads", "threads": 2, "files": 10_000 if quick else 100_000,
@@ -54,7 +67,9 @@ class Floor(Experiment):
             "server keeps its tree and only the kernel's caches are dropped; `find -printf '%y %s'`, one "
             "process per tree); a warm stat (the same `find` again at once: with cairn's 60 s TTLs no FUSE "
             "server sees a request, so this is the kernel's cost); a parallel `rm -rf` per tree; and a file of "
-            f"{v['read_mib']} MiB written (`dd bs=1M conv=fsync`) and read back cold with `dd bs=1M`. "
+            f"{v['read_mib']} MiB written (`dd bs=1M conv=fsync`) and read back cold with `dd bs=1M`, with the growth "
+            "of the host's page cache (`Cached:` in /proc/meminfo) during that read, per GiB read (1,024 MiB is one "
+            "copy of each byte; `cairn-nodirect`, `-o direct_data=0`, reads the image through the host's page cache). "
             "`nullfs` is `cairn-bench-driver nullfs`: cairn's vendored fuser, transport (FUSE over io_uring), "
             "threads, INIT flags, mount options (default_permissions) and TTLs, OPEN/OPENDIR/FLUSH answered "
             "ENOSYS as cairn does, a tree in hash maps and no file bytes (reads answer zeros). Requests and "
@@ -92,9 +107,11 @@ class Floor(Experiment):
         p = os.path.join(fs.mp, "big")
         run(["dd", "if=/dev/zero", f"of={p}", "bs=1M", f"count={v['read_mib']}", "conv=fsync"], capture_output=True)
         fs.remount_cold()
+        cached0 = page_cache_kib()
         t0 = time.time()
         run(["dd", f"if={p}", "of=/dev/null", "bs=1M"], capture_output=True)
         res["read"] = v["read_mib"] * 1.048576 / (time.time() - t0)
+        res["read_cache"] = (page_cache_kib() - cached0) / 1024 / (v["read_mib"] / 1024)
         return res
 
     def summary(self, cells, fs_order, quick):
@@ -127,6 +144,9 @@ class Floor(Experiment):
                 row = [f(med(lab, x, key), 1 if unit == "MB/s" else 0) for x in shown]
                 md.append(f"| {label} ({unit}) | " + " | ".join(row) + " | "
                           f"{ratio(c, med(lab, floor, key)) if floor else '—'} | {ratio(c, med(lab, 'ext4', key))} |")
+            key, unit, label = CACHE
+            md.append(f"| {label} ({unit}, lower is better) | " + " | ".join(f(med(lab, x, key)) for x in shown)
+                      + " | — | — |")
             servers = [x for x in shown if fsmod.is_cairn(x) or x == fsmod.NULLFS]
             md += [
                 "",

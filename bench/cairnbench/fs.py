@@ -19,7 +19,8 @@ kernel file system's bios do not cross (issue #14).
 cairn variants (`CAIRN_VARIANTS`) are cairn mounted with extra `-o` options
 and measured as file systems of their own (e.g. `cairn-nofast`: the overwrite
 fast path off; `cairn-syncdelete`: deletes freed on the calling thread, not
-deferred to the reaper; `cairn-nowbcache`: the kernel's writeback cache off). Every mount made here is undone by `FileSystem.teardown`,
+deferred to the reaper; `cairn-nowbcache`: the kernel's writeback cache off;
+`cairn-nodirect`: file data through the host's page cache, not O_DIRECT). Every mount made here is undone by `FileSystem.teardown`,
 which the runner calls on success, failure and Ctrl-C alike.
 """
 
@@ -57,6 +58,9 @@ CAIRN_VARIANTS = {
     # A push closes the transaction gate at once instead of first waiting for
     # a moment with no operation inside (issue #12).
     "cairn-impatient": ["push_patience_us=0"],
+    # File data through the host's page cache instead of O_DIRECT: each byte
+    # read is cached twice (issue #37).
+    "cairn-nodirect": ["direct_data=0"],
 }
 # cairn's engine alone, without FUSE or the kernel: the experiment runs a
 # `cairn-bench-driver ...` workload on an image file in the scratch tmpfs (nothing is
