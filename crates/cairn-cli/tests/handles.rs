@@ -124,3 +124,168 @@ fn handles_open_after_the_kernel_forgot_the_inode_and_go_stale_with_the_file() {
     drop(mount);
     unmount(&mp, pid);
 }
+
+/// generic/467's worry: a handle must never open another file. The file
+/// goes, and its inode NUMBER is taken by a new file (on a small image the
+/// "next inode number" counter wraps to the freed number): the old handle
+/// is stale, whether the kernel still holds the new inode (it compares the
+/// generations itself) or has forgotten it (cairn answers the LOOKUP of `.`
+/// with the new generation, and the kernel refuses it).
+#[test]
+fn a_handle_goes_stale_when_its_inode_number_is_reused() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mp) = (dir.path().join("r.img"), dir.path().join("mnt"));
+    std::fs::create_dir(&mp).unwrap();
+    // 128 inodes: the counter wraps after a hundred-odd creates. (Not
+    // smaller: under 32 MiB free the space guard refuses buffered writes.)
+    let o = run(&["mkfs", p(&img), "--size", "128M", "--inode-ratio", "1M", "--quiet"]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let _g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+
+    std::fs::create_dir(mp.join("fill")).unwrap();
+    std::fs::write(mp.join("old"), b"the old file").unwrap();
+    let old_ino = std::fs::metadata(mp.join("old")).unwrap().ino();
+    let h = name_to_handle(&mp.join("old"));
+    std::fs::remove_file(mp.join("old")).unwrap();
+    drop_caches();
+    // The unlinked inode is freed once the kernel forgot it (by the
+    // reaper, maybe a moment later): create files until one gets the old
+    // number. Every other number is taken first (freed numbers come back
+    // only when the counter wraps), so the image runs out of inodes if the
+    // old one is not free yet: wait for it then.
+    let mut new = None;
+    let mut full = 0;
+    for i in 0..1024 {
+        let path = mp.join(format!("fill/f{i}"));
+        match std::fs::write(&path, format!("new file {i}")) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && full < 100 => {
+                full += 1;
+                drop_caches();
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
+            Err(e) => panic!("create {}: {e}", path.display()),
+        }
+        if std::fs::metadata(&path).unwrap().ino() == old_ino {
+            new = Some(path);
+            break;
+        }
+    }
+    let new = new.unwrap_or_else(|| panic!("inode number {old_ino} was never reused"));
+    let want = std::fs::read_to_string(&new).unwrap();
+    let mount = File::open(&mp).unwrap();
+
+    // The kernel knows the new inode (it was just created and read).
+    let held = File::open(&new).unwrap();
+    let e = open_by_handle(&mount, &h, libc::O_RDONLY)
+        .map(|mut f| {
+            let mut s = String::new();
+            let _ = f.read_to_string(&mut s);
+            s
+        })
+        .expect_err(&format!("the old handle opened the new file {} ({want:?})", new.display()));
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "new inode cached: {e}");
+    drop(held);
+
+    // The kernel forgot it: cairn answers the LOOKUP of `.` from disk.
+    drop_caches();
+    let e = open_by_handle(&mount, &h, libc::O_RDONLY)
+        .map(|mut f| {
+            let mut s = String::new();
+            let _ = f.read_to_string(&mut s);
+            s
+        })
+        .expect_err("the old handle opened the new file after drop_caches");
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "new inode forgotten: {e}");
+    // The new file's own handle opens it.
+    let hn = name_to_handle(&new);
+    drop_caches();
+    let mut s = String::new();
+    open_by_handle(&mount, &hn, libc::O_RDONLY).unwrap().read_to_string(&mut s).unwrap();
+    assert_eq!(s, want);
+    drop(mount);
+    unmount(&mp, pid);
+    assert_fsck_clean(&img, "fsck");
+
+    // And after a remount (a new generation counter in the daemon).
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount again: {}", stderr(&o));
+    let pid = daemon_pid(&mp);
+    let mount = File::open(&mp).unwrap();
+    let e = open_by_handle(&mount, &h, libc::O_RDONLY).expect_err("the old handle opened the new file after a remount");
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "after a remount: {e}");
+    let mut s = String::new();
+    open_by_handle(&mount, &hn, libc::O_RDONLY).unwrap().read_to_string(&mut s).unwrap();
+    assert_eq!(s, want);
+    drop(mount);
+    unmount(&mp, pid);
+}
+
+/// A directory's handle opened after the kernel forgot the whole chain
+/// comes back connected: the kernel walks up with LOOKUPs of `..` and
+/// finds each name by READDIR of the parent (`reconnect_path`), so the
+/// descriptor's path is the real one. An NFS server needs this for every
+/// directory handle a client holds.
+#[test]
+fn a_deep_directory_handle_reconnects_up_its_parent_chain() {
+    if !can_mount() {
+        return;
+    }
+    let (dir, _g, pid) = fresh_mount("d.img", "64M");
+    let (img, mp) = (dir.path().join("d.img"), dir.path().join("mnt"));
+    let deep = mp.join("a/b/c/d");
+    std::fs::create_dir_all(&deep).unwrap();
+    // Siblings on every level, so finding the name takes a real search.
+    for lvl in ["", "a", "a/b", "a/b/c", "a/b/c/d"] {
+        for i in 0..40 {
+            std::fs::write(mp.join(lvl).join(format!("sib{i}")), b"x").unwrap();
+        }
+        std::fs::create_dir(mp.join(lvl).join("sibdir")).unwrap();
+    }
+    let mut hs: Vec<(String, Handle)> =
+        ["a/b/c/d", "a/b/c", "a/b/c/d/sibdir"].iter().map(|n| (n.to_string(), name_to_handle(&mp.join(n)))).collect();
+    let mount = File::open(&mp).unwrap();
+    let mp_real = std::fs::canonicalize(&mp).unwrap();
+    for round in 0..2 {
+        let before = counters(&mp).get("fuse.lookup.requests").copied().unwrap_or(0);
+        drop_caches();
+        for (name, h) in &hs {
+            let f = open_by_handle(&mount, h, libc::O_RDONLY | libc::O_DIRECTORY)
+                .unwrap_or_else(|e| panic!("open_by_handle_at {name}: {e}"));
+            let path = std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap();
+            assert_eq!(path, mp_real.join(name), "round {round}: {name} reconnected to the wrong path");
+            let listed: Vec<_> = std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().file_name()).collect();
+            // 40 files and `sibdir` (and `d` in `c`); `sibdir` is empty.
+            let want = if name.ends_with("sibdir") {
+                0
+            } else if name.ends_with('d') {
+                41
+            } else {
+                42
+            };
+            assert_eq!(listed.len(), want, "{name}: {listed:?}");
+            drop(f);
+            drop_caches();
+        }
+        let after = counters(&mp).get("fuse.lookup.requests").copied().unwrap_or(0);
+        assert!(after > before, "the kernel never forgot the inodes: the test proves nothing");
+        // Round two: after a rename up the chain, the handle follows the
+        // directory to its new path.
+        if round == 0 {
+            std::fs::rename(mp.join("a/b"), mp.join("a/moved")).unwrap();
+            for (name, _) in &mut hs {
+                *name = name.replacen("a/b/", "a/moved/", 1);
+            }
+        }
+    }
+    drop(mount);
+    unmount(&mp, pid);
+    assert_fsck_clean(&img, "fsck");
+}
