@@ -5,7 +5,7 @@
 //! file (or block device), so external tools (strace, blktrace on a loop
 //! device) can see every I/O. [`MemDevice`] keeps an image in RAM for tests.
 
-use crate::direct_data::DirectData;
+use crate::direct_data::{replace_description, DirectData};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -259,29 +259,6 @@ impl BlockDevice for FileDevice {
             e => Err(e),
         }
     }
-}
-
-/// Puts `new`'s open file description under `file`'s descriptor number
-/// with `dup2`, which reads and writes in flight on other threads see as
-/// one atomic switch; returns the old description (which may hold the
-/// image's `flock`), kept open.
-pub(crate) fn replace_description(file: &File, new: File) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::{AsFd, IntoRawFd};
-    let fd = file.as_raw_fd();
-    let keep = file.as_fd().try_clone_to_owned()?;
-    let new_fd = new.into_raw_fd();
-    // SAFETY: both descriptors are open and ours; dup2 replaces what `fd`
-    // names (kept alive by `keep`), and the spare one is closed.
-    #[allow(unsafe_code)]
-    let r = unsafe {
-        let r = libc::dup2(new_fd, fd);
-        libc::close(new_fd);
-        r
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(keep)
 }
 
 /// An image in memory (tests, benchmarks, the crash harness).

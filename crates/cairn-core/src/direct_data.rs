@@ -151,12 +151,14 @@ impl DirectData {
             .write(true)
             .custom_flags(libc::O_DIRECT)
             .open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))?;
-        *held = Some(crate::dev::replace_description(&self.file, rw)?);
+        *held = Some(replace_description(&self.file, rw)?);
         Ok(())
     }
 
     fn aligned(&self, ptr: *const u8, off: u64, len: usize) -> bool {
-        off.is_multiple_of(self.unit) && (len as u64).is_multiple_of(self.unit) && (ptr as usize).is_multiple_of(self.mem)
+        off.is_multiple_of(self.unit)
+            && (len as u64).is_multiple_of(self.unit)
+            && (ptr as usize).is_multiple_of(self.mem)
     }
 
     /// Reads `buf.len()` bytes at `off`.
@@ -249,6 +251,29 @@ impl DirectData {
     pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.file.as_fd()
     }
+}
+
+/// Puts `new`'s open file description under `file`'s descriptor number
+/// with `dup2`, which reads and writes in flight on other threads see as
+/// one atomic switch; returns the old description (which may hold the
+/// image's `flock`), kept open.
+pub(crate) fn replace_description(file: &File, new: File) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsFd, IntoRawFd};
+    let fd = file.as_raw_fd();
+    let keep = file.as_fd().try_clone_to_owned()?;
+    let new_fd = new.into_raw_fd();
+    // SAFETY: both descriptors are open and ours; dup2 replaces what `fd`
+    // names (kept alive by `keep`), and the spare one is closed.
+    #[allow(unsafe_code)]
+    let r = unsafe {
+        let r = libc::dup2(new_fd, fd);
+        libc::close(new_fd);
+        r
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(keep)
 }
 
 /// Reads into `buf` at `off` until at least `need` bytes are in (a direct
