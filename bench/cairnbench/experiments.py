@@ -85,6 +85,10 @@ class Experiment:
     def describe(self, quick):
         return ""
 
+    def prepare(self, quick, log):
+        """Runs once before the first cell (e.g. fetches and caches source
+        material); `log(text)` prints progress. An exception stops the run."""
+
     def run(self, fs, v):
         raise NotImplementedError
 
@@ -1295,6 +1299,7 @@ class MetaLatency(Experiment):
 
 # After the classes it builds on (it imports them from here).
 from .floor import Floor  # noqa: E402
+from .realwork import RealWork  # noqa: E402
 
 ALL = [
     DbenchSync(),
@@ -1308,5 +1313,6 @@ ALL = [
     MetaLatency(),
     FsMarkScale(),
     Floor(),
+    RealWork(),
 ]
 BY_NAME = {e.name: e for e in ALL}
