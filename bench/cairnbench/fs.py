@@ -61,6 +61,9 @@ CAIRN_VARIANTS = {
     # File data through the host's page cache instead of O_DIRECT: each byte
     # read is cached twice (issue #37).
     "cairn-nodirect": ["direct_data=0"],
+    # Directory listings with READDIRPLUS only where the kernel's heuristic
+    # asks (cairn lists with it always), issue #37.
+    "cairn-rdpauto": ["readdirplus=auto"],
 }
 # cairn's engine alone, without FUSE or the kernel: the experiment runs a
 # `cairn-bench-driver ...` workload on an image file in the scratch tmpfs (nothing is

@@ -347,6 +347,55 @@ fn fuse_requests_are_counted_per_opcode() {
     assert!(o.status.success(), "cairn umount: {}", stderr(&o));
 }
 
+/// A cold listing of 3,000 files, then a stat of each (what `ls -l`,
+/// `find -printf %s`, `du` and `rm -rf` do): READDIRPLUS hands the kernel
+/// every entry's attributes, so no stat costs a LOOKUP (`readdirplus=always`,
+/// the default). Under the kernel's `auto` heuristic only the first batch
+/// comes with attributes, and the rest cost a LOOKUP each.
+#[test]
+fn a_cold_listing_then_stats_costs_no_lookup_with_readdirplus_always() {
+    if !can_mount() {
+        return;
+    }
+    const N: u64 = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("l.img");
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    mkfs(&img, "256M");
+    let mut lookups = Vec::new();
+    for (i, mode) in ["always", "auto"].iter().enumerate() {
+        let opt = format!("readdirplus={mode}");
+        let o = run(&["mount", p(&img), p(&mp), "-o", &opt]);
+        assert!(o.status.success(), "mount: {}", stderr(&o));
+        let _g = Guard(mp.clone());
+        if i == 0 {
+            std::fs::create_dir(mp.join("d")).unwrap();
+            for f in 0..N {
+                std::fs::File::create(mp.join(format!("d/f{f}"))).unwrap();
+            }
+            let o = run(&["umount", p(&mp)]);
+            assert!(o.status.success(), "cairn umount: {}", stderr(&o));
+            let o = run(&["mount", p(&img), p(&mp), "-o", &opt]);
+            assert!(o.status.success(), "mount again: {}", stderr(&o));
+        }
+        let d = fuse_requests(&mp, || {
+            let names: Vec<_> = std::fs::read_dir(mp.join("d")).unwrap().map(|e| e.unwrap().path()).collect();
+            assert_eq!(names.len() as u64, N);
+            for n in &names {
+                assert_eq!(std::fs::symlink_metadata(n).unwrap().len(), 0);
+            }
+        });
+        per_op(&format!("cold listing + stat of {N} files, readdirplus={mode}"), N, &d);
+        lookups.push(d.get("lookup").copied().unwrap_or(0));
+        let o = run(&["umount", p(&mp)]);
+        assert!(o.status.success(), "cairn umount: {}", stderr(&o));
+    }
+    assert!(lookups[0] <= 1, "readdirplus=always: {} lookups for {N} stats", lookups[0]);
+    assert!(lookups[1] >= N / 2, "readdirplus=auto: only {} lookups: the test cannot tell the modes apart", lookups[1]);
+    assert_fsck_clean(&img, "after the listings");
+}
+
 #[test]
 fn cairn_umount_returns_when_the_image_is_released() {
     if !can_mount() {

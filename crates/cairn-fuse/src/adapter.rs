@@ -95,6 +95,13 @@ pub struct AdapterOptions {
     /// Drop the kernel's pages over each direct write before replying
     /// (`-o dio_coherence`, default 1; see `coherence`).
     pub dio_coherence: bool,
+    /// READDIRPLUS for every listing (`-o readdirplus=always`, default), or
+    /// only where the kernel's heuristic asks for it (`auto`: the first
+    /// batch of a listing, and later ones after a LOOKUP in the directory).
+    /// `rm -rf` and `find` read a whole directory before they stat or
+    /// unlink its entries, so under `auto` all but the first batch cost a
+    /// LOOKUP each; `always` makes a names-only listing (`ls -f`) dearer.
+    pub readdirplus_always: bool,
 }
 
 impl Default for AdapterOptions {
@@ -109,6 +116,7 @@ impl Default for AdapterOptions {
             space_reserve: 0,
             serving_threads: 2,
             dio_coherence: true,
+            readdirplus_always: true,
         }
     }
 }
@@ -180,12 +188,14 @@ pub fn negotiate(opts: &AdapterOptions, config: &mut KernelConfig) -> Negotiated
         | InitFlags::FUSE_BIG_WRITES
         | InitFlags::FUSE_PARALLEL_DIROPS
         | InitFlags::FUSE_DO_READDIRPLUS
-        | InitFlags::FUSE_READDIRPLUS_AUTO
         | InitFlags::FUSE_ASYNC_DIO
         | InitFlags::FUSE_CACHE_SYMLINKS
         | InitFlags::FUSE_MAX_PAGES
         | InitFlags::FUSE_EXPORT_SUPPORT
         | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+    if !opts.readdirplus_always {
+        wanted |= InitFlags::FUSE_READDIRPLUS_AUTO;
+    }
     if opts.writeback_cache {
         wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
     }

@@ -181,6 +181,15 @@ pub const OPTIONS: &[Spec] = &[
             p.s.adapter.parallel_dio = switch(k, req(v))?;
             Ok(())
         }),
+    spec(&["readdirplus"], Required("auto|always"), Cairn, "always",
+        "list directories with READDIRPLUS (names with attributes) always, or where the kernel's heuristic asks (auto: cheaper names-only listings, a LOOKUP per entry for rm -rf and find)", |p, k, v| {
+            p.s.adapter.readdirplus_always = match req(v) {
+                "auto" => false,
+                "always" => true,
+                other => return Err(format!("{k}={other}: expected auto or always")),
+            };
+            Ok(())
+        }),
     spec(&["threads"], Required("N"), Cairn, "2", "worker threads reading /dev/fuse (1..64)", |p, k, v| {
         p.s.threads = number(k, req(v), 1, 64)? as usize;
         Ok(())
