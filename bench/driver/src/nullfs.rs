@@ -665,6 +665,11 @@ impl Filesystem for NullFs {
         reply: ReplyCreate,
     ) {
         let _t = self.metrics.timer(Op::Create);
+        if self.opts.mknod_create {
+            // As cairn: files are made with MKNOD (no RELEASE at close).
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
         // cairn's open flags without `parallel_dio`.
         let open = if self.got.writeback {

@@ -102,6 +102,14 @@ pub struct AdapterOptions {
     /// unlink its entries, so under `auto` all but the first batch cost a
     /// LOOKUP each; `always` makes a names-only listing (`ls -f`) dearer.
     pub readdirplus_always: bool,
+    /// Answer CREATE with ENOSYS (`-o mknod_create=1`, default) where OPEN is
+    /// not served: the kernel then makes a file with MKNOD and opens it
+    /// with no request, as every other open, and its close sends no
+    /// RELEASE. A create costs 3 requests instead of 4 (fs_mark: LOOKUP,
+    /// MKNOD, LOOKUP of the directory it checks). The permission a creator
+    /// asked for holds as with CREATE (a 0444 file opened for writing by
+    /// the `open` that made it).
+    pub mknod_create: bool,
 }
 
 impl Default for AdapterOptions {
@@ -117,6 +125,7 @@ impl Default for AdapterOptions {
             serving_threads: 2,
             dio_coherence: true,
             readdirplus_always: true,
+            mknod_create: true,
         }
     }
 }
@@ -784,6 +793,12 @@ impl Filesystem for CairnFuse {
         reply: ReplyCreate,
     ) {
         let mut t = self.metrics.timer(Op::Create);
+        if self.opts.mknod_create && !self.serve_open {
+            // The kernel remembers this (`no_create`) and makes files with
+            // MKNOD from now on (see `AdapterOptions::mknod_create`).
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
         let c = self.create_ctx(req, umask);
         self.created(reply, flags, t.call(|| self.fs.mknod(&c, parent.0, name_bytes(name), mode, 0)));

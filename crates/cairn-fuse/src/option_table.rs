@@ -190,6 +190,11 @@ pub const OPTIONS: &[Spec] = &[
             };
             Ok(())
         }),
+    spec(&["mknod_create"], Required("0|1"), Cairn, "1",
+        "make files with MKNOD (CREATE answered ENOSYS), which spares each created file its RELEASE; 0: FUSE_CREATE", |p, k, v| {
+            p.s.adapter.mknod_create = switch(k, req(v))?;
+            Ok(())
+        }),
     spec(&["threads"], Required("N"), Cairn, "2", "worker threads reading /dev/fuse (1..64)", |p, k, v| {
         p.s.threads = number(k, req(v), 1, 64)? as usize;
         Ok(())
