@@ -200,3 +200,35 @@ fn an_owners_writes_drop_suid_and_sgid_and_stat_shows_it_at_once() {
     assert_eq!(mode(&f), 0o754);
     unmount(&mp, pid);
 }
+
+/// Files are made with MKNOD (`mknod_create`, CREATE answered ENOSYS): the
+/// `open(O_CREAT)` that makes a 0444 file may still write it (POSIX: the
+/// creator gets the access it asked for), a second open for writing is
+/// refused, and no RELEASE follows the close.
+#[test]
+fn the_creator_of_a_read_only_file_writes_it_once_and_its_close_costs_no_release() {
+    if !can_mount() {
+        return;
+    }
+    let (_dir, _g, pid, _img, mp) = mount_for_others("c.img");
+    let f = mp.join("ro");
+    let before = counters(&mp);
+    // A new file of mode 0444, opened for writing by the open that makes it.
+    as_nobody(
+        &[],
+        &format!(
+            "umask 0; python3 -c \"import os, sys; fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY, \
+             0o444); os.write(fd, bytes([109, 97, 100, 101]))\" {}",
+            p(&f)
+        ),
+    );
+    assert_eq!(mode(&f), 0o444);
+    let o = sh(&format!("setpriv --reuid {NOBODY} --regid {NOBODY} --clear-groups sh -c 'printf again >> {}'", p(&f)));
+    assert!(!o.status.success(), "a second open for writing of a 0444 file was allowed");
+    assert_eq!(std::fs::read(&f).unwrap(), b"made");
+    let after = counters(&mp);
+    let grew = |k: &str| after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
+    assert!(grew("fuse.mknod.requests") >= 1, "the file was not made with MKNOD");
+    assert_eq!(grew("fuse.release.requests"), 0, "a RELEASE followed the close");
+    unmount(&mp, pid);
+}
