@@ -64,6 +64,10 @@ CAIRN_VARIANTS = {
     # Directory listings with READDIRPLUS only where the kernel's heuristic
     # asks (cairn lists with it always), issue #37.
     "cairn-rdpauto": ["readdirplus=auto"],
+    # The three defaults issue #37 changed, as they were before: file data
+    # through the host's page cache, READDIRPLUS by the kernel's heuristic,
+    # files made with FUSE_CREATE (and a RELEASE at close).
+    "cairn-oldopts": ["direct_data=0", "readdirplus=auto", "mknod_create=0"],
 }
 # cairn's engine alone, without FUSE or the kernel: the experiment runs a
 # `cairn-bench-driver ...` workload on an image file in the scratch tmpfs (nothing is
