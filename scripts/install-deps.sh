@@ -26,6 +26,9 @@
 #   libaio-dev, liburing-dev, libgdbm-dev, libgdbm-compat-dev   building xfstests
 #                  (tests/external/xfstests.sh builds it from ../shared/tools/xfstests-src.tar.gz)
 #   bc, dump, psmisc, gawk, file, quota, libcap2-bin   tools xfstests' tests call
+#   nfs-ganesha, nfs-ganesha-vfs, libnfs-utils, rpcbind, iproute2   tests/external/nfs.sh (cairn
+#                  exported by NFS-Ganesha's FSAL_VFS, libnfs's nfs-cp/nfs-ls as the client); installed
+#                  apart: if they cannot be, install-deps goes on and that suite prints SKIPPED
 set -euo pipefail
 
 RUNTIME_ONLY=0
@@ -75,6 +78,36 @@ if [[ ! -e /dev/fuse ]]; then
 fi
 
 [[ $RUNTIME_ONLY -eq 1 ]] && exit 0
+
+# --- the NFS suite's server and client (tests/external/nfs.sh): not fatal when missing.
+# Their services must not start on the host (nfs.sh runs its own ganesha.nfsd and rpcbind in
+# a private network namespace; the packages' units would serve NFS on every interface):
+# a policy-rc.d that refuses every start is in place during the install, unless one is already.
+NFS_PKGS=(nfs-ganesha nfs-ganesha-vfs libnfs-utils rpcbind iproute2)
+nfs_missing=()
+for p in "${NFS_PKGS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        nfs_missing+=("$p")
+    fi
+done
+if [[ ${#nfs_missing[@]} -gt 0 ]]; then
+    log "installing (for tests/external/nfs.sh, services not started): ${nfs_missing[*]}"
+    policy=/usr/sbin/policy-rc.d
+    own_policy=0
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\n# scripts/install-deps.sh: no service starts while it installs\nexit 101\n' |
+            $SUDO tee "$policy" >/dev/null
+        $SUDO chmod 755 "$policy"
+        own_policy=1
+    fi
+    if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        "${nfs_missing[@]}" </dev/null; then
+        log "could not install ${nfs_missing[*]}: tests/external/nfs.sh will print SKIPPED"
+    fi
+    [[ $own_policy -eq 1 ]] && $SUDO rm -f "$policy"
+else
+    log "NFS suite packages: all present"
+fi
 
 # --- pjdfstest 0.2.2 (the Rust port; needs libacl1-dev, installed above)
 PJD_VERSION=0.2.2

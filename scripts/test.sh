@@ -28,6 +28,12 @@
 #              60,000 creates in one directory while a walker stats it and drops the
 #              kernel caches and an fsync-er creates files; no error, no fsync'd file
 #              lost, fsck clean)
+#   nfs        tests/external/nfs.sh (cairn exported by NFS-Ganesha's FSAL_VFS, libnfs nfs-cp/nfs-ls
+#              as the client, in private network and mount namespaces: a tree copied in and out
+#              with sha256s, a file removed on the server side is ENOENT by name and ESTALE through
+#              a held handle, held handles read the same data after cairn is remounted under a
+#              running Ganesha and after a Ganesha restart; prints "nfs: SKIPPED (reason)" and
+#              passes where its Debian packages cannot be installed)
 #   xfstests   tests/external/xfstests.sh --ci (the xfstests tests in tests/external/xfstests-ci.txt,
 #              built from ../shared/tools/xfstests-src.tar.gz, on loop devices; cairn fsck after
 #              each test)
@@ -48,7 +54,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
 
-ALL=(lint build unit pjdfstest stress-ng survival install fsx sigkill pressure xfstests bench mballoc fuzz)
+ALL=(lint build unit pjdfstest stress-ng survival install fsx sigkill pressure nfs xfstests bench mballoc fuzz)
 only=""
 skip=""
 quick=0
@@ -59,7 +65,7 @@ while [[ $# -gt 0 ]]; do
     --skip) skip=$2; shift ;;
     --quick) quick=1 ;;
     --no-deps) deps=0 ;;
-    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,51p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -149,6 +155,7 @@ run_suite install 5 bash tests/external/install.sh
 run_suite fsx 10 bash tests/external/fsx.sh
 run_suite sigkill 20 bash tests/external/sigkill.sh 50
 run_suite pressure 10 bash tests/external/pressure.sh
+run_suite nfs 5 bash tests/external/nfs.sh
 run_suite xfstests 20 bash tests/external/xfstests.sh --ci
 run_suite bench 20 "$CAIRN" bench --quick --out "$LOGS/bench-report"
 run_suite mballoc 5 python3 "$ROOT/bench/mballoc" --quick --no-ext4 --cairn "$CAIRN" --out "$LOGS/mballoc-report"
@@ -174,7 +181,7 @@ for s in "${ALL[@]}"; do
     esac
 done
 # The suites' own one-line results, for the record.
-grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on |sigkill: |pressure: |xfstests on |fuzz: |crash harness: .* from )' "$LOGS"/*.log 2>/dev/null || true
+grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on |sigkill: |pressure: |nfs: |xfstests on |fuzz: |crash harness: .* from )' "$LOGS"/*.log 2>/dev/null || true
 line="suites: $passed passed, $failed failed"
 [[ $skipped -gt 0 ]] && line="$line, $skipped skipped"
 echo "$line" >"$LOGS/summary.txt"
