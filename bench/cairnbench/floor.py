@@ -32,12 +32,14 @@ CACHE = ("read_cache", "MiB/GiB", "page cache grown per GiB read cold")
 
 
 def page_cache_kib():
-    """The host's page cache (`Cached:` in /proc/meminfo), KiB."""
+    """The host's page cache, KiB: files' pages (`Cached:` in /proc/meminfo)
+    and block devices' (`Buffers:`, where a loop device's pages go)."""
+    seen = {}
     with open("/proc/meminfo") as f:
         for line in f:
-            if line.startswith("Cached:"):
-                return int(line.split()[1])
-    raise RuntimeError("no Cached: line in /proc/meminfo")
+            key, value = line.split(":", 1)
+            seen[key] = int(value.split()[0])
+    return seen["Cached"] + seen["Buffers"]
 
 
 class Floor(Experiment):
@@ -68,7 +70,7 @@ class Floor(Experiment):
             "process per tree); a warm stat (the same `find` again at once: with cairn's 60 s TTLs no FUSE "
             "server sees a request, so this is the kernel's cost); a parallel `rm -rf` per tree; and a file of "
             f"{v['read_mib']} MiB written (`dd bs=1M conv=fsync`) and read back cold with `dd bs=1M`, with the growth "
-            "of the host's page cache (`Cached:` in /proc/meminfo) during that read, per GiB read (1,024 MiB is one "
+            "of the host's page cache (`Cached:` plus `Buffers:` in /proc/meminfo) during that read, per GiB read (1,024 MiB is one "
             "copy of each byte; `cairn-nodirect`, `-o direct_data=0`, reads the image through the host's page cache). "
             "`nullfs` is `cairn-bench-driver nullfs`: cairn's vendored fuser, transport (FUSE over io_uring), "
             "threads, INIT flags, mount options (default_permissions) and TTLs, OPEN/OPENDIR/FLUSH answered "
