@@ -295,20 +295,7 @@ fn read_full(file: &File, buf: &mut [u8], off: u64, need: usize) -> io::Result<(
 #[cfg(test)]
 mod tests {
     use crate::dev::{BlockDevice, FileDevice};
-
-    /// A small deterministic generator (xorshift), so a failure repeats.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use rand::{rngs::StdRng, Rng, SeedableRng};
 
     /// `len` bytes of `buf` starting `skew` bytes past a page boundary.
     fn skewed(buf: &mut Vec<u8>, len: usize, skew: usize) -> &mut [u8] {
@@ -329,32 +316,33 @@ mod tests {
         }
         let unit = dev.direct_data().unwrap().unit as usize;
         let mut model = vec![0u8; SIZE];
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        // Seeded, so a failure repeats.
+        let mut rng = StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
         let (mut wbuf, mut rbuf) = (Vec::new(), Vec::new());
         for round in 0..3000 {
             // Aligned or not, in offset, length and memory, with lengths
             // across the bounce buffer's size.
-            let aligned = rng.below(2) == 0;
-            let mut off = rng.below(SIZE as u64 - 1) as usize;
-            let most = if rng.below(8) == 0 { 600_000 } else { 20_000 };
-            let mut len = 1 + rng.below(most) as usize;
+            let aligned = rng.gen_range(0..2) == 0;
+            let mut off = rng.gen_range(0..SIZE as u64 - 1) as usize;
+            let most = if rng.gen_range(0..8) == 0 { 600_000 } else { 20_000 };
+            let mut len = 1 + rng.gen_range(0..most) as usize;
             if aligned {
                 off = off / unit * unit;
                 len = len.div_ceil(unit) * unit;
             }
             len = len.min(SIZE - off);
-            let skew = if aligned { 0 } else { rng.below(64) as usize };
-            match rng.below(3) {
+            let skew = if aligned { 0 } else { rng.gen_range(0..64) as usize };
+            match rng.gen_range(0..3) {
                 0 => {
                     let w = skewed(&mut wbuf, len, skew);
-                    w.iter_mut().for_each(|b| *b = rng.next() as u8);
+                    rng.fill(&mut w[..]);
                     dev.write_data(w, off as u64).unwrap();
                     model[off..off + len].copy_from_slice(w);
                 }
                 1 => {
                     // A metadata write through the plain descriptor.
                     let w = skewed(&mut wbuf, len.min(8192), skew);
-                    w.iter_mut().for_each(|b| *b = rng.next() as u8);
+                    rng.fill(&mut w[..]);
                     dev.write_at(w, off as u64).unwrap();
                     model[off..off + w.len()].copy_from_slice(w);
                 }
