@@ -292,6 +292,7 @@ mod tests {
                         let v = match kind {
                             "0|1" => "1",
                             "continue|remount-ro|shutdown" => "continue",
+                            "auto|always" => "auto",
                             "NAME" => "x",
                             "BYTES" => "65536",
                             _ => "5",
