@@ -46,7 +46,7 @@ use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -245,11 +245,6 @@ impl DirectData {
         put("dev.direct_write_bytes", c.write_bytes.load(Relaxed));
         put("dev.bounced_bytes", c.bounced_bytes.load(Relaxed));
         put("dev.buffered_data_bytes", c.buffered_bytes.load(Relaxed));
-    }
-
-    /// The descriptor (tests).
-    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.file.as_fd()
     }
 }
 
