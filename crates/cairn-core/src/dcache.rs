@@ -67,7 +67,7 @@ pub enum Cached {
 /// The dentry cache (`None` inside: `-o lru_caches=0`, no cache).
 pub struct DentryCache {
     lru: Option<ShardedLru<(u64, u64), Dentry>>,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: foldhash::quality::RandomState,
 }
 
 fn dentry_bytes(name: &[u8]) -> usize {

@@ -65,6 +65,7 @@ pub fn lookup(meta: &Meta, dir: &InodeState, name: &[u8]) -> Result<Option<(u64,
 /// Adds an entry (the name must not exist). Updates the directory's root,
 /// entry count and block count in `dir.d`; the caller stores the inode.
 pub fn add(tx: &Tx<'_>, dir: &mut InodeState, name: &[u8], ino: u64, dtype: u8) -> Result<()> {
+    dir.entry_changes = dir.entry_changes.wrapping_add(1);
     let h = name_hash(&tx.hash_seed, name);
     let (base, end) = (hash_key_base(h), hash_key_end(h));
     let mut root = root_of(dir)?;
@@ -91,6 +92,7 @@ pub fn add(tx: &Tx<'_>, dir: &mut InodeState, name: &[u8], ino: u64, dtype: u8) 
 
 /// Removes the entry at `key`.
 pub fn remove(tx: &Tx<'_>, dir: &mut InodeState, key: u64) -> Result<()> {
+    dir.entry_changes = dir.entry_changes.wrapping_add(1);
     let mut root = root_of(dir)?;
     let mut t = tree(tx, dir);
     if t.remove(tx, &mut root, key)?.is_none() {
@@ -105,6 +107,7 @@ pub fn remove(tx: &Tx<'_>, dir: &mut InodeState, key: u64) -> Result<()> {
 
 /// Replaces the inode an entry at `key` points to (rename over an existing name).
 pub fn retarget(tx: &Tx<'_>, dir: &mut InodeState, key: u64, name: &[u8], ino: u64, dtype: u8) -> Result<()> {
+    dir.entry_changes = dir.entry_changes.wrapping_add(1);
     let mut root = root_of(dir)?;
     let mut t = tree(tx, dir);
     t.insert(tx, &mut root, key, &Dirent { ino, dtype, name: name.to_vec() }.encode())?;

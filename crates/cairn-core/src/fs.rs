@@ -166,6 +166,7 @@ impl Fs {
             hash_seed: sb.hash_seed,
             running_seq: journal.next_seq().into(),
             orphan_root: Mutex::new(sb.orphan_root),
+            orphans: crate::deferred_orphans::DeferredOrphans::new(opts.defer_orphans),
             sb: Mutex::new(sb.clone()),
             xattrs: crate::mbcache::XattrShare::new(
                 opts.mbcache,
@@ -210,6 +211,7 @@ impl Fs {
             rename_lock: Mutex::new(()),
             remount_lock: Mutex::new(()),
         });
+        fs.install_orphan_flush();
         if !fs.opts.read_only {
             fs.start_writing()?;
         }
@@ -732,6 +734,7 @@ impl Fs {
         self.dcache.publish(&mut put);
         self.ow.publish(&mut put);
         self.reaper.publish(&mut put);
+        self.meta.orphans.publish(&mut put);
         self.meta.xattrs.cache.publish(&mut put);
         self.meta.alloc.publish(&mut put);
         self.meta.dev.publish(&mut put);

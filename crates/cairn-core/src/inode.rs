@@ -104,6 +104,11 @@ pub struct InodeState {
     /// Unlinked while the kernel held it: counted in the reaper's
     /// `held_unlinked` until its FORGET.
     pub held_unlinked: bool,
+    /// Changes of a directory's entries made through this in-core inode
+    /// (`dir::add`, `remove`, `retarget`, under its exclusive lock): an
+    /// entry found under the shared lock is still where it was if the count
+    /// has not moved by the time the caller holds the lock exclusively.
+    pub entry_changes: u32,
 }
 
 /// Whether any inode with chattr flags that the engine enforces (`i`, `a`,
@@ -134,6 +139,7 @@ impl InodeState {
             times_queued: AtomicBool::new(false),
             stored_seq: AtomicU64::new(0),
             held_unlinked: false,
+            entry_changes: 0,
         }
     }
 

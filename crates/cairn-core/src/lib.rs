@@ -65,6 +65,7 @@ pub(crate) mod tx;
 mod xattr;
 
 pub use buffer::{BufState, BUF_OVERHEAD};
+pub use deferred_orphans::MAX_DEFERRED as MAX_DEFERRED_ORPHANS;
 pub use error::{FsError, Result};
 pub use fs::{Fs, MountOptions};
 pub use journal::ErrorPolicy;
@@ -72,6 +73,7 @@ pub use reaper::BATCH_INODES as REAPER_BATCH_INODES;
 pub use stats::Histogram;
 pub use types::*;
 mod dcache;
+mod deferred_orphans;
 mod discard;
 mod extent_map;
 mod file_ops;

@@ -137,22 +137,34 @@ impl Fs {
         Ok(credits::tree_insert(self.orphan_levels()? + 1))
     }
 
+    /// Puts `st` on the orphan list: in the set the next swap inserts
+    /// (`deferred_orphans`) when there is room, else into the tree now.
     pub(crate) fn orphan_add(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
         if st.d.flags & INODE_FLAG_ORPHAN != 0 {
             return Ok(());
         }
-        let mut root = self.meta.orphan_root.lock();
-        self.orphan_tree().insert(tx, &mut root, st.ino, &[])?;
+        let credits = self.orphan_credits()?;
+        if !self.meta.orphans.add(st.ino, credits, tx.log_limit() / 8, |c| tx.reserve_aside(c)) {
+            let mut root = self.meta.orphan_root.lock();
+            self.orphan_tree().insert(tx, &mut root, st.ino, &[])?;
+            self.meta.orphans.direct.fetch_add(1, Ordering::Relaxed);
+        }
         st.d.flags |= INODE_FLAG_ORPHAN;
         Ok(())
     }
 
+    /// Takes `st` off the orphan list: out of the deferred set if its
+    /// insert is still waiting there (no tree work), else out of the tree.
     pub(crate) fn orphan_remove(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
         if st.d.flags & INODE_FLAG_ORPHAN == 0 {
             return Ok(());
         }
-        let mut root = self.meta.orphan_root.lock();
-        self.orphan_tree().remove(tx, &mut root, st.ino)?;
+        if let Some(credits) = self.meta.orphans.cancel(st.ino) {
+            tx.release_aside(credits);
+        } else {
+            let mut root = self.meta.orphan_root.lock();
+            self.orphan_tree().remove(tx, &mut root, st.ino)?;
+        }
         st.d.flags &= !INODE_FLAG_ORPHAN;
         Ok(())
     }
@@ -343,12 +355,19 @@ impl Fs {
         Ok(())
     }
 
+    /// Has every commit's swap insert the deferred orphans
+    /// ([`flush_deferred_orphans`]).
+    pub(crate) fn install_orphan_flush(&self) {
+        self.txm.set_swap_hook(flush_deferred_orphans);
+    }
+
     /// Finishes what the orphan list holds (mount and unmount): frees
     /// unlinked inodes nobody holds, completes interrupted truncates. At
     /// unmount the kernel's references are gone whatever their count says.
     pub(crate) fn process_orphans(&self, unmounting: bool) -> Result<()> {
         let root = *self.meta.orphan_root.lock();
-        let mut inos = Vec::new();
+        // Those whose insert still waits for a swap too (an unmount).
+        let mut inos = self.meta.orphans.inos();
         self.orphan_tree().scan(root, 0, &mut |k, _| {
             inos.push(k);
             true
@@ -579,4 +598,30 @@ impl Fs {
             self.reap_queued();
         }
     }
+}
+
+/// The swap hook (`tx::manager`): inserts the deferred orphans into the
+/// tree in the checkpoint the swap closes, and gives back the credits set
+/// aside for them (see `deferred_orphans`). On a failure, what was not
+/// inserted waits for the next swap.
+fn flush_deferred_orphans(tx: &Tx<'_>) -> Result<()> {
+    let (inos, credits) = tx.orphans.take();
+    if inos.is_empty() {
+        return Ok(());
+    }
+    let mut tree = Tree::new(tx, KIND_ORPHANS, 0, 0);
+    let mut root = tx.orphan_root.lock();
+    for (i, &ino) in inos.iter().enumerate() {
+        if let Err(e) = tree.insert(tx, &mut root, ino, &[]) {
+            // Back with an even share of the credits; the rest is given back.
+            let share = credits / inos.len() as u64;
+            let left = &inos[i..];
+            tx.orphans.restore(left.iter().map(|&n| (n, share)));
+            tx.release_aside(credits - share * left.len() as u64);
+            return Err(e);
+        }
+    }
+    tx.orphans.flushed.fetch_add(inos.len() as u64, Ordering::Relaxed);
+    tx.release_aside(credits);
+    Ok(())
 }

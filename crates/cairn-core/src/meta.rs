@@ -30,6 +30,8 @@ pub struct Meta {
     pub sb: Mutex<Superblock>,
     /// The first block of the orphan list (0: empty; see `lifecycle`).
     pub orphan_root: Mutex<u64>,
+    /// Orphan-list inserts the next swap makes (see `deferred_orphans`).
+    pub orphans: crate::deferred_orphans::DeferredOrphans,
 }
 
 impl Meta {

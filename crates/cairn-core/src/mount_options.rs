@@ -52,6 +52,10 @@ pub struct MountOptions {
     /// Free deleted files on the caller's thread instead of the reaper's
     /// (`-o sync_delete`, see `reaper`).
     pub sync_delete: bool,
+    /// Put unlinked files on the orphan list at the commit, not in their
+    /// unlink, so that one freed before the commit never touches the list
+    /// (`-o defer_orphans=0` inserts at once; see `deferred_orphans`).
+    pub defer_orphans: bool,
     /// Delayed logging: log only the changed chunks of each block and defer
     /// home writes until the log needs the room (`-o delaylog=0`: whole
     /// blocks, home at every commit; see `buffer::cil` and `journal::ail`).
@@ -92,6 +96,7 @@ impl Default for MountOptions {
             overwrite_fastpath: true,
             mbcache: true,
             sync_delete: false,
+            defer_orphans: true,
             delaylog: true,
             journal_compress: true,
             backend_nice: 10,

@@ -286,16 +286,20 @@ impl Fs {
     fn lock_entry(&self, parent: u64, name: &[u8]) -> Result<(Vec<InodeGuard>, u64, u64)> {
         let p = self.iget(parent)?;
         for _ in 0..64 {
-            let (key, ino) = {
+            let (key, ino, changes) = {
                 let pg = p.read();
                 if !pg.d.is_dir() {
                     return Err(FsError::Errno(libc::ENOTDIR));
                 }
                 let (k, e) = dir::lookup(&self.meta, &pg, name)?.ok_or(FsError::Errno(libc::ENOENT))?;
-                (k, e.ino)
+                (k, e.ino, pg.entry_changes)
             };
             let c = self.iget(ino)?;
             let mut gs = lock_many(&[&p, &c]);
+            if find(&mut gs, parent).entry_changes == changes {
+                // No entry changed in between: the one found is still there.
+                return Ok((gs, key, ino));
+            }
             let again = dir::lookup(&self.meta, find(&mut gs, parent), name)?;
             if again.is_some_and(|(k, e)| k == key && e.ino == ino) {
                 return Ok((gs, key, ino));

@@ -266,6 +266,10 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.sync_delete = true;
         Ok(())
     }),
+    spec(&["defer_orphans"], Required("0|1"), Measuring, "1", "put a deleted file the kernel still holds on the orphan list at the commit, not in its unlink", |p, k, v| {
+        p.s.engine.defer_orphans = switch(k, req(v))?;
+        Ok(())
+    }),
     spec(&["dio_coherence"], Required("0|1"), Measuring, "1", "drop the kernel's cached pages of a range written with O_DIRECT before replying", |p, k, v| {
         p.s.adapter.dio_coherence = switch(k, req(v))?;
         Ok(())

@@ -97,6 +97,18 @@ impl<'a> Tx<'a> {
         self.mgr.limit()
     }
 
+    /// Reserves `credits` of the log's room for a change a later swap makes
+    /// (a deferred orphan insert, see `deferred_orphans`), without waiting:
+    /// false when the log has no room now.
+    pub(crate) fn reserve_aside(&self, credits: u64) -> bool {
+        self.mgr.try_extend(self.meta, credits)
+    }
+
+    /// Gives back credits reserved by [`Tx::reserve_aside`].
+    pub(crate) fn release_aside(&self, credits: u64) {
+        self.mgr.release(credits)
+    }
+
     /// Room left in the reservation.
     pub fn left(&self) -> u64 {
         self.credits.get().saturating_sub(self.used.get())

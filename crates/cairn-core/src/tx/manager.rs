@@ -93,8 +93,16 @@ pub struct TxManager {
     /// Commit snapshots taken, and those whose commit finished.
     snapshots: AtomicU64,
     committed_snapshots: AtomicU64,
+    /// Run by each swap before the superblock is logged, with a handle of
+    /// its own under the closed gate: changes that must be in the
+    /// checkpoint being closed (the deferred orphan inserts,
+    /// `deferred_orphans`). Set once, by the file system at mount.
+    swap_hook: std::sync::OnceLock<SwapHook>,
     pub stats: TxStats,
 }
+
+/// See [`TxManager::set_swap_hook`].
+pub type SwapHook = fn(&Tx<'_>) -> Result<()>;
 
 impl TxManager {
     /// `max_dirty`: the most buffers one checkpoint may hold whatever the
@@ -121,8 +129,15 @@ impl TxManager {
             limit,
             snapshots: AtomicU64::new(0),
             committed_snapshots: AtomicU64::new(0),
+            swap_hook: std::sync::OnceLock::new(),
             stats: TxStats::default(),
         }
+    }
+
+    /// Sets the hook every swap runs (see the field); a second call is
+    /// ignored.
+    pub fn set_swap_hook(&self, hook: SwapHook) {
+        let _ = self.swap_hook.set(hook);
     }
 
     /// Buffers one checkpoint may hold, over all its handles.
@@ -175,6 +190,10 @@ impl TxManager {
             // No handle runs now: the in-memory invariants must hold.
             meta.bufs.debug_check_consistency();
             meta.alloc.debug_check_consistency();
+        }
+        if let Some(hook) = self.swap_hook.get() {
+            // Its changes are charged to the credits set aside for them.
+            hook(&Tx::new(meta, self, None, self.limit))?;
         }
         if meta.bufs.dirty_count() > 0 {
             let tx = Tx::new(meta, self, None, MARGIN);
