@@ -40,7 +40,6 @@
 use crate::inode::InodeState;
 use crate::lru::{Isolate, ShardedLru};
 use std::hash::BuildHasher;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// Estimated bytes of a dentry beyond its name: the name's heap block
 /// header and rounding, the value, the list node and the map slot (a
@@ -92,25 +91,22 @@ impl DentryCache {
     pub fn lookup(&self, dir: &InodeState, name: &[u8]) -> Cached {
         let Some(lru) = &self.lru else { return Cached::Miss };
         let k = self.key(dir, name);
-        let r = {
-            let mut sh = lru.lock(&k);
-            match sh.get(&k) {
-                Some(e) if *e.name == *name => match e.target {
-                    Some((ino, t)) => Cached::Found(ino, t),
-                    None => Cached::Negative,
-                },
-                _ => Cached::Miss,
-            }
+        let mut sh = lru.lock(&k);
+        let r = match sh.get(&k) {
+            Some(e) if *e.name == *name => match e.target {
+                Some((ino, t)) => Cached::Found(ino, t),
+                None => Cached::Negative,
+            },
+            _ => Cached::Miss,
         };
-        let s = &lru.stats;
         match r {
-            Cached::Found(..) => s.hits.fetch_add(1, Relaxed),
+            Cached::Found(..) => sh.hits += 1,
             Cached::Negative => {
-                s.hits.fetch_add(1, Relaxed);
-                s.negative_hits.fetch_add(1, Relaxed)
+                sh.hits += 1;
+                sh.negative_hits += 1;
             }
-            Cached::Miss => s.misses.fetch_add(1, Relaxed),
-        };
+            Cached::Miss => sh.misses += 1,
+        }
         r
     }
 
@@ -144,7 +140,7 @@ impl DentryCache {
         match &self.lru {
             Some(lru) => {
                 lru.publish("dcache", put);
-                put("dcache.negative_hits", lru.stats.negative_hits.load(Relaxed));
+                put("dcache.negative_hits", lru.lookups().2);
             }
             None => put("dcache.entries", 0),
         }

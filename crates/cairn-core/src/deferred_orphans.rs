@@ -13,12 +13,13 @@
 //! unlink — and if the file is freed before that swap, never.
 //!
 //! ## How
-//! [`DeferredOrphans`] is a small set in memory: inode number → the log
-//! credits set aside for its insert. An unlink (or a truncate that leaves
+//! [`DeferredOrphans`] is a small set of inode numbers in memory, with the
+//! log credits set aside for their inserts. An unlink (or a truncate that leaves
 //! work for the reaper) marks the inode `INODE_FLAG_ORPHAN` as before, and
 //! adds its number here instead of inserting it into the tree
-//! (`lifecycle::orphan_add`); the credits of the insert are reserved aside
-//! from the log's room, as a handle's would be, so the invariant of the
+//! (`lifecycle::orphan_add`); credits for the insert ([`CREDITS_EACH`], and
+//! a base for the set) are reserved aside from the log's room, as a
+//! handle's would be, so the invariant of the
 //! transaction manager (dirty buffers + reservations ≤ the record's limit)
 //! holds when the swap makes the inserts. Freeing the inode while it is
 //! still here (`orphan_remove`) only takes it out and gives the credits
@@ -33,8 +34,8 @@
 //!   then (the gate is closed), so no add or free can come between.
 //! * An inode is here or in the tree, never both: an add finds the flag
 //!   already set and does nothing; a flush moves every entry to the tree.
-//! * At most [`MAX_DEFERRED`] entries, whose credits come to at most an
-//!   eighth of a checkpoint's limit (so the set never crowds out the
+//! * At most [`MAX_DEFERRED`] entries, whose credits come to at most a
+//!   quarter of a checkpoint's limit (so the set never crowds out the
 //!   handles' own reservations), and only while the log has room for them:
 //!   otherwise the insert is made at once, as before. The
 //!   swap's inserts allocate from the orphan list's critical reserve
@@ -62,11 +63,19 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// Most inodes awaiting their insert at one time.
 pub const MAX_DEFERRED: usize = 256;
 
-/// The inodes awaiting their insert, with the credits set aside for each,
-/// and those credits in all.
+/// Credits set aside for each waiting insert: the leaf it lands in, a new
+/// leaf if that one splits, the split's allocation (bitmap and group
+/// descriptor) and the parent's new entry. A split above the leaves needs
+/// its node full, which sorted inserts into one tree reach a few times at
+/// most: the set's *base*, two whole inserts' worth, set aside once while
+/// the set is not empty, covers them (see `Fs::orphan_add`).
+pub const CREDITS_EACH: u64 = 5;
+
+/// The inodes awaiting their insert and the credits set aside for them
+/// (base included).
 #[derive(Default)]
 struct Waiting {
-    inos: foldhash::HashMap<u64, u64>,
+    inos: foldhash::HashSet<u64>,
     aside: u64,
 }
 
@@ -78,6 +87,8 @@ pub struct DeferredOrphans {
     pub cancelled: AtomicU64,
     pub flushed: AtomicU64,
     pub direct: AtomicU64,
+    /// Flushes that dirtied more buffers than their credits (a bug if > 0).
+    pub overruns: AtomicU64,
     /// SETATTRs of times alone on unlinked files, set in core with no
     /// transaction (`Fs::setattr`).
     pub times_in_core: AtomicU64,
@@ -93,61 +104,63 @@ impl DeferredOrphans {
             cancelled: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
             direct: AtomicU64::new(0),
+            overruns: AtomicU64::new(0),
             times_in_core: AtomicU64::new(0),
         }
     }
 
-    /// Adds `ino` with `credits` set aside by `reserve` (called under the
-    /// set's lock; false: no room in the log). False when the set is off,
-    /// full (`MAX_DEFERRED` entries, or `cap` credits set aside in all), or
+    /// Adds `ino`, setting its credits aside by `reserve` (called under the
+    /// set's lock; false: no room in the log): [`CREDITS_EACH`], and `base`
+    /// too when the set was empty. False when the set is off, full
+    /// (`MAX_DEFERRED` entries, or `cap` credits set aside in all), or
     /// `reserve` refused: the caller inserts at once.
-    pub fn add(&self, ino: u64, credits: u64, cap: u64, reserve: impl FnOnce(u64) -> bool) -> bool {
+    pub fn add(&self, ino: u64, base: u64, cap: u64, reserve: impl FnOnce(u64) -> bool) -> bool {
         if !self.enabled {
             return false;
         }
         let mut w = self.set.lock();
-        if w.inos.len() >= MAX_DEFERRED || w.aside + credits > cap || w.inos.contains_key(&ino) || !reserve(credits) {
+        let credits = if w.inos.is_empty() { base + CREDITS_EACH } else { CREDITS_EACH };
+        if w.inos.len() >= MAX_DEFERRED || w.aside + credits > cap || w.inos.contains(&ino) || !reserve(credits) {
             return false;
         }
-        w.inos.insert(ino, credits);
+        w.inos.insert(ino);
         w.aside += credits;
         self.deferred.fetch_add(1, Relaxed);
         true
     }
 
-    /// Takes `ino` out if it is here: the credits set aside for it, which
-    /// the caller gives back.
+    /// Takes `ino` out if it is here: the credits the caller gives back
+    /// (its own, and the base with the last one).
     pub fn cancel(&self, ino: u64) -> Option<u64> {
         let mut w = self.set.lock();
-        let c = w.inos.remove(&ino);
-        if let Some(n) = c {
-            w.aside -= n;
-            self.cancelled.fetch_add(1, Relaxed);
+        if !w.inos.remove(&ino) {
+            return None;
         }
-        c
+        self.cancelled.fetch_add(1, Relaxed);
+        let credits = if w.inos.is_empty() { w.aside } else { CREDITS_EACH };
+        w.aside -= credits;
+        Some(credits)
     }
 
     /// Empties the set: its inodes (ascending) and their credits in all.
     pub fn take(&self) -> (Vec<u64>, u64) {
         let w = std::mem::take(&mut *self.set.lock());
-        let mut inos: Vec<u64> = w.inos.into_keys().collect();
+        let mut inos: Vec<u64> = w.inos.into_iter().collect();
         inos.sort_unstable();
         (inos, w.aside)
     }
 
-    /// Puts back entries a flush could not insert (it failed; the next
-    /// swap tries again).
-    pub fn restore(&self, entries: impl IntoIterator<Item = (u64, u64)>) {
+    /// Puts back, with `credits` still set aside for them, inserts a flush
+    /// could not make (it failed; the next swap tries again).
+    pub fn restore(&self, inos: &[u64], credits: u64) {
         let mut w = self.set.lock();
-        for (ino, credits) in entries {
-            w.inos.insert(ino, credits);
-            w.aside += credits;
-        }
+        w.inos.extend(inos.iter().copied());
+        w.aside += credits;
     }
 
     /// The inodes awaiting their insert now.
     pub fn inos(&self) -> Vec<u64> {
-        self.set.lock().inos.keys().copied().collect()
+        self.set.lock().inos.iter().copied().collect()
     }
 
     /// Counters for `cairn stats`.
@@ -156,6 +169,7 @@ impl DeferredOrphans {
         put("orphans.cancelled", self.cancelled.load(Relaxed));
         put("orphans.flushed", self.flushed.load(Relaxed));
         put("orphans.direct", self.direct.load(Relaxed));
+        put("orphans.flush_overruns", self.overruns.load(Relaxed));
         let w = self.set.lock();
         put("orphans.waiting", w.inos.len() as u64);
         put("orphans.credits_aside", w.aside);

@@ -341,12 +341,13 @@ impl InodeCache {
         let mut epoch = {
             let mut sh = self.lru.lock(&ino);
             if let Some(i) = sh.get(&ino) {
-                self.lru.stats.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(i.clone());
+                let i = i.clone();
+                sh.hits += 1;
+                return Ok(i);
             }
+            sh.misses += 1;
             sh.epoch
         };
-        self.lru.stats.misses.fetch_add(1, Ordering::Relaxed);
         loop {
             let d = meta.load_inode(ino)?;
             let mut sh = self.lru.lock(&ino);

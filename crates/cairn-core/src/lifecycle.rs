@@ -143,8 +143,9 @@ impl Fs {
         if st.d.flags & INODE_FLAG_ORPHAN != 0 {
             return Ok(());
         }
-        let credits = self.orphan_credits()?;
-        if !self.meta.orphans.add(st.ino, credits, tx.log_limit() / 8, |c| tx.reserve_aside(c)) {
+        // The set's base: two whole inserts (see `deferred_orphans`).
+        let base = 2 * self.orphan_credits()?;
+        if !self.meta.orphans.add(st.ino, base, tx.log_limit() / 4, |c| tx.reserve_aside(c)) {
             let mut root = self.meta.orphan_root.lock();
             self.orphan_tree().insert(tx, &mut root, st.ino, &[])?;
             self.meta.orphans.direct.fetch_add(1, Ordering::Relaxed);
@@ -613,15 +614,17 @@ fn flush_deferred_orphans(tx: &Tx<'_>) -> Result<()> {
     let mut root = tx.orphan_root.lock();
     for (i, &ino) in inos.iter().enumerate() {
         if let Err(e) = tree.insert(tx, &mut root, ino, &[]) {
-            // Back with an even share of the credits; the rest is given back.
-            let share = credits / inos.len() as u64;
-            let left = &inos[i..];
-            tx.orphans.restore(left.iter().map(|&n| (n, share)));
-            tx.release_aside(credits - share * left.len() as u64);
+            // The rest waits for the next swap, with all the credits.
+            tx.orphans.restore(&inos[i..], credits);
             return Err(e);
         }
     }
     tx.orphans.flushed.fetch_add(inos.len() as u64, Ordering::Relaxed);
+    if tx.used() > credits {
+        // The set's credits did not cover its inserts: an accounting bug.
+        tx.orphans.overruns.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(used = tx.used(), credits, "the deferred orphan inserts dirtied more buffers than set aside");
+    }
     tx.release_aside(credits);
     Ok(())
 }

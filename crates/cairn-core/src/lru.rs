@@ -84,11 +84,28 @@ pub struct Shard<K, V> {
     bytes: usize,
     /// For the owner: bumped by it whenever an entry leaves (see `inode`).
     pub epoch: u64,
+    /// The owner's lookups in this shard that hit, missed, and hit a
+    /// negative entry (dentry cache): counted under the shard's lock, so
+    /// no counter's cache line is shared between threads.
+    pub hits: u64,
+    pub misses: u64,
+    pub negative_hits: u64,
 }
 
 impl<K: Copy + Eq + Hash, V> Shard<K, V> {
     fn new() -> Self {
-        Shard { map: Default::default(), slots: Vec::new(), free: Vec::new(), head: NIL, tail: NIL, bytes: 0, epoch: 0 }
+        Shard {
+            map: Default::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            bytes: 0,
+            epoch: 0,
+            hits: 0,
+            misses: 0,
+            negative_hits: 0,
+        }
     }
 
     fn node(&self, i: u32) -> &Node<K, V> {
@@ -243,13 +260,10 @@ impl<K: Copy + Eq + Hash, V> Shard<K, V> {
     }
 }
 
-/// Counters of one cache (see `cairn stats`).
+/// Counters of one cache (see `cairn stats`; hits and misses are kept in
+/// the shards).
 #[derive(Default)]
 pub struct LruStats {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-    /// Hits on negative entries (dentry cache).
-    pub negative_hits: AtomicU64,
     pub reclaimed: AtomicU64,
     pub rotated: AtomicU64,
     pub skipped: AtomicU64,
@@ -347,6 +361,17 @@ impl<K: Copy + Eq + Hash, V> ShardedLru<K, V> {
         (n, b)
     }
 
+    /// Lookups over all shards: hits, misses, negative hits.
+    pub fn lookups(&self) -> (u64, u64, u64) {
+        let (mut h, mut m, mut n) = (0, 0, 0);
+        self.for_each_shard(|s| {
+            h += s.hits;
+            m += s.misses;
+            n += s.negative_hits;
+        });
+        (h, m, n)
+    }
+
     /// Lock waits: the total, and the largest of one shard.
     pub fn lock_waits(&self) -> (u64, u64) {
         let w = self.shards.iter().map(|p| p.lock_waits.load(Relaxed));
@@ -362,8 +387,9 @@ impl<K: Copy + Eq + Hash, V> ShardedLru<K, V> {
         put(&format!("{prefix}.bytes"), b as u64);
         put(&format!("{prefix}.budget_bytes"), if self.bounded() { self.budget as u64 } else { 0 });
         put(&format!("{prefix}.shards"), self.shards.len() as u64);
-        put(&format!("{prefix}.hits"), s.hits.load(Relaxed));
-        put(&format!("{prefix}.misses"), s.misses.load(Relaxed));
+        let (hits, misses, _) = self.lookups();
+        put(&format!("{prefix}.hits"), hits);
+        put(&format!("{prefix}.misses"), misses);
         put(&format!("{prefix}.reclaimed"), s.reclaimed.load(Relaxed));
         put(&format!("{prefix}.rotated"), s.rotated.load(Relaxed));
         put(&format!("{prefix}.skipped"), s.skipped.load(Relaxed));

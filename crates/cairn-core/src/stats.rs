@@ -47,6 +47,13 @@ impl Histogram {
         self.0[Self::bucket(us)].fetch_add(1, Relaxed);
     }
 
+    /// Adds `other`'s samples to this one (merging per-thread histograms).
+    pub fn absorb(&self, other: &Histogram) {
+        for (mine, theirs) in self.0.iter().zip(&other.0) {
+            mine.fetch_add(theirs.load(Relaxed), Relaxed);
+        }
+    }
+
     /// Samples counted.
     pub fn count(&self) -> u64 {
         self.0.iter().map(|c| c.load(Relaxed)).sum()

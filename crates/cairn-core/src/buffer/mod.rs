@@ -195,7 +195,6 @@ impl Buf {
 /// Counters of the cache.
 #[derive(Default)]
 pub struct CacheStats {
-    pub hits: AtomicU64,
     pub misses: AtomicU64,
     pub evictions: AtomicU64,
     /// Misses whose device read was redone because a buffer left the shard
@@ -212,6 +211,10 @@ struct Shard {
     clock: VecDeque<u64>,
     /// Bumped whenever a buffer leaves the map.
     epoch: u64,
+    /// Lookups that found their buffer here, counted under the shard's
+    /// lock (a shared counter's cache line would bounce between threads
+    /// on every hit).
+    hits: u64,
 }
 
 thread_local! {
@@ -273,11 +276,12 @@ impl BufferCache {
     pub fn get(&self, blk: u64, verify: impl Fn(u64, &[u8]) -> Result<()>) -> Result<Arc<Buf>> {
         let s = self.shard(blk);
         let mut epoch = {
-            let sh = self.shards[s].lock();
+            let mut sh = self.shards[s].lock();
             if let Some(b) = sh.map.get(&blk) {
-                self.stats.hits.fetch_add(1, Ordering::Relaxed);
                 b.touch();
-                return Ok(b.clone());
+                let b = b.clone();
+                sh.hits += 1;
+                return Ok(b);
             }
             sh.epoch
         };
@@ -500,7 +504,7 @@ impl Publish for BufferCache {
         let s = &self.stats;
         put("cache.buffers", self.len() as u64);
         put("cache.dirty_buffers", self.dirty_count());
-        put("cache.hits", s.hits.load(Relaxed));
+        put("cache.hits", self.shards.iter().map(|sh| sh.lock().hits).sum());
         put("cache.misses", s.misses.load(Relaxed));
         put("cache.evictions", s.evictions.load(Relaxed));
         put("cache.reread_races", s.reread_races.load(Relaxed));
