@@ -68,6 +68,9 @@ CAIRN_VARIANTS = {
     # through the host's page cache, READDIRPLUS by the kernel's heuristic,
     # files made with FUSE_CREATE (and a RELEASE at close).
     "cairn-oldopts": ["direct_data=0", "readdirplus=auto", "mknod_create=0"],
+    # Every orphan-list insert made in the unlink itself, none deferred to
+    # the commit (issue #37).
+    "cairn-nodefer": ["defer_orphans=0"],
 }
 # cairn's engine alone, without FUSE or the kernel: the experiment runs a
 # `cairn-bench-driver ...` workload on an image file in the scratch tmpfs (nothing is

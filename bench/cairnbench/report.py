@@ -194,7 +194,8 @@ def write(outdir, meta, experiments, cells, fs_order, quick):
         f"# cairn benchmark report{' (quick mode)' if quick else ''}",
         "",
         f"{meta['date']}, {meta['machine']}; {meta['reps']} run(s) per cell, file systems interleaved "
-        f"in each round; every cell on a freshly made file system; all images in RAM (loop devices "
+        f"in each round; every cell on a freshly made file system, started once the machine was quiet "
+        f"(under 5% busy, up to 20 s after the last cell's teardown); all images in RAM (loop devices "
         f"over files on a tmpfs; cairn and fuse2fs, where an experiment says so, on their image files in that tmpfs). "
         f"cairn {meta['cairn_version']}. Cells read `median (min–max)`; a `~` "
         f"marks a spread above {int(WIDE * 100)}% of the median: do not trust that cell.",
