@@ -303,18 +303,7 @@ impl Fs {
             return Ok(None);
         }
         g.fold_lazy_time();
-        let t = now();
-        let resolve = |ts: TimeSet| match ts {
-            TimeSet::Now => t,
-            TimeSet::At(x) => x,
-        };
-        if let Some(a) = set.atime {
-            g.d.atime = resolve(a);
-        }
-        if let Some(m) = set.mtime {
-            g.d.mtime = resolve(m);
-        }
-        g.d.ctime = set.ctime.unwrap_or(t);
+        set_times(&mut g.d, set, now());
         self.meta.orphans.times_in_core.fetch_add(1, Ordering::Relaxed);
         Ok(Some(self.attr(&g)))
     }
@@ -396,17 +385,7 @@ impl Fs {
             if let Some(gid) = set.gid {
                 g.d.gid = gid;
             }
-            let resolve = |ts: TimeSet| match ts {
-                TimeSet::Now => t,
-                TimeSet::At(x) => x,
-            };
-            if let Some(a) = set.atime {
-                g.d.atime = resolve(a);
-            }
-            if let Some(m) = set.mtime {
-                g.d.mtime = resolve(m);
-            }
-            g.d.ctime = set.ctime.unwrap_or(t);
+            set_times(&mut g.d, set, t);
             self.store(tx, &g)?;
             Ok((self.attr(&g), more))
         })?;
@@ -428,4 +407,19 @@ impl Fs {
         }
         Ok(attr)
     }
+}
+
+/// The times a SETATTR names (`Now`: `t`), and the ctime it gives or `t`.
+fn set_times(d: &mut cairn_format::inode::DiskInode, set: &SetAttr, t: Timestamp) {
+    let resolve = |ts: TimeSet| match ts {
+        TimeSet::Now => t,
+        TimeSet::At(x) => x,
+    };
+    if let Some(a) = set.atime {
+        d.atime = resolve(a);
+    }
+    if let Some(m) = set.mtime {
+        d.mtime = resolve(m);
+    }
+    d.ctime = set.ctime.unwrap_or(t);
 }

@@ -107,3 +107,12 @@ pub fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
     }
     v
 }
+
+/// Waits (up to a minute) until the reaper has nothing queued or running.
+pub fn wait_reaped(fs: &Fs) {
+    let t0 = std::time::Instant::now();
+    while stat(fs, "reaper.backlog_inodes") > 0 {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "the reaper did not finish");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

@@ -9,7 +9,7 @@ use crate::common::*;
 use cairn_core::dev::MemDevice;
 use cairn_core::{Ctx, Fs, MountOptions, SetAttr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// An image whose journal leaves room for a few hundred waiting inserts
 /// (the set takes at most a quarter of a checkpoint's limit).
@@ -31,14 +31,6 @@ fn held_files(fs: &Fs, n: usize) -> Vec<u64> {
 fn unlink_all(fs: &Fs, n: usize) {
     for i in 0..n {
         fs.unlink(1, format!("f{i}").as_bytes()).unwrap();
-    }
-}
-
-fn wait_reaped(fs: &Fs) {
-    let t0 = Instant::now();
-    while stat(fs, "reaper.backlog_inodes") > 0 {
-        assert!(t0.elapsed() < Duration::from_secs(60), "the reaper did not finish");
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

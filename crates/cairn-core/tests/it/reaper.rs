@@ -7,7 +7,7 @@ use crate::common::*;
 use cairn_core::dev::MemDevice;
 use cairn_core::{Ctx, Fs, MountOptions};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn opts(sync_delete: bool) -> MountOptions {
     MountOptions { commit_interval: Duration::from_secs(3600), sync_delete, ..Default::default() }
@@ -21,14 +21,6 @@ fn fragmented(fs: &Fs, name: &str, n: u64) -> u64 {
         fs.write(ino, i * 8192, &[7u8; 4096]).unwrap();
     }
     ino
-}
-
-fn wait_reaped(fs: &Fs) {
-    let t0 = Instant::now();
-    while stat(fs, "reaper.backlog_inodes") > 0 {
-        assert!(t0.elapsed() < Duration::from_secs(60), "the reaper did not finish");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 #[test]
