@@ -193,6 +193,17 @@ impl<'a> Tree<'a> {
 
     /// Inserts (or replaces) `key`; `root` is updated when the tree grows.
     pub fn insert(&mut self, tx: &Tx<'_>, root: &mut u64, key: u64, value: &[u8]) -> Result<()> {
+        self.put(tx, root, key, value, true)
+    }
+
+    /// Inserts `key` if the tree does not hold it: one descent where a
+    /// lookup then an insert take two. `EEXIST`, with nothing changed, if
+    /// it does.
+    pub fn insert_new(&mut self, tx: &Tx<'_>, root: &mut u64, key: u64, value: &[u8]) -> Result<()> {
+        self.put(tx, root, key, value, false)
+    }
+
+    fn put(&mut self, tx: &Tx<'_>, root: &mut u64, key: u64, value: &[u8], replace: bool) -> Result<()> {
         if *root == 0 {
             let b = self.new_node(tx)?;
             let node = Node {
@@ -205,7 +216,7 @@ impl<'a> Tree<'a> {
             *root = b.blk;
             return Ok(());
         }
-        let split = self.insert_in(tx, *root, key, value, None, 0, true);
+        let split = self.insert_in(tx, *root, key, value, replace, None, 0, true);
         let split = match split {
             Ok(s) => s,
             Err(e) => {
@@ -238,7 +249,10 @@ impl<'a> Tree<'a> {
     /// Inserts into the subtree at `blk`; `full_above` full internal nodes
     /// sit directly above it (each splits if this node does), and
     /// `to_root` says whether they reach the root (whose split makes a new
-    /// root). A split returns (separator, new right node).
+    /// root). A split returns (separator, new right node). With `replace`
+    /// false, a key already there is `EEXIST`: found in the leaf before
+    /// anything changed (nodes above change only for a key below all of
+    /// theirs, which no leaf holds).
     #[allow(clippy::too_many_arguments)]
     fn insert_in(
         &mut self,
@@ -246,6 +260,7 @@ impl<'a> Tree<'a> {
         blk: u64,
         key: u64,
         value: &[u8],
+        replace: bool,
         level: Option<u8>,
         full_above: usize,
         to_root: bool,
@@ -253,6 +268,9 @@ impl<'a> Tree<'a> {
         let bs = self.meta.bs();
         let buf = self.meta.read_node(blk, self.kind, self.owner)?;
         if self.leaf_len(&buf, level)?.is_some() {
+            if !replace && leaf_edit::leaf_contains(&buf.read(), key) {
+                return Err(crate::error::FsError::Errno(libc::EEXIST));
+            }
             let seed = self.meta.seed;
             if tx.modify(&buf, 0..bs, |d| leaf_edit::leaf_put(seed, d, key, value)) {
                 return Ok(None);
@@ -263,6 +281,7 @@ impl<'a> Tree<'a> {
         match &mut node.body {
             NodeBody::Leaf(e) => {
                 match e.binary_search_by_key(&key, |x| x.0) {
+                    Ok(_) if !replace => return Err(crate::error::FsError::Errno(libc::EEXIST)),
                     Ok(i) => e[i].1 = value.to_vec(),
                     Err(i) => e.insert(i, (key, value.to_vec())),
                 }
@@ -299,7 +318,7 @@ impl<'a> Tree<'a> {
                 let child = c[i].1;
                 let full = Node::internal_bytes(c.len() + 1) > bs;
                 let (above, reach) = if full { (full_above + 1, to_root) } else { (0, false) };
-                if let Some((sep, nb)) = self.insert_in(tx, child, key, value, Some(lvl - 1), above, reach)? {
+                if let Some((sep, nb)) = self.insert_in(tx, child, key, value, replace, Some(lvl - 1), above, reach)? {
                     c.insert(i + 1, (sep, nb));
                     changed = true;
                 }

@@ -70,19 +70,26 @@ pub fn add(tx: &Tx<'_>, dir: &mut InodeState, name: &[u8], ino: u64, dtype: u8) 
     let (base, end) = (hash_key_base(h), hash_key_end(h));
     let mut root = root_of(dir)?;
     let mut t = tree(tx, dir);
-    // First free key in this hash's run.
-    let mut key = base;
-    t.scan(root, base, &mut |k, _| {
-        if k >= end || k != key {
-            return false;
+    let value = Dirent { ino, dtype, name: name.to_vec() }.encode();
+    // The hash's own key, nearly always free (one descent); else the first
+    // free key in this hash's run.
+    match t.insert_new(tx, &mut root, base, &value) {
+        Err(FsError::Errno(libc::EEXIST)) => {
+            let mut key = base;
+            t.scan(root, base, &mut |k, _| {
+                if k >= end || k != key {
+                    return false;
+                }
+                key += 1;
+                true
+            })?;
+            if key >= end {
+                return Err(FsError::Errno(libc::ENOSPC));
+            }
+            t.insert(tx, &mut root, key, &value)?;
         }
-        key += 1;
-        true
-    })?;
-    if key >= end {
-        return Err(FsError::Errno(libc::ENOSPC));
+        r => r?,
     }
-    t.insert(tx, &mut root, key, &Dirent { ino, dtype, name: name.to_vec() }.encode())?;
     let delta = t.nodes_delta;
     dir.d.data = DataArea::Tree(root);
     dir.d.entries += 1;

@@ -99,6 +99,13 @@ pub fn leaf_put(seed: u32, b: &mut [u8], key: u64, value: &[u8]) -> bool {
     true
 }
 
+/// Whether the valid leaf `b` holds `key`.
+pub fn leaf_contains(b: &[u8], key: u64) -> bool {
+    let n = usize::from(get_u16(b, 6));
+    let i = lower_bound(b, n, key);
+    i < n && get_u64(b, slot(i)) == key
+}
+
 /// Removes `key` from the valid leaf `b` in place, returning its value
 /// (`None`, with `b` untouched, if the leaf has no such key).
 pub fn leaf_remove(seed: u32, b: &mut [u8], key: u64) -> Option<Vec<u8>> {

@@ -114,15 +114,17 @@ fn a_mounted_file_system_grows_under_concurrent_writers() {
     let root = Ctx::root();
     let before = fs.statfs().unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Files of one block each, as many as the old file system has inodes
+    // for (and 400 at most): it holds them whether the grow comes early or
+    // late (2,560 blocks; a writer faster than the grow found ENOSPC).
+    let cap = ((before.files_free / 2).saturating_sub(2)).min(400) as u32;
     let writers: Vec<_> = (0..2u8)
         .map(|t| {
             let (fs, stop) = (fs.clone(), stop.clone());
             std::thread::spawn(move || {
                 let dir = fs.mkdir(&root, 1, format!("w{t}").as_bytes(), 0o755).unwrap().ino;
                 let mut n = 0u32;
-                // 400 files of one block each at most: the old file system
-                // (2,560 blocks) holds them whether the grow comes early or late.
-                while n < 400 && (n < 200 || !stop.load(std::sync::atomic::Ordering::Relaxed)) {
+                while n < cap && (n < cap / 2 || !stop.load(std::sync::atomic::Ordering::Relaxed)) {
                     let a = fs.mknod(&root, dir, format!("f{n}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
                     fs.write(a.ino, 0, &[t ^ n as u8; 3000]).unwrap();
                     n += 1;
