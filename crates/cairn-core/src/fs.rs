@@ -475,6 +475,22 @@ impl Fs {
         })
     }
 
+    /// A READDIRPLUS entry: `ino`'s attributes go to `add`, which says
+    /// whether it took the entry and whether that takes a lookup reference
+    /// (the kernel takes one on every entry it was given but `.` and
+    /// `..`); one inode lookup for both. Returns what `add` returned.
+    pub fn listing_entry(&self, ino: u64, add: impl FnOnce(&Attr) -> (bool, bool)) -> Result<bool> {
+        self.read_op(|| {
+            let r = self.iget(ino)?;
+            let g = r.read();
+            let (taken, counts) = add(&self.attr(&g));
+            if taken && counts && !g.freed {
+                self.icache.add_lookups(ino, 1);
+            }
+            Ok(taken)
+        })
+    }
+
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         self.read_op(|| {

@@ -687,23 +687,22 @@ impl Filesystem for CairnFuse {
         let mut t = self.metrics.timer(Op::Readdirplus);
         let r = t.call(|| {
             self.fs.readdir(ino.0, offset, &mut |e| {
-                // An entry whose inode vanished since the listing began is skipped.
-                let Ok(a) = self.fs.getattr(e.ino) else { return true };
-                let full = reply.add(
-                    INodeNo(e.ino),
-                    e.next_offset,
-                    OsStr::from_bytes(&e.name),
-                    &ttl,
-                    &file_attr(&a),
-                    Generation(u64::from(a.generation)),
-                );
                 // The kernel takes a lookup reference on every entry it was given,
                 // except `.` and `..`, whose attributes it ignores.
                 let dot = e.name == b"." || e.name == b"..";
-                if !full && !dot && self.fs.add_lookup(e.ino).is_err() {
-                    tracing::warn!(ino = e.ino, "readdirplus: inode vanished while listing");
-                }
-                !full
+                let taken = self.fs.listing_entry(e.ino, |a| {
+                    let full = reply.add(
+                        INodeNo(e.ino),
+                        e.next_offset,
+                        OsStr::from_bytes(&e.name),
+                        &ttl,
+                        &file_attr(a),
+                        Generation(u64::from(a.generation)),
+                    );
+                    (!full, !dot)
+                });
+                // An entry whose inode vanished since the listing began is skipped.
+                taken.unwrap_or(true)
             })
         });
         match r {
