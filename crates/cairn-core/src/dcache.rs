@@ -26,9 +26,13 @@
 //!   read and the insert;
 //! * every change of a directory's entries (create, mknod, mkdir, symlink,
 //!   link, unlink, rmdir, both sides of rename and exchange) runs under the
-//!   directory's exclusive inode lock, drops the names it touches *before*
-//!   changing the tree, and inserts the new state only once the change
-//!   succeeded — a failed operation leaves the names uncached, never stale;
+//!   directory's exclusive inode lock, invalidates the names it touches
+//!   *before* changing the tree, and inserts the new state only once the
+//!   change succeeded — a failed operation leaves the names answering
+//!   nothing, never stale. An invalidated entry keeps its slot, marked, so
+//!   that the insert after the change rewrites it in place: a create turns
+//!   its LOOKUP's negative entry positive, an unlink turns the positive one
+//!   negative, with no free and no allocation;
 //! * `.` and `..` are never cached (`..` is the inode's `parent` field).
 //!
 //! Nothing here is durable: the cache starts empty at mount. After the
@@ -50,6 +54,9 @@ struct Dentry {
     name: Box<[u8]>,
     /// `None`: the name does not exist (negative entry).
     target: Option<(u64, u8)>,
+    /// Invalidated: the name is being changed, and the entry answers
+    /// nothing until the change's outcome is recorded in it.
+    stale: bool,
 }
 
 /// What the cache knows about a name.
@@ -93,7 +100,7 @@ impl DentryCache {
         let k = self.key(dir, name);
         let mut sh = lru.lock(&k);
         let r = match sh.get(&k) {
-            Some(e) if *e.name == *name => match e.target {
+            Some(e) if !e.stale && *e.name == *name => match e.target {
                 Some((ino, t)) => Cached::Found(ino, t),
                 None => Cached::Negative,
             },
@@ -116,9 +123,16 @@ impl DentryCache {
     pub fn insert(&self, dir: &InodeState, name: &[u8], target: Option<(u64, u8)>) {
         let Some(lru) = &self.lru else { return };
         let k = self.key(dir, name);
-        let e = Dentry { name: name.into(), target };
         let gone = {
             let mut sh = lru.lock(&k);
+            // The name's own entry (a change's invalidated one, most often)
+            // takes the news in place: no free, no allocation, no reclaim.
+            if let Some(e) = sh.peek_mut(&k).filter(|e| *e.name == *name) {
+                e.target = target;
+                e.stale = false;
+                return;
+            }
+            let e = Dentry { name: name.into(), target, stale: false };
             let mut gone: Vec<Dentry> = sh.insert(k, e, dentry_bytes(name)).into_iter().collect();
             gone.extend(lru.shrink(&mut sh, &mut |_, _| Isolate::Remove));
             gone
@@ -127,12 +141,16 @@ impl DentryCache {
     }
 
     /// Forgets `name` in `dir` (the caller holds the directory's lock
-    /// exclusively and is about to change the name).
+    /// exclusively and is about to change the name). The entry stays in
+    /// its slot, marked stale, answering nothing: the [`DentryCache::insert`]
+    /// that records the change's outcome rewrites it in place, and one the
+    /// change never comes back to ages out as any other.
     pub fn invalidate(&self, dir: &InodeState, name: &[u8]) {
         let Some(lru) = &self.lru else { return };
         let k = self.key(dir, name);
-        let gone = lru.lock(&k).remove(&k);
-        drop(gone);
+        if let Some(e) = lru.lock(&k).peek_mut(&k) {
+            e.stale = true;
+        }
     }
 
     /// Counters for `cairn stats`.
@@ -150,6 +168,28 @@ impl DentryCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_invalidated_name_answers_nothing_until_its_change_is_recorded_in_place() {
+        let cache = DentryCache::new(Some(1 << 20));
+        let dir = InodeState::new(2, Default::default());
+        cache.insert(&dir, b"a", None);
+        assert_eq!(cache.lookup(&dir, b"a"), Cached::Negative);
+        // A create: invalidated, then the outcome recorded.
+        cache.invalidate(&dir, b"a");
+        assert_eq!(cache.lookup(&dir, b"a"), Cached::Miss);
+        cache.insert(&dir, b"a", Some((12, 1)));
+        assert_eq!(cache.lookup(&dir, b"a"), Cached::Found(12, 1));
+        let lru = cache.lru.as_ref().expect("a cache");
+        assert_eq!(lru.totals().0, 1, "rewritten in its slot, not added");
+        // A change that failed: nothing recorded, so nothing answered.
+        cache.invalidate(&dir, b"a");
+        assert_eq!(cache.lookup(&dir, b"a"), Cached::Miss);
+        // Another name is its own entry.
+        cache.insert(&dir, b"b", Some((13, 1)));
+        assert_eq!(cache.lookup(&dir, b"b"), Cached::Found(13, 1));
+        assert_eq!(cache.lookup(&dir, b"a"), Cached::Miss);
+    }
 
     /// Prints the parts of [`DENTRY_BASE_BYTES`] (run with `--nocapture`).
     #[test]

@@ -207,6 +207,22 @@ impl RefShard {
         }
     }
 
+    /// Adds `n` (> 0): the common first reference is one probe of the
+    /// (mostly empty) map and one set insert.
+    fn add(&mut self, ino: u64, n: u64) {
+        if let Some(c) = self.more.get_mut(&ino) {
+            *c = c.saturating_add(n);
+            return;
+        }
+        if n == 1 && self.one.insert(ino) {
+            return;
+        }
+        // It held one (a failed insert found it there) or none, and now
+        // holds more than one.
+        let had = self.one.remove(&ino);
+        self.more.insert(ino, u64::from(had).saturating_add(n));
+    }
+
     fn set(&mut self, ino: u64, n: u64) {
         match n {
             0 => {
@@ -256,9 +272,7 @@ impl LookupRefs {
 
     fn add(&self, ino: u64, n: u64) {
         if n > 0 {
-            let mut sh = self.shard(ino).lock();
-            let c = sh.get(ino).saturating_add(n);
-            sh.set(ino, c);
+            self.shard(ino).lock().add(ino, n);
         }
     }
 
@@ -528,6 +542,28 @@ mod tests {
             r.sub(i, u64::MAX);
         }
         assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn lookup_refs_agree_with_a_plain_count_under_random_adds_and_subs() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(37);
+        let r = LookupRefs::default();
+        let mut model = std::collections::HashMap::<u64, u64>::new();
+        for _ in 0..50_000 {
+            let ino = rng.gen_range(0..300u64);
+            let n = [1, 1, 1, 2, 3][rng.gen_range(0..5usize)];
+            if rng.gen_bool(0.55) {
+                r.add(ino, n);
+                *model.entry(ino).or_default() += n;
+            } else {
+                let m = model.entry(ino).or_default();
+                *m = m.saturating_sub(n);
+                assert_eq!(r.sub(ino, n), *m);
+            }
+            assert_eq!(r.get(ino), model[&ino], "inode {ino}");
+        }
+        assert_eq!(r.len(), model.values().filter(|&&c| c > 0).count());
     }
 
     /// Prints the parts of [`INODE_BASE_BYTES`] (run with `--nocapture`).

@@ -171,6 +171,13 @@ impl<K: Copy + Eq + Hash, V> Shard<K, V> {
         self.map.get(k).map(|&i| &self.node(i).val)
     }
 
+    /// The value of `k` to change in place, leaving its referenced bit and
+    /// its place in the list alone.
+    pub fn peek_mut(&mut self, k: &K) -> Option<&mut V> {
+        let i = *self.map.get(k)?;
+        Some(&mut self.node_mut(i).val)
+    }
+
     /// Inserts (or replaces) `k` at the tail, costing `bytes`; returns the
     /// value it replaced.
     pub fn insert(&mut self, k: K, v: V, bytes: usize) -> Option<V> {

@@ -123,12 +123,24 @@ pub fn changed_chunks(block_size: usize, at: usize, old: &[u8], new: &[u8]) -> u
     while i < old.len() {
         let chunk = (at + i) / c;
         let end = ((chunk + 1) * c - at).min(old.len());
-        if old[i..end] != new[i..end] {
+        if differ(&old[i..end], &new[i..end]) {
             map |= 1 << chunk;
         }
         i = end;
     }
     map
+}
+
+/// Whether two slices of one length differ: eight bytes at a time with no
+/// call per chunk (a `memcmp` per 64-byte chunk cost a create and an unlink
+/// about half a microsecond each over a 4 KiB leaf).
+fn differ(a: &[u8], b: &[u8]) -> bool {
+    let (wa, wb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail = a.len() - wa.remainder().len();
+    let words = wa.zip(wb).fold(0u64, |acc, (x, y)| {
+        acc | (u64::from_le_bytes(x.try_into().expect("8 bytes")) ^ u64::from_le_bytes(y.try_into().expect("8 bytes")))
+    });
+    words != 0 || a[tail..] != b[tail..]
 }
 
 /// The chunks a byte range `at .. at + len` of a block touches.
@@ -1054,6 +1066,20 @@ mod tests {
         assert_eq!(changed_chunks(bs, 0, &old, &new), 1 | 1 << 2 | 1 << 63);
         // A slice starting mid-chunk: bytes 100..300 of the block.
         assert_eq!(changed_chunks(bs, 100, &old[100..300], &new[100..300]), 1 << 2);
+        // Every single-byte change, at any start and length of the slice,
+        // lands in its own chunk and nowhere else.
+        for (at, len) in [(0, bs), (3, 200), (61, 5), (64, 64), (4090, 6), (1000, 1)] {
+            for b in at..at + len {
+                let mut one = old.clone();
+                one[b] = 0x80;
+                let want = 1u64 << (b / 64);
+                assert_eq!(
+                    changed_chunks(bs, at, &old[at..at + len], &one[at..at + len]),
+                    want,
+                    "byte {b} of {at}+{len}"
+                );
+            }
+        }
         let mut out = Vec::new();
         gather_chunks(&new, 1 | 1 << 63, &mut out);
         assert_eq!(out.len(), 128);
