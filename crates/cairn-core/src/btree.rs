@@ -272,7 +272,8 @@ impl<'a> Tree<'a> {
                 return Err(crate::error::FsError::Errno(libc::EEXIST));
             }
             let seed = self.meta.seed;
-            if tx.modify(&buf, 0..bs, |d| leaf_edit::leaf_put(seed, d, key, value)) {
+            let put = |d: &mut [u8]| leaf_edit::leaf_put_logged(seed, d, key, value).map_or((false, 0), |m| (true, m));
+            if tx.modify_mapped(&buf, put) {
                 return Ok(None);
             }
         }
@@ -372,8 +373,10 @@ impl<'a> Tree<'a> {
         // A leaf that keeps an entry loses this one in place; one that would
         // empty is freed below.
         if self.leaf_len(&buf, level)?.is_some_and(|n| n > 1) {
-            let (seed, bs) = (self.meta.seed, self.meta.bs());
-            return Ok((tx.modify(&buf, 0..bs, |d| leaf_edit::leaf_remove(seed, d, key)), false));
+            let seed = self.meta.seed;
+            let remove =
+                |d: &mut [u8]| leaf_edit::leaf_remove_logged(seed, d, key).map_or((None, 0), |(v, m)| (Some(v), m));
+            return Ok((tx.modify_mapped(&buf, remove), false));
         }
         let mut node = self.meta.decode_node(&buf)?;
         let lvl = node.level;

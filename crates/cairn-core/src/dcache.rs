@@ -32,7 +32,10 @@
 //!   nothing, never stale. An invalidated entry keeps its slot, marked, so
 //!   that the insert after the change rewrites it in place: a create turns
 //!   its LOOKUP's negative entry positive, an unlink turns the positive one
-//!   negative, with no free and no allocation;
+//!   negative, with no free and no allocation. An unlink or rmdir of a name
+//!   that had no entry makes none: a negative entry is made by a LOOKUP
+//!   that found nothing, not by a removal (`rm -rf` of a tree would fill
+//!   the cache with names nobody asks for);
 //! * `.` and `..` are never cached (`..` is the inode's `parent` field).
 //!
 //! Nothing here is durable: the cache starts empty at mount. After the
@@ -140,6 +143,18 @@ impl DentryCache {
         drop(gone);
     }
 
+    /// Records that `name` is gone from `dir` (the caller holds the
+    /// directory's lock exclusively, after removing it) in the name's own
+    /// entry if it has one, invalidated or not; otherwise nothing is cached.
+    pub fn record_gone(&self, dir: &InodeState, name: &[u8]) {
+        let Some(lru) = &self.lru else { return };
+        let k = self.key(dir, name);
+        if let Some(e) = lru.lock(&k).peek_mut(&k).filter(|e| *e.name == *name) {
+            e.target = None;
+            e.stale = false;
+        }
+    }
+
     /// Forgets `name` in `dir` (the caller holds the directory's lock
     /// exclusively and is about to change the name). The entry stays in
     /// its slot, marked stale, answering nothing: the [`DentryCache::insert`]
@@ -185,6 +200,12 @@ mod tests {
         // A change that failed: nothing recorded, so nothing answered.
         cache.invalidate(&dir, b"a");
         assert_eq!(cache.lookup(&dir, b"a"), Cached::Miss);
+        // A removal writes into the name's slot, and allocates none.
+        cache.record_gone(&dir, b"a");
+        assert_eq!(cache.lookup(&dir, b"a"), Cached::Negative);
+        cache.record_gone(&dir, b"c");
+        assert_eq!((cache.lookup(&dir, b"c"), lru.totals().0), (Cached::Miss, 1));
+        cache.invalidate(&dir, b"a");
         // Another name is its own entry.
         cache.insert(&dir, b"b", Some((13, 1)));
         assert_eq!(cache.lookup(&dir, b"b"), Cached::Found(13, 1));

@@ -353,7 +353,9 @@ impl Fs {
                 }
                 self.store(tx, pg)?;
             }
-            self.dcache.insert(find(&mut gs, parent), name, None);
+            // Into the name's own slot only: a removal (a whole `rm -rf`)
+            // allocates no negative entries.
+            self.dcache.record_gone(find(&mut gs, parent), name);
             Ok(())
         })
     }

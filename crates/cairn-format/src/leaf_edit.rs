@@ -28,6 +28,7 @@
 use crate::btree::{LEAF_SLOT, NODE_HEADER};
 use crate::checksum::crc_skipping;
 use crate::codec::*;
+use crate::journal::range_chunks;
 
 /// Offset of the node's crc32c (see `btree`).
 const CSUM_OFF: usize = 28;
@@ -61,31 +62,48 @@ fn stamp(seed: u32, b: &mut [u8]) {
     put_u32(b, CSUM_OFF, c);
 }
 
+/// The journal chunks (see [`crate::journal::range_chunks`]) of a leaf's
+/// header, where its count and checksum are, and of `range`.
+fn written(b: &[u8], range: std::ops::Range<usize>) -> u64 {
+    range_chunks(b.len(), 0, NODE_HEADER) | range_chunks(b.len(), range.start, range.len())
+}
+
 /// Puts `key` → `value` into the valid leaf `b` in place (see the module
 /// essay). Returns false, with `b` untouched, when it does not fit without
 /// moving other values.
 pub fn leaf_put(seed: u32, b: &mut [u8], key: u64, value: &[u8]) -> bool {
+    leaf_put_logged(seed, b, key, value).is_some()
+}
+
+/// As [`leaf_put`], returning the journal chunks of every byte it wrote
+/// (the header, the slots from the key's on, the value), or `None` with
+/// `b` untouched: the caller logs those without comparing the block with
+/// a copy of itself.
+pub fn leaf_put_logged(seed: u32, b: &mut [u8], key: u64, value: &[u8]) -> Option<u64> {
     let n = usize::from(get_u16(b, 6));
     let i = lower_bound(b, n, key);
     let found = i < n && get_u64(b, slot(i)) == key;
     let low = lowest_value(b, n);
     let slots_end = slot(n + usize::from(!found));
     let s = slot(i);
-    if found {
+    let map = if found {
         let (off, len) = (usize::from(get_u16(b, s + 8)), usize::from(get_u16(b, s + 10)));
-        if value.len() <= len {
+        let map = if value.len() <= len {
             b[off..off + value.len()].copy_from_slice(value);
+            written(b, off..off + value.len())
         } else if low >= slots_end + value.len() {
             let at = low - value.len();
             b[at..low].copy_from_slice(value);
             put_u16(b, s + 8, at as u16);
+            written(b, at..low)
         } else {
-            return false;
-        }
+            return None;
+        };
         put_u16(b, s + 10, value.len() as u16);
+        map | written(b, s..s + LEAF_SLOT)
     } else {
         if n == usize::from(u16::MAX) || low < slots_end + value.len() {
-            return false;
+            return None;
         }
         let at = low - value.len();
         b[at..low].copy_from_slice(value);
@@ -94,9 +112,10 @@ pub fn leaf_put(seed: u32, b: &mut [u8], key: u64, value: &[u8]) -> bool {
         put_u16(b, s + 8, at as u16);
         put_u16(b, s + 10, value.len() as u16);
         put_u16(b, 6, (n + 1) as u16);
-    }
+        written(b, at..low) | written(b, s..slots_end)
+    };
     stamp(seed, b);
-    true
+    Some(map)
 }
 
 /// Whether the valid leaf `b` holds `key`.
@@ -109,6 +128,12 @@ pub fn leaf_contains(b: &[u8], key: u64) -> bool {
 /// Removes `key` from the valid leaf `b` in place, returning its value
 /// (`None`, with `b` untouched, if the leaf has no such key).
 pub fn leaf_remove(seed: u32, b: &mut [u8], key: u64) -> Option<Vec<u8>> {
+    leaf_remove_logged(seed, b, key).map(|(v, _)| v)
+}
+
+/// As [`leaf_remove`], also returning the journal chunks of every byte it
+/// wrote (the header and the slots from the key's on).
+pub fn leaf_remove_logged(seed: u32, b: &mut [u8], key: u64) -> Option<(Vec<u8>, u64)> {
     let n = usize::from(get_u16(b, 6));
     let i = lower_bound(b, n, key);
     if i == n || get_u64(b, slot(i)) != key {
@@ -121,7 +146,7 @@ pub fn leaf_remove(seed: u32, b: &mut [u8], key: u64) -> Option<Vec<u8>> {
     b[slot(n - 1)..slot(n)].fill(0);
     put_u16(b, 6, (n - 1) as u16);
     stamp(seed, b);
-    Some(value)
+    Some((value, written(b, s..slot(n))))
 }
 
 #[cfg(test)]
@@ -167,9 +192,19 @@ mod tests {
             let (mut in_place, mut repacked) = (0, 0);
             for _ in 0..rounds {
                 let key = rng.next() % 300;
+                let before = b.clone();
+                // Every byte an edit changes lies in the chunks it reports.
+                let covered = |map: u64, after: &[u8]| {
+                    let changed = crate::journal::changed_chunks(size, 0, &before, after);
+                    assert_eq!(changed & !map, 0, "changed chunks {changed:#x} outside the reported {map:#x}");
+                };
                 if rng.next().is_multiple_of(3) {
                     let want = model.remove(&key);
-                    assert_eq!(leaf_remove(seed, &mut b, key), want, "remove {key}");
+                    let got = leaf_remove_logged(seed, &mut b, key);
+                    if let Some((_, map)) = &got {
+                        covered(*map, &b);
+                    }
+                    assert_eq!(got.map(|(v, _)| v), want, "remove {key}");
                 } else {
                     let v: Vec<u8> = (0..rng.next() % 60).map(|_| rng.next() as u8).collect();
                     let mut next = model.clone();
@@ -177,7 +212,8 @@ mod tests {
                     if Node::leaf_bytes(&next.iter().map(|(k, v)| (*k, v.clone())).collect::<Vec<_>>()) > size {
                         continue; // would need a split: not a leaf edit
                     }
-                    if leaf_put(seed, &mut b, key, &v) {
+                    if let Some(map) = leaf_put_logged(seed, &mut b, key, &v) {
+                        covered(map, &b);
                         in_place += 1;
                     } else {
                         b = encode(seed, blk, size, &next);

@@ -26,7 +26,10 @@
 //! a miss served by the AIL shares its image too; (2) compares the
 //! changed range before and after, chunk by chunk, and adds the chunks that
 //! differ to the buffer's dirty-region map (XFS's `xfs_buf_log_item`
-//! bitmap), so the log carries only those; (3) inserts the buffer into the
+//! bitmap), so the log carries only those — or, through
+//! [`BufferCache::modify_mapped`], takes the chunks from an edit that
+//! reports every byte it wrote (the B+tree's in-place leaf put and remove),
+//! with no copy to compare; (3) inserts the buffer into the
 //! committed-item list the first time it changes in a checkpoint, charging the
 //! handle one credit. A change that changes no byte dirties nothing.
 //!
@@ -412,6 +415,15 @@ impl BufferCache {
         self.change(tx, buf, 0..self.block_size, WHOLE, f)
     }
 
+    /// As [`BufferCache::modify`] over the whole block, for an edit that
+    /// knows what it wrote: `f` returns, besides its value, the journal
+    /// chunks of every byte it changed (more is allowed; fewer would lose
+    /// a change on replay), and those are logged with no copy of the block
+    /// to compare against (4 KiB copied and compared per B+tree leaf edit).
+    pub fn modify_mapped<R>(&self, tx: &dyn Change, buf: &Arc<Buf>, f: impl FnOnce(&mut [u8]) -> (R, u64)) -> R {
+        self.change_by(tx, buf, 0..self.block_size, 0, f)
+    }
+
     fn change<R>(
         &self,
         tx: &dyn Change,
@@ -419,6 +431,28 @@ impl BufferCache {
         range: Range<usize>,
         force: u64,
         f: impl FnOnce(&mut [u8]) -> R,
+    ) -> R {
+        let (bs, at) = (self.block_size, range.start);
+        self.change_by(tx, buf, range, force, |data| {
+            BEFORE.with(|before| {
+                let mut before = before.borrow_mut();
+                before.clear();
+                before.extend_from_slice(data);
+                let r = f(data);
+                (r, changed_chunks(bs, at, &before, data))
+            })
+        })
+    }
+
+    /// Changes `range` of `buf` by `edit`, which returns the chunks it
+    /// changed.
+    fn change_by<R>(
+        &self,
+        tx: &dyn Change,
+        buf: &Arc<Buf>,
+        range: Range<usize>,
+        force: u64,
+        edit: impl FnOnce(&mut [u8]) -> (R, u64),
     ) -> R {
         let mut guard = buf.data.write();
         // Stable while `tx` holds the gate (a push changes it under the
@@ -432,13 +466,7 @@ impl BufferCache {
         }
         // Copy-on-write: a captured, frozen or AIL image may share the bytes.
         let data: &mut [u8] = Arc::<ImageBytes>::make_mut(&mut guard);
-        let (r, changed) = BEFORE.with(|before| {
-            let mut before = before.borrow_mut();
-            before.clear();
-            before.extend_from_slice(&data[range.clone()]);
-            let r = f(&mut data[range.clone()]);
-            (r, changed_chunks(self.block_size, range.start, &before, &data[range]))
-        });
+        let (r, changed) = edit(&mut data[range]);
         let map = if changed != 0 && !self.regions { WHOLE } else { changed | force };
         if map == 0 {
             return r;

@@ -153,6 +153,12 @@ impl Tx<'_> {
         self.bufs.modify(self, buf, range, f)
     }
 
+    /// Changes `buf` by `f`, which returns the journal chunks it wrote (see
+    /// `BufferCache::modify_mapped`).
+    pub fn modify_mapped<R>(&self, buf: &Arc<Buf>, f: impl FnOnce(&mut [u8]) -> (R, u64)) -> R {
+        self.bufs.modify_mapped(self, buf, f)
+    }
+
     /// Encodes `node` into `buf` in the running checkpoint.
     pub fn write_node(&self, buf: &Arc<Buf>, node: &Node) {
         self.modify(buf, 0..self.bs(), |d| node.encode(self.seed, buf.blk, d));
