@@ -276,9 +276,24 @@ impl<'a> Tree<'a> {
             if tx.modify_mapped(&buf, put) {
                 return Ok(None);
             }
+        } else {
+            // An internal node changes only when its first key drops or its
+            // child splits: descend reading it in place, decode only then.
+            let (child, child_level, n, first) = {
+                let data = buf.read();
+                let v = self.view(blk, &data, level)?;
+                (v.child(v.count_le(key).saturating_sub(1)), v.level() - 1, v.len(), v.key(0))
+            };
+            let full = Node::internal_bytes(n + 1) > bs;
+            let (above, reach) = if full { (full_above + 1, to_root) } else { (0, false) };
+            let split = self.insert_in(tx, child, key, value, replace, Some(child_level), above, reach)?;
+            if split.is_none() && key >= first {
+                return Ok(None);
+            }
+            return self.change_internal(tx, &buf, key, split);
         }
+        // A leaf the entry does not fit in: it splits.
         let mut node = self.meta.decode_node(&buf)?;
-        let lvl = node.level;
         match &mut node.body {
             NodeBody::Leaf(e) => {
                 match e.binary_search_by_key(&key, |x| x.0) {
@@ -309,38 +324,45 @@ impl<'a> Tree<'a> {
                 tx.write_node(&nb, &Node { kind: self.kind, level: 0, owner: self.owner, body: NodeBody::Leaf(right) });
                 Ok(Some((sep, nb.blk)))
             }
-            NodeBody::Internal(c) => {
-                let i = child_index(c, key);
-                let mut changed = false;
-                if key < c[0].0 {
-                    c[0].0 = key;
-                    changed = true;
-                }
-                let child = c[i].1;
-                let full = Node::internal_bytes(c.len() + 1) > bs;
-                let (above, reach) = if full { (full_above + 1, to_root) } else { (0, false) };
-                if let Some((sep, nb)) = self.insert_in(tx, child, key, value, replace, Some(lvl - 1), above, reach)? {
-                    c.insert(i + 1, (sep, nb));
-                    changed = true;
-                }
-                if !changed {
-                    return Ok(None);
-                }
-                if Node::internal_bytes(c.len()) <= bs {
-                    tx.write_node(&buf, &node);
-                    return Ok(None);
-                }
-                let nb = self.take_node(tx)?;
-                let right: Vec<_> = c.split_off(c.len() / 2);
-                let sep = right[0].0;
-                tx.write_node(&buf, &node);
-                tx.write_node(
-                    &nb,
-                    &Node { kind: self.kind, level: lvl, owner: self.owner, body: NodeBody::Internal(right) },
-                );
-                Ok(Some((sep, nb.blk)))
+            NodeBody::Internal(_) => {
+                Err(FormatError::corrupt("tree node", blk, "changed level under its owner's lock").into())
             }
         }
+    }
+
+    /// Writes into internal node `buf` what an insert of `key` below it
+    /// changed: a first key lowered to `key`, and the split of the child
+    /// it went into (separator, new node); the node splits in turn when it
+    /// overflows (its caller reserved the node: `full_above`).
+    fn change_internal(
+        &mut self,
+        tx: &Tx<'_>,
+        buf: &std::sync::Arc<crate::buffer::Buf>,
+        key: u64,
+        split: Option<(u64, u64)>,
+    ) -> Result<Option<(u64, u64)>> {
+        let mut node = self.meta.decode_node(buf)?;
+        let lvl = node.level;
+        let NodeBody::Internal(c) = &mut node.body else {
+            return Err(FormatError::corrupt("tree node", buf.blk, "changed level under its owner's lock").into());
+        };
+        let i = child_index(c, key);
+        if key < c[0].0 {
+            c[0].0 = key;
+        }
+        if let Some((sep, nb)) = split {
+            c.insert(i + 1, (sep, nb));
+        }
+        if Node::internal_bytes(c.len()) <= self.meta.bs() {
+            tx.write_node(buf, &node);
+            return Ok(None);
+        }
+        let nb = self.take_node(tx)?;
+        let right: Vec<_> = c.split_off(c.len() / 2);
+        let sep = right[0].0;
+        tx.write_node(buf, &node);
+        tx.write_node(&nb, &Node { kind: self.kind, level: lvl, owner: self.owner, body: NodeBody::Internal(right) });
+        Ok(Some((sep, nb.blk)))
     }
 
     /// Removes `key`, returning its value; `root` becomes 0 when the tree empties.
@@ -353,59 +375,72 @@ impl<'a> Tree<'a> {
             *root = 0;
             return Ok(v);
         }
-        // Collapse a root that has a single child.
+        // Collapse a root that has a single child (read in place: the root
+        // is nearly always a leaf or has several children).
         loop {
-            let (_, node) = self.load(*root, None)?;
-            match node.body {
-                NodeBody::Internal(c) if c.len() == 1 => {
-                    let old = *root;
-                    *root = c[0].1;
-                    self.free_node(tx, old)?;
-                }
-                _ => break,
-            }
+            let buf = self.meta.read_node(*root, self.kind, self.owner)?;
+            let only_child = {
+                let data = buf.read();
+                let v = self.view(*root, &data, None)?;
+                (v.level() > 0 && v.len() == 1).then(|| v.child(0))
+            };
+            let Some(child) = only_child else { break };
+            let old = *root;
+            *root = child;
+            self.free_node(tx, old)?;
         }
         Ok(v)
     }
 
     fn remove_in(&mut self, tx: &Tx<'_>, blk: u64, key: u64, level: Option<u8>) -> Result<(Option<Vec<u8>>, bool)> {
         let buf = self.meta.read_node(blk, self.kind, self.owner)?;
-        // A leaf that keeps an entry loses this one in place; one that would
-        // empty is freed below.
-        if self.leaf_len(&buf, level)?.is_some_and(|n| n > 1) {
+        // Read in place where the key goes: an internal node changes only
+        // when the child it descends into empties, and a leaf that keeps an
+        // entry loses this one in place; only those rare changes decode.
+        let (leaf_len, descend) = {
+            let data = buf.read();
+            let v = self.view(blk, &data, level)?;
+            if v.level() == 0 {
+                (v.len(), None)
+            } else {
+                (0, Some((v.child(v.count_le(key).saturating_sub(1)), v.level() - 1)))
+            }
+        };
+        if let Some((child, child_level)) = descend {
+            let (v, empty) = self.remove_in(tx, child, key, Some(child_level))?;
+            if !empty {
+                return Ok((v, false));
+            }
+            let mut node = self.meta.decode_node(&buf)?;
+            let NodeBody::Internal(c) = &mut node.body else {
+                return Err(FormatError::corrupt("tree node", blk, "changed level under its owner's lock").into());
+            };
+            c.remove(child_index(c, key));
+            if c.is_empty() {
+                self.free_node(tx, blk)?;
+                return Ok((v, true));
+            }
+            tx.write_node(&buf, &node);
+            return Ok((v, false));
+        }
+        if leaf_len > 1 {
             let seed = self.meta.seed;
             let remove =
                 |d: &mut [u8]| leaf_edit::leaf_remove_logged(seed, d, key).map_or((None, 0), |(v, m)| (Some(v), m));
             return Ok((tx.modify_mapped(&buf, remove), false));
         }
-        let mut node = self.meta.decode_node(&buf)?;
-        let lvl = node.level;
-        match &mut node.body {
-            NodeBody::Leaf(e) => {
-                let Ok(i) = e.binary_search_by_key(&key, |x| x.0) else { return Ok((None, false)) };
-                let (_, v) = e.remove(i);
-                if e.is_empty() {
-                    self.free_node(tx, blk)?;
-                    return Ok((Some(v), true));
-                }
-                tx.write_node(&buf, &node);
-                Ok((Some(v), false))
-            }
-            NodeBody::Internal(c) => {
-                let i = child_index(c, key);
-                let (v, empty) = self.remove_in(tx, c[i].1, key, Some(lvl - 1))?;
-                if !empty {
-                    return Ok((v, false));
-                }
-                c.remove(i);
-                if c.is_empty() {
-                    self.free_node(tx, blk)?;
-                    return Ok((v, true));
-                }
-                tx.write_node(&buf, &node);
-                Ok((v, false))
-            }
+        // A leaf of one entry: freed when it is the key.
+        let (found, value) = {
+            let data = buf.read();
+            let v = self.view(blk, &data, level)?;
+            let found = v.len() == 1 && v.key(0) == key;
+            (found, if found { v.value(0).to_vec() } else { Vec::new() })
+        };
+        if !found {
+            return Ok((None, false));
         }
+        self.free_node(tx, blk)?;
+        Ok((Some(value), true))
     }
 
     /// Frees every node of the tree (its entries must already be released).

@@ -8,6 +8,7 @@ mod common;
 mod concurrency;
 mod contiguity;
 mod crash;
+mod deep_dir;
 mod deferred_orphans;
 mod full;
 mod half_done;
