@@ -167,6 +167,7 @@ impl Fs {
             running_seq: journal.next_seq().into(),
             orphan_root: Mutex::new(sb.orphan_root),
             orphans: crate::deferred_orphans::DeferredOrphans::new(opts.defer_orphans),
+            inode_readahead: u64::from(opts.inode_readahead_blks),
             sb: Mutex::new(sb.clone()),
             xattrs: crate::mbcache::XattrShare::new(
                 opts.mbcache,

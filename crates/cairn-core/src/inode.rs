@@ -476,8 +476,12 @@ impl Meta {
         if !self.geo().valid_ino(ino) {
             return Err(FsError::Errno(libc::ESTALE));
         }
-        let (blk, off) = self.geo().inode_location(ino);
-        let buf = self.bufs.get(blk, |_, _| Ok(()))?;
+        let geo = self.geo();
+        let (blk, off) = geo.inode_location(ino);
+        // Read ahead in the group's inode table (ext4's
+        // `inode_readahead_blks`): inodes made in a row sit side by side.
+        let table_end = geo.inode_table(geo.group_of_ino(ino)) + geo.itable_blocks;
+        let buf = self.bufs.get_ahead(blk, table_end.min(blk + self.inode_readahead), |_, _| Ok(()))?;
         let d = DiskInode::decode(self.seed, ino, &buf.read()[off..off + cairn_format::inode::INODE_SIZE])?;
         match &d.data {
             DataArea::Extents(list) => {

@@ -32,6 +32,10 @@ pub struct Meta {
     pub orphan_root: Mutex<u64>,
     /// Orphan-list inserts the next swap makes (see `deferred_orphans`).
     pub orphans: crate::deferred_orphans::DeferredOrphans,
+    /// Inode-table blocks one read brings on a miss (`-o
+    /// inode_readahead_blks`; 0 or 1: only the block asked for; see
+    /// `buffer::readahead`).
+    pub inode_readahead: u64,
 }
 
 impl Meta {

@@ -77,6 +77,11 @@ pub struct MountOptions {
     /// itself) before it closes the gate on the operations inside
     /// (`-o push_patience_us=N`; 0: it closes at once; see `tx::gate`).
     pub push_patience: Option<Duration>,
+    /// Inode-table blocks read in one device read when an inode's block is
+    /// not cached: it and the ones after it in the group's table (`-o
+    /// inode_readahead_blks=N`, ext4's knob and default; 0 reads only the
+    /// block; see `buffer::readahead`).
+    pub inode_readahead_blks: u32,
 }
 
 impl Default for MountOptions {
@@ -102,6 +107,7 @@ impl Default for MountOptions {
             backend_nice: 10,
             push_drain: Some(crate::tx::gate::DRAIN),
             push_patience: Some(crate::tx::gate::PATIENCE),
+            inode_readahead_blks: crate::buffer::DEFAULT_INODE_READAHEAD,
         }
     }
 }

@@ -237,6 +237,10 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.mb_group_prealloc = number(k, req(v), 0, 8192)? as u32;
         Ok(())
     }),
+    spec(&["inode_readahead_blks"], Required("N"), Measuring, "32", "inode-table blocks read in one read when an inode is not cached (ext4's knob; 0 reads one block)", |p, k, v| {
+        p.s.engine.inode_readahead_blks = number(k, req(v), 0, 1024)? as u32;
+        Ok(())
+    }),
     spec(&["overwrite_fastpath"], Required("0|1"), Measuring, "1", "overwrite allocated, written blocks with no journal transaction", |p, k, v| {
         p.s.engine.overwrite_fastpath = switch(k, req(v))?;
         Ok(())

@@ -264,6 +264,9 @@ mod tests {
         assert_eq!(parse(&["mb_group_prealloc=0"]).unwrap().engine.mb_group_prealloc, 0);
         assert_eq!(parse(&["mb_group_prealloc=64"]).unwrap().engine.mb_group_prealloc, 64);
         assert!(parse(&["mb_group_prealloc=9000"]).unwrap_err().contains("between 0 and 8192"));
+        assert_eq!(parse::<&str>(&[]).unwrap().engine.inode_readahead_blks, 32);
+        assert_eq!(parse(&["inode_readahead_blks=0"]).unwrap().engine.inode_readahead_blks, 0);
+        assert!(parse(&["inode_readahead_blks=2048"]).unwrap_err().contains("between 0 and 1024"));
     }
 
     #[test]

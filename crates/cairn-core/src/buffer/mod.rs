@@ -67,6 +67,7 @@
 //! buffer data → buffer log state (never the reverse).
 
 pub mod cil;
+mod readahead;
 
 use crate::dev::BlockDevice;
 use crate::error::Result;
@@ -85,6 +86,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 const SHARDS: usize = 64;
+
+/// Inode-table blocks read together on a miss unless the mount says
+/// otherwise (ext4's `inode_readahead_blks` default; see `readahead`).
+pub const DEFAULT_INODE_READAHEAD: u32 = 32;
 
 /// A running transaction as the layers below the metadata context see it
 /// (`tx::Tx` is the one implementation): proof that the caller holds the
@@ -121,6 +126,8 @@ pub struct Buf {
     data: RwLock<Image>,
     pub(crate) log: Mutex<LogState>,
     referenced: AtomicBool,
+    /// Cached by readahead and not asked for since (see `readahead`).
+    ahead: AtomicBool,
 }
 
 /// A buffer's part in logging (see the module essay and `buffer::cil`).
@@ -152,7 +159,13 @@ pub enum BufState {
 
 impl Buf {
     fn new(blk: u64, data: Image) -> Buf {
-        Buf { blk, data: RwLock::new(data), log: Mutex::new(LogState::default()), referenced: AtomicBool::new(false) }
+        Buf {
+            blk,
+            data: RwLock::new(data),
+            log: Mutex::new(LogState::default()),
+            referenced: AtomicBool::new(false),
+            ahead: AtomicBool::new(false),
+        }
     }
 
     /// The block's bytes, shared.
@@ -206,6 +219,12 @@ pub struct CacheStats {
     /// Times the clock hand found nothing evictable (everything dirty, in
     /// flight or held): the cache then runs over its budget until a commit.
     pub over_budget: AtomicU64,
+    /// Device reads that brought blocks ahead of need (`readahead`).
+    pub readahead_reads: AtomicU64,
+    /// Blocks cached ahead of need.
+    pub readahead_blocks: AtomicU64,
+    /// Of those, the ones asked for later.
+    pub readahead_used: AtomicU64,
 }
 
 #[derive(Default)]
@@ -281,9 +300,10 @@ impl BufferCache {
         let mut epoch = {
             let mut sh = self.shards[s].lock();
             if let Some(b) = sh.map.get(&blk) {
-                b.touch();
                 let b = b.clone();
                 sh.hits += 1;
+                drop(sh);
+                b.note_hit(self);
                 return Ok(b);
             }
             sh.epoch
@@ -537,6 +557,9 @@ impl Publish for BufferCache {
         put("cache.evictions", s.evictions.load(Relaxed));
         put("cache.reread_races", s.reread_races.load(Relaxed));
         put("cache.over_budget", s.over_budget.load(Relaxed));
+        put("cache.readahead_reads", s.readahead_reads.load(Relaxed));
+        put("cache.readahead_blocks", s.readahead_blocks.load(Relaxed));
+        put("cache.readahead_used", s.readahead_used.load(Relaxed));
     }
 }
 

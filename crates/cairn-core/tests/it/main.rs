@@ -21,6 +21,7 @@ mod model;
 mod overwrite;
 mod pressure;
 mod read_only;
+mod readahead;
 mod reaper;
 mod resize;
 mod small_files;
