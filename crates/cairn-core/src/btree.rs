@@ -183,6 +183,10 @@ impl<'a> Tree<'a> {
             let first = v.count_le(from).saturating_sub(1);
             ((first..v.len()).map(|i| v.child(i)).collect::<Vec<u64>>(), v.level() - 1)
         };
+        if child_level == 0 {
+            // The leaves come next, in order: read them ahead.
+            self.meta.prefetch_nodes(&children);
+        }
         for child in children {
             if !self.scan_in(child, from, Some(child_level), f)? {
                 return Ok(false);

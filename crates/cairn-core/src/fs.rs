@@ -168,6 +168,7 @@ impl Fs {
             orphan_root: Mutex::new(sb.orphan_root),
             orphans: crate::deferred_orphans::DeferredOrphans::new(opts.defer_orphans),
             inode_readahead: u64::from(opts.inode_readahead_blks),
+            node_readahead: opts.node_readahead,
             sb: Mutex::new(sb.clone()),
             xattrs: crate::mbcache::XattrShare::new(
                 opts.mbcache,

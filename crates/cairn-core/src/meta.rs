@@ -36,7 +36,15 @@ pub struct Meta {
     /// inode_readahead_blks`; 0 or 1: only the block asked for; see
     /// `buffer::readahead`).
     pub inode_readahead: u64,
+    /// Read a scan's next tree leaves ahead, a run at a time (`-o
+    /// node_readahead=0|1`; see [`Meta::prefetch_nodes`]).
+    pub node_readahead: bool,
 }
+
+/// Most blocks one read of tree leaves ahead of a scan spans.
+pub const NODE_READAHEAD: u64 = 32;
+/// The largest gap between two leaves that one read ahead still spans.
+pub const NODE_GAP: u64 = 4;
 
 impl Meta {
     /// The geometry as of now (`cairn resize` may grow it while mounted).
@@ -72,6 +80,36 @@ impl Meta {
             }
         }
         Ok(buf)
+    }
+
+    /// Reads ahead the tree nodes `blocks` (a scan's next leaves, in key
+    /// order): each run of them that lies close together on the device
+    /// (gaps of at most [`NODE_GAP`] blocks, [`NODE_READAHEAD`] blocks in
+    /// all) comes in one device read (`buffer::readahead`). Blocks of a run
+    /// that are not valid nodes are not cached; a bad pointer is left for
+    /// the read that follows it to report.
+    pub fn prefetch_nodes(&self, blocks: &[u64]) {
+        if !self.node_readahead || blocks.len() < 2 {
+            return;
+        }
+        let mut sorted: Vec<u64> = blocks.iter().copied().filter(|&b| !self.bufs.is_cached(b)).collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let seed = self.seed;
+        let verify = |b: u64, d: &[u8]| Node::decode(seed, b, d).map(|_| ()).map_err(Into::into);
+        let mut i = 0;
+        while i < sorted.len() {
+            let start = sorted[i];
+            let mut j = i + 1;
+            while j < sorted.len() && sorted[j] - sorted[j - 1] <= NODE_GAP && sorted[j] - start < NODE_READAHEAD {
+                j += 1;
+            }
+            let end = sorted[j - 1] + 1;
+            if j - i >= 2 && self.geo().valid_data_range(start, end - start) {
+                self.bufs.prefetch(start, end, verify);
+            }
+            i = j;
+        }
     }
 
     /// Logs the superblock with the counters as they are now: run by each

@@ -82,6 +82,9 @@ pub struct MountOptions {
     /// inode_readahead_blks=N`, ext4's knob and default; 0 reads only the
     /// block; see `buffer::readahead`).
     pub inode_readahead_blks: u32,
+    /// Read a tree scan's next leaves ahead, a run of nearby blocks in one
+    /// read (`-o node_readahead=0|1`; see `Meta::prefetch_nodes`).
+    pub node_readahead: bool,
 }
 
 impl Default for MountOptions {
@@ -108,6 +111,7 @@ impl Default for MountOptions {
             push_drain: Some(crate::tx::gate::DRAIN),
             push_patience: Some(crate::tx::gate::PATIENCE),
             inode_readahead_blks: crate::buffer::DEFAULT_INODE_READAHEAD,
+            node_readahead: true,
         }
     }
 }

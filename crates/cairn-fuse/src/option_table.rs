@@ -241,6 +241,10 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.inode_readahead_blks = number(k, req(v), 0, 1024)? as u32;
         Ok(())
     }),
+    spec(&["node_readahead"], Required("0|1"), Measuring, "1", "read a directory or extent scan's next tree leaves ahead, nearby blocks in one read", |p, k, v| {
+        p.s.engine.node_readahead = switch(k, req(v))?;
+        Ok(())
+    }),
     spec(&["overwrite_fastpath"], Required("0|1"), Measuring, "1", "overwrite allocated, written blocks with no journal transaction", |p, k, v| {
         p.s.engine.overwrite_fastpath = switch(k, req(v))?;
         Ok(())

@@ -57,6 +57,34 @@ impl BufferCache {
         if end <= blk + 1 {
             return self.get(blk, verify);
         }
+        self.read_run(blk, end, &verify, false)
+    }
+
+    /// Caches the blocks from `blk` up to `end` that one read can bring, as
+    /// [`BufferCache::get_ahead`] does, before anyone asks for them (a
+    /// scan's next tree leaves): `blk` counts as read ahead too, and
+    /// nothing is reported (a block that fails is read again, and its error
+    /// reported, when it is asked for).
+    pub fn prefetch(&self, blk: u64, end: u64, verify: impl Fn(u64, &[u8]) -> Result<()>) {
+        if end > blk + 1 && !self.is_cached(blk) {
+            let _ = self.read_run(blk, end, &verify, true);
+        }
+    }
+
+    /// Whether `blk` is cached (no hit is counted).
+    pub fn is_cached(&self, blk: u64) -> bool {
+        self.shards[self.shard(blk)].lock().map.contains_key(&blk)
+    }
+
+    /// The read of [`BufferCache::get_ahead`]; `prefetch`: nobody asked for
+    /// `blk` yet (it is marked and counted as read ahead).
+    fn read_run(
+        &self,
+        blk: u64,
+        end: u64,
+        verify: &dyn Fn(u64, &[u8]) -> Result<()>,
+        prefetch: bool,
+    ) -> Result<Arc<Buf>> {
         // The run: blocks neither cached nor in the AIL, each with its
         // shard's epoch as of before the read.
         let mut run: Vec<u64> = Vec::with_capacity((end - blk) as usize);
@@ -65,9 +93,11 @@ impl BufferCache {
             if let Some(hit) = sh.map.get(&b) {
                 if b == blk {
                     let hit = hit.clone();
-                    sh.hits += 1;
-                    drop(sh);
-                    hit.note_hit(self);
+                    if !prefetch {
+                        sh.hits += 1;
+                        drop(sh);
+                        hit.note_hit(self);
+                    }
                     return Ok(hit);
                 }
                 break;
@@ -83,7 +113,9 @@ impl BufferCache {
             // Nothing to read ahead (or `blk` itself is in the AIL).
             return self.get(blk, verify);
         }
-        self.stats.misses.fetch_add(1, Relaxed);
+        if !prefetch {
+            self.stats.misses.fetch_add(1, Relaxed);
+        }
         let bs = self.block_size;
         let first = RUN.with(|cell| -> Result<Option<Arc<Buf>>> {
             let mut bytes = cell.borrow_mut();
@@ -117,7 +149,12 @@ impl BufferCache {
                         continue;
                     }
                     verified?;
-                    first = Some(self.install(&mut sh, b, data));
+                    let buf = self.install(&mut sh, b, data);
+                    if prefetch {
+                        buf.ahead.store(true, Relaxed);
+                        self.stats.readahead_blocks.fetch_add(1, Relaxed);
+                    }
+                    first = Some(buf);
                 } else if sh.epoch == epoch && !sh.map.contains_key(&b) {
                     let buf = self.install(&mut sh, b, data);
                     buf.ahead.store(true, Relaxed);
@@ -257,5 +294,19 @@ mod tests {
         assert_eq!(cache.get_ahead(80, 96, ok).unwrap().read()[0], 80);
         assert!(!cached(&cache, 81), "nothing was read ahead");
         assert!(cache.get_ahead(85, 96, ok).is_err(), "the bad block reports its error");
+    }
+
+    #[test]
+    fn a_prefetch_caches_the_run_counts_no_miss_and_its_first_block_as_ahead() {
+        let (cache, dev, _) = setup(Arc::new(MemDevice::new(256 * BS as u64)), 4096);
+        cache.prefetch(100, 104, ok);
+        assert_eq!(stat(&dev.reads), 1);
+        assert!((100..104).all(|b| cached(&cache, b)));
+        assert_eq!(stat(&cache.stats.misses), 0, "nobody asked for a block yet");
+        assert_eq!(stat(&cache.stats.readahead_blocks), 4);
+        cache.prefetch(100, 108, ok);
+        assert_eq!(stat(&dev.reads), 1, "a cached first block: nothing is read");
+        assert_eq!(cache.get(100, ok).unwrap().read()[0], 100);
+        assert_eq!(stat(&cache.stats.readahead_used), 1);
     }
 }

@@ -1,7 +1,8 @@
-//! Inode-table readahead (`buffer::readahead`, `-o inode_readahead_blks`):
-//! a cold walk of files made in a row reads their inode-table blocks a
-//! window at a time, every attribute comes back right, and the option's 0
-//! reads one block at a time.
+//! Readahead of metadata (`buffer::readahead`): a cold walk of files made in
+//! a row reads their inode-table blocks a window at a time (`-o
+//! inode_readahead_blks`), a directory's scan reads its next leaves a run at
+//! a time (`-o node_readahead`), every name and attribute comes back right,
+//! and the off-switches read one block at a time.
 
 use crate::common::*;
 use cairn_core::{Ctx, MountOptions};
@@ -24,7 +25,9 @@ fn cold_walk(n: u64, blocks: u32) -> (u64, u64, u64) {
     }
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount_with(&dev, MountOptions { inode_readahead_blks: blocks, ..Default::default() });
+    // Tree leaves read ahead are counted apart from this test.
+    let fs =
+        mount_with(&dev, MountOptions { inode_readahead_blks: blocks, node_readahead: false, ..Default::default() });
     let misses0 = counter(&fs, "cache.misses");
     for i in 0..n {
         let a = fs.lookup(d, format!("f{i}").as_bytes()).unwrap();
@@ -49,4 +52,62 @@ fn a_cold_walk_reads_the_inode_table_a_window_at_a_time() {
     let (reads0, used0, misses0) = cold_walk(2000, 0);
     assert_eq!((reads0, used0), (0, 0), "inode_readahead_blks=0 reads one block at a time");
     assert!(misses + 100 <= misses0, "{misses} misses with readahead, {misses0} without");
+}
+
+/// Makes a directory of `n` entries in two interleaved directories (so
+/// their leaves interleave on the device), remounts, and reads one
+/// directory whole in pages of 100 entries; returns the readahead reads, the
+/// blocks used of them, and the names read.
+fn cold_readdir(n: u64, node_readahead: bool) -> (u64, u64, Vec<Vec<u8>>) {
+    let dev = new_image(64);
+    let c = Ctx::root();
+    let fs = mount(&dev);
+    let a = fs.mkdir(&c, 1, b"a", 0o755).unwrap().ino;
+    let b = fs.mkdir(&c, 1, b"b", 0o755).unwrap().ino;
+    for i in 0..n {
+        for d in [a, b] {
+            let name = format!("a-rather-long-name-as-fs_mark-makes-them-{i:08}");
+            fs.mknod(&c, d, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        }
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    let opts = MountOptions { inode_readahead_blks: 0, node_readahead, ..Default::default() };
+    let fs = mount_with(&dev, opts);
+    let mut names = Vec::new();
+    let mut off = 0;
+    loop {
+        let mut page = 0;
+        fs.readdir(a, off, &mut |e| {
+            off = e.next_offset;
+            if e.name != b"." && e.name != b".." {
+                names.push(e.name.clone());
+            }
+            page += 1;
+            page < 100
+        })
+        .unwrap();
+        if page < 100 {
+            break;
+        }
+    }
+    let out = (counter(&fs, "cache.readahead_reads"), counter(&fs, "cache.readahead_used"), names);
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after the readdir");
+    out
+}
+
+#[test]
+fn a_cold_readdir_reads_the_next_leaves_ahead_and_misses_no_name() {
+    let n = 3000;
+    let (_, used, mut names) = cold_readdir(n, true);
+    assert!(used >= 10, "{used} leaves read ahead were used");
+    let (reads0, used0, mut names0) = cold_readdir(n, false);
+    assert_eq!((reads0, used0), (0, 0), "node_readahead=0 reads one leaf at a time");
+    names.sort();
+    names0.sort();
+    let want: Vec<Vec<u8>> =
+        (0..n).map(|i| format!("a-rather-long-name-as-fs_mark-makes-them-{i:08}").into_bytes()).collect();
+    assert_eq!(names, want, "every name once, with readahead");
+    assert_eq!(names0, want, "every name once, without");
 }
