@@ -478,14 +478,39 @@ impl Fs {
     }
 
     /// A READDIRPLUS entry: `ino`'s attributes go to `add`, which says
-    /// whether it took the entry and whether that takes a lookup reference
-    /// (the kernel takes one on every entry it was given but `.` and
-    /// `..`); one inode lookup for both. Returns what `add` returned.
-    pub fn listing_entry(&self, ino: u64, add: impl FnOnce(&Attr) -> (bool, bool)) -> Result<bool> {
+    /// whether it took the entry; `counts`: a taken entry takes a lookup
+    /// reference (the kernel takes one on every entry it was given but `.`
+    /// and `..`). Returns what `add` returned.
+    ///
+    /// An inode that is not in core is not made so (unless `-o
+    /// cache_listed`): its attributes come from its inode-table buffer, and
+    /// its reference is taken first, under its cache shard's lock (see
+    /// "Listings" in `inode`). The kernel holds the attributes from here on,
+    /// and a walk of a large tree would fill the cache with inodes nobody
+    /// asks for again.
+    pub fn listing_entry(&self, ino: u64, counts: bool, add: impl FnOnce(&Attr) -> bool) -> Result<bool> {
         self.read_op(|| {
+            if counts && !self.opts.cache_listed && self.icache.add_lookups_if_uncached(ino, 1) {
+                match self.meta.load_inode(ino) {
+                    Ok(d) if d.nlink > 0 => {
+                        let taken = add(&self.disk_attr(ino, &d, d.mtime, d.ctime));
+                        if !taken {
+                            self.forget(ino, 1);
+                        }
+                        return Ok(taken);
+                    }
+                    // Unlinked since the listing: the in-core path below
+                    // decides whether it is still a file.
+                    Ok(_) => self.forget(ino, 1),
+                    Err(e) => {
+                        self.forget(ino, 1);
+                        return Err(e);
+                    }
+                }
+            }
             let r = self.iget(ino)?;
             let g = r.read();
-            let (taken, counts) = add(&self.attr(&g));
+            let taken = add(&self.attr(&g));
             if taken && counts && !g.freed {
                 self.icache.add_lookups(ino, 1);
             }

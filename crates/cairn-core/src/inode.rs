@@ -33,6 +33,23 @@
 //! reference appears meanwhile — or, for an inode not in core, under its
 //! cache shard's lock (a FORGET of an evicted inode needs no reload).
 //!
+//! ## Listings
+//! A READDIRPLUS gives the kernel each entry's attributes and a lookup
+//! reference. For an inode not in core, `Fs::listing_entry` reads the
+//! attributes from its inode-table buffer and makes no in-core inode: the
+//! kernel caches the attributes, and a walk of millions of files would
+//! otherwise fill the cache with inodes nobody asks for again (`-o
+//! cache_listed` makes them in core, as before). The reference is added
+//! first, under the inode's cache shard lock and only if the inode is not
+//! in core ([`InodeCache::add_lookups_if_uncached`]): a change to an inode
+//! holds it in core from its load to its end (a held `Arc` is never
+//! dropped), so an unlink either finished before — its free reached the
+//! buffer, and the listing sees no links — or comes after and sees the
+//! reference (the file goes to the orphan list, freed at the kernel's
+//! FORGET). A listing that then finds no links, or whose entry does not fit
+//! in the reply, gives its reference back through `Fs::forget`, as the
+//! kernel would.
+//!
 //! ## The cache (`-o lru_caches=1`, the default)
 //! In-core inodes live in a sharded LRU (`lru`) under a byte budget
 //! (`MountOptions::inode_cache_bytes`). A hit sets the entry's referenced
@@ -444,6 +461,18 @@ impl InodeCache {
     /// Drops every lookup reference of `ino` (unmount).
     pub fn clear_lookups(&self, ino: u64) {
         self.refs.sub(ino, u64::MAX);
+    }
+
+    /// For a listing (`Fs::listing_entry`): if `ino` is not in core, adds
+    /// `n` lookup references under its cache shard's lock and returns true;
+    /// false (nothing added) if it is in core. See "Listings".
+    pub fn add_lookups_if_uncached(&self, ino: u64, n: u64) -> bool {
+        let sh = self.lru.lock(&ino);
+        if sh.peek(&ino).is_some() {
+            return false;
+        }
+        self.refs.add(ino, n);
+        true
     }
 
     /// FORGET of an inode that is not in core: drops `n` references under

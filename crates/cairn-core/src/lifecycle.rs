@@ -86,11 +86,15 @@ impl Fs {
     }
 
     pub(crate) fn attr(&self, st: &InodeState) -> Attr {
-        let d = &st.d;
         let (mtime, ctime) = st.times();
+        self.disk_attr(st.ino, &st.d, mtime, ctime)
+    }
+
+    /// The attributes of inode `ino` as `d` holds them, with these times.
+    pub(crate) fn disk_attr(&self, ino: u64, d: &DiskInode, mtime: Timestamp, ctime: Timestamp) -> Attr {
         Attr {
-            ino: st.ino,
-            generation: if st.ino == cairn_format::ROOT_INO { 0 } else { d.generation },
+            ino,
+            generation: if ino == cairn_format::ROOT_INO { 0 } else { d.generation },
             size: d.size,
             blocks: d.blocks * u64::from(self.meta.geo().block_size / 512),
             atime: d.atime,

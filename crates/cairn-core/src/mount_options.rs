@@ -85,6 +85,10 @@ pub struct MountOptions {
     /// Read a tree scan's next leaves ahead, a run of nearby blocks in one
     /// read (`-o node_readahead=0|1`; see `Meta::prefetch_nodes`).
     pub node_readahead: bool,
+    /// Make an in-core inode of every inode a READDIRPLUS lists (`-o
+    /// cache_listed`); by default one not in core is read from its buffer
+    /// and left out of the cache (see "Listings" in `inode`).
+    pub cache_listed: bool,
 }
 
 impl Default for MountOptions {
@@ -112,6 +116,7 @@ impl Default for MountOptions {
             push_patience: Some(crate::tx::gate::PATIENCE),
             inode_readahead_blks: crate::buffer::DEFAULT_INODE_READAHEAD,
             node_readahead: true,
+            cache_listed: false,
         }
     }
 }

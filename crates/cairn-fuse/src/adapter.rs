@@ -690,7 +690,7 @@ impl Filesystem for CairnFuse {
                 // The kernel takes a lookup reference on every entry it was given,
                 // except `.` and `..`, whose attributes it ignores.
                 let dot = e.name == b"." || e.name == b"..";
-                let taken = self.fs.listing_entry(e.ino, |a| {
+                let taken = self.fs.listing_entry(e.ino, !dot, |a| {
                     let full = reply.add(
                         INodeNo(e.ino),
                         e.next_offset,
@@ -699,7 +699,7 @@ impl Filesystem for CairnFuse {
                         &file_attr(a),
                         Generation(u64::from(a.generation)),
                     );
-                    (!full, !dot)
+                    !full
                 });
                 // An entry whose inode vanished since the listing began is skipped.
                 taken.unwrap_or(true)

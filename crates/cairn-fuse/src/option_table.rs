@@ -245,6 +245,10 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.node_readahead = switch(k, req(v))?;
         Ok(())
     }),
+    spec(&["cache_listed"], Required("0|1"), Measuring, "0", "make an in-core inode of every inode a READDIRPLUS lists (0: read it from its buffer, leave the cache alone)", |p, k, v| {
+        p.s.engine.cache_listed = switch(k, req(v))?;
+        Ok(())
+    }),
     spec(&["overwrite_fastpath"], Required("0|1"), Measuring, "1", "overwrite allocated, written blocks with no journal transaction", |p, k, v| {
         p.s.engine.overwrite_fastpath = switch(k, req(v))?;
         Ok(())

@@ -17,6 +17,7 @@ mod inode_flags;
 mod inode_numbers;
 mod latch;
 mod layers;
+mod listings;
 mod model;
 mod overwrite;
 mod pressure;
