@@ -486,7 +486,13 @@ impl Fs {
             // Not in core: it has links (see `inode`), nothing to free.
             Some(left) => (false, left == 0),
             None => {
-                let Ok(r) = self.iget(ino) else { return };
+                let Ok(r) = self.iget(ino) else {
+                    // Freed (or unreadable): nothing to free, but the
+                    // references go, or a new file given the number would
+                    // inherit them.
+                    self.icache.sub_lookups(ino, n);
+                    return;
+                };
                 let mut g = r.write();
                 let left = self.icache.sub_lookups(ino, n);
                 if left == 0 {

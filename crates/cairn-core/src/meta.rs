@@ -104,7 +104,9 @@ impl Meta {
             while j < sorted.len() && sorted[j] - sorted[j - 1] <= NODE_GAP && sorted[j] - start < NODE_READAHEAD {
                 j += 1;
             }
-            let end = sorted[j - 1] + 1;
+            // A damaged pointer may be anything: `valid_data_range` refuses
+            // a run past the device.
+            let end = sorted[j - 1].saturating_add(1);
             if j - i >= 2 && self.geo().valid_data_range(start, end - start) {
                 self.bufs.prefetch(start, end, verify);
             }

@@ -54,17 +54,19 @@ impl BufferCache {
     /// read can bring (see the module essay). `end <= blk + 1` reads only
     /// `blk`.
     pub fn get_ahead(&self, blk: u64, end: u64, verify: impl Fn(u64, &[u8]) -> Result<()>) -> Result<Arc<Buf>> {
-        if end <= blk + 1 {
-            return self.get(blk, verify);
+        if end > blk + 1 {
+            if let Some(buf) = self.read_run(blk, end, &verify, false)? {
+                return Ok(buf);
+            }
         }
-        self.read_run(blk, end, &verify, false)
+        self.get(blk, verify)
     }
 
     /// Caches the blocks from `blk` up to `end` that one read can bring, as
     /// [`BufferCache::get_ahead`] does, before anyone asks for them (a
     /// scan's next tree leaves): `blk` counts as read ahead too, and
-    /// nothing is reported (a block that fails is read again, and its error
-    /// reported, when it is asked for).
+    /// nothing is reported or read again (a block that fails is read, and
+    /// its error reported, when it is asked for).
     pub fn prefetch(&self, blk: u64, end: u64, verify: impl Fn(u64, &[u8]) -> Result<()>) {
         if end > blk + 1 && !self.is_cached(blk) {
             let _ = self.read_run(blk, end, &verify, true);
@@ -77,56 +79,54 @@ impl BufferCache {
     }
 
     /// The read of [`BufferCache::get_ahead`]; `prefetch`: nobody asked for
-    /// `blk` yet (it is marked and counted as read ahead).
+    /// `blk` yet (it is marked and counted as read ahead, and no hit or
+    /// miss is counted). `None`: `blk` was not served here (no run to read,
+    /// the read failed, or a buffer left its shard meanwhile); a plain
+    /// `get` reads it, counting its miss.
     fn read_run(
         &self,
         blk: u64,
         end: u64,
         verify: &dyn Fn(u64, &[u8]) -> Result<()>,
         prefetch: bool,
-    ) -> Result<Arc<Buf>> {
+    ) -> Result<Option<Arc<Buf>>> {
         // The run: blocks neither cached nor in the AIL, each with its
         // shard's epoch as of before the read.
-        let mut run: Vec<u64> = Vec::with_capacity((end - blk) as usize);
+        let mut run: Vec<u64> = Vec::with_capacity((end - blk).min(1024) as usize);
         for b in blk..end {
             let mut sh = self.shards[self.shard(b)].lock();
             if let Some(hit) = sh.map.get(&b) {
-                if b == blk {
+                if b == blk && !prefetch {
                     let hit = hit.clone();
-                    if !prefetch {
-                        sh.hits += 1;
-                        drop(sh);
-                        hit.note_hit(self);
-                    }
-                    return Ok(hit);
+                    sh.hits += 1;
+                    drop(sh);
+                    hit.note_hit(self);
+                    return Ok(Some(hit));
                 }
                 break;
             }
             let epoch = sh.epoch;
             drop(sh);
-            if self.ail.lookup(b).is_some() {
+            if self.ail.holds(b) {
                 break;
             }
             run.push(epoch);
         }
         if run.len() < 2 {
             // Nothing to read ahead (or `blk` itself is in the AIL).
-            return self.get(blk, verify);
-        }
-        if !prefetch {
-            self.stats.misses.fetch_add(1, Relaxed);
+            return Ok(None);
         }
         let bs = self.block_size;
-        let first = RUN.with(|cell| -> Result<Option<Arc<Buf>>> {
+        RUN.with(|cell| -> Result<Option<Arc<Buf>>> {
             let mut bytes = cell.borrow_mut();
             bytes.resize(run.len() * bs, 0);
             if self.dev.read_at(&mut bytes, blk * bs as u64).is_err() {
-                // A block ahead may be unreadable while `blk` is not: read
-                // `blk` alone (through `get`, which reports its own error).
+                // A block ahead may be unreadable while `blk` is not: `blk`
+                // is read alone (by `get`, which reports its own error).
                 return Ok(None);
             }
-            self.stats.readahead_reads.fetch_add(1, Relaxed);
             let mut first = None;
+            let mut ahead = 0;
             for (i, (chunk, &epoch)) in bytes.chunks_exact(bs).zip(&run).enumerate() {
                 let b = blk + i as u64;
                 let verified = verify(b, chunk);
@@ -138,13 +138,18 @@ impl BufferCache {
                 if i == 0 {
                     if let Some(hit) = sh.map.get(&b) {
                         // Someone else read (and may have changed) it.
-                        hit.touch();
-                        first = Some(hit.clone());
+                        let hit = hit.clone();
+                        if !prefetch {
+                            sh.hits += 1;
+                            drop(sh);
+                            hit.note_hit(self);
+                        }
+                        first = Some(hit);
                         continue;
                     }
                     if sh.epoch != epoch {
-                        // A buffer left the shard meanwhile: read `blk`
-                        // again through `get`, which checks once more.
+                        // A buffer left the shard meanwhile: `blk` is read
+                        // again by `get`, which checks once more.
                         self.stats.reread_races.fetch_add(1, Relaxed);
                         continue;
                     }
@@ -152,21 +157,23 @@ impl BufferCache {
                     let buf = self.install(&mut sh, b, data);
                     if prefetch {
                         buf.ahead.store(true, Relaxed);
-                        self.stats.readahead_blocks.fetch_add(1, Relaxed);
+                        ahead += 1;
+                    } else {
+                        self.stats.misses.fetch_add(1, Relaxed);
                     }
                     first = Some(buf);
                 } else if sh.epoch == epoch && !sh.map.contains_key(&b) {
                     let buf = self.install(&mut sh, b, data);
                     buf.ahead.store(true, Relaxed);
-                    self.stats.readahead_blocks.fetch_add(1, Relaxed);
+                    ahead += 1;
                 }
             }
+            if ahead > 0 {
+                self.stats.readahead_reads.fetch_add(1, Relaxed);
+                self.stats.readahead_blocks.fetch_add(ahead, Relaxed);
+            }
             Ok(first)
-        })?;
-        match first {
-            Some(buf) => Ok(buf),
-            None => self.get(blk, verify),
-        }
+        })
     }
 }
 

@@ -206,6 +206,12 @@ impl Ail {
         drop(replaced);
     }
 
+    /// Whether a committed image of `blk` is not yet home (as `lookup`,
+    /// without taking it or counting a served miss).
+    pub fn holds(&self, blk: u64) -> bool {
+        self.map.lock().contains_key(&blk) || self.flight.lock().as_ref().is_some_and(|f| f.contains_key(&blk))
+    }
+
     /// The newest committed image of `blk` not yet home, if any.
     pub fn lookup(&self, blk: u64) -> Option<Image> {
         let mut r = self.map.lock().get(&blk).map(|e| e.image.clone());

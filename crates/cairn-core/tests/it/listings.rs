@@ -117,3 +117,67 @@ fn cache_listed_makes_every_listed_inode_in_core() {
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after listing");
 }
+
+#[test]
+fn listings_racing_with_unlinks_and_creates_leave_no_reference_behind() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    // A 16 MiB image has few inodes: numbers are freed and given again.
+    let dev = new_image(16);
+    let fs = mount(&dev);
+    let c = Ctx::root();
+    let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap().ino;
+    let refs0 = counter(&fs, "icache.lookup_refs");
+    const NAMES: u64 = 40;
+    let done = Arc::new(AtomicBool::new(false));
+    let listers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (fs, done) = (Arc::clone(&fs), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut round = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    let mut entries = Vec::new();
+                    fs.readdir(d, 0, &mut |e| {
+                        entries.push(e.ino);
+                        true
+                    })
+                    .unwrap();
+                    let mut held = Vec::new();
+                    for (i, ino) in entries.into_iter().enumerate() {
+                        // Every third entry "does not fit in the reply".
+                        let fits = !(i as u64 + round + t).is_multiple_of(3);
+                        if let Ok(true) = fs.listing_entry(ino, ino != d && ino != 1, |_| fits) {
+                            if ino != d && ino != 1 {
+                                held.push(ino);
+                            }
+                        }
+                    }
+                    for ino in held {
+                        fs.forget(ino, 1);
+                    }
+                    round += 1;
+                }
+            })
+        })
+        .collect();
+    for i in 0..4000u64 {
+        let name = format!("f{}", i % NAMES);
+        match fs.unlink(d, name.as_bytes()) {
+            Ok(()) | Err(FsError::Errno(libc::ENOENT)) => {}
+            Err(e) => panic!("unlink {name}: {e}"),
+        }
+        let f = fs.mknod(&c, d, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.forget(f, 1);
+    }
+    done.store(true, Ordering::Relaxed);
+    for l in listers {
+        l.join().unwrap();
+    }
+    for i in 0..NAMES {
+        fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+    }
+    wait_reaped(&fs);
+    assert_eq!(counter(&fs, "icache.lookup_refs"), refs0, "every reference a listing took was given back");
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after the race");
+}
