@@ -274,6 +274,14 @@ impl Fs {
                 if st.freed || st.d.nlink > 0 || self.icache.lookups(ino) > 0 {
                     return Ok((false, st.d.blocks));
                 }
+                if !self.meta.alloc.inode_in_use(&self.meta.bufs, ino)? {
+                    // Freed already (queued twice: a reference taken and
+                    // dropped again after the first queueing), and read
+                    // back from its table: freeing it again would corrupt
+                    // the counts.
+                    st.freed = true;
+                    return Ok((false, 0));
+                }
                 let before = st.d.blocks;
                 if !Self::frees_at_once(&st) {
                     file::free_range_step(tx, &mut st, 0, u64::MAX, 0)?;

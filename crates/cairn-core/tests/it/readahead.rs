@@ -7,10 +7,6 @@
 use crate::common::*;
 use cairn_core::{Ctx, MountOptions};
 
-fn counter(fs: &cairn_core::Fs, name: &str) -> u64 {
-    fs.stats().into_iter().find(|(k, _)| k == name).map(|(_, v)| v).unwrap_or_else(|| panic!("no counter {name}"))
-}
-
 /// Makes `n` files of distinct sizes in a directory, remounts with
 /// `blocks` of readahead and looks every one up; returns the device
 /// reads that brought more than one block and the blocks used of them.
@@ -28,16 +24,13 @@ fn cold_walk(n: u64, blocks: u32) -> (u64, u64, u64) {
     // Tree leaves read ahead are counted apart from this test.
     let fs =
         mount_with(&dev, MountOptions { inode_readahead_blks: blocks, node_readahead: false, ..Default::default() });
-    let misses0 = counter(&fs, "cache.misses");
+    let misses0 = stat(&fs, "cache.misses");
     for i in 0..n {
         let a = fs.lookup(d, format!("f{i}").as_bytes()).unwrap();
         assert_eq!(a.size, i % 50, "f{i} has its own attributes");
     }
-    let out = (
-        counter(&fs, "cache.readahead_reads"),
-        counter(&fs, "cache.readahead_used"),
-        counter(&fs, "cache.misses") - misses0,
-    );
+    let out =
+        (stat(&fs, "cache.readahead_reads"), stat(&fs, "cache.readahead_used"), stat(&fs, "cache.misses") - misses0);
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the walk");
     out
@@ -91,7 +84,7 @@ fn cold_readdir(n: u64, node_readahead: bool) -> (u64, u64, Vec<Vec<u8>>) {
             break;
         }
     }
-    let out = (counter(&fs, "cache.readahead_reads"), counter(&fs, "cache.readahead_used"), names);
+    let out = (stat(&fs, "cache.readahead_reads"), stat(&fs, "cache.readahead_used"), names);
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the readdir");
     out
