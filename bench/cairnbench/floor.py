@@ -47,7 +47,13 @@ class Floor(Experiment):
     seed = "— (issue #37)"
     title = "The FUSE floor: cairn beside a null FUSE server on cairn's own transport"
     tools = [("fs_mark", "fsmark")]
-    extra_fs = [fsmod.NULLFS]
+    # cairn serves its image file, as a user runs it and as the other
+    # experiments beside user-space peers do: the null server has no device,
+    # and a loop device would add a layer that is neither cairn nor the
+    # transport (its block-device page cache, a second copy, a kworker per
+    # read). `cairn-loop` measures cairn on the loop device beside it.
+    cairn_on = "file"
+    extra_fs = [fsmod.NULLFS, "cairn-loop"]
     metrics = [Metric(k, unit, True, label) for k, unit, label in PHASES] + [
         Metric(f"{k}_reqs", "requests", False, f"FUSE requests per {k.split('_')[0]}", table=False)
         for k, _, _ in PHASES if k != "read"
@@ -72,6 +78,8 @@ class Floor(Experiment):
             f"{v['read_mib']} MiB written (`dd bs=1M conv=fsync`) and read back cold with `dd bs=1M`, with the growth "
             "of the host's page cache (`Cached:` plus `Buffers:` in /proc/meminfo) during that read, per GiB read (1,024 MiB is one "
             "copy of each byte; `cairn-nodirect`, `-o direct_data=0`, reads the image through the host's page cache). "
+            "cairn serves its image file (`cairn mount IMG MP`, as a user runs it); `cairn-loop` is cairn on a loop "
+            "device over its image, as the kernel file systems are. "
             "`nullfs` is `cairn-bench-driver nullfs`: cairn's vendored fuser, transport (FUSE over io_uring), "
             "threads, INIT flags, mount options (default_permissions) and TTLs, OPEN/OPENDIR/FLUSH answered "
             "ENOSYS as cairn does, a tree in hash maps and no file bytes (reads answer zeros). Requests and "

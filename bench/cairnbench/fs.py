@@ -76,7 +76,12 @@ CAIRN_VARIANTS = {
     "cairn-nora": ["inode_readahead_blks=0", "node_readahead=0"],
     # Every inode a READDIRPLUS lists made in core, as before (issue #37).
     "cairn-cachelisted": ["cache_listed=1"],
+    # cairn itself on a loop device over its image even where the experiment
+    # serves the image file (`ON_LOOP`): what that layer costs (issue #37).
+    "cairn-loop": [],
 }
+# Variants that always serve a loop device, whatever `cairn_on` says.
+ON_LOOP = {"cairn-loop"}
 # cairn's engine alone, without FUSE or the kernel: the experiment runs a
 # `cairn-bench-driver ...` workload on an image file in the scratch tmpfs (nothing is
 # mounted). Only experiments that name it in `Experiment.extra_fs` run it.
@@ -266,7 +271,7 @@ class FileSystem:
         # Where an experiment says "file", both user-space file systems (cairn
         # and fuse2fs) serve their image file, as a user runs them; the kernel
         # ones always need a loop device.
-        on_file = (self.is_cairn or self.name == "fuse2fs") and self.cairn_on == "file"
+        on_file = (self.is_cairn or self.name == "fuse2fs") and self.cairn_on == "file" and self.name not in ON_LOOP
         self.dev = out(["losetup", "--find", "--show", self.image]) if ROOT and not on_file else None
         self.src = self.dev or self.image
         q = dict(capture_output=True)
