@@ -71,9 +71,11 @@ CAIRN_VARIANTS = {
     # Every orphan-list insert made in the unlink itself, none deferred to
     # the commit (issue #37).
     "cairn-nodefer": ["defer_orphans=0"],
-    # Metadata read one block at a time: no inode-table readahead, no tree
-    # leaves read ahead of a scan (issue #37).
-    "cairn-nora": ["inode_readahead_blks=0", "node_readahead=0"],
+    # Metadata read one block at a time: no inode-table readahead (on a miss
+    # or of a listing's inodes), no tree leaves read ahead of a scan (issue #37).
+    "cairn-nora": ["inode_readahead_blks=0", "node_readahead=0", "listing_readahead=0"],
+    # A READDIRPLUS batch's inodes not read ahead (issue #37).
+    "cairn-nolistra": ["listing_readahead=0"],
     # Every inode a READDIRPLUS lists made in core, as before (issue #37).
     "cairn-cachelisted": ["cache_listed=1"],
     # cairn itself on a loop device over its image even where the experiment

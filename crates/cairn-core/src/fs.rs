@@ -169,6 +169,7 @@ impl Fs {
             orphans: crate::deferred_orphans::DeferredOrphans::new(opts.defer_orphans),
             inode_readahead: u64::from(opts.inode_readahead_blks),
             node_readahead: opts.node_readahead,
+            listing_readahead: opts.listing_readahead,
             sb: Mutex::new(sb.clone()),
             xattrs: crate::mbcache::XattrShare::new(
                 opts.mbcache,
@@ -599,6 +600,19 @@ impl Fs {
     /// first), calling `f` per entry until it returns false. Offsets are
     /// stable across concurrent creates and unlinks.
     pub fn readdir(&self, ino: u64, offset: u64, f: &mut dyn FnMut(&DirEntry) -> bool) -> Result<()> {
+        self.readdir_ahead(ino, offset, false, f)
+    }
+
+    /// [`Fs::readdir`]; `inodes`: `f` loads each entry's inode (a
+    /// READDIRPLUS), so each batch's inode-table blocks are read ahead
+    /// first, nearby ones together ([`Meta::prefetch_inodes`]).
+    pub fn readdir_ahead(
+        &self,
+        ino: u64,
+        offset: u64,
+        inodes: bool,
+        f: &mut dyn FnMut(&DirEntry) -> bool,
+    ) -> Result<()> {
         // Entries are gathered in batches under the directory's lock and
         // handed to `f` with no lock held: `f` may look inodes up (FUSE
         // readdirplus takes a lookup reference on each), including this
@@ -629,6 +643,9 @@ impl Fs {
                 Ok(out)
             })?;
             let full = batch.len() >= BATCH;
+            if inodes {
+                self.meta.prefetch_inodes(batch.iter().map(|e| e.ino));
+            }
             for e in &batch {
                 if !f(e) {
                     return Ok(());

@@ -39,12 +39,19 @@ pub struct Meta {
     /// Read a scan's next tree leaves ahead, a run at a time (`-o
     /// node_readahead=0|1`; see [`Meta::prefetch_nodes`]).
     pub node_readahead: bool,
+    /// Read a listing's inodes ahead (`-o listing_readahead=0|1`; see
+    /// [`Meta::prefetch_inodes`]).
+    pub listing_readahead: bool,
 }
 
 /// Most blocks one read of tree leaves ahead of a scan spans.
 pub const NODE_READAHEAD: u64 = 32;
 /// The largest gap between two leaves that one read ahead still spans.
 pub const NODE_GAP: u64 = 4;
+/// The largest gap between two inode-table blocks that one read ahead of a
+/// listing's inodes still spans (the blocks between are the table's too,
+/// and usually wanted soon).
+pub const INODE_GAP: u64 = 8;
 
 impl Meta {
     /// The geometry as of now (`cairn resize` may grow it while mounted).
@@ -109,6 +116,44 @@ impl Meta {
             let end = sorted[j - 1].saturating_add(1);
             if j - i >= 2 && self.geo().valid_data_range(start, end - start) {
                 self.bufs.prefetch(start, end, verify);
+            }
+            i = j;
+        }
+    }
+
+    /// Reads ahead the inode-table blocks of `inos` (the entries of a
+    /// READDIRPLUS batch, whose inodes are about to be loaded, in hash
+    /// order): the blocks not cached, sorted, each run of them at most
+    /// [`INODE_GAP`] blocks apart and [`Meta::inode_readahead`] blocks long
+    /// within one group's table comes in one device read. Without this,
+    /// the batch's first inode (anywhere in the directory's part of the
+    /// table) reads the window after it, and the ones before it each miss
+    /// again. A number out of range is left for its load to report.
+    pub fn prefetch_inodes(&self, inos: impl Iterator<Item = u64>) {
+        if self.inode_readahead < 2 || !self.listing_readahead {
+            return;
+        }
+        let geo = self.geo();
+        // (group, block) of each inode not cached.
+        let mut blocks: Vec<(u64, u64)> =
+            inos.filter(|&i| geo.valid_ino(i)).map(|i| (geo.group_of_ino(i), geo.inode_location(i).0)).collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        blocks.retain(|&(_, b)| !self.bufs.is_cached(b));
+        let mut i = 0;
+        while i < blocks.len() {
+            let (group, start) = blocks[i];
+            let mut j = i + 1;
+            while j < blocks.len()
+                && blocks[j].0 == group
+                && blocks[j].1 - blocks[j - 1].1 <= INODE_GAP
+                && blocks[j].1 - start < self.inode_readahead
+            {
+                j += 1;
+            }
+            let end = blocks[j - 1].1 + 1;
+            if end - start >= 2 {
+                self.bufs.prefetch(start, end, |_, _| Ok(()));
             }
             i = j;
         }

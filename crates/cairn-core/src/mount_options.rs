@@ -85,6 +85,9 @@ pub struct MountOptions {
     /// Read a tree scan's next leaves ahead, a run of nearby blocks in one
     /// read (`-o node_readahead=0|1`; see `Meta::prefetch_nodes`).
     pub node_readahead: bool,
+    /// Read a READDIRPLUS batch's inode-table blocks ahead, nearby ones in
+    /// one read (`-o listing_readahead=0|1`; see `Meta::prefetch_inodes`).
+    pub listing_readahead: bool,
     /// Make an in-core inode of every inode a READDIRPLUS lists (`-o
     /// cache_listed`); by default one not in core is read from its buffer
     /// and left out of the cache (see "Listings" in `inode`).
@@ -116,6 +119,7 @@ impl Default for MountOptions {
             push_patience: Some(crate::tx::gate::PATIENCE),
             inode_readahead_blks: crate::buffer::DEFAULT_INODE_READAHEAD,
             node_readahead: true,
+            listing_readahead: true,
             cache_listed: false,
         }
     }

@@ -686,7 +686,7 @@ impl Filesystem for CairnFuse {
         let ttl = self.space.attr_ttl(self.opts.timeouts.entry);
         let mut t = self.metrics.timer(Op::Readdirplus);
         let r = t.call(|| {
-            self.fs.readdir(ino.0, offset, &mut |e| {
+            self.fs.readdir_ahead(ino.0, offset, true, &mut |e| {
                 // The kernel takes a lookup reference on every entry it was given,
                 // except `.` and `..`, whose attributes it ignores.
                 let dot = e.name == b"." || e.name == b"..";

@@ -245,6 +245,10 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.node_readahead = switch(k, req(v))?;
         Ok(())
     }),
+    spec(&["listing_readahead"], Required("0|1"), Measuring, "1", "read the inode-table blocks of a READDIRPLUS batch ahead, nearby blocks in one read", |p, k, v| {
+        p.s.engine.listing_readahead = switch(k, req(v))?;
+        Ok(())
+    }),
     spec(&["cache_listed"], Required("0|1"), Measuring, "0", "make an in-core inode of every inode a READDIRPLUS lists (0: read it from its buffer, leave the cache alone)", |p, k, v| {
         p.s.engine.cache_listed = switch(k, req(v))?;
         Ok(())

@@ -267,6 +267,9 @@ mod tests {
         assert_eq!(parse::<&str>(&[]).unwrap().engine.inode_readahead_blks, 32);
         assert_eq!(parse(&["inode_readahead_blks=0"]).unwrap().engine.inode_readahead_blks, 0);
         assert!(parse(&["inode_readahead_blks=2048"]).unwrap_err().contains("between 0 and 1024"));
+        assert!(parse::<&str>(&[]).unwrap().engine.listing_readahead);
+        assert!(!parse(&["listing_readahead=0"]).unwrap().engine.listing_readahead);
+        assert!(parse(&["listing_readahead=2"]).is_err());
     }
 
     #[test]
