@@ -225,6 +225,9 @@ pub struct CacheStats {
     pub readahead_blocks: AtomicU64,
     /// Of those, the ones asked for later.
     pub readahead_used: AtomicU64,
+    /// Blocks a readahead read brought but did not install (cached, or
+    /// held by the AIL, when the run began).
+    pub readahead_through: AtomicU64,
 }
 
 #[derive(Default)]
@@ -560,6 +563,7 @@ impl Publish for BufferCache {
         put("cache.readahead_reads", s.readahead_reads.load(Relaxed));
         put("cache.readahead_blocks", s.readahead_blocks.load(Relaxed));
         put("cache.readahead_used", s.readahead_used.load(Relaxed));
+        put("cache.readahead_through", s.readahead_through.load(Relaxed));
     }
 }
 

@@ -44,7 +44,8 @@
 //! `cache.readahead_reads` (device reads that brought more than one block),
 //! `cache.readahead_blocks` (blocks cached ahead of need) and
 //! `cache.readahead_used` (of those, the ones later asked for): the last
-//! two say how much of the window was wasted.
+//! two say how much of the window was wasted; `cache.readahead_through`
+//! (blocks read through, not installed: cached or held by the AIL).
 
 use super::{Buf, BufferCache};
 use crate::error::Result;
@@ -130,6 +131,7 @@ impl BufferCache {
             // Nothing to read ahead (or `blk` itself is in the AIL).
             return Ok(None);
         }
+        let through = run.iter().filter(|e| e.is_none()).count() as u64;
         let bs = self.block_size;
         RUN.with(|cell| -> Result<Option<Arc<Buf>>> {
             let mut bytes = cell.borrow_mut();
@@ -139,6 +141,7 @@ impl BufferCache {
                 // is read alone (by `get`, which reports its own error).
                 return Ok(None);
             }
+            self.stats.readahead_through.fetch_add(through, Relaxed);
             let mut first = None;
             let mut ahead = 0;
             for (i, (chunk, slot)) in bytes.chunks_exact(bs).zip(&run).enumerate() {
