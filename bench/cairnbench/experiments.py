@@ -54,6 +54,9 @@ class Experiment:
     chart = "bars"
     # In the list `bench/run` runs when no experiment is named.
     in_default = True
+    # At most this many repetitions per cell, whatever `--reps` says (None:
+    # as many as asked), for an experiment whose cell takes many minutes.
+    max_reps = None
     # Extra kernel mount options per file system, e.g. {"ext4": ["noinit_itable"]}.
     mount_options = {}
     # Write every image file in full before formatting it (fs.write_zeros):

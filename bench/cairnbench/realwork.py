@@ -216,6 +216,9 @@ class RealWork(Experiment):
     tools = [("git", "git"), ("make", "make"), ("gcc", "gcc"), ("flex", "flex"), ("bison", "bison"),
              ("bc", "bc"), ("xz", "xz-utils"), ("dpkg-deb", "dpkg")]
     in_default = False  # a download and a 1.3 GB tree: `bench/run realwork`
+    # A cell is 3-10 minutes (a kernel build): one run per cell, also when
+    # it shares a `bench/run` with experiments repeated more often.
+    max_reps = 1
     extra_fs = []
     # cairn and fuse2fs serve their image files, as users run them: 1.3 GB of
     # file data through a loop device would be copied twice (fs.py).

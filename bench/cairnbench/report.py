@@ -193,7 +193,7 @@ def write(outdir, meta, experiments, cells, fs_order, quick):
     md = [
         f"# cairn benchmark report{' (quick mode)' if quick else ''}",
         "",
-        f"{meta['date']}, {meta['machine']}; {meta['reps']} run(s) per cell, file systems interleaved "
+        f"{meta['date']}, {meta['machine']}; {meta['reps']} run(s) per cell{fewer_reps(meta)}, file systems interleaved "
         f"in each round; every cell on a freshly made file system, started once the machine was quiet "
         f"(under 5% busy, up to 20 s after the last cell's teardown); all images in RAM (loop devices "
         f"over files on a tmpfs; cairn and fuse2fs, where an experiment says so, on their image files in that tmpfs). "
@@ -242,3 +242,10 @@ def write(outdir, meta, experiments, cells, fs_order, quick):
     with open(os.path.join(outdir, "report.md"), "w") as fh:
         fh.write("\n".join(md))
     return os.path.join(outdir, "report.md")
+
+
+def fewer_reps(meta):
+    """`" (realwork: 1)"` for experiments that ran fewer repetitions than
+    asked (`Experiment.max_reps`), or ""."""
+    fewer = {k: n for k, n in meta.get("reps_by_experiment", {}).items() if n < meta["reps"]}
+    return f" ({', '.join(f'{k}: {n}' for k, n in sorted(fewer.items()))})" if fewer else ""
