@@ -5,7 +5,9 @@
 //! and the off-switches read one block at a time.
 
 use crate::common::*;
-use cairn_core::{Ctx, MountOptions};
+use cairn_core::dev::MemDevice;
+use cairn_core::{Ctx, Fs, MountOptions};
+use std::sync::Arc;
 
 /// Makes `n` files of distinct sizes in a directory, remounts with
 /// `blocks` of readahead and looks every one up; returns the device
@@ -52,19 +54,8 @@ fn a_cold_walk_reads_the_inode_table_a_window_at_a_time() {
 /// directory whole in pages of 100 entries; returns the readahead reads, the
 /// blocks used of them, and the names read.
 fn cold_readdir(n: u64, node_readahead: bool) -> (u64, u64, Vec<Vec<u8>>) {
-    let dev = new_image(64);
-    let c = Ctx::root();
-    let fs = mount(&dev);
-    let a = fs.mkdir(&c, 1, b"a", 0o755).unwrap().ino;
-    let b = fs.mkdir(&c, 1, b"b", 0o755).unwrap().ino;
-    for i in 0..n {
-        for d in [a, b] {
-            let name = format!("a-rather-long-name-as-fs_mark-makes-them-{i:08}");
-            fs.mknod(&c, d, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
-        }
-    }
-    fs.unmount().unwrap();
-    drop(fs);
+    let name = |i: u64| format!("a-rather-long-name-as-fs_mark-makes-them-{i:08}");
+    let (dev, a) = interleaved_dirs(n, name, |_| 0);
     let opts = MountOptions { inode_readahead_blks: 0, node_readahead, ..Default::default() };
     let fs = mount_with(&dev, opts);
     let mut names = Vec::new();
@@ -85,9 +76,35 @@ fn cold_readdir(n: u64, node_readahead: bool) -> (u64, u64, Vec<Vec<u8>>) {
         }
     }
     let out = (stat(&fs, "cache.readahead_reads"), stat(&fs, "cache.readahead_used"), names);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the readdir");
+    unmount_clean(&fs, &dev);
     out
+}
+
+/// Makes files `name(i)` of `size(i)` bytes, `i` in `0..n`, in directories
+/// `a` and `b`, alternately: their entries' leaves and their inodes
+/// interleave on the device. Returns the image, unmounted, and `a`.
+fn interleaved_dirs(n: u64, name: impl Fn(u64) -> String, size: impl Fn(u64) -> u64) -> (Arc<MemDevice>, u64) {
+    let dev = new_image(64);
+    let c = Ctx::root();
+    let fs = mount(&dev);
+    let a = fs.mkdir(&c, 1, b"a", 0o755).unwrap().ino;
+    let b = fs.mkdir(&c, 1, b"b", 0o755).unwrap().ino;
+    for i in 0..n {
+        for d in [a, b] {
+            let f = fs.mknod(&c, d, name(i).as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+            if size(i) > 0 {
+                fs.write(f, 0, &vec![1u8; size(i) as usize]).unwrap();
+            }
+        }
+    }
+    fs.unmount().unwrap();
+    (dev, a)
+}
+
+/// Unmounts `fs` and checks its image with fsck.
+fn unmount_clean(fs: &Fs, dev: &MemDevice) {
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev, "after the listing");
 }
 
 #[test]
@@ -111,19 +128,7 @@ fn a_cold_readdir_reads_the_next_leaves_ahead_and_misses_no_name() {
 /// returns the cache misses of the listing, the readahead reads, and each
 /// name with its size.
 fn cold_listing(n: u64, listing_readahead: bool) -> (u64, u64, Vec<(Vec<u8>, u64)>) {
-    let dev = new_image(64);
-    let c = Ctx::root();
-    let fs = mount(&dev);
-    let a = fs.mkdir(&c, 1, b"a", 0o755).unwrap().ino;
-    let b = fs.mkdir(&c, 1, b"b", 0o755).unwrap().ino;
-    for i in 0..n {
-        for d in [a, b] {
-            let f = fs.mknod(&c, d, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
-            fs.write(f, 0, &vec![1u8; (i % 97) as usize]).unwrap();
-        }
-    }
-    fs.unmount().unwrap();
-    drop(fs);
+    let (dev, a) = interleaved_dirs(n, |i| format!("f{i}"), |i| i % 97);
     // Tree leaves read ahead are left out of the count.
     let fs = mount_with(&dev, MountOptions { node_readahead: false, listing_readahead, ..Default::default() });
     let (misses0, reads0) = (stat(&fs, "cache.misses"), stat(&fs, "cache.readahead_reads"));
@@ -136,8 +141,7 @@ fn cold_listing(n: u64, listing_readahead: bool) -> (u64, u64, Vec<(Vec<u8>, u64
     })
     .unwrap();
     let out = (stat(&fs, "cache.misses") - misses0, stat(&fs, "cache.readahead_reads") - reads0, seen);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the listing");
+    unmount_clean(&fs, &dev);
     out
 }
 
