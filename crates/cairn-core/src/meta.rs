@@ -53,6 +53,32 @@ pub const NODE_GAP: u64 = 4;
 /// and usually wanted soon).
 pub const INODE_GAP: u64 = 8;
 
+/// Calls `read(start, end)` for each run of `blocks` (`(area, block)`
+/// pairs, sorted and without duplicates) that one device read brings:
+/// blocks of one area, each at most `gap` after the one before and less
+/// than `span` after the run's first. Only runs of two blocks or more are
+/// read (a single block is read when it is asked for). Shared by
+/// [`Meta::prefetch_nodes`] and [`Meta::prefetch_inodes`].
+fn for_each_run(blocks: &[(u64, u64)], gap: u64, span: u64, mut read: impl FnMut(u64, u64)) {
+    debug_assert!(blocks.windows(2).all(|w| w[0] < w[1]));
+    let mut i = 0;
+    while i < blocks.len() {
+        let (area, start) = blocks[i];
+        let mut j = i + 1;
+        while j < blocks.len()
+            && blocks[j].0 == area
+            && blocks[j].1 - blocks[j - 1].1 <= gap
+            && blocks[j].1 - start < span
+        {
+            j += 1;
+        }
+        if j - i >= 2 {
+            read(start, blocks[j - 1].1.saturating_add(1));
+        }
+        i = j;
+    }
+}
+
 impl Meta {
     /// The geometry as of now (`cairn resize` may grow it while mounted).
     pub fn geo(&self) -> Geometry {
@@ -99,26 +125,19 @@ impl Meta {
         if !self.node_readahead || blocks.len() < 2 {
             return;
         }
-        let mut sorted: Vec<u64> = blocks.iter().copied().filter(|&b| !self.bufs.is_cached(b)).collect();
-        sorted.sort_unstable();
-        sorted.dedup();
+        let mut wanted: Vec<(u64, u64)> = blocks.iter().map(|&b| (0, b)).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        wanted.retain(|&(_, b)| !self.bufs.is_cached(b));
         let seed = self.seed;
         let verify = |b: u64, d: &[u8]| Node::decode(seed, b, d).map(|_| ()).map_err(Into::into);
-        let mut i = 0;
-        while i < sorted.len() {
-            let start = sorted[i];
-            let mut j = i + 1;
-            while j < sorted.len() && sorted[j] - sorted[j - 1] <= NODE_GAP && sorted[j] - start < NODE_READAHEAD {
-                j += 1;
-            }
+        for_each_run(&wanted, NODE_GAP, NODE_READAHEAD, |start, end| {
             // A damaged pointer may be anything: `valid_data_range` refuses
             // a run past the device.
-            let end = sorted[j - 1].saturating_add(1);
-            if j - i >= 2 && self.geo().valid_data_range(start, end - start) {
+            if self.geo().valid_data_range(start, end - start) {
                 self.bufs.prefetch(start, end, verify);
             }
-            i = j;
-        }
+        });
     }
 
     /// Reads ahead the inode-table blocks of `inos` (the entries of a
@@ -134,29 +153,15 @@ impl Meta {
             return;
         }
         let geo = self.geo();
-        // (group, block) of each inode not cached.
-        let mut blocks: Vec<(u64, u64)> =
+        // (group, block) of each inode: a run stays in one group's table.
+        let mut wanted: Vec<(u64, u64)> =
             inos.filter(|&i| geo.valid_ino(i)).map(|i| (geo.group_of_ino(i), geo.inode_location(i).0)).collect();
-        blocks.sort_unstable();
-        blocks.dedup();
-        blocks.retain(|&(_, b)| !self.bufs.is_cached(b));
-        let mut i = 0;
-        while i < blocks.len() {
-            let (group, start) = blocks[i];
-            let mut j = i + 1;
-            while j < blocks.len()
-                && blocks[j].0 == group
-                && blocks[j].1 - blocks[j - 1].1 <= INODE_GAP
-                && blocks[j].1 - start < self.inode_readahead
-            {
-                j += 1;
-            }
-            let end = blocks[j - 1].1 + 1;
-            if end - start >= 2 {
-                self.bufs.prefetch(start, end, |_, _| Ok(()));
-            }
-            i = j;
-        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        wanted.retain(|&(_, b)| !self.bufs.is_cached(b));
+        for_each_run(&wanted, INODE_GAP, self.inode_readahead, |start, end| {
+            self.bufs.prefetch(start, end, |_, _| Ok(()));
+        });
     }
 
     /// Logs the superblock with the counters as they are now: run by each

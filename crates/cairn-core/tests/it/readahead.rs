@@ -76,7 +76,7 @@ fn cold_readdir(n: u64, node_readahead: bool) -> (u64, u64, Vec<Vec<u8>>) {
         }
     }
     let out = (stat(&fs, "cache.readahead_reads"), stat(&fs, "cache.readahead_used"), names);
-    unmount_clean(&fs, &dev);
+    unmount_clean(&fs, &dev, "after the readdir");
     out
 }
 
@@ -101,10 +101,10 @@ fn interleaved_dirs(n: u64, name: impl Fn(u64) -> String, size: impl Fn(u64) -> 
     (dev, a)
 }
 
-/// Unmounts `fs` and checks its image with fsck.
-fn unmount_clean(fs: &Fs, dev: &MemDevice) {
+/// Unmounts `fs` and checks its image with fsck (`what`: when, for the message).
+fn unmount_clean(fs: &Fs, dev: &MemDevice, what: &str) {
     fs.unmount().unwrap();
-    fsck_clean_mem(dev, "after the listing");
+    fsck_clean_mem(dev, what);
 }
 
 #[test]
@@ -141,7 +141,7 @@ fn cold_listing(n: u64, listing_readahead: bool) -> (u64, u64, Vec<(Vec<u8>, u64
     })
     .unwrap();
     let out = (stat(&fs, "cache.misses") - misses0, stat(&fs, "cache.readahead_reads") - reads0, seen);
-    unmount_clean(&fs, &dev);
+    unmount_clean(&fs, &dev, "after the listing");
     out
 }
 
