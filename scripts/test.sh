@@ -107,6 +107,12 @@ LOGS=${TEST_LOG_DIR:-/tmp/cairn-test-logs}
 mkdir -p "$LOGS"
 rm -f "$LOGS"/*.log
 declare -A RESULT DURATION
+
+# A dead FUSE mount left by an earlier, killed run (its daemon gone) breaks tools that walk
+# the mount table (df); the suites start without one.
+if [[ $(id -u) -eq 0 ]]; then
+    bash -c 'source "$1" && sweep_dead_fuse_mounts' sweep "$ROOT/tests/external/lib.sh"
+fi
 build_ok=1
 
 # run_suite NAME TIMEOUT_MINUTES COMMAND...

@@ -52,6 +52,7 @@ fi
 [[ ${#groups[@]} -eq 0 && ${#tests[@]} -eq 0 ]] && groups=(quick)
 
 require_root
+sweep_dead_fuse_mounts
 require_cmd losetup flock make gcc patch findmnt mkfs.ext4 xfs_io
 [[ $FS == cairn ]] && require_cairn
 CAIRN=$(readlink -f "$CAIRN" || echo "$CAIRN")
