@@ -225,6 +225,8 @@ pub struct CacheStats {
     pub readahead_blocks: AtomicU64,
     /// Of those, the ones asked for later.
     pub readahead_used: AtomicU64,
+    /// Of those, the ones evicted before anyone asked for them.
+    pub readahead_wasted: AtomicU64,
     /// Blocks a readahead read brought but did not install (cached, or
     /// held by the AIL, when the run began).
     pub readahead_through: AtomicU64,
@@ -259,6 +261,8 @@ pub struct BufferCache {
     /// Log only changed chunks (`-o delaylog=0` logs whole blocks).
     regions: bool,
     per_shard_cap: usize,
+    /// How far readahead may reach now (see `readahead`).
+    window: readahead::Window,
     pub stats: CacheStats,
 }
 
@@ -284,6 +288,7 @@ impl BufferCache {
             ail,
             regions,
             per_shard_cap: (capacity / SHARDS).max(1),
+            window: readahead::Window::default(),
             stats: CacheStats::default(),
         }
     }
@@ -414,6 +419,10 @@ impl BufferCache {
             if !b.evictable() {
                 sh.clock.push_back(blk);
                 continue;
+            }
+            if b.ahead.load(Ordering::Relaxed) {
+                self.stats.readahead_wasted.fetch_add(1, Ordering::Relaxed);
+                self.window.wasted();
             }
             sh.map.remove(&blk);
             self.ail.meter.cache_out(self.block_size);
@@ -563,6 +572,8 @@ impl Publish for BufferCache {
         put("cache.readahead_reads", s.readahead_reads.load(Relaxed));
         put("cache.readahead_blocks", s.readahead_blocks.load(Relaxed));
         put("cache.readahead_used", s.readahead_used.load(Relaxed));
+        put("cache.readahead_wasted", s.readahead_wasted.load(Relaxed));
+        put("cache.readahead_window", self.window.blocks());
         put("cache.readahead_through", s.readahead_through.load(Relaxed));
     }
 }

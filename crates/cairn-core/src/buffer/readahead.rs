@@ -33,6 +33,22 @@
 //! it). A failed device read of the run falls back to reading `blk`
 //! alone: a bad block ahead must not make a good one unreadable.
 //!
+//! ## How far ahead: the window adapts
+//! Readahead pays only while the blocks it brings stay cached until they
+//! are asked for. With a cache far smaller than the table being walked
+//! (`-o cache_mb=4`, two walkers in hash order), they do not: 30,000 files
+//! walked read 496,000 blocks ahead of which 12,000 were used, and the walk
+//! took 2.2 times as long as with readahead off. So the cache keeps one
+//! window for all readers ([`Window`]), which every run is clipped to: a
+//! block read ahead and evicted unused shrinks it by a sixteenth (at least
+//! one block), a block read ahead and used grows it by one. It settles
+//! where about sixteen blocks are used for each one wasted per block of
+//! window, and it never goes below [`MIN_WINDOW`], so the feedback goes on
+//! when the walk turns sequential again (a run whose blocks are all used
+//! about doubles it). With a cache that holds the walk, nothing is evicted
+//! unused and the caller's window (`inode_readahead_blks`, the leaf and
+//! inode runs of a scan) is the limit.
+//!
 //! ## Invariants
 //! The same as a plain miss (`get`): a block's shard epoch is taken before
 //! the AIL is asked and before the device read, and the block is installed
@@ -44,15 +60,52 @@
 //! `cache.readahead_reads` (device reads that brought more than one block),
 //! `cache.readahead_blocks` (blocks cached ahead of need) and
 //! `cache.readahead_used` (of those, the ones later asked for): the last
-//! two say how much of the window was wasted; `cache.readahead_through`
-//! (blocks read through, not installed: cached or held by the AIL).
+//! two say how much of the window was wasted; `cache.readahead_wasted`
+//! (blocks read ahead and evicted unused); `cache.readahead_window` (the
+//! adaptive window now, blocks); `cache.readahead_through` (blocks read
+//! through, not installed: cached or held by the AIL).
 
 use super::{Buf, BufferCache};
 use crate::error::Result;
 use crate::journal::image::ImageBytes;
 use std::cell::RefCell;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+
+/// The adaptive window's bounds, in blocks (see "How far ahead" above):
+/// the largest is above every caller's window, the smallest keeps one
+/// block ahead per read so that use can grow it again.
+pub const MAX_WINDOW: u64 = 1024;
+pub const MIN_WINDOW: u64 = 2;
+
+/// How many blocks one readahead run may span now (shared by all readers).
+pub struct Window(AtomicU64);
+
+impl Default for Window {
+    fn default() -> Window {
+        Window(AtomicU64::new(MAX_WINDOW))
+    }
+}
+
+impl Window {
+    /// The window now, in blocks.
+    pub fn blocks(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+
+    /// A block read ahead was asked for.
+    fn used(&self) {
+        if self.blocks() < MAX_WINDOW {
+            let _ = self.0.fetch_update(Relaxed, Relaxed, |w| Some((w + 1).min(MAX_WINDOW)));
+        }
+    }
+
+    /// A block read ahead was evicted before anyone asked for it.
+    pub(super) fn wasted(&self) {
+        let _ = self.0.fetch_update(Relaxed, Relaxed, |w| Some(w.saturating_sub((w / 16).max(1)).max(MIN_WINDOW)));
+    }
+}
 
 thread_local! {
     /// The bytes of one readahead run, reused across reads.
@@ -105,7 +158,8 @@ impl BufferCache {
         // the read, or `None` for one that is cached or that the AIL holds
         // (read through, not installed). It ends at its last block to
         // install.
-        let mut run: Vec<Option<u64>> = Vec::with_capacity((end - blk).min(1024) as usize);
+        let end = end.min(blk.saturating_add(self.window.blocks()));
+        let mut run: Vec<Option<u64>> = Vec::with_capacity((end - blk).min(MAX_WINDOW) as usize);
         for b in blk..end {
             let mut sh = self.shards[self.shard(b)].lock();
             if let Some(hit) = sh.map.get(&b) {
@@ -202,12 +256,14 @@ impl Buf {
         self.touch();
         if self.ahead.load(Relaxed) && self.ahead.swap(false, Relaxed) {
             cache.stats.readahead_used.fetch_add(1, Relaxed);
+            cache.window.used();
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::SHARDS;
     use super::*;
     use crate::dev::{BlockDevice, MemDevice};
     use crate::journal::ail::Ail;
@@ -276,6 +332,29 @@ mod tests {
         assert_eq!(stat(&cache.stats.readahead_used), 3);
         cache.get(12, ok).unwrap();
         assert_eq!(stat(&cache.stats.readahead_used), 3, "only a block's first hit counts");
+    }
+
+    #[test]
+    fn blocks_read_ahead_and_evicted_unused_shrink_the_window_and_used_ones_grow_it() {
+        // One block per shard: nearly every block read ahead is evicted
+        // before it is asked for.
+        let (cache, _, _) = setup(Arc::new(MemDevice::new(256 * BS as u64)), SHARDS);
+        assert_eq!(cache.window.blocks(), MAX_WINDOW);
+        // Misses only (a hit on a block read ahead would count as used).
+        for i in 0..200u64 {
+            let b = (0..224).map(|k| (i * 97 + k) % 224).find(|&b| !cached(&cache, b)).unwrap();
+            cache.get_ahead(b, b + 32, ok).unwrap();
+        }
+        assert!(stat(&cache.stats.readahead_wasted) > 100, "blocks ahead were evicted unused");
+        assert_eq!(cache.window.blocks(), MIN_WINDOW, "the window shrank to its floor");
+        // Runs are clipped to the window.
+        let blocks = stat(&cache.stats.readahead_blocks);
+        let b = (0..250).find(|&b| !cached(&cache, b) && !cached(&cache, b + 1)).unwrap();
+        cache.get_ahead(b, b + 32, ok).unwrap();
+        assert_eq!(stat(&cache.stats.readahead_blocks), blocks + MIN_WINDOW - 1);
+        // A block read ahead and used grows it by one.
+        assert_eq!(cache.get(b + 1, ok).unwrap().read()[0], (b + 1) as u8);
+        assert_eq!(cache.window.blocks(), MIN_WINDOW + 1);
     }
 
     #[test]

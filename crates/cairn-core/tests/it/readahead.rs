@@ -49,6 +49,35 @@ fn a_cold_walk_reads_the_inode_table_a_window_at_a_time() {
     assert!(misses + 100 <= misses0, "{misses} misses with readahead, {misses0} without");
 }
 
+#[test]
+fn under_a_cache_far_smaller_than_the_table_readahead_shrinks_to_what_is_used() {
+    // 12,000 inodes fill 750 table blocks; the cache holds 128 blocks, and
+    // the lookups jump around the table as a listing's hash order does.
+    let n = 12_000u64;
+    let dev = new_image(512);
+    let c = Ctx::root();
+    let fs = mount(&dev);
+    let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap().ino;
+    for i in 0..n {
+        fs.mknod(&c, d, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount_with(&dev, MountOptions { cache_blocks: 128, node_readahead: false, ..Default::default() });
+    for k in 0..n {
+        let i = k * 7919 % n;
+        fs.lookup(d, format!("f{i}").as_bytes()).unwrap();
+    }
+    let (ahead, misses, wasted) =
+        (stat(&fs, "cache.readahead_blocks"), stat(&fs, "cache.misses"), stat(&fs, "cache.readahead_wasted"));
+    // With a fixed 32-block window, every miss read 31 blocks ahead and
+    // next to none was used. The window's floor reads one.
+    assert!(wasted > 0, "blocks read ahead were evicted unused");
+    assert!(ahead <= misses + 2000, "{ahead} blocks read ahead in {misses} misses");
+    assert_eq!(stat(&fs, "cache.readahead_window"), 2, "the window shrank to its floor");
+    unmount_clean(&fs, &dev, "after the walk");
+}
+
 /// Makes a directory of `n` entries in two interleaved directories (so
 /// their leaves interleave on the device), remounts, and reads one
 /// directory whole in pages of 100 entries; returns the readahead reads, the
