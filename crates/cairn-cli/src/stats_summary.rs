@@ -75,6 +75,14 @@ pub fn lines(doc: &Value) -> Vec<String> {
         hits("dcache"),
         num(c(doc, "dcache.entries"))
     ));
+    let (ahead, used) = (c(doc, "cache.readahead_blocks"), c(doc, "cache.readahead_used"));
+    v.push(format!(
+        "readahead {} blocks read ahead, {} used, {} evicted unused; window {} blocks",
+        num(ahead),
+        pct(used, ahead),
+        num(c(doc, "cache.readahead_wasted")),
+        num(c(doc, "cache.readahead_window"))
+    ));
     v.push(format!(
         "xattrs    mbcache {}: {} blocks shared instead of written",
         if c(doc, "mbcache.enabled") == 1 { "on" } else { "off" },
@@ -115,7 +123,9 @@ mod tests {
             "statfs": {"block_size": 4096, "blocks": 1000, "blocks_free": 750, "blocks_avail": 700,
                        "files": 100, "files_free": 90},
             "counters": {"cache.hits": 99, "cache.misses": 1, "journal.log_size_blocks": 1024,
-                         "journal.log_used_blocks": 6, "errors.latched": 0, "fuse.requests": 12345}
+                         "journal.log_used_blocks": 6, "errors.latched": 0, "fuse.requests": 12345,
+                         "cache.readahead_blocks": 200, "cache.readahead_used": 150,
+                         "cache.readahead_wasted": 50, "cache.readahead_window": 40}
         });
         let text = lines(&doc).join("\n");
         assert!(text.starts_with("cairn on /m (image /i.img, daemon pid 7), read-write\n"), "{text}");
@@ -125,6 +135,10 @@ mod tests {
         assert!(text.contains("blocks 99.0% hits"), "{text}");
         assert!(text.contains("inodes - hits"), "{text}");
         assert!(text.contains("fuse      12,345 requests"), "{text}");
+        assert!(
+            text.contains("readahead 200 blocks read ahead, 75.0% used, 50 evicted unused; window 40 blocks"),
+            "{text}"
+        );
         let bad = json!({"read_only": true, "counters": {"errors.latched": 1}});
         assert!(lines(&bad)[0].contains("read-only, ERRORS recorded"));
     }
