@@ -13,16 +13,7 @@ use std::sync::Arc;
 /// `blocks` of readahead and looks every one up; returns the device
 /// reads that brought more than one block and the blocks used of them.
 fn cold_walk(n: u64, blocks: u32) -> (u64, u64, u64) {
-    let dev = new_image(64);
-    let c = Ctx::root();
-    let fs = mount(&dev);
-    let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap().ino;
-    for i in 0..n {
-        let f = fs.mknod(&c, d, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
-        fs.write(f, 0, &vec![7u8; (i % 50) as usize]).unwrap();
-    }
-    fs.unmount().unwrap();
-    drop(fs);
+    let (dev, d) = files_in_dirs(64, 1, n, |i| format!("f{i}"), |i| i % 50);
     // Tree leaves read ahead are counted apart from this test.
     let fs =
         mount_with(&dev, MountOptions { inode_readahead_blks: blocks, node_readahead: false, ..Default::default() });
@@ -33,8 +24,7 @@ fn cold_walk(n: u64, blocks: u32) -> (u64, u64, u64) {
     }
     let out =
         (stat(&fs, "cache.readahead_reads"), stat(&fs, "cache.readahead_used"), stat(&fs, "cache.misses") - misses0);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the walk");
+    unmount_clean(&fs, &dev, "after the walk");
     out
 }
 
@@ -54,15 +44,7 @@ fn under_a_cache_far_smaller_than_the_table_readahead_shrinks_to_what_is_used() 
     // 12,000 inodes fill 750 table blocks; the cache holds 128 blocks, and
     // the lookups jump around the table as a listing's hash order does.
     let n = 12_000u64;
-    let dev = new_image(512);
-    let c = Ctx::root();
-    let fs = mount(&dev);
-    let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap().ino;
-    for i in 0..n {
-        fs.mknod(&c, d, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
-    }
-    fs.unmount().unwrap();
-    drop(fs);
+    let (dev, d) = files_in_dirs(512, 1, n, |i| format!("f{i}"), |_| 0);
     let fs = mount_with(&dev, MountOptions { cache_blocks: 128, node_readahead: false, ..Default::default() });
     for k in 0..n {
         let i = k * 7919 % n;
@@ -84,7 +66,7 @@ fn under_a_cache_far_smaller_than_the_table_readahead_shrinks_to_what_is_used() 
 /// blocks used of them, and the names read.
 fn cold_readdir(n: u64, node_readahead: bool) -> (u64, u64, Vec<Vec<u8>>) {
     let name = |i: u64| format!("a-rather-long-name-as-fs_mark-makes-them-{i:08}");
-    let (dev, a) = interleaved_dirs(n, name, |_| 0);
+    let (dev, a) = files_in_dirs(64, 2, n, name, |_| 0);
     let opts = MountOptions { inode_readahead_blks: 0, node_readahead, ..Default::default() };
     let fs = mount_with(&dev, opts);
     let mut names = Vec::new();
@@ -109,17 +91,24 @@ fn cold_readdir(n: u64, node_readahead: bool) -> (u64, u64, Vec<Vec<u8>>) {
     out
 }
 
-/// Makes files `name(i)` of `size(i)` bytes, `i` in `0..n`, in directories
-/// `a` and `b`, alternately: their entries' leaves and their inodes
-/// interleave on the device. Returns the image, unmounted, and `a`.
-fn interleaved_dirs(n: u64, name: impl Fn(u64) -> String, size: impl Fn(u64) -> u64) -> (Arc<MemDevice>, u64) {
-    let dev = new_image(64);
+/// Makes, on an image of `mib` MiB, `dirs` directories and in each the
+/// files `name(i)` of `size(i)` bytes, `i` in `0..n`, one directory after
+/// the other for each `i`: with two or more, their entries' leaves and their
+/// inodes interleave on the device. Returns the image, unmounted, and the
+/// first directory.
+fn files_in_dirs(
+    mib: u64,
+    dirs: usize,
+    n: u64,
+    name: impl Fn(u64) -> String,
+    size: impl Fn(u64) -> u64,
+) -> (Arc<MemDevice>, u64) {
+    let dev = new_image(mib);
     let c = Ctx::root();
     let fs = mount(&dev);
-    let a = fs.mkdir(&c, 1, b"a", 0o755).unwrap().ino;
-    let b = fs.mkdir(&c, 1, b"b", 0o755).unwrap().ino;
+    let dirs: Vec<u64> = (0..dirs).map(|k| fs.mkdir(&c, 1, format!("d{k}").as_bytes(), 0o755).unwrap().ino).collect();
     for i in 0..n {
-        for d in [a, b] {
+        for &d in &dirs {
             let f = fs.mknod(&c, d, name(i).as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
             if size(i) > 0 {
                 fs.write(f, 0, &vec![1u8; size(i) as usize]).unwrap();
@@ -127,7 +116,7 @@ fn interleaved_dirs(n: u64, name: impl Fn(u64) -> String, size: impl Fn(u64) -> 
         }
     }
     fs.unmount().unwrap();
-    (dev, a)
+    (dev, dirs[0])
 }
 
 /// Unmounts `fs` and checks its image with fsck (`what`: when, for the message).
@@ -157,7 +146,7 @@ fn a_cold_readdir_reads_the_next_leaves_ahead_and_misses_no_name() {
 /// returns the cache misses of the listing, the readahead reads, and each
 /// name with its size.
 fn cold_listing(n: u64, listing_readahead: bool) -> (u64, u64, Vec<(Vec<u8>, u64)>) {
-    let (dev, a) = interleaved_dirs(n, |i| format!("f{i}"), |i| i % 97);
+    let (dev, a) = files_in_dirs(64, 2, n, |i| format!("f{i}"), |i| i % 97);
     // Tree leaves read ahead are left out of the count.
     let fs = mount_with(&dev, MountOptions { node_readahead: false, listing_readahead, ..Default::default() });
     let (misses0, reads0) = (stat(&fs, "cache.misses"), stat(&fs, "cache.readahead_reads"));
