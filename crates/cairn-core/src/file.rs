@@ -22,8 +22,14 @@ use crate::meta::Meta;
 use crate::tx::Tx;
 use cairn_format::extent::{Extent, MAX_EXTENT_LEN};
 
-/// Largest file size supported (bytes).
-pub const MAX_FILE_SIZE: u64 = 1 << 52;
+/// Largest file size supported (bytes): the kernel's own limit for every
+/// file system (`MAX_LFS_FILESIZE`, `i64::MAX`), which FUSE gives every
+/// mount and checks before a write reaches the page cache. A smaller one
+/// could only be enforced when a write is written back, long after the
+/// `write(2)` that passed it returned (issue 50: a byte at 2^52 accepted,
+/// EFBIG at `close`, the byte gone). Logical block numbers are 64-bit, so
+/// the map holds any block of such a file.
+pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
 fn bs(meta: &Meta) -> u64 {
     meta.geo().block_size as u64

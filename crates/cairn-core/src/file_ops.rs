@@ -49,6 +49,27 @@ impl Fs {
         self.write_data_checked(ino, off, data, update_times)
     }
 
+    /// Dirty pages that the kernel's writeback cache writes back: all of
+    /// `data` or an error, never a short count. The kernel ignores the
+    /// count in a write-back's reply: a short one would leave pages marked
+    /// clean whose bytes never reached the image, and the file's `fsync`
+    /// would return 0 (issue 50: fsync'd appends cut back to a block
+    /// boundary). The error goes to the file's next `fsync` and `close`.
+    ///
+    /// What a refused write-back stored before the space ran out stays; it
+    /// changes no durable byte but to the newer bytes the kernel held for
+    /// it, and the size only grows (`file::write` extends it to what was
+    /// written), so everything an earlier `fsync` covered is intact. The
+    /// kernel owns the file's times (see [`Fs::write_data`]).
+    pub fn write_back(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
+        let n = self.write_data(ino, off, data, false)?;
+        if (n as usize) < data.len() {
+            tracing::debug!(ino, off, len = data.len(), stored = n, "write-back refused: the file system is full");
+            return Err(FsError::Errno(libc::ENOSPC));
+        }
+        Ok(n)
+    }
+
     /// [`Fs::write_data`] once the inode's flags allow it.
     fn write_data_checked(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         if let Some(n) = self.try_overwrite(ino, off, data, update_times)? {

@@ -308,6 +308,17 @@ impl LookupRefs {
     fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock()).map(|s| s.one.len() + s.more.len()).sum()
     }
+
+    /// Every inode number that holds a reference now.
+    fn held(&self) -> Vec<u64> {
+        let mut v = Vec::new();
+        for sh in &self.shards {
+            let sh = sh.lock();
+            v.extend(sh.one.iter().copied());
+            v.extend(sh.more.keys().copied());
+        }
+        v
+    }
 }
 
 /// The inode cache (see the module essay).
@@ -456,6 +467,11 @@ impl InodeCache {
     /// caller holds its inode lock exclusively.
     pub fn sub_lookups(&self, ino: u64, n: u64) -> u64 {
         self.refs.sub(ino, n)
+    }
+
+    /// Every inode the kernel holds a lookup reference on now.
+    pub fn kernel_held(&self) -> Vec<u64> {
+        self.refs.held()
     }
 
     /// Drops every lookup reference of `ino` (unmount).

@@ -487,6 +487,12 @@ impl Fs {
         self.icache.lookups(ino)
     }
 
+    /// Every inode the kernel holds now (has looked up and not forgotten):
+    /// the ones whose cached attributes or pages it may use without asking.
+    pub fn kernel_held_inodes(&self) -> Vec<u64> {
+        self.icache.kernel_held()
+    }
+
     /// Drops `n` lookup references; an unlinked inode is freed at zero.
     pub fn forget(&self, ino: u64, n: u64) {
         let mut let_go = false;

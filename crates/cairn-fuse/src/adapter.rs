@@ -261,7 +261,13 @@ impl CairnFuse {
     /// Wraps a mounted engine, counting requests in `metrics`.
     pub fn with_metrics(fs: Arc<Fs>, opts: AdapterOptions, metrics: Arc<Metrics>) -> CairnFuse {
         let notify = KernelNotifier::default();
-        let space = SpaceGuard::start(fs.clone(), opts.space_reserve, metrics.space.clone(), notify.clone());
+        let space = SpaceGuard::start(
+            fs.clone(),
+            opts.space_reserve,
+            metrics.space.clone(),
+            notify.clone(),
+            opts.timeouts.attr,
+        );
         let dio = DirectWriteCoherence::start(notify.clone(), metrics.dio.clone(), opts.serving_threads);
         let serve_open = opts.parallel_dio || fs.has_protected_inodes();
         CairnFuse {
@@ -298,20 +304,24 @@ impl CairnFuse {
         &self.space
     }
 
-    /// How long the kernel may trust attributes: zero while the space
-    /// guard is tight, so every buffered write asks first.
-    fn attr_ttl(&self) -> Duration {
-        self.space.attr_ttl(self.opts.timeouts.attr)
+    /// How long the kernel may trust the attributes `a`: the mount's
+    /// timeout, at least a second for a file the space guard arms (see
+    /// `arming`).
+    fn attr_ttl(&self, a: &cairn_core::Attr) -> Duration {
+        self.space.attr_ttl(self.opts.timeouts.attr, a)
     }
 
     fn entry(&self, reply: ReplyEntry, r: cairn_core::Result<cairn_core::Attr>) {
         match r {
-            Ok(a) => reply.entry_with_ttls(
-                &self.opts.timeouts.entry,
-                &self.attr_ttl(),
-                &file_attr(&a),
-                Generation(u64::from(a.generation)),
-            ),
+            Ok(a) => {
+                reply.entry_with_ttls(
+                    &self.opts.timeouts.entry,
+                    &self.attr_ttl(&a),
+                    &file_attr(&a),
+                    Generation(u64::from(a.generation)),
+                );
+                self.space.replied(&a);
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -319,14 +329,27 @@ impl CairnFuse {
     /// Answers a create-and-open (CREATE, TMPFILE) with open flags `flags`.
     fn created(&self, reply: ReplyCreate, flags: i32, r: cairn_core::Result<cairn_core::Attr>) {
         match r {
-            Ok(a) => reply.created(
-                &self.space.attr_ttl(self.opts.timeouts.entry),
-                &file_attr(&a),
-                Generation(u64::from(a.generation)),
-                FileHandle(0),
-                self.file_open_flags(flags),
-            ),
+            Ok(a) => {
+                reply.created(
+                    &self.space.attr_ttl(self.opts.timeouts.entry, &a),
+                    &file_attr(&a),
+                    Generation(u64::from(a.generation)),
+                    FileHandle(0),
+                    self.file_open_flags(flags),
+                );
+                self.space.replied(&a);
+            }
             Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// The error for a GETATTR (or STATX) of file `a`, naming file handle
+    /// `fh` if it does: see `space::SpaceGuard::refusal`.
+    fn refusal(&self, fh: Option<FileHandle>, a: &cairn_core::Attr) -> Option<Errno> {
+        if self.writeback && fh.is_some() {
+            self.space.refusal(a)
+        } else {
+            None
         }
     }
 
@@ -398,14 +421,18 @@ impl Filesystem for CairnFuse {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let mut t = self.metrics.timer(Op::Getattr);
-        // A GETATTR naming a file handle is what a buffered write sends
-        // before it fills the page cache: the space guard may answer it.
-        if self.writeback && fh.is_some() && self.space.refuse(ino.0) {
-            reply.error(Errno::ENOSPC);
-            return;
-        }
         match t.call(|| self.fs.getattr(ino.0)) {
-            Ok(a) => reply.attr(&self.attr_ttl(), &file_attr(&a)),
+            Ok(a) => {
+                // A GETATTR naming a file handle is what a buffered write
+                // sends before it fills the page cache: the space guard may
+                // refuse it.
+                if let Some(e) = self.refusal(fh, &a) {
+                    reply.error(e);
+                    return;
+                }
+                reply.attr(&self.attr_ttl(&a), &file_attr(&a));
+                self.space.replied(&a);
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -422,14 +449,15 @@ impl Filesystem for CairnFuse {
         reply: fuser::ReplyStatx,
     ) {
         let mut t = self.metrics.timer(Op::Statx);
-        if self.writeback && fh.is_some() && self.space.refuse(ino.0) {
-            reply.error(Errno::ENOSPC);
-            return;
-        }
         match t.call(|| self.fs.getattr(ino.0)) {
             Ok(a) => {
+                if let Some(e) = self.refusal(fh, &a) {
+                    reply.error(e);
+                    return;
+                }
                 let (attributes, mask) = crate::convert::statx_attributes(a.flags);
-                reply.statx_with_attributes(&self.attr_ttl(), &file_attr(&a), attributes, mask)
+                reply.statx_with_attributes(&self.attr_ttl(&a), &file_attr(&a), attributes, mask);
+                self.space.replied(&a);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -473,7 +501,10 @@ impl Filesystem for CairnFuse {
             self.fs.setattr(&ctx(req), ino.0, &set)
         });
         match res {
-            Ok(a) => reply.attr(&self.attr_ttl(), &file_attr(&a)),
+            Ok(a) => {
+                reply.attr(&self.attr_ttl(&a), &file_attr(&a));
+                self.space.replied(&a);
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -604,19 +635,26 @@ impl Filesystem for CairnFuse {
     ) {
         let mut t = self.metrics.timer(Op::Write);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let from_cache = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let mut dropped = false;
         let res = t.call(|| {
             if self.killpriv_v2 {
                 dropped = privs::on_write(&self.fs, req, ino.0, kill)?;
             }
-            // Under the writeback cache the kernel owns mtime and ctime and
-            // sends them in a SETATTR, possibly before these pages arrive.
-            self.fs.write_data(ino.0, offset, data, !self.writeback)
+            if from_cache {
+                // The kernel's dirty pages: whole or an error, never short
+                // (the kernel would drop the rest unreported).
+                self.fs.write_back(ino.0, offset, data)
+            } else {
+                // Under the writeback cache the kernel owns mtime and ctime
+                // and sends them in a SETATTR, possibly before these pages
+                // arrive.
+                self.fs.write_data(ino.0, offset, data, !self.writeback)
+            }
         });
         if self.writeback {
             self.space.note_write(ino.0, res.as_ref().map(|n| *n).map_err(errno));
         }
-        let from_cache = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         if res.is_ok() && self.opts.dio_coherence && DirectWriteCoherence::is_direct(flags.0, from_cache) {
             self.dio.after_direct_write(ino.0);
         }
@@ -683,7 +721,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let ttl = self.space.attr_ttl(self.opts.timeouts.entry);
+        let mut armed = Vec::new();
         let mut t = self.metrics.timer(Op::Readdirplus);
         let r = t.call(|| {
             self.fs.readdir_ahead(ino.0, offset, true, &mut |e| {
@@ -695,10 +733,13 @@ impl Filesystem for CairnFuse {
                         INodeNo(e.ino),
                         e.next_offset,
                         OsStr::from_bytes(&e.name),
-                        &ttl,
+                        &self.space.attr_ttl(self.opts.timeouts.entry, a),
                         &file_attr(a),
                         Generation(u64::from(a.generation)),
                     );
+                    if !full && !dot && self.space.arms(a) {
+                        armed.push(*a);
+                    }
                     !full
                 });
                 // An entry whose inode vanished since the listing began is skipped.
@@ -706,7 +747,12 @@ impl Filesystem for CairnFuse {
             })
         });
         match r {
-            Ok(()) => reply.ok(),
+            Ok(()) => {
+                reply.ok();
+                for a in &armed {
+                    self.space.replied(a);
+                }
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -823,8 +869,12 @@ impl Filesystem for CairnFuse {
             match t.call(|| Ok(crate::chattr::ioctl(&self.fs, &ctx(req), ino.0, cmd, in_data, self.serve_open))) {
                 Ok(Ok(out)) => {
                     reply.ioctl(0, &out);
-                    // The new ctime.
-                    self.notify.attributes_changed(ino.0);
+                    // The new ctime; an immutable file is armed, so that
+                    // its next buffered write asks first (see `arming`).
+                    match self.fs.getattr(ino.0) {
+                        Ok(a) if self.space.arms(&a) => self.space.replied(&a),
+                        _ => self.notify.attributes_changed(ino.0),
+                    }
                 }
                 Ok(Err(e)) | Err(e) => reply.error(e),
             }

@@ -12,9 +12,12 @@
 //! append-only (`Fs::has_protected_inodes`) answers OPEN and checks each
 //! (`Fs::check_open`), at the price of an OPEN and a RELEASE per open. A
 //! mount in which the first such flag is set has stopped asking already:
-//! there an `open(O_WRONLY)` succeeds and the engine refuses the writes
-//! themselves (a buffered write when it is written back, EPERM at `fsync`)
-//! until the next mount; cairn logs this once.
+//! there an `open(O_WRONLY)` succeeds, and the writes are refused instead.
+//! A buffered `write(2)` to an immutable file fails with EPERM at the call:
+//! the file is *armed* (`arming`), so the GETATTR each write sends first is
+//! told from a read's and refused. A write-back that overwrites an
+//! append-only file is refused by the engine (EPERM at `fsync`/`close`).
+//! From the next mount on the opens are checked; cairn logs this once.
 
 use cairn_core::inode_flags::{ATTR_APPEND, ATTR_IMMUTABLE};
 use cairn_core::{Ctx, Fs};
@@ -97,7 +100,7 @@ fn set(fs: &Fs, ctx: &Ctx, ino: u64, flags: u32, opens_checked: bool) -> Result<
     if flags & (ATTR_IMMUTABLE | ATTR_APPEND) != 0 && !opens_checked && !WARNED.swap(true, Ordering::Relaxed) {
         tracing::warn!(
             ino,
-            "chattr +i/+a: this mount does not check opens (the kernel stopped sending OPEN); writes to such files are refused, and from the next mount on so is opening them for writing"
+            "chattr +i/+a: this mount does not check opens (the kernel stopped sending OPEN): writes to such files are refused at the call instead, and from the next mount on so is opening them for writing"
         );
     }
     Ok(Vec::new())

@@ -37,6 +37,7 @@
 //! exited" means "the image is clean"; `cairn umount` waits for exactly that.
 
 pub mod adapter;
+mod arming;
 mod chattr;
 mod coherence;
 pub mod convert;

@@ -12,11 +12,10 @@
 //!
 //! ## The mechanism
 //! The one request a buffered write sends before it copies anything is a
-//! GETATTR, when the kernel's cached attributes of the file have expired
-//! (`fuse_cache_write_iter` refreshes the size and mode first, and passes
-//! the file, so the request carries FUSE_GETATTR_FH); an error there fails
-//! the `write(2)`. The guard uses it, and keeps what the kernel may hold
-//! dirty smaller than the free space:
+//! GETATTR naming the file, when the kernel's attributes of the file are
+//! expired or invalidated; an error there fails the `write(2)`. The guard
+//! uses it, and keeps what the kernel may hold dirty smaller than the free
+//! space:
 //! 1. **A bound on what the kernel holds.** At mount (as root) cairn sets the
 //!    connection's bdi to `strict_limit` with `max_bytes` = D (`-o
 //!    dirty_limit_mb`, default 1/16 of the file system, 8–64 MiB): the
@@ -25,20 +24,25 @@
 //!    a 3 GB `dd` ran at 609–632 MB/s with D = 64 MiB against 430–477 MB/s
 //!    without.
 //! 2. **Tight mode** while the free space is below the reserve R = 4 D. On
-//!    entry the attributes of recently written files are invalidated
-//!    (`FUSE_NOTIFY_INVAL_INODE`, attributes only), and every attribute
-//!    reply carries a zero timeout, so each buffered `write(2)` asks first.
-//!    The dirty pages the kernel held on entry (at most about 2.3 D) fit in
-//!    the reserve. While tight, the bdi's limit shrinks with the free space
-//!    (an eighth of it, at least [`MIN_DIRTY_LIMIT`]), so what the kernel
-//!    holds always fits in what is left.
-//! 3. **The gate.** In tight mode a GETATTR that names a file handle is
-//!    answered ENOSPC when the free space, less what the kernel may hold
-//!    dirty (2.5 times the current limit), is under [`GATE_FLOOR`], or when a
-//!    write-back of that file has failed for lack of space since its last
-//!    GETATTR. A writer is so stopped while every byte it was told was
-//!    written still fits: `dd` into a 256 MiB image stops with ENOSPC from
-//!    `write(2)`, and the file has every byte `dd` reported.
+//!    entry the attributes of every file the kernel holds are invalidated,
+//!    and every reply about a regular file arms it (`arming`): its next
+//!    buffered write asks first, while a read still does not. The dirty
+//!    pages the kernel held on entry (at most about 2.3 D) fit in the
+//!    reserve. While tight, the bdi's limit shrinks with the free space (an
+//!    eighth of it, at least [`MIN_DIRTY_LIMIT`]), so what the kernel holds
+//!    always fits in what is left.
+//! 3. **The gate.** In tight mode a GETATTR that can only come from a write
+//!    (`arming`) is answered ENOSPC when the free space, less what the
+//!    kernel may hold dirty (2.5 times the current limit), is under
+//!    [`GATE_FLOOR`], or when a write-back of that file has failed for lack
+//!    of space since its last GETATTR. A writer is so stopped while every
+//!    byte it was told was written still fits: `dd` into a 256 MiB image
+//!    stops with ENOSPC from `write(2)`, and the file has every byte `dd`
+//!    reported. Reads are never refused.
+//! 4. **Write-backs are whole or refused** (`Fs::write_back`): one that
+//!    finds no space anyway stores nothing short of what it was given
+//!    without saying so; the kernel reports the ENOSPC at the file's
+//!    `fsync` and `close`, and nothing an earlier `fsync` covered changes.
 //!
 //! A first version answered the gated GETATTR from a thread of its own after
 //! making the kernel write the file back; under FUSE over io_uring a queue
@@ -52,11 +56,11 @@
 //!   `fsync`/`close` (the kernel's rule for write-back errors).
 //! * A mount by an ordinary user cannot set the bdi limit: the kernel may
 //!   then hold more dirty data than the reserve (cairn logs a warning).
-//! * While the disk is tight, a read past the cached end of a file also
-//!   sends such a GETATTR, and may be told ENOSPC.
 //! * The last [`GATE_FLOOR`] and a little more of the space are left to
 //!   O_DIRECT writes, `writeback_cache=0` mounts and metadata.
-//! * mmap writes: the kernel asks nothing before dirtying a mapped page.
+//! * mmap writes: the kernel asks nothing before dirtying a mapped page;
+//!   their write-back is whole or refused, and `msync`/`fsync` report it.
+//! * What `arming` cannot tell apart (see there).
 //!
 //! `-o dirty_limit_mb=0` turns the guard (and the bdi limit) off.
 //!
@@ -66,14 +70,15 @@
 //! `space.dirty_limit_bytes` (the bdi's limit now; 0 when not set).
 //!
 //! ## Locking
-//! Outside tight mode a WRITE costs one relaxed store (the recent-inode
-//! ring) and a read of the engine's free-space counters. The set of files
-//! whose write-back failed and the bdi's sysfs file are behind mutexes
-//! taken only in tight mode or on a failure. The guard's thread only sends
-//! attribute invalidations, which wait for no request.
+//! Outside tight mode a WRITE costs a read of the engine's free-space
+//! counters. The set of files whose write-back failed, the arming map and
+//! the bdi's sysfs file are behind mutexes taken only in tight mode, for
+//! immutable files or on a failure. The guard's thread only sends attribute
+//! invalidations, which wait for no request.
 
+use crate::arming::{self, Arming};
 use crate::privs::KernelNotifier;
-use cairn_core::Fs;
+use cairn_core::{Attr, Fs};
 use fuser::Errno;
 use parking_lot::Mutex;
 use std::collections::HashSet;
@@ -83,10 +88,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-
-/// Recently written inodes remembered for invalidation on entering tight
-/// mode.
-const RECENT: usize = 64;
 
 /// The smallest dirty limit the guard sets in tight mode.
 pub const MIN_DIRTY_LIMIT: u64 = 256 << 10;
@@ -105,6 +106,8 @@ pub struct SpaceStats {
     pub tight_entries: AtomicU64,
     pub gated_getattrs: AtomicU64,
     pub gate_refusals: AtomicU64,
+    pub gate_unsure: AtomicU64,
+    pub immutable_refusals: AtomicU64,
     pub writeback_enospc: AtomicU64,
     pub reserve_bytes: AtomicU64,
     pub dirty_limit_bytes: AtomicU64,
@@ -118,6 +121,8 @@ impl SpaceStats {
             ("space.tight_entries".into(), self.tight_entries.load(Relaxed)),
             ("space.gated_getattrs".into(), self.gated_getattrs.load(Relaxed)),
             ("space.gate_refusals".into(), self.gate_refusals.load(Relaxed)),
+            ("space.gate_unsure".into(), self.gate_unsure.load(Relaxed)),
+            ("space.immutable_refusals".into(), self.immutable_refusals.load(Relaxed)),
             ("space.writeback_enospc".into(), self.writeback_enospc.load(Relaxed)),
             ("space.reserve_bytes".into(), self.reserve_bytes.load(Relaxed)),
             ("space.dirty_limit_bytes".into(), self.dirty_limit_bytes.load(Relaxed)),
@@ -137,20 +142,27 @@ pub struct SpaceGuard {
     limit: AtomicU64,
     /// The bdi's `max_bytes` file, once the mount has set the limit.
     bdi_max_bytes: Mutex<Option<PathBuf>>,
-    recent: [AtomicU64; RECENT],
     /// Files a write-back of which failed with ENOSPC, not yet told.
     failed: Mutex<HashSet<u64>>,
+    /// Which GETATTRs come from writes (see `arming`).
+    arming: Arming,
     jobs: Mutex<Option<Sender<Vec<u64>>>>,
-    notify: KernelNotifier,
     /// When the last "nearly full" line was logged (seconds since the epoch).
     logged_at: AtomicU64,
 }
 
 impl SpaceGuard {
     /// A guard keeping `reserve` bytes (0: off) for the kernel's dirty
-    /// pages, counting in `stats` and invalidating through `notify`; its
-    /// thread starts with it.
-    pub fn start(fs: Arc<Fs>, reserve: u64, stats: Arc<SpaceStats>, notify: KernelNotifier) -> Arc<SpaceGuard> {
+    /// pages, counting in `stats` and invalidating through `notify`; the
+    /// mount's replies carry attribute timeout `attr_ttl`. Its thread starts
+    /// with it.
+    pub fn start(
+        fs: Arc<Fs>,
+        reserve: u64,
+        stats: Arc<SpaceStats>,
+        notify: KernelNotifier,
+        attr_ttl: Duration,
+    ) -> Arc<SpaceGuard> {
         stats.reserve_bytes.store(reserve, Relaxed);
         let (tx, rx) = channel::<Vec<u64>>();
         let guard = Arc::new(SpaceGuard {
@@ -160,10 +172,9 @@ impl SpaceGuard {
             base_limit: reserve / 4,
             limit: AtomicU64::new(reserve / 4),
             bdi_max_bytes: Mutex::new(None),
-            recent: std::array::from_fn(|_| AtomicU64::new(0)),
             failed: Mutex::new(HashSet::new()),
+            arming: Arming::new(notify, attr_ttl),
             jobs: Mutex::new(if reserve > 0 { Some(tx) } else { None }),
-            notify,
             logged_at: AtomicU64::new(0),
         });
         if reserve > 0 {
@@ -171,7 +182,7 @@ impl SpaceGuard {
             let spawned = std::thread::Builder::new().name("cairn-space".into()).spawn(move || {
                 for inos in rx {
                     let Some(g) = weak.upgrade() else { break };
-                    g.invalidate_attrs(inos);
+                    g.arming.invalidate(&inos);
                 }
             });
             if let Err(e) = spawned {
@@ -213,22 +224,7 @@ impl SpaceGuard {
         let tight = free < self.reserve;
         if self.stats.tight.swap(tight, Relaxed) != tight {
             if tight {
-                let n = self.stats.tight_entries.fetch_add(1, Relaxed);
-                // One line per burst: the first entry, then at most one a minute.
-                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                let last = self.logged_at.swap(now, Relaxed);
-                if n == 0 || now >= last + 60 {
-                    tracing::warn!(
-                        free_bytes = free,
-                        "the file system is nearly full: buffered writes now ask first, and get ENOSPC when the space is gone"
-                    );
-                }
-                let mut inos: Vec<u64> = self.recent.iter().map(|a| a.load(Relaxed)).filter(|i| *i != 0).collect();
-                inos.sort_unstable();
-                inos.dedup();
-                if let Some(tx) = self.jobs.lock().as_ref() {
-                    let _ = tx.send(inos);
-                }
+                self.entered_tight(free);
             } else {
                 self.failed.lock().clear();
             }
@@ -245,6 +241,23 @@ impl SpaceGuard {
         tight
     }
 
+    /// Entering tight mode: logs it (once a minute at most) and has every
+    /// file the kernel holds invalidated, so that their writes ask first.
+    fn entered_tight(&self, free: u64) {
+        let n = self.stats.tight_entries.fetch_add(1, Relaxed);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let last = self.logged_at.swap(now, Relaxed);
+        if n == 0 || now >= last + 60 {
+            tracing::warn!(
+                free_bytes = free,
+                "the file system is nearly full: buffered writes now ask first, and get ENOSPC when the space is gone"
+            );
+        }
+        if let Some(tx) = self.jobs.lock().as_ref() {
+            let _ = tx.send(self.fs.kernel_held_inodes());
+        }
+    }
+
     /// Sets the bdi's dirty limit (when the mount could set it at all).
     fn set_limit(&self, bytes: u64) {
         let bdi = self.bdi_max_bytes.lock();
@@ -258,47 +271,67 @@ impl SpaceGuard {
         }
     }
 
-    /// The attribute timeout to reply with: zero in tight mode.
-    pub fn attr_ttl(&self, normal: Duration) -> Duration {
-        if self.reserve > 0 && self.stats.tight.load(Relaxed) {
-            Duration::ZERO
+    /// Whether replies about `a` arm it (see `arming`): a regular file while
+    /// the guard is tight, an immutable one always.
+    pub fn arms(&self, a: &Attr) -> bool {
+        a.mode & libc::S_IFMT == libc::S_IFREG
+            && ((self.reserve > 0 && self.stats.tight.load(Relaxed)) || arming::immutable(a))
+    }
+
+    /// The attribute timeout to reply with about `a`: the mount's, and at
+    /// least [`arming::MIN_ARMED_TTL`] for an armed file.
+    pub fn attr_ttl(&self, normal: Duration, a: &Attr) -> Duration {
+        if self.arms(a) {
+            normal.max(arming::MIN_ARMED_TTL)
         } else {
             normal
         }
     }
 
+    /// After a reply that carried `a`: arms the file if it should be.
+    pub fn replied(&self, a: &Attr) {
+        if self.arms(a) {
+            self.arming.replied(a.ino);
+        }
+    }
+
     /// Notes a WRITE of `ino` and its outcome.
     pub fn note_write(&self, ino: u64, result: Result<u32, Errno>) {
-        if self.reserve == 0 {
-            return;
-        }
-        self.recent[(ino as usize) % RECENT].store(ino, Relaxed);
         if result == Err(Errno::ENOSPC) {
             self.stats.writeback_enospc.fetch_add(1, Relaxed);
-            self.failed.lock().insert(ino);
+            if self.reserve > 0 {
+                self.failed.lock().insert(ino);
+            }
         }
         self.tight();
     }
 
-    /// Whether a GETATTR naming a file handle of `ino` (a buffered write
-    /// asking first) must be refused with ENOSPC.
-    pub fn refuse(&self, ino: u64) -> bool {
-        if !self.tight() {
-            return false;
+    /// The error for a GETATTR naming a handle of file `a` (a buffered write
+    /// asking first, or a read past the cached end): EPERM for a write to an
+    /// immutable file, ENOSPC for one the space cannot take; `None` to
+    /// answer it.
+    pub fn refusal(&self, a: &Attr) -> Option<Errno> {
+        let tight = self.tight();
+        if !tight && !arming::immutable(a) {
+            return None;
+        }
+        if !self.arming.asked_by_a_write(a.ino) {
+            if tight {
+                self.stats.gate_unsure.fetch_add(1, Relaxed);
+            }
+            return None;
+        }
+        if arming::immutable(a) {
+            self.stats.immutable_refusals.fetch_add(1, Relaxed);
+            return Some(Errno::EPERM);
         }
         self.stats.gated_getattrs.fetch_add(1, Relaxed);
         let held = self.limit.load(Relaxed) * DIRTY_OVERSHOOT_TENTHS / 10;
-        let refuse = self.failed.lock().remove(&ino) || self.free_bytes() < held + GATE_FLOOR;
+        let refuse = self.failed.lock().remove(&a.ino) || self.free_bytes() < held + GATE_FLOOR;
         if refuse {
             self.stats.gate_refusals.fetch_add(1, Relaxed);
+            return Some(Errno::ENOSPC);
         }
-        refuse
-    }
-
-    /// Invalidates the kernel's cached attributes of `inos`.
-    fn invalidate_attrs(&self, inos: Vec<u64>) {
-        for ino in inos {
-            self.notify.attributes_changed(ino);
-        }
+        None
     }
 }

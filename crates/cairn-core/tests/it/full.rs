@@ -235,3 +235,58 @@ fn an_allocation_waits_for_the_forget_of_a_file_unlinked_while_held() {
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the wait");
 }
+
+/// Issue 50, items 1 and 2: a write-back of the kernel's dirty pages that
+/// runs out of space part-way was answered with the short count, which the
+/// kernel ignores: `fsync` returned 0 and the file was cut back to a block
+/// boundary. `Fs::write_back` is whole or ENOSPC, and what it stored before
+/// the space ran out never changes a byte an earlier `fsync` covered, nor
+/// shrinks the file.
+#[test]
+fn a_write_back_that_does_not_fit_is_refused_and_keeps_the_durable_bytes() {
+    let dev = new_image(48);
+    let fs = mount(&dev);
+    let c = Ctx::root();
+    let f = fs.mknod(&c, 1, b"appends", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let durable: Vec<u8> = (0..6000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(fs.write_back(f, 0, &durable).unwrap(), 6000);
+    fs.fsync(f, false).unwrap();
+    fill_up(&fs, b"big");
+    // The kernel writes back the page holding bytes 4096..6000 together
+    // with 5,000 new ones: the first block is there, the next is not.
+    let mut page = durable[4096..].to_vec();
+    page.extend(std::iter::repeat_n(0xeeu8, 5000));
+    let e = fs.write_back(f, 4096, &page).unwrap_err();
+    assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+    let size = fs.getattr(f).unwrap().size;
+    assert!(size >= 6000, "the file shrank below its durable size: {size}");
+    fs.unmount().unwrap();
+    let fs = mount(&dev);
+    let a = fs.lookup(1, b"appends").unwrap();
+    assert!(a.size >= 6000, "after the remount the file is {} bytes", a.size);
+    assert_eq!(fs.read(a.ino, 0, 6000).unwrap(), durable, "durable bytes changed");
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after the refused write-back");
+}
+
+/// Issue 50, item 6: the largest file size is the kernel's (`i64::MAX`),
+/// which the kernel checks at `write(2)`; a byte at 2^52 or just below the
+/// limit is stored and reads back after a remount.
+#[test]
+fn a_byte_at_the_largest_offsets_is_stored() {
+    let dev = new_image(48);
+    let fs = mount(&dev);
+    let f = fs.mknod(&Ctx::root(), 1, b"sparse", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let last = i64::MAX as u64 - 1;
+    assert_eq!(fs.write_back(f, 1 << 52, b"A").unwrap(), 1);
+    assert_eq!(fs.write_back(f, last, b"Z").unwrap(), 1);
+    assert_eq!(fs.write(f, last + 1, b"!").unwrap_err().errno(), libc::EFBIG);
+    fs.unmount().unwrap();
+    let fs = mount(&dev);
+    let a = fs.lookup(1, b"sparse").unwrap();
+    assert_eq!(a.size, last + 1);
+    assert_eq!(fs.read(a.ino, 1 << 52, 1).unwrap(), b"A");
+    assert_eq!(fs.read(a.ino, last, 1).unwrap(), b"Z");
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after bytes at the largest offsets");
+}
