@@ -215,7 +215,7 @@ const SPACE_RESERVE_DIRTY_LIMITS: u64 = 4;
 /// The bound on the kernel's dirty page cache for this mount: `-o
 /// dirty_limit_mb`, or 1/16 of the file system between 8 and 64 MiB.
 fn dirty_limit_bytes(settings: &cairn_fuse::Settings, fs: &Fs) -> u64 {
-    if let Some(mb) = settings.dirty_limit_mb {
+    if let Some(mb) = settings.dirty_limit_mb.filter(|mb| *mb > 0) {
         return mb << 20;
     }
     let size = fs.statfs().map_or(0, |s| s.blocks * u64::from(s.block_size));
@@ -270,7 +270,9 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
             return Err(format!("cannot mount on {}: {e}", mp.display()));
         }
     };
-    if settings.adapter.space_reserve > 0 {
+    // `dirty_limit_mb=0` leaves the kernel's dirty pages unbounded; the
+    // guard keeps its default reserve, so `write(2)` still says ENOSPC.
+    if settings.adapter.space_reserve > 0 && settings.dirty_limit_mb != Some(0) {
         let mib = space.base_limit() >> 20;
         if !whoami::is_root() {
             tracing::warn!(

@@ -62,7 +62,16 @@ impl Fs {
     /// written), so everything an earlier `fsync` covered is intact. The
     /// kernel owns the file's times (see [`Fs::write_data`]).
     pub fn write_back(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
-        let n = self.write_data(ino, off, data, false)?;
+        self.write_whole(ino, off, data, false)
+    }
+
+    /// [`Fs::write_data`], whole or an error: for a caller that cannot take
+    /// a short count. Besides write-backs ([`Fs::write_back`]), an O_DIRECT
+    /// write under FUSE's asynchronous direct I/O: the kernel turns a short
+    /// count there into EIO (`fuse_get_res_by_io`), so a full disk must say
+    /// ENOSPC instead.
+    pub fn write_whole(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
+        let n = self.write_data(ino, off, data, update_times)?;
         if (n as usize) < data.len() {
             tracing::debug!(ino, off, len = data.len(), stored = n, "write-back refused: the file system is full");
             return Err(FsError::Errno(libc::ENOSPC));

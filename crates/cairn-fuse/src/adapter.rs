@@ -645,6 +645,9 @@ impl Filesystem for CairnFuse {
                 // The kernel's dirty pages: whole or an error, never short
                 // (the kernel would drop the rest unreported).
                 self.fs.write_back(ino.0, offset, data)
+            } else if flags.0 & libc::O_DIRECT != 0 {
+                // Direct I/O: the kernel makes a short count EIO.
+                self.fs.write_whole(ino.0, offset, data, !self.writeback)
             } else {
                 // Under the writeback cache the kernel owns mtime and ctime
                 // and sends them in a SETATTR, possibly before these pages

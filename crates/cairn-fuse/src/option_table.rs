@@ -162,7 +162,7 @@ pub const OPTIONS: &[Spec] = &[
         Ok(())
     }),
     spec(&["dirty_limit_mb"], Required("N"), Cairn, "1/16 of the file system, 8..64",
-        "bound on the kernel's dirty pages for this mount (root only); the space guard keeps 4x that free and makes buffered writes say ENOSPC on a full disk; 0 turns both off",
+        "bound on the kernel's dirty pages for this mount (root only); the space guard keeps 4x that free and makes buffered writes say ENOSPC on a full disk; 0 leaves the dirty pages unbounded (the guard stays, with the default reserve)",
         |p, k, v| {
             p.s.dirty_limit_mb = Some(number(k, req(v), 0, 1 << 20)?);
             Ok(())

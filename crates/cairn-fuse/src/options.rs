@@ -78,7 +78,8 @@ pub struct Settings {
     pub readahead_kb: u32,
     /// Bound on the kernel's dirty page cache for this mount, MiB (`-o
     /// dirty_limit_mb`; `None`: 1/16 of the file system, 8 to 64 MiB; 0: the
-    /// kernel's own limit and no space guard, see `space`).
+    /// kernel's own limit; the space guard keeps its default reserve, see
+    /// `space`).
     pub dirty_limit_mb: Option<u64>,
     /// Read and write file data with `O_DIRECT` (`-o direct_data`, see
     /// `cairn_core::direct_data`).

@@ -62,7 +62,9 @@
 //!   their write-back is whole or refused, and `msync`/`fsync` report it.
 //! * What `arming` cannot tell apart (see there).
 //!
-//! `-o dirty_limit_mb=0` turns the guard (and the bdi limit) off.
+//! `-o dirty_limit_mb=0` leaves the bdi unbounded; the guard stays, with
+//! the default reserve (a write that it lets through and that does not fit
+//! is refused at write-back, reported at `fsync`/`close`).
 //!
 //! ## Counters
 //! `space.tight` (0/1), `space.tight_entries`, `space.gated_getattrs`,
