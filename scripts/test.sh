@@ -15,6 +15,12 @@
 #   stress-ng  tests/external/stress-ng.sh (29 file-system stressors, 5 s each)
 #   survival   tests/external/survival.sh (data survives remounts and a daemon SIGKILL
 #              after syncfs)
+#   fulldisk   tests/external/fulldisk.sh (a full disk, issue 50: seven regression cases:
+#              fsync'd data kept, ENOSPC from write(2) for every writer, reads never
+#              ENOSPC, EFBIG at the call, chattr +i/+a at the call; then 15 runs of a
+#              model-based harness: buffered, O_DIRECT, mmap and append writers fill
+#              48-192 MiB images until ENOSPC, every acknowledged chunk checked after
+#              umount + mount or SIGKILL + replay, fsck clean)
 #   install    tests/external/install.sh (the README's Install section: scripts/install.sh into a
 #              temporary prefix and /sbin, `mount -a` of a fuse.cairn fstab line, remount ro/rw,
 #              man pages, bash completion, --uninstall)
@@ -54,7 +60,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
 
-ALL=(lint build unit pjdfstest stress-ng survival install fsx sigkill pressure nfs xfstests bench mballoc fuzz)
+ALL=(lint build unit pjdfstest stress-ng survival fulldisk install fsx sigkill pressure nfs xfstests bench mballoc fuzz)
 only=""
 skip=""
 quick=0
@@ -65,7 +71,7 @@ while [[ $# -gt 0 ]]; do
     --skip) skip=$2; shift ;;
     --quick) quick=1 ;;
     --no-deps) deps=0 ;;
-    -h | --help) sed -n '2,51p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,57p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -157,6 +163,7 @@ run_suite unit 30 cargo test --release --workspace -- --show-output --include-ig
 run_suite pjdfstest 20 bash tests/external/pjdfstest.sh --compare
 run_suite stress-ng 20 bash tests/external/stress-ng.sh
 run_suite survival 15 bash tests/external/survival.sh
+run_suite fulldisk 10 bash tests/external/fulldisk.sh
 run_suite install 5 bash tests/external/install.sh
 run_suite fsx 10 bash tests/external/fsx.sh
 run_suite sigkill 20 bash tests/external/sigkill.sh 50
@@ -168,7 +175,7 @@ run_suite mballoc 5 python3 "$ROOT/bench/mballoc" --quick --no-ext4 --cairn "$CA
 run_suite fuzz 20 bash tests/external/fuzz.sh --ci
 
 # Anything left mounted by a suite that was killed by its timeout?
-leftover=$(findmnt -rn -o TARGET | grep '^/tmp/cairn-test\.' || true)
+leftover=$(findmnt -rn -o TARGET | grep -E '^/tmp/(cairn-test|fulldisk)\.' || true)
 if [[ -n $leftover ]]; then
     echo "WARNING: left mounted after the suites (unmounting): $leftover" >&2
     while read -r mp; do umount -l "$mp" 2>/dev/null || true; done < <(printf '%s\n' "$leftover" | sort -r)
@@ -187,7 +194,7 @@ for s in "${ALL[@]}"; do
     esac
 done
 # The suites' own one-line results, for the record.
-grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on |sigkill: |pressure: |nfs: |xfstests on |fuzz: |crash harness: .* from )' "$LOGS"/*.log 2>/dev/null || true
+grep -hE '^(pjdfstest (ext4|cairn): |stress-ng on |survival on |fulldisk: |sigkill: |pressure: |nfs: |xfstests on |fuzz: |crash harness: .* from )' "$LOGS"/*.log 2>/dev/null || true
 line="suites: $passed passed, $failed failed"
 [[ $skipped -gt 0 ]] && line="$line, $skipped skipped"
 echo "$line" >"$LOGS/summary.txt"

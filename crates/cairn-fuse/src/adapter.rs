@@ -29,6 +29,7 @@
 //! (fuseblk: before `umount(2)` returns), else `destroy` when the session
 //! ends.
 
+use crate::arming::Asked;
 use crate::coherence::DirectWriteCoherence;
 use crate::convert::{errno, file_attr, from_system_time, kind_of_dtype, negative_attr};
 use crate::metrics::{Metrics, Op};
@@ -311,7 +312,7 @@ impl CairnFuse {
         self.space.attr_ttl(self.opts.timeouts.attr, a)
     }
 
-    fn entry(&self, reply: ReplyEntry, r: cairn_core::Result<cairn_core::Attr>) {
+    fn entry(&self, asked: Asked, reply: ReplyEntry, r: cairn_core::Result<cairn_core::Attr>) {
         match r {
             Ok(a) => {
                 reply.entry_with_ttls(
@@ -320,14 +321,14 @@ impl CairnFuse {
                     &file_attr(&a),
                     Generation(u64::from(a.generation)),
                 );
-                self.space.replied(&a);
+                self.space.replied(&a, asked);
             }
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     /// Answers a create-and-open (CREATE, TMPFILE) with open flags `flags`.
-    fn created(&self, reply: ReplyCreate, flags: i32, r: cairn_core::Result<cairn_core::Attr>) {
+    fn created(&self, asked: Asked, reply: ReplyCreate, flags: i32, r: cairn_core::Result<cairn_core::Attr>) {
         match r {
             Ok(a) => {
                 reply.created(
@@ -337,17 +338,17 @@ impl CairnFuse {
                     FileHandle(0),
                     self.file_open_flags(flags),
                 );
-                self.space.replied(&a);
+                self.space.replied(&a, asked);
             }
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    /// The error for a GETATTR (or STATX) of file `a`, naming file handle
-    /// `fh` if it does: see `space::SpaceGuard::refusal`.
-    fn refusal(&self, fh: Option<FileHandle>, a: &cairn_core::Attr) -> Option<Errno> {
+    /// The error for a GETATTR (or STATX) `req` of file `a`, naming file
+    /// handle `fh` if it does: see `space::SpaceGuard::refusal`.
+    fn refusal(&self, req: &Request, fh: Option<FileHandle>, a: &cairn_core::Attr) -> Option<Errno> {
         if self.writeback && fh.is_some() {
-            self.space.refusal(a)
+            self.space.refusal(a, req.pid())
         } else {
             None
         }
@@ -403,13 +404,14 @@ impl Filesystem for CairnFuse {
         }
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let asked = Asked::now(req.pid());
         let mut t = self.metrics.timer(Op::Lookup);
         match t.call(|| self.fs.lookup(parent.0, name_bytes(name))) {
             Err(cairn_core::FsError::Errno(libc::ENOENT)) if !self.opts.timeouts.negative.is_zero() => {
                 reply.entry(&self.opts.timeouts.negative, &negative_attr(), Generation(0))
             }
-            r => self.entry(reply, r),
+            r => self.entry(asked, reply, r),
         }
     }
 
@@ -419,19 +421,20 @@ impl Filesystem for CairnFuse {
         self.dio.forgotten(ino.0, || self.fs.kernel_lookups(ino.0));
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let asked = Asked::now(req.pid());
         let mut t = self.metrics.timer(Op::Getattr);
         match t.call(|| self.fs.getattr(ino.0)) {
             Ok(a) => {
                 // A GETATTR naming a file handle is what a buffered write
                 // sends before it fills the page cache: the space guard may
                 // refuse it.
-                if let Some(e) = self.refusal(fh, &a) {
+                if let Some(e) = self.refusal(req, fh, &a) {
                     reply.error(e);
                     return;
                 }
                 reply.attr(&self.attr_ttl(&a), &file_attr(&a));
-                self.space.replied(&a);
+                self.space.replied(&a, asked);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -441,23 +444,24 @@ impl Filesystem for CairnFuse {
     /// inode's creation time (kept on disk since the first format).
     fn statx(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: Option<FileHandle>,
         _flags: u32,
         _mask: u32,
         reply: fuser::ReplyStatx,
     ) {
+        let asked = Asked::now(req.pid());
         let mut t = self.metrics.timer(Op::Statx);
         match t.call(|| self.fs.getattr(ino.0)) {
             Ok(a) => {
-                if let Some(e) = self.refusal(fh, &a) {
+                if let Some(e) = self.refusal(req, fh, &a) {
                     reply.error(e);
                     return;
                 }
                 let (attributes, mask) = crate::convert::statx_attributes(a.flags);
                 reply.statx_with_attributes(&self.attr_ttl(&a), &file_attr(&a), attributes, mask);
-                self.space.replied(&a);
+                self.space.replied(&a, asked);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -490,6 +494,7 @@ impl Filesystem for CairnFuse {
             mtime: mtime.map(time_set),
             ctime: ctime.map(from_system_time),
         };
+        let asked = Asked::now(req.pid());
         let mut t = self.metrics.timer(Op::Setattr);
         let res = t.call(|| {
             // Truncate and chown drop a file capability (the kernel leaves
@@ -503,7 +508,11 @@ impl Filesystem for CairnFuse {
         match res {
             Ok(a) => {
                 reply.attr(&self.attr_ttl(&a), &file_attr(&a));
-                self.space.replied(&a);
+                if size.is_some() {
+                    // A truncate: the kernel drops other replies meanwhile.
+                    self.space.size_event(ino.0, req.pid());
+                }
+                self.space.replied(&a, asked);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -528,13 +537,17 @@ impl Filesystem for CairnFuse {
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let mut t = self.metrics.timer(Op::Mknod);
         let c = self.create_ctx(req, umask);
-        self.entry(reply, t.call(|| self.fs.mknod(&c, parent.0, name_bytes(name), mode, u64::from(rdev))));
+        self.entry(
+            Asked::now(req.pid()),
+            reply,
+            t.call(|| self.fs.mknod(&c, parent.0, name_bytes(name), mode, u64::from(rdev))),
+        );
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let mut t = self.metrics.timer(Op::Mkdir);
         let c = self.create_ctx(req, umask);
-        self.entry(reply, t.call(|| self.fs.mkdir(&c, parent.0, name_bytes(name), mode)));
+        self.entry(Asked::now(req.pid()), reply, t.call(|| self.fs.mkdir(&c, parent.0, name_bytes(name), mode)));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -550,6 +563,7 @@ impl Filesystem for CairnFuse {
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let mut t = self.metrics.timer(Op::Symlink);
         self.entry(
+            Asked::now(req.pid()),
             reply,
             t.call(|| self.fs.symlink(&ctx(req), parent.0, name_bytes(link_name), target.as_os_str().as_bytes())),
         );
@@ -575,9 +589,9 @@ impl Filesystem for CairnFuse {
         );
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let mut t = self.metrics.timer(Op::Link);
-        self.entry(reply, t.call(|| self.fs.link(ino.0, newparent.0, name_bytes(newname))));
+        self.entry(Asked::now(req.pid()), reply, t.call(|| self.fs.link(ino.0, newparent.0, name_bytes(newname))));
     }
 
     /// With `parallel_dio` OPEN is answered with the flags
@@ -657,6 +671,10 @@ impl Filesystem for CairnFuse {
         });
         if self.writeback {
             self.space.note_write(ino.0, res.as_ref().map(|n| *n).map_err(errno));
+            if !from_cache {
+                // A direct write moves the kernel's size (see `arming`).
+                self.space.size_event(ino.0, req.pid());
+            }
         }
         if res.is_ok() && self.opts.dio_coherence && DirectWriteCoherence::is_direct(flags.0, from_cache) {
             self.dio.after_direct_write(ino.0);
@@ -723,7 +741,8 @@ impl Filesystem for CairnFuse {
         }
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let asked = Asked::now(req.pid());
         let mut armed = Vec::new();
         let mut t = self.metrics.timer(Op::Readdirplus);
         let r = t.call(|| {
@@ -753,7 +772,7 @@ impl Filesystem for CairnFuse {
             Ok(()) => {
                 reply.ok();
                 for a in &armed {
-                    self.space.replied(a);
+                    self.space.replied(a, asked);
                 }
             }
             Err(e) => reply.error(errno(&e)),
@@ -849,7 +868,12 @@ impl Filesystem for CairnFuse {
         }
         let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
         let c = self.create_ctx(req, umask);
-        self.created(reply, flags, t.call(|| self.fs.mknod(&c, parent.0, name_bytes(name), mode, 0)));
+        self.created(
+            Asked::now(req.pid()),
+            reply,
+            flags,
+            t.call(|| self.fs.mknod(&c, parent.0, name_bytes(name), mode, 0)),
+        );
     }
 
     /// The one ioctl cairn serves is the shutdown (XFS_IOC_GOINGDOWN, also
@@ -875,7 +899,7 @@ impl Filesystem for CairnFuse {
                     // The new ctime; an immutable file is armed, so that
                     // its next buffered write asks first (see `arming`).
                     match self.fs.getattr(ino.0) {
-                        Ok(a) if self.space.arms(&a) => self.space.replied(&a),
+                        Ok(a) if self.space.arms(&a) => self.space.replied(&a, Asked::now(req.pid())),
                         _ => self.notify.attributes_changed(ino.0),
                     }
                 }
@@ -945,6 +969,8 @@ impl Filesystem for CairnFuse {
             self.fs.fallocate_data(ino.0, offset, length, mode, !self.writeback)
         });
         Self::empty(reply, res);
+        // The kernel's size moves (see `arming`).
+        self.space.size_event(ino.0, req.pid());
         if dropped {
             self.notify.attributes_changed(ino.0);
         }
@@ -982,6 +1008,6 @@ impl Filesystem for CairnFuse {
     fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let mut t = self.metrics.timer(Op::Tmpfile);
         let c = self.create_ctx(req, umask);
-        self.created(reply, flags, t.call(|| self.fs.tmpfile(&c, parent.0, mode)));
+        self.created(Asked::now(req.pid()), reply, flags, t.call(|| self.fs.tmpfile(&c, parent.0, mode)));
     }
 }

@@ -30,11 +30,39 @@
 //! an immutable file is refused with EPERM at the call, in the mount that
 //! set the flag too, where no OPEN is sent to refuse it earlier.
 //!
+//! ## Asking the caller first
+//! A GETATTR carries the id of the thread that sent it, and that thread is
+//! still inside the system call that made the kernel ask: when cairn may
+//! read `/proc/TID/syscall` (it runs as root), the call's number tells a
+//! `write`/`pwrite`/`writev` from a `read`/`pread`/`lseek` exactly, and
+//! arming is only the fallback (for an ordinary user's daemon, or a call
+//! the kernel makes on another thread's behalf, such as io_uring's).
+//!
+//! ## When the kernel drops a reply
+//! The kernel applies a reply's attributes only if no invalidation of the
+//! inode (nor a truncate or fallocate changing its size) happened while the
+//! request was in flight; a dropped reply leaves the kernel's copy marked
+//! for refetching, so the next read past the end asks too. cairn's own
+//! invalidation is one such event: it is sent only once the reply has
+//! reached the kernel (`fuser::after_reply`: on an io_uring queue the reply
+//! waits in its ring entry until the thread commits it, and an invalidation
+//! sent from the handler overtook it). Every event that can drop a reply
+//! is remembered per file with the thread it followed: a reply to a request
+//! whose handler started less than [`IN_FLIGHT`] after another thread's
+//! event is *unsure*, and until the next sure reply the file's GETATTRs are
+//! answered as if from a read. (A thread's own earlier event cannot drop
+//! its next request: that one is sent after the reply the event followed,
+//! and asks at all only once the invalidation has landed.)
+//!
 //! ## What it does not cover
 //! * The invalidation follows the reply: a write that starts in the
-//!   microseconds between the two is not asked about. What it leaves dirty
-//!   is still written back whole or refused (`Fs::write_back`), and a
-//!   refusal reaches the file's `fsync` and `close`.
+//!   microseconds between the two is not asked about, nor is one after an
+//!   unsure reply. What it leaves dirty is still written back whole or
+//!   refused (`Fs::write_back`), and a refusal reaches the file's `fsync`
+//!   and `close`.
+//! * An event the kernel makes on its own that cairn does not see drops a
+//!   reply unnoticed; the size-changing ones come as requests (SETATTR with
+//!   a size, FALLOCATE, a direct WRITE) and are remembered.
 //! * A file armed on entering tight mode (every file the kernel holds is
 //!   invalidated then) whose last reply is older than its timeout cannot be
 //!   told from a read: its first write after the entry is answered; the
@@ -61,53 +89,211 @@ use std::time::{Duration, Instant};
 /// told from a write.
 pub const MIN_ARMED_TTL: Duration = Duration::from_secs(1);
 
-/// Reply times kept before old ones are dropped.
+/// How long before its handler starts a request may have been sent: an
+/// event of another thread in that window may have dropped its reply.
+pub const IN_FLIGHT: Duration = Duration::from_millis(50);
+
+/// Files tracked before the ones with nothing recent are dropped.
 const PRUNE_AT: usize = 4096;
+
+/// Events remembered per file.
+const EVENTS: usize = 4;
 
 /// Whether `a` is a regular file carrying chattr's `i` flag.
 pub fn immutable(a: &Attr) -> bool {
     a.mode & libc::S_IFMT == libc::S_IFREG && a.flags & ATTR_IMMUTABLE != 0
 }
 
+/// What the thread that sent a request is doing, as far as the guard cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// Inside a call that writes a file (`write`, `pwrite64`, `writev`, ...).
+    Writing,
+    /// Inside a call that reads or seeks (`read`, `pread64`, `lseek`, ...).
+    Reading,
+    /// Not known: `/proc/TID/syscall` unreadable, or another call.
+    Unknown,
+}
+
+/// The system call thread `tid` is in now (see "Asking the caller first").
+pub fn caller(tid: u32) -> Caller {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{tid}/syscall")) else {
+        return Caller::Unknown;
+    };
+    match text.split_whitespace().next().and_then(|n| n.parse::<libc::c_long>().ok()) {
+        Some(n) => classify(n),
+        None => Caller::Unknown,
+    }
+}
+
+/// A system call number's kind.
+pub fn classify(n: libc::c_long) -> Caller {
+    const WRITES: [libc::c_long; 5] =
+        [libc::SYS_write, libc::SYS_pwrite64, libc::SYS_writev, libc::SYS_pwritev, libc::SYS_pwritev2];
+    const READS: [libc::c_long; 8] = [
+        libc::SYS_read,
+        libc::SYS_pread64,
+        libc::SYS_readv,
+        libc::SYS_preadv,
+        libc::SYS_preadv2,
+        libc::SYS_lseek,
+        libc::SYS_sendfile,
+        libc::SYS_splice,
+    ];
+    if WRITES.contains(&n) {
+        Caller::Writing
+    } else if READS.contains(&n) {
+        Caller::Reading
+    } else {
+        Caller::Unknown
+    }
+}
+
+/// Who asked, and when its handler started: a request's mark for
+/// [`Arming::replied`].
+#[derive(Clone, Copy, Debug)]
+pub struct Asked {
+    /// The kernel task (thread) id that sent the request.
+    pub tid: u32,
+    pub at: Instant,
+}
+
+impl Asked {
+    /// A request of thread `tid` whose handler starts now.
+    pub fn now(tid: u32) -> Asked {
+        Asked { tid, at: Instant::now() }
+    }
+}
+
+/// What is known of one armed file.
+#[derive(Default)]
+struct Armed {
+    /// When the last reply the kernel surely applied was sent; `None` while
+    /// the last one may have been dropped.
+    sure_reply: Option<Instant>,
+    /// The latest events that drop a reply in flight: when, and the thread
+    /// (kernel task id) whose request they followed; 0 for none.
+    events: [Option<(Instant, u32)>; EVENTS],
+    next: usize,
+}
+
+impl Armed {
+    fn note_event(&mut self, at: Instant, tid: u32) {
+        self.events[self.next] = Some((at, tid));
+        self.next = (self.next + 1) % EVENTS;
+    }
+
+    /// Whether an event of a thread other than `tid` may have overtaken a
+    /// request whose handler started at `started`.
+    fn overtaken(&self, tid: u32, started: Instant) -> bool {
+        self.events.iter().flatten().any(|(at, who)| *who != tid && *at + IN_FLIGHT > started)
+    }
+
+    fn latest(&self) -> Option<Instant> {
+        self.events.iter().flatten().map(|(at, _)| *at).chain(self.sure_reply).max()
+    }
+}
+
 /// See the module essay.
 pub struct Arming {
     notify: KernelNotifier,
-    /// The attribute timeout of the mount's replies.
+    /// The attribute timeout of armed files' replies.
     ttl: Duration,
-    /// When each armed file's attributes were last sent.
-    replied: Mutex<HashMap<u64, Instant>>,
+    files: Mutex<HashMap<u64, Armed>>,
 }
 
 impl Arming {
     pub fn new(notify: KernelNotifier, ttl: Duration) -> Arming {
-        Arming { notify, ttl: ttl.max(MIN_ARMED_TTL), replied: Mutex::new(HashMap::new()) }
+        Arming { notify, ttl: ttl.max(MIN_ARMED_TTL), files: Mutex::new(HashMap::new()) }
     }
 
-    /// After a reply that carried the attributes of armed file `ino`: notes
-    /// the time and invalidates them, so that its next write asks first.
-    pub fn replied(&self, ino: u64) {
-        let now = Instant::now();
-        {
-            let mut m = self.replied.lock();
-            if m.len() >= PRUNE_AT {
-                m.retain(|_, t| now.duration_since(*t) < self.ttl);
-            }
-            m.insert(ino, now);
+    fn with<T>(&self, ino: u64, f: impl FnOnce(&mut Armed) -> T) -> T {
+        let mut m = self.files.lock();
+        if m.len() >= PRUNE_AT && !m.contains_key(&ino) {
+            let ttl = self.ttl;
+            m.retain(|_, a| a.latest().is_some_and(|t| t.elapsed() < ttl));
         }
-        self.notify.attributes_changed(ino);
+        f(m.entry(ino).or_default())
+    }
+
+    /// After a reply that carried the attributes of armed file `ino`, to
+    /// the request `asked`: notes
+    /// whether the kernel surely applies it, and invalidates the attributes
+    /// once the reply has reached the kernel, so that the next write asks.
+    pub fn replied(&self, ino: u64, asked: Asked) {
+        let now = Instant::now();
+        self.with(ino, |a| {
+            a.sure_reply = if a.overtaken(asked.tid, asked.at) { None } else { Some(now) };
+            a.note_event(now, asked.tid);
+        });
+        let notify = self.notify.clone();
+        fuser::after_reply(move || notify.attributes_changed(ino));
+    }
+
+    /// A request of thread `tid` that changes the size of `ino` in the
+    /// kernel (SETATTR with a size, FALLOCATE, a direct WRITE): replies to
+    /// other threads in flight meanwhile may be dropped.
+    pub fn size_event(&self, ino: u64, tid: u32) {
+        if self.files.lock().contains_key(&ino) {
+            self.with(ino, |a| a.note_event(Instant::now(), tid));
+        }
     }
 
     /// Whether a GETATTR naming a handle of `ino` must come from a write:
-    /// the file is armed and the kernel's copy of its attributes has not
-    /// expired, so only the invalidation made it ask.
+    /// the file is armed, its last reply surely applied and not expired, so
+    /// only the invalidation made the kernel ask.
     pub fn asked_by_a_write(&self, ino: u64) -> bool {
-        self.replied.lock().get(&ino).is_some_and(|t| t.elapsed() < self.ttl)
+        self.files.lock().get(&ino).and_then(|a| a.sure_reply).is_some_and(|t| t.elapsed() < self.ttl)
     }
 
-    /// Invalidates the attributes of `inos` (entering tight mode).
+    /// Invalidates the attributes of `inos` (entering tight mode), from the
+    /// guard's thread.
     pub fn invalidate(&self, inos: &[u64]) {
         for &ino in inos {
+            self.size_event(ino, 0);
             self.notify.attributes_changed(ino);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_calls_are_told_apart() {
+        assert_eq!(classify(libc::SYS_write), Caller::Writing);
+        assert_eq!(classify(libc::SYS_pwrite64), Caller::Writing);
+        assert_eq!(classify(libc::SYS_pread64), Caller::Reading);
+        assert_eq!(classify(libc::SYS_lseek), Caller::Reading);
+        assert_eq!(classify(libc::SYS_io_uring_enter), Caller::Unknown);
+    }
+
+    #[test]
+    fn a_thread_blocked_in_read_is_seen_reading() {
+        use std::io::{Read, Write};
+        // A thread blocked reading a pipe: its /proc/TID/syscall says read.
+        let (mut rd, mut wr) = std::io::pipe().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let me = std::fs::read_link("/proc/thread-self").unwrap();
+            let tid: u32 = me.file_name().unwrap().to_str().unwrap().parse().unwrap();
+            tx.send(tid).unwrap();
+            let mut b = [0u8; 1];
+            rd.read_exact(&mut b).unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        let mut seen = Caller::Unknown;
+        for _ in 0..200 {
+            seen = caller(tid);
+            if seen != Caller::Unknown {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        wr.write_all(b"x").unwrap();
+        reader.join().unwrap();
+        // Readable for our own threads even as an ordinary user.
+        assert_eq!(seen, Caller::Reading);
     }
 }

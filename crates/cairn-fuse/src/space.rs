@@ -78,7 +78,7 @@
 //! immutable files or on a failure. The guard's thread only sends attribute
 //! invalidations, which wait for no request.
 
-use crate::arming::{self, Arming};
+use crate::arming::{self, Arming, Asked, Caller};
 use crate::privs::KernelNotifier;
 use cairn_core::{Attr, Fs};
 use fuser::Errno;
@@ -290,10 +290,19 @@ impl SpaceGuard {
         }
     }
 
-    /// After a reply that carried `a`: arms the file if it should be.
-    pub fn replied(&self, a: &Attr) {
+    /// After a reply to `asked` that carried `a`: arms the file if it
+    /// should be.
+    pub fn replied(&self, a: &Attr, asked: Asked) {
         if self.arms(a) {
-            self.arming.replied(a.ino);
+            self.arming.replied(a.ino, asked);
+        }
+    }
+
+    /// A request of thread `tid` that changes the size of file `ino` in the
+    /// kernel (see `arming`).
+    pub fn size_event(&self, ino: u64, tid: u32) {
+        if self.reserve > 0 && self.stats.tight.load(Relaxed) {
+            self.arming.size_event(ino, tid);
         }
     }
 
@@ -308,16 +317,21 @@ impl SpaceGuard {
         self.tight();
     }
 
-    /// The error for a GETATTR naming a handle of file `a` (a buffered write
-    /// asking first, or a read past the cached end): EPERM for a write to an
-    /// immutable file, ENOSPC for one the space cannot take; `None` to
-    /// answer it.
-    pub fn refusal(&self, a: &Attr) -> Option<Errno> {
+    /// The error for a GETATTR naming a handle of file `a`, sent by thread
+    /// `tid` (a buffered write asking first, or a read past the cached end):
+    /// EPERM for a write to an immutable file, ENOSPC for one the space
+    /// cannot take; `None` to answer it.
+    pub fn refusal(&self, a: &Attr, tid: u32) -> Option<Errno> {
         let tight = self.tight();
         if !tight && !arming::immutable(a) {
             return None;
         }
-        if !self.arming.asked_by_a_write(a.ino) {
+        let writing = match arming::caller(tid) {
+            Caller::Writing => true,
+            Caller::Reading => false,
+            Caller::Unknown => self.arming.asked_by_a_write(a.ino),
+        };
+        if !writing {
             if tight {
                 self.stats.gate_unsure.fetch_add(1, Relaxed);
             }
@@ -331,6 +345,7 @@ impl SpaceGuard {
         let held = self.limit.load(Relaxed) * DIRTY_OVERSHOOT_TENTHS / 10;
         let refuse = self.failed.lock().remove(&a.ino) || self.free_bytes() < held + GATE_FLOOR;
         if refuse {
+            tracing::debug!(ino = a.ino, "space guard: a buffered write refused");
             self.stats.gate_refusals.fetch_add(1, Relaxed);
             return Some(Errno::ENOSPC);
         }

@@ -84,6 +84,8 @@ pub use crate::session::SessionUnmounter;
 pub use crate::uring::kernel_switch as io_uring_kernel_switch;
 /// cairn patch: whether the calling thread serves FUSE over io_uring.
 pub use crate::uring::on_io_uring_thread;
+/// cairn patch: run work once the current request's reply reached the kernel.
+pub use crate::uring::after_reply;
 
 mod access_flags;
 mod bsd_file_flags;

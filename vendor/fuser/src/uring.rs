@@ -200,6 +200,31 @@ fn out_header(len: usize, error: i32, unique: u64) -> [u8; OUT_HEADER] {
 
 thread_local! {
     static ON_RING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Work queued by `after_reply`, run once the reply is committed.
+    static AFTER_COMMIT: std::cell::RefCell<Vec<Box<dyn FnOnce()>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` once the reply to the request the calling thread serves has
+/// reached the kernel. Through /dev/fuse a reply is written by the reply
+/// call itself, so `f` runs at once; on an io_uring queue thread the reply
+/// waits in its entry's buffer until the thread commits it, and `f` runs
+/// after that commit. A notification that must follow a reply (the kernel
+/// drops a reply's attributes if an invalidation of the inode overtook it)
+/// goes through here.
+pub fn after_reply(f: impl FnOnce() + 'static) {
+    if ON_RING.with(|r| r.get()) {
+        AFTER_COMMIT.with(|q| q.borrow_mut().push(Box::new(f)));
+    } else {
+        f();
+    }
+}
+
+/// Runs what `after_reply` queued on this thread.
+fn run_after_commit() {
+    let queued = AFTER_COMMIT.with(|q| std::mem::take(&mut *q.borrow_mut()));
+    for f in queued {
+        f();
+    }
 }
 
 /// Whether the calling thread is an io_uring queue thread (a file system
@@ -406,6 +431,7 @@ pub(crate) fn queue_thread<FS: Filesystem>(
             };
             push(&mut ring, &sqe)?;
             ring.submit()?;
+            run_after_commit();
         }
     }
 }
