@@ -69,6 +69,11 @@ fn chattr_immutable_and_append_only_hold_through_a_mount_and_a_remount() {
     a.write_all(b"2\n").unwrap();
     a.sync_all().unwrap();
     drop(a);
+    // Opened without O_APPEND (the open is not seen in this mount): the
+    // overwrite is refused at the call.
+    let mut over = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
+    eperm(over.write(b"X"), "a write without O_APPEND to an append-only file");
+    drop(over);
     eperm(std::fs::write(&log, b"over"), "truncating an append-only file");
     eperm(std::fs::remove_file(&log), "unlink of an append-only file");
     unmount(&mp, pid);

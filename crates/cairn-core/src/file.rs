@@ -99,6 +99,25 @@ fn data_request(meta: &Meta, st: &InodeState, lblk: u64, want: u32) -> Result<Al
     })
 }
 
+/// Blocks of the byte range `[off, off + len)` that a write would have to
+/// allocate: the holes (unwritten extents are allocated already).
+pub fn hole_blocks(meta: &Meta, st: &InodeState, off: u64, len: u64) -> Result<u64> {
+    let b = bs(meta);
+    let (mut lblk, end) = (off / b, off.saturating_add(len).div_ceil(b));
+    let mut holes = 0u64;
+    while lblk < end {
+        match extent_map::lookup(meta, st, lblk)? {
+            Mapping::Hole { len } => {
+                let n = len.min(end - lblk);
+                holes += n;
+                lblk += n;
+            }
+            Mapping::Mapped { len, .. } => lblk = lblk.saturating_add(len),
+        }
+    }
+    Ok(holes)
+}
+
 /// Room for mapping one more extent in `tx`: `Ok(false)` when the handle's
 /// credits are spent and something was done already (the caller goes on in
 /// a new handle); asks for more credits when nothing was.

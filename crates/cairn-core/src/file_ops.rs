@@ -20,6 +20,15 @@ use crate::{acl, file};
 use cairn_format::inode::*;
 use std::sync::atomic::Ordering;
 
+/// Where a write comes from, which decides what of the space it may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// A caller waiting for it (write-through, O_DIRECT).
+    Caller,
+    /// The kernel's dirty pages being written back.
+    WriteBack,
+}
+
 impl Fs {
     /// Writes `data` at `off`; returns the bytes written. Overwrites of
     /// written blocks inside the file take the fast path (`overwrite`); the
@@ -33,6 +42,11 @@ impl Fs {
     /// a SETATTR, and its WRITEs of dirty pages may reach cairn after that
     /// SETATTR, so they must not move the times again.
     pub fn write_data(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
+        self.write_from(Origin::Caller, ino, off, data, update_times)
+    }
+
+    /// [`Fs::write_data`] for a write from `origin`.
+    fn write_from(&self, origin: Origin, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         if crate::inode::flags_in_use() {
             let sync = {
                 let r = self.iget(ino)?;
@@ -41,12 +55,12 @@ impl Fs {
                 crate::inode_flags::is_sync(&g)
             };
             if sync {
-                let n = self.write_data_checked(ino, off, data, update_times)?;
+                let n = self.write_data_checked(origin, ino, off, data, update_times)?;
                 self.fsync(ino, false)?;
                 return Ok(n);
             }
         }
-        self.write_data_checked(ino, off, data, update_times)
+        self.write_data_checked(origin, ino, off, data, update_times)
     }
 
     /// Dirty pages that the kernel's writeback cache writes back: all of
@@ -62,7 +76,7 @@ impl Fs {
     /// written), so everything an earlier `fsync` covered is intact. The
     /// kernel owns the file's times (see [`Fs::write_data`]).
     pub fn write_back(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
-        self.write_whole(ino, off, data, false)
+        Self::whole(data, self.write_from(Origin::WriteBack, ino, off, data, false))
     }
 
     /// [`Fs::write_data`], whole or an error: for a caller that cannot take
@@ -71,19 +85,52 @@ impl Fs {
     /// count there into EIO (`fuse_get_res_by_io`), so a full disk must say
     /// ENOSPC instead.
     pub fn write_whole(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
-        let n = self.write_data(ino, off, data, update_times)?;
+        Self::whole(data, self.write_data(ino, off, data, update_times))
+    }
+
+    /// Holds `bytes` of the free space for dirty pages the kernel accepted
+    /// and has still to write back (0: none): writes that are not
+    /// write-backs, and fallocate, get ENOSPC rather than take them. The
+    /// FUSE space guard sets it while the disk is nearly full.
+    pub fn hold_for_write_back(&self, bytes: u64) {
+        let bs = u64::from(self.meta.geo().block_size);
+        self.meta.alloc.hold_for_write_back(bytes.div_ceil(bs));
+    }
+
+    /// A write's count if it wrote all of `data`, else ENOSPC.
+    fn whole(data: &[u8], written: Result<u32>) -> Result<u32> {
+        let n = written?;
         if (n as usize) < data.len() {
-            tracing::debug!(ino, off, len = data.len(), stored = n, "write-back refused: the file system is full");
+            tracing::debug!(len = data.len(), stored = n, "a whole write refused: the file system is full");
             return Err(FsError::Errno(libc::ENOSPC));
         }
         Ok(n)
     }
 
+    /// ENOSPC if a write from `origin` of `len` bytes at `off` would take
+    /// blocks held for the kernel's write-backs (see
+    /// `Allocator::room_for_writes`); only while any are held.
+    fn admit(&self, origin: Origin, ino: u64, off: u64, len: u64) -> Result<()> {
+        if origin == Origin::WriteBack || self.meta.alloc.room_for_writes(u64::MAX) == u64::MAX {
+            return Ok(());
+        }
+        let holes = {
+            let r = self.iget(ino)?;
+            let g = r.read();
+            file::hole_blocks(&self.meta, &g, off, len)?
+        };
+        if self.meta.alloc.room_for_writes(holes) < holes {
+            return Err(FsError::Errno(libc::ENOSPC));
+        }
+        Ok(())
+    }
+
     /// [`Fs::write_data`] once the inode's flags allow it.
-    fn write_data_checked(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
+    fn write_data_checked(&self, origin: Origin, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         if let Some(n) = self.try_overwrite(ino, off, data, update_times)? {
             return Ok(n);
         }
+        self.admit(origin, ino, off, data.len() as u64)?;
         self.ow.note_journaled(data.len());
         let mut done = 0usize;
         let mut waited = false;
@@ -210,6 +257,9 @@ impl Fs {
                 return Err(FsError::Errno(libc::EPERM));
             }
             sync = crate::inode_flags::is_sync(&g);
+        }
+        if mode & libc::FALLOC_FL_PUNCH_HOLE == 0 {
+            self.admit(Origin::Caller, ino, off, len)?;
         }
         match self.fallocate_steps(ino, off, len, mode, update_times) {
             Err(FsError::Errno(libc::ENOSPC)) if self.wait_for_reaper()? => {

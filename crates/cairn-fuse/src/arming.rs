@@ -26,9 +26,11 @@
 //! it may be a read, and it is answered.
 //!
 //! Files are armed while the space guard is tight (the free space is below
-//! its reserve) and, always, while they carry chattr's `i` flag: a write to
-//! an immutable file is refused with EPERM at the call, in the mount that
-//! set the flag too, where no OPEN is sent to refuse it earlier.
+//! its reserve) and, always, while they carry chattr's `i` or `a` flag: a
+//! write to an immutable file, and one through a descriptor opened without
+//! O_APPEND to an append-only file, are refused with EPERM at the call, in
+//! the mount that set the flag too, where no OPEN is sent to refuse them
+//! earlier (the descriptor's flags: `/proc/TID/fdinfo/FD`).
 //!
 //! ## Asking the caller first
 //! A GETATTR carries the id of the thread that sent it, and that thread is
@@ -67,9 +69,9 @@
 //!   invalidated then) whose last reply is older than its timeout cannot be
 //!   told from a read: its first write after the entry is answered; the
 //!   reply arms it.
-//! * Append-only files are not refused here: an append and an overwrite ask
-//!   alike. The engine refuses a write-back that overwrites (EPERM, at
-//!   `fsync`/`close`).
+//! * A write to an append-only file whose descriptor cannot be read (an
+//!   ordinary user's daemon) is answered; the engine refuses a write-back
+//!   that overwrites (EPERM, at `fsync`/`close`).
 //! * Stores through a shared mapping ask nothing (FUSE has no
 //!   `page_mkwrite` request).
 //!
@@ -78,7 +80,7 @@
 //! (tight mode, immutable files): never on the common path.
 
 use crate::privs::KernelNotifier;
-use cairn_core::inode_flags::ATTR_IMMUTABLE;
+use cairn_core::inode_flags::{ATTR_APPEND, ATTR_IMMUTABLE};
 use cairn_core::Attr;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -104,11 +106,17 @@ pub fn immutable(a: &Attr) -> bool {
     a.mode & libc::S_IFMT == libc::S_IFREG && a.flags & ATTR_IMMUTABLE != 0
 }
 
+/// Whether `a` is a regular file carrying chattr's `i` or `a` flag.
+pub fn protected(a: &Attr) -> bool {
+    a.mode & libc::S_IFMT == libc::S_IFREG && a.flags & (ATTR_IMMUTABLE | ATTR_APPEND) != 0
+}
+
 /// What the thread that sent a request is doing, as far as the guard cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Caller {
-    /// Inside a call that writes a file (`write`, `pwrite64`, `writev`, ...).
-    Writing,
+    /// Inside a call that writes a file (`write`, `pwrite64`, `writev`, ...)
+    /// through descriptor `fd`.
+    Writing { fd: i32 },
     /// Inside a call that reads or seeks (`read`, `pread64`, `lseek`, ...).
     Reading,
     /// Not known: `/proc/TID/syscall` unreadable, or another call.
@@ -120,10 +128,29 @@ pub fn caller(tid: u32) -> Caller {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{tid}/syscall")) else {
         return Caller::Unknown;
     };
-    match text.split_whitespace().next().and_then(|n| n.parse::<libc::c_long>().ok()) {
-        Some(n) => classify(n),
-        None => Caller::Unknown,
+    let mut words = text.split_whitespace();
+    let Some(n) = words.next().and_then(|n| n.parse::<libc::c_long>().ok()) else {
+        return Caller::Unknown;
+    };
+    match classify(n) {
+        // The first argument of each is the descriptor, in hex.
+        Caller::Writing { .. } => {
+            match words.next().and_then(|a| i32::from_str_radix(a.trim_start_matches("0x"), 16).ok()) {
+                Some(fd) => Caller::Writing { fd },
+                None => Caller::Unknown,
+            }
+        }
+        c => c,
     }
+}
+
+/// Whether thread `tid`'s descriptor `fd` was opened with O_APPEND (`None`:
+/// not known).
+pub fn appends(tid: u32, fd: i32) -> Option<bool> {
+    let text = std::fs::read_to_string(format!("/proc/{tid}/fdinfo/{fd}")).ok()?;
+    let flags = text.lines().find_map(|l| l.strip_prefix("flags:"))?.trim();
+    let flags = i64::from_str_radix(flags, 8).ok()?;
+    Some(flags & i64::from(libc::O_APPEND) != 0)
 }
 
 /// A system call number's kind.
@@ -141,7 +168,7 @@ pub fn classify(n: libc::c_long) -> Caller {
         libc::SYS_splice,
     ];
     if WRITES.contains(&n) {
-        Caller::Writing
+        Caller::Writing { fd: -1 }
     } else if READS.contains(&n) {
         Caller::Reading
     } else {
@@ -262,8 +289,8 @@ mod tests {
 
     #[test]
     fn system_calls_are_told_apart() {
-        assert_eq!(classify(libc::SYS_write), Caller::Writing);
-        assert_eq!(classify(libc::SYS_pwrite64), Caller::Writing);
+        assert_eq!(classify(libc::SYS_write), Caller::Writing { fd: -1 });
+        assert_eq!(classify(libc::SYS_pwrite64), Caller::Writing { fd: -1 });
         assert_eq!(classify(libc::SYS_pread64), Caller::Reading);
         assert_eq!(classify(libc::SYS_lseek), Caller::Reading);
         assert_eq!(classify(libc::SYS_io_uring_enter), Caller::Unknown);

@@ -39,7 +39,12 @@
 //!    byte it was told was written still fits: `dd` into a 256 MiB image
 //!    stops with ENOSPC from `write(2)`, and the file has every byte `dd`
 //!    reported. Reads are never refused.
-//! 4. **Write-backs are whole or refused** (`Fs::write_back`): one that
+//! 4. **What the kernel holds stays free for it.** While tight, the space
+//!    that dirty pages may still need (2.5 times the limit) is held
+//!    (`Fs::hold_for_write_back`): an O_DIRECT write or a fallocate that
+//!    would take it gets ENOSPC instead, so a writer's accepted pages are
+//!    not left without space by another kind of writer.
+//! 5. **Write-backs are whole or refused** (`Fs::write_back`): one that
 //!    finds no space anyway stores nothing short of what it was given
 //!    without saying so; the kernel reports the ENOSPC at the file's
 //!    `fsync` and `close`, and nothing an earlier `fsync` covered changes.
@@ -80,6 +85,7 @@
 
 use crate::arming::{self, Arming, Asked, Caller};
 use crate::privs::KernelNotifier;
+use cairn_core::inode_flags::ATTR_APPEND;
 use cairn_core::{Attr, Fs};
 use fuser::Errno;
 use parking_lot::Mutex;
@@ -109,7 +115,7 @@ pub struct SpaceStats {
     pub gated_getattrs: AtomicU64,
     pub gate_refusals: AtomicU64,
     pub gate_unsure: AtomicU64,
-    pub immutable_refusals: AtomicU64,
+    pub protected_refusals: AtomicU64,
     pub writeback_enospc: AtomicU64,
     pub reserve_bytes: AtomicU64,
     pub dirty_limit_bytes: AtomicU64,
@@ -124,7 +130,7 @@ impl SpaceStats {
             ("space.gated_getattrs".into(), self.gated_getattrs.load(Relaxed)),
             ("space.gate_refusals".into(), self.gate_refusals.load(Relaxed)),
             ("space.gate_unsure".into(), self.gate_unsure.load(Relaxed)),
-            ("space.immutable_refusals".into(), self.immutable_refusals.load(Relaxed)),
+            ("space.protected_refusals".into(), self.protected_refusals.load(Relaxed)),
             ("space.writeback_enospc".into(), self.writeback_enospc.load(Relaxed)),
             ("space.reserve_bytes".into(), self.reserve_bytes.load(Relaxed)),
             ("space.dirty_limit_bytes".into(), self.dirty_limit_bytes.load(Relaxed)),
@@ -240,7 +246,15 @@ impl SpaceGuard {
         if want < now - now / 4 || want > now + now / 2 || (!tight && want != now) {
             self.set_limit(want);
         }
+        // What the kernel may hold dirty stays free for its write-backs:
+        // O_DIRECT writes and fallocate leave it alone.
+        self.fs.hold_for_write_back(if tight { self.held() } else { 0 });
         tight
+    }
+
+    /// What the kernel may hold dirty now, in bytes.
+    fn held(&self) -> u64 {
+        self.limit.load(Relaxed) * DIRTY_OVERSHOOT_TENTHS / 10
     }
 
     /// Entering tight mode: logs it (once a minute at most) and has every
@@ -274,10 +288,10 @@ impl SpaceGuard {
     }
 
     /// Whether replies about `a` arm it (see `arming`): a regular file while
-    /// the guard is tight, an immutable one always.
+    /// the guard is tight, an immutable or append-only one always.
     pub fn arms(&self, a: &Attr) -> bool {
         a.mode & libc::S_IFMT == libc::S_IFREG
-            && ((self.reserve > 0 && self.stats.tight.load(Relaxed)) || arming::immutable(a))
+            && ((self.reserve > 0 && self.stats.tight.load(Relaxed)) || arming::protected(a))
     }
 
     /// The attribute timeout to reply with about `a`: the mount's, and at
@@ -323,13 +337,13 @@ impl SpaceGuard {
     /// cannot take; `None` to answer it.
     pub fn refusal(&self, a: &Attr, tid: u32) -> Option<Errno> {
         let tight = self.tight();
-        if !tight && !arming::immutable(a) {
+        if !tight && !arming::protected(a) {
             return None;
         }
-        let writing = match arming::caller(tid) {
-            Caller::Writing => true,
-            Caller::Reading => false,
-            Caller::Unknown => self.arming.asked_by_a_write(a.ino),
+        let (writing, fd) = match arming::caller(tid) {
+            Caller::Writing { fd } => (true, Some(fd)),
+            Caller::Reading => (false, None),
+            Caller::Unknown => (self.arming.asked_by_a_write(a.ino), None),
         };
         if !writing {
             if tight {
@@ -337,13 +351,16 @@ impl SpaceGuard {
             }
             return None;
         }
-        if arming::immutable(a) {
-            self.stats.immutable_refusals.fetch_add(1, Relaxed);
+        let overwrite = || a.flags & ATTR_APPEND != 0 && fd.and_then(|fd| arming::appends(tid, fd)) == Some(false);
+        if arming::immutable(a) || overwrite() {
+            self.stats.protected_refusals.fetch_add(1, Relaxed);
             return Some(Errno::EPERM);
         }
+        if !tight {
+            return None;
+        }
         self.stats.gated_getattrs.fetch_add(1, Relaxed);
-        let held = self.limit.load(Relaxed) * DIRTY_OVERSHOOT_TENTHS / 10;
-        let refuse = self.failed.lock().remove(&a.ino) || self.free_bytes() < held + GATE_FLOOR;
+        let refuse = self.failed.lock().remove(&a.ino) || self.free_bytes() < self.held() + GATE_FLOOR;
         if refuse {
             tracing::debug!(ino = a.ino, "space guard: a buffered write refused");
             self.stats.gate_refusals.fetch_add(1, Relaxed);

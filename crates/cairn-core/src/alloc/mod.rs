@@ -111,6 +111,10 @@ pub struct Allocator {
     /// Blocks only metadata may take, so that a tree split or an xattr block
     /// never fails halfway on a file system that file data has filled.
     reserve: u64,
+    /// Blocks that dirty pages the kernel accepted may still need when they
+    /// are written back (set by the FUSE space guard while the disk is
+    /// nearly full): other writes leave them free (see [`Allocator::room_for_writes`]).
+    held_for_write_back: AtomicU64,
     /// Free inodes (superblock counter).
     pub free_inodes: AtomicU64,
     /// Where the next inode search starts.
@@ -185,6 +189,7 @@ impl Allocator {
             disk_free_blocks: AtomicU64::new(fb),
             alloc_free: AtomicU64::new(fb),
             reserve: (geo.total_blocks / 512).clamp(64, 16384),
+            held_for_write_back: AtomicU64::new(0),
             free_inodes: AtomicU64::new(fi),
             next_ino: AtomicU64::new(next_ino.clamp(cairn_format::FIRST_INO, geo.total_inodes())),
             stats: AllocStats::default(),
@@ -225,6 +230,27 @@ impl Allocator {
             req.search = req.search.max(self.lg.chunk);
         }
         self.allocate(tx, req)
+    }
+
+    /// Holds `blocks` for the kernel's write-backs (0: none): from now on
+    /// [`Allocator::room_for_writes`] leaves them out.
+    pub fn hold_for_write_back(&self, blocks: u64) {
+        self.held_for_write_back.store(blocks, Ordering::Relaxed);
+    }
+
+    /// Of `want` new data blocks, how many a write that is not a write-back
+    /// (O_DIRECT, write-through, fallocate) may take now: all of them unless
+    /// the space guard holds blocks for dirty pages the kernel accepted,
+    /// which such a write must not take (issue 50: an O_DIRECT writer used
+    /// up the space of a buffered writer's accepted appends, whose
+    /// write-back then failed and whose size shrank).
+    pub fn room_for_writes(&self, want: u64) -> u64 {
+        let held = self.held_for_write_back.load(Ordering::Relaxed);
+        if held == 0 {
+            return want;
+        }
+        let free = self.disk_free_blocks.load(Ordering::Relaxed).saturating_sub(self.reserve);
+        want.min(free.saturating_sub(held))
     }
 
     /// Blocks only metadata may take (not available to file data; statfs
