@@ -97,6 +97,14 @@ impl Fs {
         self.meta.alloc.hold_for_write_back(bytes.div_ceil(bs));
     }
 
+    /// Free bytes that file data may take, what is held for write-backs
+    /// included: statfs's available space before the hold.
+    pub fn data_space_free(&self) -> Result<u64> {
+        let s = self.statfs()?;
+        let unheld = s.blocks_free.saturating_sub(self.meta.alloc.reserve_blocks());
+        Ok(unheld * u64::from(s.block_size))
+    }
+
     /// A write's count if it wrote all of `data`, else ENOSPC.
     fn whole(data: &[u8], written: Result<u32>) -> Result<u32> {
         let n = written?;

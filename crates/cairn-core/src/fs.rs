@@ -669,9 +669,10 @@ impl Fs {
             block_size: self.meta.geo().block_size,
             blocks: self.meta.geo().total_blocks,
             blocks_free: free,
-            // File data cannot take the metadata reserve: a program that
-            // fallocates what statfs says is available must get it.
-            blocks_avail: free.saturating_sub(a.reserve_blocks()),
+            // File data cannot take the metadata reserve, nor what is held
+            // for the kernel's write-backs: a program that fallocates what
+            // statfs says is available must get it.
+            blocks_avail: free.saturating_sub(a.reserve_blocks() + a.held_for_write_back()),
             files: self.meta.geo().total_inodes(),
             files_free: a.free_inodes.load(Ordering::Relaxed),
             name_max: NAME_MAX as u32,

@@ -895,13 +895,12 @@ impl Filesystem for CairnFuse {
         if crate::chattr::handles(cmd) {
             match t.call(|| Ok(crate::chattr::ioctl(&self.fs, &ctx(req), ino.0, cmd, in_data, self.serve_open))) {
                 Ok(Ok(out)) => {
+                    // The new ctime; and the next buffered write of a file
+                    // made immutable or append-only asks first (see
+                    // `arming`): invalidated before the reply, so that no
+                    // write after the ioctl returns can miss it.
+                    self.notify.attributes_changed(ino.0);
                     reply.ioctl(0, &out);
-                    // The new ctime; an immutable file is armed, so that
-                    // its next buffered write asks first (see `arming`).
-                    match self.fs.getattr(ino.0) {
-                        Ok(a) if self.space.arms(&a) => self.space.replied(&a, Asked::now(req.pid())),
-                        _ => self.notify.attributes_changed(ino.0),
-                    }
                 }
                 Ok(Err(e)) | Err(e) => reply.error(e),
             }

@@ -144,13 +144,12 @@ pub fn caller(tid: u32) -> Caller {
     }
 }
 
-/// Whether thread `tid`'s descriptor `fd` was opened with O_APPEND (`None`:
-/// not known).
-pub fn appends(tid: u32, fd: i32) -> Option<bool> {
+/// The status flags of thread `tid`'s descriptor `fd` (`O_APPEND`,
+/// `O_DIRECT`, ...), if they can be read.
+pub fn fd_flags(tid: u32, fd: i32) -> Option<i32> {
     let text = std::fs::read_to_string(format!("/proc/{tid}/fdinfo/{fd}")).ok()?;
     let flags = text.lines().find_map(|l| l.strip_prefix("flags:"))?.trim();
-    let flags = i64::from_str_radix(flags, 8).ok()?;
-    Some(flags & i64::from(libc::O_APPEND) != 0)
+    i32::from_str_radix(flags, 8).ok()
 }
 
 /// A system call number's kind.

@@ -40,10 +40,12 @@
 //!    stops with ENOSPC from `write(2)`, and the file has every byte `dd`
 //!    reported. Reads are never refused.
 //! 4. **What the kernel holds stays free for it.** While tight, the space
-//!    that dirty pages may still need (2.5 times the limit) is held
-//!    (`Fs::hold_for_write_back`): an O_DIRECT write or a fallocate that
-//!    would take it gets ENOSPC instead, so a writer's accepted pages are
-//!    not left without space by another kind of writer.
+//!    that dirty pages may still need (2.5 times the limit) and the gate's
+//!    floor are held (`Fs::hold_for_write_back`; statfs leaves them out of
+//!    the available blocks): an O_DIRECT write or a fallocate that would
+//!    take them gets ENOSPC instead, so a writer's accepted pages are not
+//!    left without space by another kind of writer, and `df` shows about
+//!    nothing available when every writer has been stopped.
 //! 5. **Write-backs are whole or refused** (`Fs::write_back`): one that
 //!    finds no space anyway stores nothing short of what it was given
 //!    without saying so; the kernel reports the ENOSPC at the file's
@@ -62,7 +64,8 @@
 //! * A mount by an ordinary user cannot set the bdi limit: the kernel may
 //!   then hold more dirty data than the reserve (cairn logs a warning).
 //! * The last [`GATE_FLOOR`] and a little more of the space are left to
-//!   O_DIRECT writes, `writeback_cache=0` mounts and metadata.
+//!   write-backs and metadata: a file system filled by O_DIRECT alone keeps
+//!   them free.
 //! * mmap writes: the kernel asks nothing before dirtying a mapped page;
 //!   their write-back is whole or refused, and `msync`/`fsync` report it.
 //! * What `arming` cannot tell apart (see there).
@@ -218,8 +221,10 @@ impl SpaceGuard {
         *self.jobs.lock() = None;
     }
 
+    /// Free bytes that file data may take, what is held for write-backs
+    /// included (statfs leaves it out of the available blocks).
     fn free_bytes(&self) -> u64 {
-        self.fs.statfs().map_or(u64::MAX, |s| s.blocks_avail.saturating_mul(u64::from(s.block_size)))
+        self.fs.data_space_free().unwrap_or(u64::MAX)
     }
 
     /// Whether the free space is below the reserve; notes a change, and
@@ -246,9 +251,10 @@ impl SpaceGuard {
         if want < now - now / 4 || want > now + now / 2 || (!tight && want != now) {
             self.set_limit(want);
         }
-        // What the kernel may hold dirty stays free for its write-backs:
-        // O_DIRECT writes and fallocate leave it alone.
-        self.fs.hold_for_write_back(if tight { self.held() } else { 0 });
+        // What the kernel may hold dirty, and the gate's floor (room for a
+        // write that started before its file was armed), stay free for
+        // write-backs: O_DIRECT writes and fallocate leave them alone.
+        self.fs.hold_for_write_back(if tight { self.held() + GATE_FLOOR } else { 0 });
         tight
     }
 
@@ -274,10 +280,16 @@ impl SpaceGuard {
         }
     }
 
-    /// Sets the bdi's dirty limit (when the mount could set it at all).
+    /// Sets the dirty limit: the bdi's, when the mount could set it at all;
+    /// else only the guard's estimate of what the kernel holds follows the
+    /// free space (nothing bounds the kernel then, see "What it does not
+    /// cover").
     fn set_limit(&self, bytes: u64) {
         let bdi = self.bdi_max_bytes.lock();
-        let Some(path) = bdi.as_ref() else { return };
+        let Some(path) = bdi.as_ref() else {
+            self.limit.store(bytes, Relaxed);
+            return;
+        };
         match std::fs::write(path, format!("{bytes}\n")) {
             Ok(()) => {
                 self.limit.store(bytes, Relaxed);
@@ -351,12 +363,15 @@ impl SpaceGuard {
             }
             return None;
         }
-        let overwrite = || a.flags & ATTR_APPEND != 0 && fd.and_then(|fd| arming::appends(tid, fd)) == Some(false);
-        if arming::immutable(a) || overwrite() {
+        let flags = fd.and_then(|fd| arming::fd_flags(tid, fd));
+        let overwrite = a.flags & ATTR_APPEND != 0 && flags.is_some_and(|f| f & libc::O_APPEND == 0);
+        if arming::immutable(a) || overwrite {
             self.stats.protected_refusals.fetch_add(1, Relaxed);
             return Some(Errno::EPERM);
         }
-        if !tight {
+        // An O_DIRECT write asks too, but reaches cairn at once and gets its
+        // exact answer there (what is held for write-backs stays out of it).
+        if !tight || flags.is_some_and(|f| f & libc::O_DIRECT != 0) {
             return None;
         }
         self.stats.gated_getattrs.fetch_add(1, Relaxed);

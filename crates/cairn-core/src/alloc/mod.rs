@@ -238,6 +238,11 @@ impl Allocator {
         self.held_for_write_back.store(blocks, Ordering::Relaxed);
     }
 
+    /// Blocks held for the kernel's write-backs now.
+    pub fn held_for_write_back(&self) -> u64 {
+        self.held_for_write_back.load(Ordering::Relaxed)
+    }
+
     /// Of `want` new data blocks, how many a write that is not a write-back
     /// (O_DIRECT, write-through, fallocate) may take now: all of them unless
     /// the space guard holds blocks for dirty pages the kernel accepted,
