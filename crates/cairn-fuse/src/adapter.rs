@@ -315,9 +315,10 @@ impl CairnFuse {
     fn entry(&self, asked: Asked, reply: ReplyEntry, r: cairn_core::Result<cairn_core::Attr>) {
         match r {
             Ok(a) => {
+                // fuser's order: the attributes' timeout, then the name's.
                 reply.entry_with_ttls(
-                    &self.opts.timeouts.entry,
                     &self.attr_ttl(&a),
+                    &self.opts.timeouts.entry,
                     &file_attr(&a),
                     Generation(u64::from(a.generation)),
                 );

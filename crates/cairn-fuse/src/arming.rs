@@ -36,9 +36,13 @@
 //! A GETATTR carries the id of the thread that sent it, and that thread is
 //! still inside the system call that made the kernel ask: when cairn may
 //! read `/proc/TID/syscall` (it runs as root), the call's number tells a
-//! `write`/`pwrite`/`writev` from a `read`/`pread`/`lseek` exactly, and
-//! arming is only the fallback (for an ordinary user's daemon, or a call
-//! the kernel makes on another thread's behalf, such as io_uring's).
+//! `write`/`pwrite`/`writev` from a `read`/`pread`/`lseek` exactly. Then
+//! armed files' replies simply carry a zero timeout: every write and every
+//! read past the end asks, and the call decides; no invalidation is sent,
+//! and no race between a reply and an invalidation can let a write through.
+//! (A call the kernel makes on another thread's behalf, io_uring's, is
+//! answered.) The invalidations below are the fallback for a daemon that
+//! cannot read its callers' calls (an ordinary user's, under Yama).
 //!
 //! ## When the kernel drops a reply
 //! The kernel applies a reply's attributes only if no invalidation of the
@@ -109,6 +113,15 @@ pub fn immutable(a: &Attr) -> bool {
 /// Whether `a` is a regular file carrying chattr's `i` or `a` flag.
 pub fn protected(a: &Attr) -> bool {
     a.mode & libc::S_IFMT == libc::S_IFREG && a.flags & (ATTR_IMMUTABLE | ATTR_APPEND) != 0
+}
+
+/// Whether this process may read its callers' `/proc/TID/syscall`: it
+/// runs as root (an ordinary user's daemon is refused other processes'
+/// under Yama's ptrace scope). A caller that still cannot be read (a
+/// non-dumpable process) is answered as `Caller::Unknown`.
+pub fn can_inspect_callers() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
 /// What the thread that sent a request is doing, as far as the guard cares.

@@ -157,6 +157,9 @@ pub struct SpaceGuard {
     failed: Mutex<HashSet<u64>>,
     /// Which GETATTRs come from writes (see `arming`).
     arming: Arming,
+    /// Whether the callers' system calls can be read (`arming`: "Asking the
+    /// caller first"); if not, arming decides.
+    inspect: bool,
     jobs: Mutex<Option<Sender<Vec<u64>>>>,
     /// When the last "nearly full" line was logged (seconds since the epoch).
     logged_at: AtomicU64,
@@ -185,6 +188,7 @@ impl SpaceGuard {
             bdi_max_bytes: Mutex::new(None),
             failed: Mutex::new(HashSet::new()),
             arming: Arming::new(notify, attr_ttl),
+            inspect: arming::can_inspect_callers(),
             jobs: Mutex::new(if reserve > 0 { Some(tx) } else { None }),
             logged_at: AtomicU64::new(0),
         });
@@ -306,20 +310,22 @@ impl SpaceGuard {
             && ((self.reserve > 0 && self.stats.tight.load(Relaxed)) || arming::protected(a))
     }
 
-    /// The attribute timeout to reply with about `a`: the mount's, and at
-    /// least [`arming::MIN_ARMED_TTL`] for an armed file.
+    /// The attribute timeout to reply with about `a`: the mount's; for an
+    /// armed file zero where callers can be inspected (every write and
+    /// every read past the end asks, and the caller's call decides), else
+    /// at least [`arming::MIN_ARMED_TTL`].
     pub fn attr_ttl(&self, normal: Duration, a: &Attr) -> Duration {
-        if self.arms(a) {
-            normal.max(arming::MIN_ARMED_TTL)
-        } else {
-            normal
+        match (self.arms(a), self.inspect) {
+            (false, _) => normal,
+            (true, true) => Duration::ZERO,
+            (true, false) => normal.max(arming::MIN_ARMED_TTL),
         }
     }
 
     /// After a reply to `asked` that carried `a`: arms the file if it
     /// should be.
     pub fn replied(&self, a: &Attr, asked: Asked) {
-        if self.arms(a) {
+        if !self.inspect && self.arms(a) {
             self.arming.replied(a.ino, asked);
         }
     }
@@ -352,9 +358,13 @@ impl SpaceGuard {
         if !tight && !arming::protected(a) {
             return None;
         }
-        let (writing, fd) = match arming::caller(tid) {
+        let who = arming::caller(tid);
+        tracing::trace!(ino = a.ino, tid, ?who, tight, "a GETATTR naming a file, asked while armed");
+        let (writing, fd) = match who {
             Caller::Writing { fd } => (true, Some(fd)),
             Caller::Reading => (false, None),
+            // A call made on another thread's behalf (io_uring's): answered.
+            Caller::Unknown if self.inspect => (false, None),
             Caller::Unknown => (self.arming.asked_by_a_write(a.ino), None),
         };
         if !writing {
