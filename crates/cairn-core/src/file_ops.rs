@@ -88,6 +88,15 @@ impl Fs {
         Self::whole(data, self.write_data(ino, off, data, update_times))
     }
 
+    /// The data blocks a write of `len` bytes at `off` would allocate: the
+    /// holes in its range (0: an overwrite of allocated blocks, which needs
+    /// no space).
+    pub fn blocks_to_allocate(&self, ino: u64, off: u64, len: u64) -> Result<u64> {
+        let r = self.iget(ino)?;
+        let g = r.read();
+        file::hole_blocks(&self.meta, &g, off, len)
+    }
+
     /// Holds `bytes` of the free space for dirty pages the kernel accepted
     /// and has still to write back (0: none): writes that are not
     /// write-backs, and fallocate, get ENOSPC rather than take them. The
@@ -122,11 +131,7 @@ impl Fs {
         if origin == Origin::WriteBack || self.meta.alloc.room_for_writes(u64::MAX) == u64::MAX {
             return Ok(());
         }
-        let holes = {
-            let r = self.iget(ino)?;
-            let g = r.read();
-            file::hole_blocks(&self.meta, &g, off, len)?
-        };
+        let holes = self.blocks_to_allocate(ino, off, len)?;
         if self.meta.alloc.room_for_writes(holes) < holes {
             return Err(FsError::Errno(libc::ENOSPC));
         }

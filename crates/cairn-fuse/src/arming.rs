@@ -11,40 +11,41 @@
 //! (issue 50, item 5). With cairn's zero-request open (OPEN is answered
 //! ENOSYS once and never sent again) nothing else tells them apart.
 //!
-//! ## The mechanism
-//! The kernel asks for attributes for one of two reasons: its copy has
-//! expired (the reply's timeout ran out), or a mask of attributes was
-//! invalidated. A read asks only for the size, which the writeback cache
-//! owns, so an invalidation alone never makes a read ask; a write also asks
-//! for the mode, so an invalidation makes the next write ask at once.
-//! (`fuse_update_get_attr`: `request_mask & inval_mask & ~cache_mask`
-//! decides before the timeout does.) So cairn *arms* a regular file: after
-//! every reply that carries its attributes it sends the kernel an
-//! attribute invalidation (`FUSE_NOTIFY_INVAL_INODE`, no pages). Until the
-//! reply's timeout runs out, a GETATTR naming a handle of an armed file can
-//! only come from a write: that one the guard may refuse. After the timeout
-//! it may be a read, and it is answered.
+//! ## Which files
+//! Files are *armed* while the space guard is tight (the free space is
+//! below its reserve) and, always, while they carry chattr's `i` or `a`
+//! flag: a write to an immutable file, and one through a descriptor opened
+//! without O_APPEND to an append-only file (its flags:
+//! `/proc/TID/fdinfo/FD`), are refused with EPERM at the call, in the mount
+//! that set the flag too, where no OPEN is sent to refuse them earlier.
 //!
-//! Files are armed while the space guard is tight (the free space is below
-//! its reserve) and, always, while they carry chattr's `i` or `a` flag: a
-//! write to an immutable file, and one through a descriptor opened without
-//! O_APPEND to an append-only file, are refused with EPERM at the call, in
-//! the mount that set the flag too, where no OPEN is sent to refuse them
-//! earlier (the descriptor's flags: `/proc/TID/fdinfo/FD`).
-//!
-//! ## Asking the caller first
+//! ## Asking the caller (a root daemon)
 //! A GETATTR carries the id of the thread that sent it, and that thread is
-//! still inside the system call that made the kernel ask: when cairn may
-//! read `/proc/TID/syscall` (it runs as root), the call's number tells a
-//! `write`/`pwrite`/`writev` from a `read`/`pread`/`lseek` exactly. Then
-//! armed files' replies simply carry a zero timeout: every write and every
-//! read past the end asks, and the call decides; no invalidation is sent,
-//! and no race between a reply and an invalidation can let a write through.
-//! (A call the kernel makes on another thread's behalf, io_uring's, is
-//! answered.) The invalidations below are the fallback for a daemon that
-//! cannot read its callers' calls (an ordinary user's, under Yama).
+//! still inside the system call that made the kernel ask. A root daemon
+//! reads `/proc/TID/syscall`: the call's number tells a `write`, `pwrite`
+//! or `writev` from a `read`, `pread` or `lseek` exactly. Armed files'
+//! replies then carry a zero attribute timeout, so every write and every
+//! read past the end asks, and the call decides. A caller that cannot be
+//! read (a non-dumpable process), or a call the kernel makes on another
+//! thread's behalf (io_uring's), is answered.
 //!
-//! ## When the kernel drops a reply
+//! ## Invalidations (the fallback)
+//! A daemon that cannot read its callers' calls (an ordinary user's, under
+//! Yama's ptrace scope) uses the masks instead. The kernel asks for
+//! attributes for one of two reasons: its copy has expired (the reply's
+//! timeout ran out), or a mask of attributes was invalidated. A read asks
+//! only for the size, which the writeback cache owns, so an invalidation
+//! alone never makes a read ask; a write also asks for the mode, so an
+//! invalidation makes the next write ask at once (`fuse_update_get_attr`:
+//! `request_mask & inval_mask & ~cache_mask` decides before the timeout
+//! does). So after every reply that carries an armed file's attributes
+//! cairn sends the kernel an attribute invalidation
+//! (`FUSE_NOTIFY_INVAL_INODE`, no pages). Until the reply's timeout (at
+//! least [`MIN_ARMED_TTL`]) runs out, a GETATTR naming a handle of an armed
+//! file can only come from a write: that one the guard may refuse. After
+//! the timeout it may be a read, and it is answered.
+//!
+//! ### When the kernel drops a reply
 //! The kernel applies a reply's attributes only if no invalidation of the
 //! inode (nor a truncate or fallocate changing its size) happened while the
 //! request was in flight; a dropped reply leaves the kernel's copy marked
@@ -61,18 +62,18 @@
 //! and asks at all only once the invalidation has landed.)
 //!
 //! ## What it does not cover
-//! * The invalidation follows the reply: a write that starts in the
-//!   microseconds between the two is not asked about, nor is one after an
-//!   unsure reply. What it leaves dirty is still written back whole or
+//! * Under the fallback, the invalidation follows the reply: a write that
+//!   starts in the microseconds between the two is not asked about, nor is
+//!   one after an unsure reply. What it leaves dirty is still written back whole or
 //!   refused (`Fs::write_back`), and a refusal reaches the file's `fsync`
 //!   and `close`.
 //! * An event the kernel makes on its own that cairn does not see drops a
 //!   reply unnoticed; the size-changing ones come as requests (SETATTR with
 //!   a size, FALLOCATE, a direct WRITE) and are remembered.
-//! * A file armed on entering tight mode (every file the kernel holds is
-//!   invalidated then) whose last reply is older than its timeout cannot be
-//!   told from a read: its first write after the entry is answered; the
-//!   reply arms it.
+//! * Under the fallback, a file armed on entering tight mode (every file
+//!   the kernel holds is invalidated then) whose last reply is older than
+//!   its timeout cannot be told from a read: its first write after the
+//!   entry is answered; the reply arms it.
 //! * A write to an append-only file whose descriptor cannot be read (an
 //!   ordinary user's daemon) is answered; the engine refuses a write-back
 //!   that overwrites (EPERM, at `fsync`/`close`).
@@ -128,8 +129,9 @@ pub fn can_inspect_callers() -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Caller {
     /// Inside a call that writes a file (`write`, `pwrite64`, `writev`, ...)
-    /// through descriptor `fd`.
-    Writing { fd: i32 },
+    /// through descriptor `fd`; `write` and `pwrite64` also say how many
+    /// bytes (`count`), and `pwrite64` where (`pos`).
+    Writing { fd: i32, count: Option<u64>, pos: Option<u64> },
     /// Inside a call that reads or seeks (`read`, `pread64`, `lseek`, ...).
     Reading,
     /// Not known: `/proc/TID/syscall` unreadable, or another call.
@@ -145,16 +147,27 @@ pub fn caller(tid: u32) -> Caller {
     let Some(n) = words.next().and_then(|n| n.parse::<libc::c_long>().ok()) else {
         return Caller::Unknown;
     };
-    match classify(n) {
-        // The first argument of each is the descriptor, in hex.
-        Caller::Writing { .. } => {
-            match words.next().and_then(|a| i32::from_str_radix(a.trim_start_matches("0x"), 16).ok()) {
-                Some(fd) => Caller::Writing { fd },
-                None => Caller::Unknown,
+    // The arguments, in hex: the descriptor first for each of these calls.
+    let args: Vec<u64> =
+        words.take(4).filter_map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok()).collect();
+    match (classify(n), args.first()) {
+        (Caller::Writing { .. }, Some(&fd)) => {
+            let sized = n == libc::SYS_write || n == libc::SYS_pwrite64;
+            Caller::Writing {
+                fd: fd as i32,
+                count: args.get(2).copied().filter(|_| sized),
+                pos: args.get(3).copied().filter(|_| n == libc::SYS_pwrite64),
             }
         }
-        c => c,
+        (Caller::Writing { .. }, None) => Caller::Unknown,
+        (c, _) => c,
     }
+}
+
+/// Where thread `tid`'s descriptor `fd` will write next: its offset.
+pub fn fd_pos(tid: u32, fd: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{tid}/fdinfo/{fd}")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("pos:"))?.trim().parse().ok()
 }
 
 /// The status flags of thread `tid`'s descriptor `fd` (`O_APPEND`,
@@ -180,7 +193,7 @@ pub fn classify(n: libc::c_long) -> Caller {
         libc::SYS_splice,
     ];
     if WRITES.contains(&n) {
-        Caller::Writing { fd: -1 }
+        Caller::Writing { fd: -1, count: None, pos: None }
     } else if READS.contains(&n) {
         Caller::Reading
     } else {
@@ -301,8 +314,8 @@ mod tests {
 
     #[test]
     fn system_calls_are_told_apart() {
-        assert_eq!(classify(libc::SYS_write), Caller::Writing { fd: -1 });
-        assert_eq!(classify(libc::SYS_pwrite64), Caller::Writing { fd: -1 });
+        assert_eq!(classify(libc::SYS_write), Caller::Writing { fd: -1, count: None, pos: None });
+        assert_eq!(classify(libc::SYS_pwrite64), Caller::Writing { fd: -1, count: None, pos: None });
         assert_eq!(classify(libc::SYS_pread64), Caller::Reading);
         assert_eq!(classify(libc::SYS_lseek), Caller::Reading);
         assert_eq!(classify(libc::SYS_io_uring_enter), Caller::Unknown);

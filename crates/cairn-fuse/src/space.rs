@@ -360,12 +360,12 @@ impl SpaceGuard {
         }
         let who = arming::caller(tid);
         tracing::trace!(ino = a.ino, tid, ?who, tight, "a GETATTR naming a file, asked while armed");
-        let (writing, fd) = match who {
-            Caller::Writing { fd } => (true, Some(fd)),
-            Caller::Reading => (false, None),
+        let (writing, fd, count, pos) = match who {
+            Caller::Writing { fd, count, pos } => (true, Some(fd), count, pos),
+            Caller::Reading => (false, None, None, None),
             // A call made on another thread's behalf (io_uring's): answered.
-            Caller::Unknown if self.inspect => (false, None),
-            Caller::Unknown => (self.arming.asked_by_a_write(a.ino), None),
+            Caller::Unknown if self.inspect => (false, None, None, None),
+            Caller::Unknown => (self.arming.asked_by_a_write(a.ino), None, None, None),
         };
         if !writing {
             if tight {
@@ -385,7 +385,16 @@ impl SpaceGuard {
             return None;
         }
         self.stats.gated_getattrs.fetch_add(1, Relaxed);
-        let refuse = self.failed.lock().remove(&a.ino) || self.free_bytes() < self.held() + GATE_FLOOR;
+        let appending = flags.is_some_and(|f| f & libc::O_APPEND != 0);
+        let pos = pos.or_else(|| fd.filter(|_| !appending).and_then(|fd| arming::fd_pos(tid, fd)));
+        let overwrite = || match (count, pos) {
+            // An overwrite of allocated blocks needs no space: answered,
+            // as ext4 takes it on a full disk.
+            (Some(count), Some(pos)) => self.fs.blocks_to_allocate(a.ino, pos, count).is_ok_and(|n| n == 0),
+            _ => false,
+        };
+        let refuse =
+            self.failed.lock().remove(&a.ino) || (self.free_bytes() < self.held() + GATE_FLOOR && !overwrite());
         if refuse {
             tracing::debug!(ino = a.ino, "space guard: a buffered write refused");
             self.stats.gate_refusals.fetch_add(1, Relaxed);
