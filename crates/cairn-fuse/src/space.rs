@@ -31,11 +31,14 @@
 //!    reserve. While tight, the bdi's limit shrinks with the free space (an
 //!    eighth of it, at least [`MIN_DIRTY_LIMIT`]), so what the kernel holds
 //!    always fits in what is left.
-//! 3. **The gate.** In tight mode a GETATTR that can only come from a write
+//! 3. **The gate.** In tight mode a GETATTR that comes from a write
 //!    (`arming`) is answered ENOSPC when the free space, less what the
-//!    kernel may hold dirty (2.5 times the current limit), is under
-//!    [`GATE_FLOOR`], or when a write-back of that file has failed for lack
-//!    of space since its last GETATTR. A writer is so stopped while every
+//!    kernel may hold dirty (2.5 times the current limit), is under what
+//!    the write needs (its size, which the caller's call tells, and
+//!    [`GATE_SLACK`]; [`GATE_FLOOR`] for a write of unknown size), or when
+//!    a write-back of that file has failed for lack of space since its last
+//!    GETATTR; never for an overwrite of allocated blocks, which needs no
+//!    space. A writer is so stopped while every
 //!    byte it was told was written still fits: `dd` into a 256 MiB image
 //!    stops with ENOSPC from `write(2)`, and the file has every byte `dd`
 //!    reported. Reads are never refused.
@@ -104,8 +107,13 @@ use std::time::Duration;
 pub const MIN_DIRTY_LIMIT: u64 = 256 << 10;
 
 /// Free space, beyond what the kernel may hold dirty, below which a gated
-/// buffered write is refused.
+/// buffered write of unknown size is refused; also held from O_DIRECT
+/// writes and fallocate while tight.
 pub const GATE_FLOOR: u64 = 8 << 20;
+
+/// Free space, beyond what the kernel may hold dirty and the write's own
+/// bytes, below which a gated write of known size is refused.
+pub const GATE_SLACK: u64 = 1 << 20;
 
 /// What the kernel may hold dirty, in tenths of its limit (measured: 23).
 const DIRTY_OVERSHOOT_TENTHS: u64 = 25;
@@ -393,8 +401,11 @@ impl SpaceGuard {
             (Some(count), Some(pos)) => self.fs.blocks_to_allocate(a.ino, pos, count).is_ok_and(|n| n == 0),
             _ => false,
         };
-        let refuse =
-            self.failed.lock().remove(&a.ino) || (self.free_bytes() < self.held() + GATE_FLOOR && !overwrite());
+        // A write whose size the caller's call tells needs room for itself;
+        // one of unknown size (writev) the whole floor.
+        let need = count.map_or(GATE_FLOOR, |c| c + GATE_SLACK);
+        let failed = self.failed.lock().remove(&a.ino);
+        let refuse = (failed || self.free_bytes() < self.held() + need) && !overwrite();
         if refuse {
             tracing::debug!(ino = a.ino, "space guard: a buffered write refused");
             self.stats.gate_refusals.fetch_add(1, Relaxed);
