@@ -38,6 +38,7 @@
 
 pub mod adapter;
 mod arming;
+mod callers;
 mod chattr;
 mod coherence;
 pub mod convert;

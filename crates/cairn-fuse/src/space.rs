@@ -72,6 +72,11 @@
 //! * mmap writes: the kernel asks nothing before dirtying a mapped page;
 //!   their write-back is whole or refused, and `msync`/`fsync` report it.
 //! * What `arming` cannot tell apart (see there).
+//! * Space a fallocate or an O_DIRECT write takes before the guard is
+//!   tight: nothing is held then, and dirty pages the kernel accepted may
+//!   find the space gone (their write-backs are refused and reported).
+//!   Holding 2.5 D always would hide that much of every file system from
+//!   `df`.
 //!
 //! `-o dirty_limit_mb=0` leaves the bdi unbounded; the guard stays, with
 //! the default reserve (a write that it lets through and that does not fit
@@ -89,7 +94,8 @@
 //! immutable files or on a failure. The guard's thread only sends attribute
 //! invalidations, which wait for no request.
 
-use crate::arming::{self, Arming, Asked, Caller};
+use crate::arming::{self, Arming, Asked};
+use crate::callers::{self, Caller};
 use crate::privs::KernelNotifier;
 use cairn_core::inode_flags::ATTR_APPEND;
 use cairn_core::{Attr, Fs};
@@ -196,7 +202,7 @@ impl SpaceGuard {
             bdi_max_bytes: Mutex::new(None),
             failed: Mutex::new(HashSet::new()),
             arming: Arming::new(notify, attr_ttl),
-            inspect: arming::can_inspect_callers(),
+            inspect: callers::can_inspect_callers(),
             jobs: Mutex::new(if reserve > 0 { Some(tx) } else { None }),
             logged_at: AtomicU64::new(0),
         });
@@ -366,7 +372,7 @@ impl SpaceGuard {
         if !tight && !arming::protected(a) {
             return None;
         }
-        let who = arming::caller(tid);
+        let who = callers::caller(tid, a.ino);
         tracing::trace!(ino = a.ino, tid, ?who, tight, "a GETATTR naming a file, asked while armed");
         let (writing, fd, count, pos) = match who {
             Caller::Writing { fd, count, pos } => (true, Some(fd), count, pos),
@@ -381,7 +387,7 @@ impl SpaceGuard {
             }
             return None;
         }
-        let flags = fd.and_then(|fd| arming::fd_flags(tid, fd));
+        let flags = fd.and_then(|fd| callers::fd_flags(tid, fd));
         let overwrite = a.flags & ATTR_APPEND != 0 && flags.is_some_and(|f| f & libc::O_APPEND == 0);
         if arming::immutable(a) || overwrite {
             self.stats.protected_refusals.fetch_add(1, Relaxed);
@@ -394,7 +400,7 @@ impl SpaceGuard {
         }
         self.stats.gated_getattrs.fetch_add(1, Relaxed);
         let appending = flags.is_some_and(|f| f & libc::O_APPEND != 0);
-        let pos = pos.or_else(|| fd.filter(|_| !appending).and_then(|fd| arming::fd_pos(tid, fd)));
+        let pos = pos.or_else(|| fd.filter(|_| !appending).and_then(|fd| callers::fd_pos(tid, fd)));
         let overwrite = || match (count, pos) {
             // An overwrite of allocated blocks needs no space: answered,
             // as ext4 takes it on a full disk.
