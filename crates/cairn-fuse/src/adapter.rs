@@ -661,7 +661,9 @@ impl Filesystem for CairnFuse {
                 // (the kernel would drop the rest unreported).
                 self.fs.write_back(ino.0, offset, data)
             } else if flags.0 & libc::O_DIRECT != 0 {
-                // Direct I/O: the kernel makes a short count EIO.
+                // Direct I/O: the kernel makes a short count EIO. The hold
+                // for write-backs first follows the free space.
+                self.space.tight();
                 self.fs.write_whole(ino.0, offset, data, !self.writeback)
             } else {
                 // Under the writeback cache the kernel owns mtime and ctime
@@ -787,6 +789,9 @@ impl Filesystem for CairnFuse {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let mut t = self.metrics.timer(Op::Statfs);
+        // What is held for write-backs follows the free space now (space
+        // freed since the last write ends tight mode and the hold).
+        self.space.tight();
         match t.call(|| self.fs.statfs()) {
             Ok(s) => reply.statfs(
                 s.blocks,
@@ -957,6 +962,7 @@ impl Filesystem for CairnFuse {
         reply: ReplyEmpty,
     ) {
         let mut t = self.metrics.timer(Op::Fallocate);
+        self.space.tight();
         // The kernel drops no privileges for a fallocate under
         // HANDLE_KILLPRIV_V2 and sends no flag: cairn decides (`privs`).
         // Under the writeback cache the kernel owns the file's times (as for
