@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""A full disk through a real cairn mount (issue 50): a model-based harness and seven
+"""A full disk through a real cairn mount (issue 50): a model-based harness and eight
 regression cases. Python 3.11, standard library only; run as root (it mounts).
 tests/external/fulldisk.sh runs them as a suite.
 
   fulldisk.py run --seed S --size 96M [--opts a=b,c] [--kill] [--timeout SEC]
                   [--writers buffered,direct,mmap,appends] [--strict-write-enospc]
                   [--strict-reader-close] [--damage]
-  fulldisk.py case N          (N = 1..7, or "all")
+  fulldisk.py case N          (N = 1..8, or "all")
   common options: --cairn PATH (default $CAIRN or target/release/cairn)
                   --workdir DIR (a scratch directory, e.g. a private tmpfs; without it a
                   tmpfs is mounted on a fresh /tmp/fulldisk.XXXXXX and removed at exit;
@@ -49,13 +49,13 @@ One line per run on stdout: "fulldisk run: seed= size= opts= kill= writers= acke
 enospc=(calls that said ENOSPC) [other-errors=] [reader-errors=] stops=[writer:call:errno]
 time= [notes=] PASS|FAIL: reasons"; exit 1 on failure.
 
-The cases (`case N`) reproduce the seven items of issue 50 (see each caseN's docstring
+The cases (`case N`) reproduce the seven items of issue 50 and generic/299 (see each caseN's docstring
 and fulldisk.sh); each prints "fulldisk case N: PASS (t): what happened" or
 "fulldisk case N: FAIL (t): reasons" and exits 1 on failure.
 """
 # The parts: fulldisk_common.py (content, sizes, errno names), fulldisk_mount.py (mounts,
 # scratch, cleanup), fulldisk_harness.py (writers, reader, checks, one run),
-# fulldisk_cases.py (the seven cases). Run as a script, this file's directory is on
+# fulldisk_cases.py (the cases). Run as a script, this file's directory is on
 # sys.path; python3 -P or PYTHONSAFEPATH leave it out, so it is put there here.
 
 import argparse
@@ -98,7 +98,7 @@ def main():
                    help="a failed close() of the reader's read-only descriptor of the mmap writer's file fails the run")
     r.add_argument("--damage", action="store_true",
                    help="checks the checker: damage acknowledged data before the unmount; passes iff found")
-    c = sub.add_parser("case", help="one regression case (1..7 or all)")
+    c = sub.add_parser("case", help="one regression case (1..8 or all)")
     common(c)
     c.add_argument("n")
     c.add_argument("--timeout", type=int, default=120, help="case 1: the writers' deadline, seconds")
@@ -145,7 +145,7 @@ def main():
         return 0 if ok else 1
     ns = list(CASES) if a.n == "all" else [int(a.n)]
     if any(n not in CASES for n in ns):
-        print("case must be 1..7 or all", file=sys.stderr)
+        print("case must be 1..8 or all", file=sys.stderr)
         return 2
     results = [run_case(a, n) for n in ns]
     return 0 if all(results) else 1

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# A full disk (issue 50): the seven regression cases and the model-based harness of
+# A full disk (issue 50): the eight regression cases and the model-based harness of
 # tests/external/fulldisk.py, on real cairn mounts of small images in a private tmpfs.
 #
-#   tests/external/fulldisk.sh                  # CI: cases 1-7, then 15 harness runs
+#   tests/external/fulldisk.sh                  # CI: cases 1-8, then 15 harness runs
 #   tests/external/fulldisk.sh --runs 50        # the long run: 50 harness runs, no cases
 #   tests/external/fulldisk.sh --cases 2,5      # some cases only (with --runs N: both)
 #   tests/external/fulldisk.sh --seed 1000      # seed of the first harness run (default 1)
@@ -23,6 +23,9 @@
 #      size refused
 #   7  chattr +i / +a refuse appends, non-appending writes and truncates in the mount that
 #      set them; content after drop_caches and a remount is what the successful calls wrote
+#   8  6 MiB of buffered writes not yet written back, then a fallocate (and, on a second
+#      image, O_DIRECT writes) of all of df's available space: the writer's fsync says 0
+#      and the bytes are there after a remount (xfstests generic/299)
 # Harness run i (seed SEED+i): image 48M/96M/192M (i mod 3), cairn umount or SIGKILL
 # ((i div 3) mod 2), -o none/cache_mb=4/writeback_cache=0/direct_data=0/dirty_limit_mb=0
 # (i mod 5); 2-4 writers chosen by the seed. See fulldisk.py for the checks. Then one
@@ -37,7 +40,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PY=$CAIRN_ROOT/tests/external/fulldisk.py
 RUNS=15
-CASES=1,2,3,4,5,6,7
+CASES=1,2,3,4,5,6,7,8
 SEED=1
 WRITER_TIMEOUT=60
 cases_given=0

@@ -1,5 +1,6 @@
-"""The seven regression cases of tests/external/fulldisk.py (`fulldisk.py case N`), one
-per item of issue 50, each on its own mounts, with the fills they share."""
+"""The regression cases of tests/external/fulldisk.py (`fulldisk.py case N`): one per
+item of issue 50 (1-7) and the fallocate of generic/299 (8), each on its own mounts, with
+the fills they share."""
 
 import errno
 import mmap
@@ -15,7 +16,7 @@ from fulldisk_harness import KINDS, harness, shrunk, stat_sizes
 from fulldisk_mount import Fail, Mount, Scratch, drop_caches, run_cmd
 
 # ---------------------------------------------------------------------------------------
-# The seven cases
+# The cases
 # ---------------------------------------------------------------------------------------
 
 
@@ -492,7 +493,44 @@ def case7(c):
     c.finish(m)
 
 
-CASES = {1: case1, 2: case2, 3: case3, 4: case4, 5: case5, 6: case6, 7: case7}
+def case8(c):
+    """256 MiB image: 6 MiB of buffered writes, accepted and not yet written back; then a
+    fallocate (on a second image: O_DIRECT writes) of all the space df shows. The pages
+    the kernel accepted keep their space: the fallocate or O_DIRECT writes get ENOSPC
+    (or a share), the writer's fsync says 0 and every byte reads back after a remount
+    (xfstests generic/299: a fallocate of all the free space left them none)."""
+    seed = 5008
+    for how in ("fallocate", "direct"):
+        m = c.mount(f"m-{how}", "256M")
+        name, n = "pages", 6 * MiB
+        fd = os.open(os.path.join(m.mnt, name), os.O_WRONLY | os.O_CREAT, 0o644)
+        for off in range(0, n, MiB):
+            os.pwrite(fd, content(seed, name, off, MiB), off)
+        st = os.statvfs(m.mnt)
+        avail = st.f_bavail * st.f_frsize
+        taker = os.path.join(m.mnt, "taker")
+        if how == "fallocate":
+            tfd = os.open(taker, os.O_WRONLY | os.O_CREAT, 0o644)
+            taken, err = try_call(os.posix_fallocate, tfd, 0, avail)
+            taken = os.fstat(tfd).st_blocks * 512
+            os.close(tfd)
+        else:
+            taken, stops = direct_fill(taker, avail, time.monotonic() + 60)
+            err = stops[-1][1]
+        fs_err = try_call(os.fsync, fd)[1]
+        cl_err = try_call(os.close, fd)[1]
+        c.note(f"{how} of {fmt_bytes(avail)} (df's available) after {fmt_bytes(n)} of buffered writes: "
+               f"{err or 'took it'}, {fmt_bytes(taken)} taken; the writer's fsync {fs_err or 0}, close {cl_err or 0}")
+        if fs_err or cl_err:
+            c.fail(f"{how}: the accepted buffered writes lost their space: fsync {fs_err or 0}, close {cl_err or 0}")
+        c.remount(m)
+        p = check_file(m.mnt, seed, name, n, f"{how}, after remount")
+        if p:
+            c.fail(p)
+        c.finish_and_drop(m)
+
+
+CASES = {1: case1, 2: case2, 3: case3, 4: case4, 5: case5, 6: case6, 7: case7, 8: case8}
 
 
 def run_case(args, n):

@@ -9,6 +9,8 @@
 //! 8 operational error).
 
 mod control;
+mod daemon_log;
+mod image_lock;
 mod inspect_cmd;
 mod loopdev;
 mod mkfs_cmd;
@@ -85,7 +87,9 @@ enum Cmd {
         /// Stay attached and log to stderr.
         #[arg(long, short)]
         foreground: bool,
-        /// Append the daemon's log to FILE.
+        /// Append the daemon's log to FILE (also `-o log=FILE`). Without it the daemon logs to
+        /// syslog (`journalctl -t cairn`), or where no syslog daemon listens on /dev/log to
+        /// /var/log/cairn/IMAGE.log (root) or ~/.local/state/cairn/IMAGE.log (others).
         #[arg(long, value_name = "FILE")]
         log: Option<PathBuf>,
         /// Internal: report readiness on stdout (used by the background start).

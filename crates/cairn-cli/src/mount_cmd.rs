@@ -5,7 +5,8 @@
 //! process group so that a terminal's Ctrl-C does not reach it) and returns
 //! 0 only once the daemon says the file system is mounted and answering; any
 //! failure before that is printed by the parent and returns 1. The daemon's
-//! log goes to `--log FILE`, or else to syslog (journald).
+//! log goes to `--log FILE` or `-o log=FILE`, else to syslog, else to a file
+//! (`daemon_log`).
 //!
 //! The daemon holds an exclusive `flock` on the image for its whole life, so
 //! a second mount, a `cairn fsck` or a `cairn mkfs` of a mounted image is
@@ -14,7 +15,7 @@
 //! the image clean; SIGTERM, SIGINT and SIGHUP unmount the mount point first.
 //! `cairn umount` (`umount_cmd`) waits for that exit through the image lock.
 
-use crate::{control, loopdev, whoami};
+use crate::{control, daemon_log, image_lock, loopdev, whoami};
 use cairn_core::dev::FileDevice;
 use cairn_core::Fs;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -37,6 +38,7 @@ pub struct MountArgs {
 
 const READY: &str = "cairn-ready";
 const FAILED: &str = "cairn-error: ";
+const NOTE: &str = "cairn-note: ";
 
 /// Checks what can be checked before starting a daemon, with clear errors.
 fn precheck(a: &MountArgs) -> Result<cairn_fuse::Settings, String> {
@@ -55,7 +57,31 @@ fn precheck(a: &MountArgs) -> Result<cairn_fuse::Settings, String> {
         Ok(_) => {}
         Err(e) => return Err(format!("image {}: {e}", a.image.display())),
     }
+    if !whoami::is_root() && !crate::remount_cmd::is_remount(&a.options) {
+        fuse_device_usable()?;
+    }
     Ok(settings)
+}
+
+/// An ordinary user mounts through `fusermount3`, which opens `/dev/fuse`
+/// as that user: where it may not, say why and what to do (fusermount3's
+/// own "failed to open /dev/fuse: Permission denied" gave no hint).
+fn fuse_device_usable() -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err("/dev/fuse does not exist: load the fuse module (`sudo modprobe fuse`) or, in a container, pass the device in (`--device /dev/fuse`)".into())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            let mode = std::fs::metadata("/dev/fuse").map_or(0, |m| m.permissions().mode() & 0o777);
+            Err(format!(
+                "/dev/fuse is not open to you (mode {mode:04o}): ordinary users mount through it; \
+                 `sudo chmod 0666 /dev/fuse` (the mode Debian's fuse3 package gives it), or mount as root"
+            ))
+        }
+        Err(e) => Err(format!("/dev/fuse: {e}")),
+    }
 }
 
 /// The image's default mount options (`cairn tune -o/-e`) before the
@@ -80,11 +106,11 @@ pub fn run(a: &MountArgs) -> Result<(), String> {
     if a.foreground {
         serve(a, settings)
     } else {
-        start_daemon(a)
+        start_daemon(a, &settings)
     }
 }
 
-fn start_daemon(a: &MountArgs) -> Result<(), String> {
+fn start_daemon(a: &MountArgs, settings: &cairn_fuse::Settings) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the cairn executable: {e}"))?;
     let image = std::path::absolute(&a.image).unwrap_or_else(|_| a.image.clone());
@@ -94,20 +120,12 @@ fn start_daemon(a: &MountArgs) -> Result<(), String> {
     for o in &a.options {
         cmd.arg("-o").arg(o);
     }
-    let stderr = match &a.log {
-        Some(p) => Stdio::from(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .map_err(|e| format!("log file {}: {e}", p.display()))?,
-        ),
-        None => {
-            // Nowhere to write: the daemon logs to syslog (see `syslog`).
-            cmd.arg("--syslog");
-            Stdio::null()
-        }
-    };
+    let asked = a.log.clone().or_else(|| settings.log_file.clone());
+    let dest = daemon_log::destination(asked.as_deref(), &image);
+    let stderr = daemon_log::open(&dest)?;
+    if let daemon_log::Destination::Syslog = dest {
+        cmd.arg("--syslog");
+    }
     // The log file is the daemon's stderr, opened here: the daemon itself
     // needs no --log.
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).process_group(0).current_dir("/");
@@ -117,6 +135,10 @@ fn start_daemon(a: &MountArgs) -> Result<(), String> {
         let Ok(line) = line else { break };
         if line == READY {
             return Ok(());
+        }
+        if let Some(msg) = line.strip_prefix(NOTE) {
+            eprintln!("cairn: {msg}");
+            continue;
         }
         if let Some(msg) = line.strip_prefix(FAILED) {
             let _ = child.wait();
@@ -172,7 +194,7 @@ fn recover_for_read_only(image: &Path, dev: Arc<dyn cairn_core::dev::BlockDevice
 /// free extent, unmounts; the bytes discarded.
 pub fn trim_image(image: &Path) -> Result<u64, String> {
     let settings = cairn_fuse::Settings::default();
-    let fs = open_engine(image, &settings)?;
+    let fs = open_engine(image, &settings, &|m| eprintln!("cairn: {m}"))?;
     let trimmed = fs.trim(0, u64::MAX, 0).map_err(|e| format!("{}: {e}", image.display()));
     let unmounted = fs.unmount().map_err(|e| format!("{}: unmount: {e}", image.display()));
     let bytes = trimmed?;
@@ -180,11 +202,10 @@ pub fn trim_image(image: &Path) -> Result<u64, String> {
     Ok(bytes)
 }
 
-fn open_engine(image: &Path, settings: &cairn_fuse::Settings) -> Result<Arc<Fs>, String> {
+fn open_engine(image: &Path, settings: &cairn_fuse::Settings, note: &dyn Fn(&str)) -> Result<Arc<Fs>, String> {
     let ro = settings.engine.read_only;
     let mut dev = FileDevice::open(image, ro).map_err(|e| format!("cannot open image {}: {e}", image.display()))?;
-    dev.lock_exclusive()
-        .map_err(|_| format!("{} is already in use: mounted (or being checked) by another process", image.display()))?;
+    image_lock::lock_for_mount(&dev, image, note)?;
     if settings.direct_data {
         if let Err(e) = dev.use_direct_data() {
             tracing::warn!(
@@ -226,7 +247,18 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
     let image = std::path::absolute(&a.image).unwrap_or_else(|_| a.image.clone());
     let mp =
         std::fs::canonicalize(&a.mountpoint).map_err(|e| format!("mount point {}: {e}", a.mountpoint.display()))?;
-    let fs = open_engine(&image, &settings)?;
+    let notify = a.notify_ready;
+    let note = move |m: &str| {
+        if notify {
+            // The parent prints it (see `start_daemon`).
+            let mut so = std::io::stdout();
+            let _ = writeln!(so, "{NOTE}{m}");
+            let _ = so.flush();
+        } else {
+            eprintln!("cairn: {m}");
+        }
+    };
+    let fs = open_engine(&image, &settings, &note)?;
     let mut settings = settings;
     let is_file = std::fs::metadata(&image).is_ok_and(|m| m.is_file());
     let want_blk = settings.fuseblk.unwrap_or_else(whoami::is_root);
@@ -270,6 +302,7 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
             return Err(format!("cannot mount on {}: {e}", mp.display()));
         }
     };
+    space.set_mountpoint(mp.clone());
     // `dirty_limit_mb=0` leaves the kernel's dirty pages unbounded; the
     // guard keeps its default reserve, so `write(2)` still says ENOSPC.
     if settings.adapter.space_reserve > 0 && settings.dirty_limit_mb != Some(0) {

@@ -93,6 +93,7 @@ fn fixed(key: &str) -> bool {
             | "group_id"
             | "default_permissions"
             | "allow_other"
+            | "noallow_other"
             | "allow_root"
             | "blksize"
             | "fsname"

@@ -319,6 +319,40 @@ fn inspect_shows_an_unmounted_image_and_changes_nothing() {
     assert!(!stderr(&o).is_empty());
 }
 
+/// Tests that bind /dev/log, or need it absent, take turns.
+static DEV_LOG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Without syslog (nothing on /dev/log) a background daemon logs to
+/// /var/log/cairn/IMAGE.log (issue 51: its messages were dropped), and
+/// `-o log=FILE` names a file as `--log` does (an fstab line can).
+#[test]
+fn without_syslog_the_daemon_logs_to_a_file_and_o_log_names_one() {
+    if !can_mount() {
+        return;
+    }
+    let _one = DEV_LOG.lock().unwrap_or_else(|e| e.into_inner());
+    if Path::new("/dev/log").exists() {
+        eprintln!("skipped: a syslog daemon owns /dev/log");
+        return;
+    }
+    let name = format!("nosyslog-{}.img", std::process::id());
+    let fallback = Path::new("/var/log/cairn").join(format!("{name}.log"));
+    let _ = std::fs::remove_file(&fallback);
+    let (dir, g, pid) = fresh_mount(&name, "64M");
+    unmount(&g.0, pid);
+    let text = std::fs::read_to_string(&fallback).unwrap_or_default();
+    let _ = std::fs::remove_file(&fallback);
+    assert!(text.contains("mounted") && text.contains("unmounted; image is clean"), "{}: {text:?}", fallback.display());
+    drop(dir);
+    let logdir = tempfile::tempdir().unwrap();
+    let log = logdir.path().join("o.log");
+    let opt = format!("log={}", log.display());
+    let (_dir, g, pid) = fresh_mount_with("o.img", "64M", &["-o", &opt]);
+    unmount(&g.0, pid);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("unmounted; image is clean"), "-o log=: {text:?}");
+}
+
 /// A background daemon started without `--log` logs to syslog: its mount
 /// and unmount reach `/dev/log` as `<PRI>cairn[PID]: ...` datagrams
 /// (facility daemon), plain text. Where a syslog daemon owns /dev/log the
@@ -328,6 +362,7 @@ fn a_background_daemon_without_a_log_file_logs_to_syslog() {
     if !can_mount() {
         return;
     }
+    let _one = DEV_LOG.lock().unwrap_or_else(|e| e.into_inner());
     let dev_log = Path::new("/dev/log");
     if dev_log.exists() {
         eprintln!("skipped: /dev/log belongs to the system's syslog daemon");

@@ -95,6 +95,67 @@ fn chgrp_by_an_owner_follows_the_kernels_sgid_rule() {
 }
 
 #[test]
+fn a_root_mount_is_open_to_other_users_unless_noallow_other() {
+    if !can_mount() {
+        return;
+    }
+    for (opts, others) in [(None, true), (Some("noallow_other"), false)] {
+        let dir = tempfile::tempdir().unwrap();
+        set_mode(dir.path(), 0o755);
+        let (img, mp) = (dir.path().join("o.img"), dir.path().join("mnt"));
+        std::fs::create_dir(&mp).unwrap();
+        mkfs(&img, "64M");
+        let mut args = vec!["mount", p(&img), p(&mp)];
+        args.extend(opts.iter().flat_map(|o| ["-o", *o]));
+        let o = run(&args);
+        assert!(o.status.success(), "mount: {}", stderr(&o));
+        let pid = daemon_pid(&mp);
+        std::fs::write(mp.join("f"), b"hello").unwrap();
+        set_mode(&mp.join("f"), 0o644);
+        let o = sh(&format!("setpriv --reuid {NOBODY} --regid {NOBODY} --clear-groups cat {}/f", mp.display()));
+        // As ext4: the mode bits decide (issue 51: only root could enter).
+        assert_eq!(o.status.success(), others, "{opts:?}: {}", stderr(&o));
+        if others {
+            assert_eq!(o.stdout, b"hello");
+        }
+        unmount(&mp, pid);
+    }
+}
+
+#[test]
+fn chgrp_of_special_files_drops_suid_and_sgid_as_for_files() {
+    if !can_mount() {
+        return;
+    }
+    let (_d, _g, pid, img, mp) = mount_for_others("special.img");
+    // A FIFO, a socket and a device node: the kernel's chown drops set-id
+    // bits of every non-directory (issue 51: a FIFO kept 06555).
+    let fifo = mp.join("fifo");
+    let o = sh(&format!("mkfifo {} && mknod {} c 1 3", fifo.display(), mp.join("null").display()));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sock = mp.join("sock");
+    // A bound socket pins the mount: closed before the remount.
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    for f in [&fifo, &mp.join("null"), &sock] {
+        chown(f, NOBODY, NOBODY);
+        set_mode(f, 0o6555);
+        as_nobody(&[NOBODY, USERS], &format!("chgrp {USERS} {}", f.display()));
+        assert_eq!(mode(f), 0o555, "{}: set-id bits kept by chgrp", f.display());
+    }
+    // A directory keeps them (the kernel sends no kill for it).
+    let dir = mp.join("dir");
+    std::fs::create_dir(&dir).unwrap();
+    chown(&dir, NOBODY, NOBODY);
+    set_mode(&dir, 0o2755);
+    as_nobody(&[NOBODY, USERS], &format!("chgrp {USERS} {}", dir.display()));
+    assert_eq!(mode(&dir), 0o2755);
+    drop(listener);
+    let pid = remount(&img, &mp, pid);
+    assert_eq!(mode(&fifo), 0o555);
+    unmount(&mp, pid);
+}
+
+#[test]
 fn fallocate_punch_and_zero_by_an_unprivileged_caller_drop_suid_and_sgid() {
     if !can_mount() {
         return;

@@ -133,9 +133,20 @@ impl Fs {
         }
         let holes = self.blocks_to_allocate(ino, off, len)?;
         if self.meta.alloc.room_for_writes(holes) < holes {
-            return Err(FsError::Errno(libc::ENOSPC));
+            // The space of deleted files the reaper is still freeing first.
+            if !self.wait_for_reaper()? || self.meta.alloc.room_for_writes(holes) < holes {
+                return Err(FsError::Errno(libc::ENOSPC));
+            }
         }
         Ok(())
+    }
+
+    /// Waits, once, for the space of deleted files that the reaper is still
+    /// freeing (see `reaper`); false if none was waiting or this thread may
+    /// not wait. For a caller deciding from the free space whether a write
+    /// fits, before it calls in (the FUSE space guard).
+    pub fn wait_for_deleted_space(&self) -> Result<bool> {
+        self.wait_for_reaper()
     }
 
     /// [`Fs::write_data`] once the inode's flags allow it.
@@ -332,7 +343,7 @@ impl Fs {
     /// Drops what a write, truncate, chown or fallocate must drop, when the
     /// kernel leaves it to the file system (FUSE_HANDLE_KILLPRIV_V2): the
     /// `security.capability` xattr always, and with `suidgid` the set-id
-    /// bits of a regular file as the kernel's `setattr_should_drop_suidgid`
+    /// bits of a non-directory as the kernel's `setattr_should_drop_suidgid`
     /// does: suid always, sgid of a group-executable file always, and a
     /// sgid without group execute (a mandatory-locking mark) unless
     /// `suidgid(gid)` says the caller may keep it: the caller is in the
@@ -346,7 +357,9 @@ impl Fs {
         let needs = |st: &crate::inode::InodeState| -> Result<(u32, bool)> {
             let m = st.d.mode;
             let mut bits = 0;
-            if let (Some(may_keep_sgid), S_IFREG) = (suidgid, st.d.file_type()) {
+            // Every non-directory: the kernel asks for a chown of a FIFO,
+            // socket or device node too (writes reach regular files only).
+            if let (Some(may_keep_sgid), false) = (suidgid, st.d.is_dir()) {
                 bits = m & libc::S_ISUID;
                 if m & libc::S_ISGID != 0 && (m & libc::S_IXGRP != 0 || !may_keep_sgid(st.d.gid)) {
                     bits |= libc::S_ISGID;

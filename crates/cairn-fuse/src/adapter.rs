@@ -661,9 +661,11 @@ impl Filesystem for CairnFuse {
                 // (the kernel would drop the rest unreported).
                 self.fs.write_back(ino.0, offset, data)
             } else if flags.0 & libc::O_DIRECT != 0 {
-                // Direct I/O: the kernel makes a short count EIO. The hold
-                // for write-backs first follows the free space.
-                self.space.tight();
+                // Direct I/O: the kernel makes a short count EIO. It must
+                // leave the kernel's dirty pages their space.
+                if !self.space.leaves_room_for_dirty(ino.0, offset, data.len() as u64) {
+                    return Err(cairn_core::FsError::Errno(libc::ENOSPC));
+                }
                 self.fs.write_whole(ino.0, offset, data, !self.writeback)
             } else {
                 // Under the writeback cache the kernel owns mtime and ctime
@@ -962,7 +964,12 @@ impl Filesystem for CairnFuse {
         reply: ReplyEmpty,
     ) {
         let mut t = self.metrics.timer(Op::Fallocate);
-        self.space.tight();
+        // Space taken, not given back: it must leave the kernel's dirty pages theirs.
+        let takes = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE) == 0;
+        if takes && !self.space.leaves_room_for_dirty(ino.0, offset, length) {
+            reply.error(Errno::ENOSPC);
+            return;
+        }
         // The kernel drops no privileges for a fallocate under
         // HANDLE_KILLPRIV_V2 and sends no flag: cairn decides (`privs`).
         // Under the writeback cache the kernel owns the file's times (as for

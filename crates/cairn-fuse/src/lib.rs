@@ -79,7 +79,7 @@ pub fn session_config(settings: &Settings, fsname: &str) -> Config {
         mo.push(MountOption::CUSTOM("blksize=4096".into()));
     }
     cfg.mount_options = mo;
-    cfg.acl = if settings.allow_other {
+    cfg.acl = if settings.others_allowed() {
         SessionACL::All
     } else if settings.allow_root {
         SessionACL::RootAndOwner

@@ -111,6 +111,11 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.commit_interval = d;
         Ok(())
     }),
+    spec(&["log"], Required("FILE"), Cairn, "syslog, else a file (see `cairn mount --help`)",
+        "append the background daemon's log to FILE (as --log FILE; for fstab)", |p, _, v| {
+            p.s.log_file = Some(std::path::PathBuf::from(req(v)));
+            Ok(())
+        }),
     spec(&["cache_mb"], Required("N"), Cairn, "1/16 of RAM, 64..1024",
         "memory for the engine's caches, MiB: 15/32 to the metadata buffer cache (which sizes the images awaiting their home write, loaded buddies and a checkpoint's copies), 1/8 each to the inode and dentry caches",
         |p, k, v| {
@@ -303,8 +308,12 @@ pub const OPTIONS: &[Spec] = &[
         Ok(())
     }),
     // FUSE and the kernel's mount flags.
-    spec(&["allow_other"], Flag, Fuse, "", "let other users see the file system", |p, _, _| {
-        p.s.allow_other = true;
+    spec(&["allow_other"], Flag, Fuse, "root's mounts", "let other users see the file system (the kernel checks the mode bits, as on ext4)", |p, _, _| {
+        p.s.allow_other = Some(true);
+        Ok(())
+    }),
+    spec(&["noallow_other"], Flag, Fuse, "", "only the mounting user (and with allow_root root) sees the file system", |p, _, _| {
+        p.s.allow_other = Some(false);
         Ok(())
     }),
     spec(&["allow_root"], Flag, Fuse, "", "let root see it too", |p, _, _| {

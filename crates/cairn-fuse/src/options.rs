@@ -31,7 +31,9 @@
 //! kernel answers lseek from the size alone (the whole file is data, as POSIX
 //! allows); `writeback_cache=0` keeps holes visible to `SEEK_HOLE`.
 //!
-//! FUSE options passed to the kernel: `allow_other`, `allow_root`, `ro`/`rw`,
+//! FUSE options passed to the kernel: `allow_other` (the default for root's
+//! mounts, as a kernel file system is reachable by every user; `noallow_other`
+//! keeps a mount to its owner), `allow_root`, `ro`/`rw`,
 //! `dev`/`nodev`, `suid`/`nosuid`, `exec`/`noexec`, `atime`/`noatime`,
 //! `sync`/`async`, `dirsync`, `fsname=`, `subtype=`, `auto_unmount`.
 //! `default_permissions` is always on (the kernel checks permissions from the
@@ -61,14 +63,17 @@ pub struct Settings {
     pub ring_threads: usize,
     /// Run those threads as SCHED_IDLE (`ring_idle=1`).
     pub ring_idle: bool,
-    /// Let other users see the file system.
-    pub allow_other: bool,
+    /// Let other users see the file system (`None`: when mounted by root,
+    /// as a kernel file system is; see [`Settings::others_allowed`]).
+    pub allow_other: Option<bool>,
     /// Let root (besides the owner) see the file system.
     pub allow_root: bool,
     /// Options for the kernel mount.
     pub fuse: Vec<MountOption>,
     /// Name shown as the source in the mount table (default: the image path).
     pub fsname: Option<String>,
+    /// Where the background daemon logs (`-o log=FILE`, as `--log FILE`).
+    pub log_file: Option<std::path::PathBuf>,
     /// Mount as "fuseblk" over this block device (see [`crate::session_config`]).
     pub block_device: Option<String>,
     /// `fuseblk` / `nofuseblk`: `None` lets the command decide (fuseblk when root).
@@ -86,6 +91,20 @@ pub struct Settings {
     pub direct_data: bool,
 }
 
+impl Settings {
+    /// Whether other users may enter the mount: `allow_other` or
+    /// `noallow_other` as given, else when root mounts (with
+    /// `default_permissions`, always on, the kernel checks the mode bits as
+    /// for ext4, which every user reaches; an ordinary user's mount needs
+    /// `user_allow_other` in /etc/fuse.conf for it, so stays private).
+    pub fn others_allowed(&self) -> bool {
+        self.allow_other.unwrap_or_else(|| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+        })
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {
@@ -95,10 +114,11 @@ impl Default for Settings {
             ring_threads: 2,
             ring_idle: false,
             direct_data: true,
-            allow_other: false,
+            allow_other: None,
             allow_root: false,
             fuse: Vec::new(),
             fsname: None,
+            log_file: None,
             block_device: None,
             fuseblk: None,
             readahead_kb: 1024,
@@ -169,7 +189,9 @@ mod tests {
     #[test]
     fn defaults_and_own_options() {
         let s = parse(&["allow_other,default_permissions", "commit=2,threads=4,entry_timeout=0.5"]).unwrap();
-        assert!(s.allow_other);
+        assert_eq!(s.allow_other, Some(true));
+        assert_eq!(parse(&["allow_other,noallow_other"]).unwrap().allow_other, Some(false));
+        assert_eq!(parse(&["ro"]).unwrap().allow_other, None);
         assert_eq!(s.threads, 4);
         assert_eq!(s.engine.commit_interval, Duration::from_secs(2));
         assert_eq!(s.adapter.timeouts.entry, Duration::from_millis(500));
