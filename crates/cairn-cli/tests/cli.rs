@@ -850,3 +850,36 @@ fn a_mount_right_after_umount_waits_for_the_old_daemon() {
     assert!(t0.elapsed() < Duration::from_secs(10), "a mounted image made the mount wait");
     unmount(&mp, pid);
 }
+
+/// An ordinary user whom /dev/fuse is not open to is told why and what to
+/// do (issue 51: fusermount3's "failed to open /dev/fuse: Permission
+/// denied" gave no hint). Where /dev/fuse is open to everyone there is
+/// nothing to see.
+#[test]
+fn an_ordinary_user_without_dev_fuse_is_told_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    if !can_mount() {
+        return;
+    }
+    let mode = std::fs::metadata("/dev/fuse").unwrap().permissions().mode() & 0o777;
+    if mode & 0o006 == 0o006 {
+        eprintln!("skipped: /dev/fuse is open to every user here (mode {mode:04o})");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (img, mp) = (dir.path().join("u.img"), dir.path().join("mnt"));
+    std::fs::create_dir(&mp).unwrap();
+    mkfs(&img, "64M");
+    std::os::unix::fs::chown(&img, Some(65534), Some(65534)).unwrap();
+    std::os::unix::fs::chown(&mp, Some(65534), Some(65534)).unwrap();
+    let bin = env!("CARGO_BIN_EXE_cairn");
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin, "mount", p(&img), p(&mp)])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("/dev/fuse is not open to you") && err.contains("chmod 0666 /dev/fuse"), "{err}");
+    assert!(!is_mounted(&mp));
+}
