@@ -56,7 +56,7 @@ fn mkfs_rejects_bad_sizes_without_creating_anything() {
     // Each bound is given, not the arithmetic that missed it.
     let o = run(&["mkfs", p(&img), "--size", "1M"]);
     assert!(
-        stderr(&o).contains("too small: with 4096-byte blocks and these options cairn needs at least 3.1 MiB"),
+        stderr(&o).contains("too small: with 4096-byte blocks and these options cairn needs at least 3.5 MiB"),
         "{}",
         stderr(&o)
     );

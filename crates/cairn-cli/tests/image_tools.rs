@@ -1,5 +1,7 @@
 //! The tools that work on an unmounted image, at its edges (issue 51):
-//! `inspect` of an inode that is not in use changes nothing and says so.
+//! `inspect` of an inode that is not in use changes nothing and says so;
+//! the smallest size mkfs states is one that formats, checks clean and
+//! takes a file.
 
 mod common;
 
@@ -61,4 +63,59 @@ fn inspect_of_an_inode_not_in_use_says_so_and_writes_nothing() {
     assert!(err.contains("checksum mismatch") && err.contains("not recorded"), "{err}");
     assert!(!err.contains("Bad file descriptor") && !err.contains("could not record"), "{err}");
     assert_eq!(digest(&img), damaged, "inspect wrote to a damaged image");
+}
+
+/// The minimum `cairn mkfs --size 64K` states, in bytes.
+fn stated_minimum(dir: &Path, extra: &[&str]) -> u64 {
+    let img = dir.join("tiny.img");
+    let o = run(&[&["mkfs", p(&img), "--size", "64K"], extra].concat());
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("too small") && err.contains("needs at least"), "{err}");
+    let bytes = err.rsplit_once('(').and_then(|(_, b)| b.split(' ').next()).and_then(|n| n.parse().ok());
+    bytes.unwrap_or_else(|| panic!("no byte count in {err}"))
+}
+
+#[test]
+fn mkfs_states_the_true_minimum_and_every_size_above_it_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("m.img");
+    for (bs, extra) in [(4096u64, &[][..]), (1024, &["--block-size", "1024"][..])] {
+        let min = stated_minimum(dir.path(), extra);
+        let o = run(&[&["mkfs", p(&img), "--size", &(min - bs).to_string(), "--quiet"], extra].concat());
+        assert_eq!(o.status.code(), Some(1), "one block below the minimum {min} formatted");
+        assert!(stderr(&o).contains("too small"), "{}", stderr(&o));
+        assert!(!img.exists(), "a refused mkfs left a file");
+        let o = run(&[&["mkfs", p(&img), "--size", &min.to_string(), "--quiet"], extra].concat());
+        assert!(o.status.success(), "the stated minimum {min} ({bs}-byte blocks): {}", stderr(&o));
+        assert_fsck_clean(&img, "the smallest image");
+        std::fs::remove_file(&img).unwrap();
+    }
+    // Sizes from the minimum to 7 MiB (before: /lost+found failed with ENOSPC).
+    for size in ["4M", "5M", "6M"] {
+        let o = run(&["mkfs", p(&img), "--size", size, "--quiet", "--force"]);
+        assert!(o.status.success(), "{size}: {}", stderr(&o));
+        assert_fsck_clean(&img, size);
+    }
+    if !can_mount() {
+        return;
+    }
+    std::fs::remove_file(&img).unwrap();
+    let min = stated_minimum(dir.path(), &[]);
+    let o = run(&["mkfs", p(&img), "--size", &min.to_string(), "--quiet"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    let data: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(mp.join("f"), &data).unwrap();
+    std::fs::create_dir(mp.join("d")).unwrap();
+    unmount(&mp, pid);
+    drop(g);
+    assert_fsck_clean(&img, "the smallest image after a write");
+    let o = run(&["inspect", p(&img), "cat", "/f"]);
+    assert!(o.status.success() && o.stdout == data, "{}", stderr(&o));
 }
