@@ -67,6 +67,10 @@ enum Cmd {
         /// Volume label (up to 32 bytes).
         #[arg(long)]
         label: Option<String>,
+        /// Owner of the root directory and /lost+found, as numbers (like mke2fs -E root_owner);
+        /// default: whoever runs mkfs (root under sudo).
+        #[arg(long, value_name = "UID:GID")]
+        root_owner: Option<String>,
         /// Overwrite an existing file system.
         #[arg(long, short)]
         force: bool,
@@ -266,7 +270,18 @@ fn main() -> ExitCode {
         default_sigpipe();
     }
     match cli.cmd {
-        Cmd::Mkfs { image, size, block_size, group_size, inode_ratio, journal_size, label, force, quiet } => {
+        Cmd::Mkfs {
+            image,
+            size,
+            block_size,
+            group_size,
+            inode_ratio,
+            journal_size,
+            label,
+            root_owner,
+            force,
+            quiet,
+        } => {
             init_logging("warn");
             let a = mkfs_cmd::MkfsArgs {
                 image: &image,
@@ -276,6 +291,7 @@ fn main() -> ExitCode {
                 inode_ratio: inode_ratio.as_deref(),
                 journal_size: journal_size.as_deref(),
                 label: label.as_deref(),
+                root_owner: root_owner.as_deref(),
                 force,
                 quiet,
             };

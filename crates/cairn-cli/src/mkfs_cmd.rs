@@ -23,6 +23,8 @@ pub struct MkfsArgs<'a> {
     pub inode_ratio: Option<&'a str>,
     pub journal_size: Option<&'a str>,
     pub label: Option<&'a str>,
+    /// `--root-owner UID:GID`.
+    pub root_owner: Option<&'a str>,
     pub force: bool,
     pub quiet: bool,
 }
@@ -65,6 +67,13 @@ fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(head)
 }
 
+/// `UID:GID`, two numbers (as mke2fs's `-E root_owner`).
+fn parse_owner(o: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("--root-owner {o:?}: give UID:GID as numbers, e.g. 1000:1000");
+    let (u, g) = o.split_once(':').ok_or_else(bad)?;
+    Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
+}
+
 /// Runs `cairn mkfs`.
 pub fn run(a: &MkfsArgs) -> Result<(), String> {
     let shown = a.image.display();
@@ -93,9 +102,13 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
             }
         }
     }
-    // The root directory belongs to whoever makes the file system (as
-    // mke2fs does), so an ordinary user can use an image they formatted.
-    let (uid, gid) = crate::whoami::ids().unwrap_or((0, 0));
+    // The root directory and /lost+found belong to whoever makes the file
+    // system (as mke2fs does), so an ordinary user can use an image they
+    // formatted; or to `--root-owner`.
+    let (uid, gid) = match a.root_owner {
+        Some(o) => parse_owner(o)?,
+        None => crate::whoami::ids().unwrap_or((0, 0)),
+    };
     let mut opts = MkfsOptions { block_size: a.block_size, root_uid: uid, root_gid: gid, ..MkfsOptions::default() };
     if let Some(g) = a.group_size {
         let bytes = parse_size(g).map_err(|e| format!("--group-size: {e}"))?;
@@ -210,5 +223,13 @@ mod tests {
         c[..8].copy_from_slice(b"CAIRNFS\0");
         assert_eq!(detect_signature(&c), Some("cairn"));
         assert_eq!(detect_signature(&[]), None);
+    }
+
+    #[test]
+    fn root_owner_is_two_numbers() {
+        assert_eq!(parse_owner("1000:100"), Ok((1000, 100)));
+        for bad in ["1000", "a:b", "1000:", ":5", "-1:0", "1:2:3"] {
+            assert!(parse_owner(bad).unwrap_err().contains("UID:GID"), "{bad}");
+        }
     }
 }

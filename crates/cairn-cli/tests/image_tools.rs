@@ -1,11 +1,13 @@
 //! The tools that work on an unmounted image, at its edges (issue 51):
 //! `inspect` of an inode that is not in use changes nothing and says so;
 //! the smallest size mkfs states is one that formats, checks clean and
-//! takes a file.
+//! takes a file; the root directory and `/lost+found` belong to mkfs's
+//! caller or to `--root-owner`.
 
 mod common;
 
 use common::*;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -118,4 +120,61 @@ fn mkfs_states_the_true_minimum_and_every_size_above_it_works() {
     assert_fsck_clean(&img, "the smallest image after a write");
     let o = run(&["inspect", p(&img), "cat", "/f"]);
     assert!(o.status.success() && o.stdout == data, "{}", stderr(&o));
+}
+
+#[test]
+fn the_root_directory_and_lost_found_belong_to_the_caller_or_to_root_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("o.img");
+    let owners = |img: &Path| -> Vec<String> {
+        ["/", "/lost+found"]
+            .iter()
+            .map(|f| {
+                let o = run(&["inspect", p(img), "stat", f]);
+                assert!(o.status.success(), "{}", stderr(&o));
+                let out = stdout(&o);
+                let line = out.lines().find(|l| l.starts_with("mode ")).unwrap().to_string();
+                line.split("  ").filter(|w| w.starts_with("uid") || w.starts_with("gid")).collect::<Vec<_>>().join(" ")
+            })
+            .collect()
+    };
+    let o = run(&["mkfs", p(&img), "--size", "16M", "--quiet", "--root-owner", "1000:1001"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(owners(&img), ["uid 1000 gid 1001", "uid 1000 gid 1001"]);
+    assert_fsck_clean(&img, "--root-owner");
+    for bad in ["1000", "alice:staff", "1000:"] {
+        let o = run(&["mkfs", p(&img), "--size", "16M", "--force", "--root-owner", bad]);
+        assert_eq!(o.status.code(), Some(1), "--root-owner {bad}");
+        assert!(stderr(&o).contains("--root-owner"), "{}", stderr(&o));
+    }
+    // Without it: whoever runs mkfs (as uid 1000 through setpriv, if root).
+    let mine = dir.path().join("mine.img");
+    let me = std::fs::metadata("/proc/self").unwrap();
+    let mut as_1000 = Command::new("setpriv");
+    as_1000.args(["--reuid", "1000", "--regid", "1000", "--clear-groups", env!("CARGO_BIN_EXE_cairn")]);
+    let (mut cmd, want) = if me.uid() == 0 && Path::new("/usr/bin/setpriv").exists() {
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        (as_1000, "uid 1000 gid 1000".to_string())
+    } else {
+        (cairn(), format!("uid {} gid {}", me.uid(), me.gid()))
+    };
+    let o = cmd.args(["mkfs", p(&mine), "--size", "16M", "--quiet"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(owners(&mine), [want.clone(), want]);
+    if !can_mount() {
+        return;
+    }
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    for f in [mp.clone(), mp.join("lost+found")] {
+        let m = std::fs::metadata(&f).unwrap();
+        assert_eq!((m.uid(), m.gid()), (1000, 1001), "{}", f.display());
+    }
+    assert_eq!(std::fs::metadata(mp.join("lost+found")).unwrap().mode() & 0o7777, 0o700);
+    unmount(&mp, pid);
+    drop(g);
 }

@@ -74,9 +74,9 @@ pub struct MkfsOptions {
     pub journal_blocks: Option<u64>,
     /// Volume label (up to 32 bytes).
     pub label: String,
-    /// Owner of the root directory.
+    /// Owner of the root directory (and of `/lost+found`).
     pub root_uid: u32,
-    /// Group of the root directory.
+    /// Group of the root directory (and of `/lost+found`).
     pub root_gid: u32,
     /// Bytes of the device the file system takes (`None`: all of it; a
     /// block device may be larger than the file system, as with mke2fs's
@@ -407,14 +407,18 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
 /// The directory e2fsck-style repair reconnects lost files to.
 pub const LOST_FOUND: &[u8] = b"lost+found";
 
-/// Creates `/lost+found` (mode 0700, owned by root) on a freshly formatted
-/// image, as mke2fs does, so that a repair finds it in place instead of
-/// having to create it on a damaged image. It is an ordinary directory made
-/// through the engine (one transaction); the mount this takes is not counted
-/// in the superblock: the image still reads as never mounted.
+/// Creates `/lost+found` (mode 0700, owned by the root directory's owner,
+/// [`MkfsOptions::root_uid`]) on a freshly formatted image, as mke2fs does,
+/// so that a repair finds it in place instead of having to create it on a
+/// damaged image. It is an ordinary directory made through the engine (one
+/// transaction); the mount this takes is not counted in the superblock: the
+/// image still reads as never mounted.
 pub fn create_lost_found(dev: Arc<dyn BlockDevice>) -> Result<u64> {
     let fs = Fs::mount(dev, MountOptions::default())?;
-    let made = fs.mkdir(&Ctx::root(), ROOT_INO, LOST_FOUND, S_IFDIR | 0o700);
+    let made = fs.getattr(ROOT_INO).and_then(|root| {
+        let owner = Ctx { uid: root.uid, gid: root.gid, ..Ctx::root() };
+        fs.mkdir(&owner, ROOT_INO, LOST_FOUND, S_IFDIR | 0o700)
+    });
     {
         let mut sb = fs.meta.sb.lock();
         sb.mount_count = 0;
