@@ -53,6 +53,7 @@ struct Image {
 impl Image {
     fn open(path: &Path) -> Result<Image, String> {
         let shown = path.display();
+        crate::image_check::check(path)?;
         let dev = FileDevice::open(path, true).map_err(|e| format!("cannot open {shown}: {e}"))?;
         dev.lock_exclusive().map_err(|_| {
             format!("{shown} is in use (mounted or being checked); `cairn stats MOUNTPOINT` shows a mount")

@@ -9,6 +9,7 @@
 //! 8 operational error).
 
 mod control;
+mod image_check;
 mod inspect_cmd;
 mod loopdev;
 mod mkfs_cmd;
@@ -321,6 +322,14 @@ fn main() -> ExitCode {
         }
         Cmd::Fsck { image, repair, preen, no_changes: _, backup_superblock } => {
             init_logging("warn");
+            // An image that was never cairn's is named, not checked (a
+            // backup superblock named with -b says it is cairn's).
+            if backup_superblock.is_none() {
+                if let Err(m) = image_check::check(&image) {
+                    eprintln!("cairn fsck: {m}");
+                    return ExitCode::from(8);
+                }
+            }
             let mut out = std::io::stdout();
             let progress = fsck_progress();
             let opts = cairn_fsck::Options { repair, backup_superblock, preen, progress };

@@ -1,8 +1,10 @@
 //! The tools that work on an unmounted image, at its edges (issue 51):
 //! `inspect` of an inode that is not in use changes nothing and says so;
 //! the smallest size mkfs states is one that formats, checks clean and
-//! takes a file; the root directory and `/lost+found` belong to mkfs's
-//! caller or to `--root-owner`.
+//! takes a file; images that are not cairn's (ext4, XFS, btrfs, swap,
+//! zeros, random bytes) are named by every command that opens an image;
+//! the root directory and `/lost+found` belong to mkfs's caller or to
+//! `--root-owner`.
 
 mod common;
 
@@ -120,6 +122,96 @@ fn mkfs_states_the_true_minimum_and_every_size_above_it_works() {
     assert_fsck_clean(&img, "the smallest image after a write");
     let o = run(&["inspect", p(&img), "cat", "/f"]);
     assert!(o.status.success() && o.stdout == data, "{}", stderr(&o));
+}
+
+/// Makes `img` of `size` bytes (sparse) with `tool args... img`; false
+/// (and says so) if the tool is missing or fails.
+fn foreign_image(img: &Path, size: u64, tool: &str, args: &[&str]) -> bool {
+    std::fs::File::create(img).unwrap().set_len(size).unwrap();
+    match Command::new(tool).args(args).arg(img).output() {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            eprintln!("SKIPPED {tool}: {}", stderr(&o));
+            false
+        }
+        Err(e) => {
+            eprintln!("SKIPPED {tool}: {e}");
+            false
+        }
+    }
+}
+
+#[test]
+fn images_that_are_not_cairn_are_named_by_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let mut cases: Vec<(std::path::PathBuf, &str)> = Vec::new();
+    let ext4 = dir.path().join("ext4.img");
+    if foreign_image(&ext4, 32 << 20, "mkfs.ext4", &["-q", "-F"]) {
+        cases.push((ext4, "it holds an ext4 file system"));
+    }
+    let xfs = dir.path().join("xfs.img");
+    if foreign_image(&xfs, 300 << 20, "mkfs.xfs", &["-q", "-f"]) {
+        cases.push((xfs, "it holds an XFS file system"));
+    }
+    let btrfs = dir.path().join("btrfs.img");
+    if foreign_image(&btrfs, 128 << 20, "mkfs.btrfs", &["-q", "-f"]) {
+        cases.push((btrfs, "it holds a btrfs file system"));
+    }
+    let swap = dir.path().join("swap.img");
+    if foreign_image(&swap, 4 << 20, "mkswap", &[]) {
+        cases.push((swap, "it holds Linux swap space"));
+    }
+    let zeros = dir.path().join("zeros.img");
+    std::fs::File::create(&zeros).unwrap().set_len(64 << 20).unwrap();
+    cases.push((zeros, "its first 128 KiB are all zeros"));
+    let random = dir.path().join("random.img");
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let noise: Vec<u8> = (0..(4 << 20))
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(&random, noise).unwrap();
+    cases.push((random, "it holds no cairn superblock, nor a backup copy"));
+    for (img, what) in &cases {
+        let before = digest(img);
+        let i = p(img);
+        let commands: [(&[&str], i32); 7] = [
+            (&["mount", i, p(&mp)], 1),
+            (&["fsck", i], 8),
+            (&["fsck", "-y", i], 8),
+            (&["inspect", i, "stat", "/"], 1),
+            (&["tune", i], 1),
+            (&["stats", i], 1),
+            (&["resize", i, "1G"], 1),
+        ];
+        for (args, code) in commands {
+            let o = run(args);
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+            assert!(err.contains(&format!("{i} is not a cairn file system: {what}")), "{args:?}: {err}");
+            assert!(!err.contains("`cairn fsck") && !err.contains("bad magic"), "{args:?}: {err}");
+        }
+        assert_eq!(digest(img), before, "a refused command changed {i}");
+        assert!(!is_mounted(&mp));
+    }
+    // A cairn image whose first blocks were zeroed is still cairn's: fsck
+    // finds a backup superblock, and mount sends the user to fsck.
+    let img = dir.path().join("wiped.img");
+    mkfs(&img, "300M");
+    let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &vec![0u8; 128 << 10], 0).unwrap();
+    let o = run(&["mount", p(&img), p(&mp)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("(run `cairn fsck"), "{}", stderr(&o));
+    let o = run(&["fsck", p(&img)]);
+    let said = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(said.contains("backup") && !said.contains("not a cairn file system"), "{said}");
 }
 
 #[test]
