@@ -53,6 +53,7 @@ struct Image {
 impl Image {
     fn open(path: &Path) -> Result<Image, String> {
         let shown = path.display();
+        crate::image_check::check(path)?;
         let dev = FileDevice::open(path, true).map_err(|e| format!("cannot open {shown}: {e}"))?;
         dev.lock_exclusive().map_err(|_| {
             format!("{shown} is in use (mounted or being checked); `cairn stats MOUNTPOINT` shows a mount")
@@ -283,10 +284,20 @@ fn engine(img: &Image, path: &Path) -> Result<Arc<Fs>, String> {
 fn resolve(fs: &Fs, file: &str) -> Result<u64, String> {
     let num = file.strip_prefix('#').unwrap_or(file);
     if let Ok(n) = num.parse::<u64>() {
-        return fs.getattr(n).map(|a| a.ino).map_err(|e| match e.errno() {
-            libc::ESTALE | libc::ENOENT => format!("inode {n} is not in use"),
-            _ => format!("inode {n}: {e}"),
-        });
+        // Asked of the inode bitmap first: a free slot holds no inode (its
+        // bytes need not even verify) and is no corruption.
+        let reserved = (2..cairn_format::FIRST_INO).contains(&n);
+        if reserved || !fs.inode_in_use(n).map_err(|e| format!("inode {n}: {e}"))? {
+            let why = if reserved {
+                format!(" (inodes 2 to {} are reserved)", cairn_format::FIRST_INO - 1)
+            } else if n == 0 || n > fs.statfs().map_or(u64::MAX, |s| s.files) {
+                " (out of range)".to_string()
+            } else {
+                String::new()
+            };
+            return Err(format!("inode {n}: not in use{why}"));
+        }
+        return fs.getattr(n).map(|a| a.ino).map_err(|e| format!("inode {n}: {e}"));
     }
     if !file.starts_with('/') {
         return Err(format!("{file:?}: give a path from the root (/a/b) or an inode number (#12)"));

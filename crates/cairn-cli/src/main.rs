@@ -10,6 +10,7 @@
 
 mod control;
 mod daemon_log;
+mod image_check;
 mod image_lock;
 mod inspect_cmd;
 mod loopdev;
@@ -69,6 +70,10 @@ enum Cmd {
         /// Volume label (up to 32 bytes).
         #[arg(long)]
         label: Option<String>,
+        /// Owner of the root directory and /lost+found, as numbers (like mke2fs -E root_owner);
+        /// default: whoever runs mkfs (root under sudo).
+        #[arg(long, value_name = "UID:GID")]
+        root_owner: Option<String>,
         /// Overwrite an existing file system.
         #[arg(long, short)]
         force: bool,
@@ -270,7 +275,18 @@ fn main() -> ExitCode {
         default_sigpipe();
     }
     match cli.cmd {
-        Cmd::Mkfs { image, size, block_size, group_size, inode_ratio, journal_size, label, force, quiet } => {
+        Cmd::Mkfs {
+            image,
+            size,
+            block_size,
+            group_size,
+            inode_ratio,
+            journal_size,
+            label,
+            root_owner,
+            force,
+            quiet,
+        } => {
             init_logging("warn");
             let a = mkfs_cmd::MkfsArgs {
                 image: &image,
@@ -280,6 +296,7 @@ fn main() -> ExitCode {
                 inode_ratio: inode_ratio.as_deref(),
                 journal_size: journal_size.as_deref(),
                 label: label.as_deref(),
+                root_owner: root_owner.as_deref(),
                 force,
                 quiet,
             };
@@ -309,6 +326,14 @@ fn main() -> ExitCode {
         }
         Cmd::Fsck { image, repair, preen, no_changes: _, backup_superblock } => {
             init_logging("warn");
+            // An image that was never cairn's is named, not checked (a
+            // backup superblock named with -b says it is cairn's).
+            if backup_superblock.is_none() {
+                if let Err(m) = image_check::check(&image) {
+                    eprintln!("cairn fsck: {m}");
+                    return ExitCode::from(8);
+                }
+            }
             let mut out = std::io::stdout();
             let progress = fsck_progress();
             let opts = cairn_fsck::Options { repair, backup_superblock, preen, progress };

@@ -1,12 +1,14 @@
 //! `cairn mkfs`: create (sparse) and format an image file or block device.
 //!
-//! Refuses to overwrite a file system it recognises (cairn's own, ext2/3/4,
-//! XFS, btrfs, and a few other signatures) unless `--force`: formatting the
-//! wrong file is the one mistake mkfs cannot undo.
+//! Refuses to overwrite a file system it recognises (cairn's own, or any
+//! format `cairn_format::foreign` names: ext2/3/4, XFS, btrfs, LUKS, a
+//! partition table, ...) unless `--force`: formatting the wrong file is the
+//! one mistake mkfs cannot undo.
 
 use cairn_core::dev::{BlockDevice, FileDevice};
 use cairn_core::mkfs::{create_lost_found, format, MkfsOptions};
 use cairn_core::{human_bytes as human, parse_size};
+use cairn_format::foreign::{identify, Content, HEAD_BYTES};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::OpenOptions;
 use std::io::Read;
@@ -23,37 +25,25 @@ pub struct MkfsArgs<'a> {
     pub inode_ratio: Option<&'a str>,
     pub journal_size: Option<&'a str>,
     pub label: Option<&'a str>,
+    /// `--root-owner UID:GID`.
+    pub root_owner: Option<&'a str>,
     pub force: bool,
     pub quiet: bool,
 }
 
-/// A known file-system signature at `off`.
-struct Signature {
-    name: &'static str,
-    off: usize,
-    magic: &'static [u8],
-}
-
-const SIGNATURES: &[Signature] = &[
-    Signature { name: "cairn", off: 0, magic: b"CAIRNFS\0" },
-    Signature { name: "ext2/ext3/ext4", off: 1080, magic: &[0x53, 0xef] },
-    Signature { name: "XFS", off: 0, magic: b"XFSB" },
-    Signature { name: "btrfs", off: 65536 + 64, magic: b"_BHRfS_M" },
-    Signature { name: "LUKS", off: 0, magic: b"LUKS\xba\xbe" },
-    Signature { name: "squashfs", off: 0, magic: b"hsqs" },
-    Signature { name: "ISO 9660", off: 32769, magic: b"CD001" },
-    Signature { name: "a GPT partition table", off: 512, magic: b"EFI PART" },
-    Signature { name: "Linux swap", off: 4086, magic: b"SWAPSPACE2" },
-];
-
-/// The name of the file system whose signature `head` carries, if any.
-pub fn detect_signature(head: &[u8]) -> Option<&'static str> {
-    SIGNATURES.iter().find(|s| head.get(s.off..s.off + s.magic.len()) == Some(s.magic)).map(|s| s.name)
+/// What `head` holds that mkfs must not overwrite unasked: a cairn file
+/// system or any format [`cairn_format::foreign`] knows.
+fn occupant(head: &[u8]) -> Option<&'static str> {
+    match identify(head) {
+        Content::Cairn => Some("a cairn file system"),
+        Content::Foreign(f) => Some(f.name()),
+        Content::Empty | Content::Zeros | Content::Unknown => None,
+    }
 }
 
 fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut f = std::fs::File::open(path)?;
-    let mut head = vec![0u8; 128 * 1024];
+    let mut head = vec![0u8; HEAD_BYTES];
     let mut n = 0;
     while n < head.len() {
         match f.read(&mut head[n..])? {
@@ -63,6 +53,13 @@ fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     }
     head.truncate(n);
     Ok(head)
+}
+
+/// `UID:GID`, two numbers (as mke2fs's `-E root_owner`).
+fn parse_owner(o: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("--root-owner {o:?}: give UID:GID as numbers, e.g. 1000:1000");
+    let (u, g) = o.split_once(':').ok_or_else(bad)?;
+    Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
 }
 
 /// Runs `cairn mkfs`.
@@ -81,21 +78,25 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
     if let Some(m) = &meta {
         if m.len() > 0 || is_blockdev {
             let head = read_head(a.image).map_err(|e| format!("cannot read {shown}: {e}"))?;
-            if let Some(fs) = detect_signature(&head) {
+            if let Some(what) = occupant(&head) {
                 if !a.force {
                     return Err(format!(
-                        "{shown} already holds a {fs} file system; refusing to overwrite it (use --force to format anyway)"
+                        "{shown} already holds {what}; refusing to overwrite it (use --force to format anyway)"
                     ));
                 }
                 if !a.quiet {
-                    eprintln!("cairn mkfs: overwriting the {fs} file system in {shown} (--force)");
+                    eprintln!("cairn mkfs: overwriting {what} in {shown} (--force)");
                 }
             }
         }
     }
-    // The root directory belongs to whoever makes the file system (as
-    // mke2fs does), so an ordinary user can use an image they formatted.
-    let (uid, gid) = crate::whoami::ids().unwrap_or((0, 0));
+    // The root directory and /lost+found belong to whoever makes the file
+    // system (as mke2fs does), so an ordinary user can use an image they
+    // formatted; or to `--root-owner`.
+    let (uid, gid) = match a.root_owner {
+        Some(o) => parse_owner(o)?,
+        None => crate::whoami::ids().unwrap_or((0, 0)),
+    };
     let mut opts = MkfsOptions { block_size: a.block_size, root_uid: uid, root_gid: gid, ..MkfsOptions::default() };
     if let Some(g) = a.group_size {
         let bytes = parse_size(g).map_err(|e| format!("--group-size: {e}"))?;
@@ -197,18 +198,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn signatures() {
-        let mut h = vec![0u8; 128 * 1024];
-        assert_eq!(detect_signature(&h), None);
+    fn what_mkfs_will_not_overwrite_unasked() {
+        let mut h = vec![0u8; HEAD_BYTES];
+        assert_eq!(occupant(&h), None);
         h[1080] = 0x53;
         h[1081] = 0xef;
-        assert_eq!(detect_signature(&h), Some("ext2/ext3/ext4"));
-        let mut x = vec![0u8; 4096];
-        x[..4].copy_from_slice(b"XFSB");
-        assert_eq!(detect_signature(&x), Some("XFS"));
+        assert_eq!(occupant(&h), Some("an ext2 file system"));
         let mut c = vec![0u8; 100];
         c[..8].copy_from_slice(b"CAIRNFS\0");
-        assert_eq!(detect_signature(&c), Some("cairn"));
-        assert_eq!(detect_signature(&[]), None);
+        assert_eq!(occupant(&c), Some("a cairn file system"));
+        assert_eq!(occupant(&[]), None);
+    }
+
+    #[test]
+    fn root_owner_is_two_numbers() {
+        assert_eq!(parse_owner("1000:100"), Ok((1000, 100)));
+        for bad in ["1000", "a:b", "1000:", ":5", "-1:0", "1:2:3"] {
+            assert!(parse_owner(bad).unwrap_err().contains("UID:GID"), "{bad}");
+        }
     }
 }

@@ -57,6 +57,7 @@ fn precheck(a: &MountArgs) -> Result<cairn_fuse::Settings, String> {
         Ok(_) => {}
         Err(e) => return Err(format!("image {}: {e}", a.image.display())),
     }
+    crate::image_check::check(&a.image)?;
     if !whoami::is_root() && !crate::remount_cmd::is_remount(&a.options) {
         fuse_device_usable()?;
     }
@@ -193,6 +194,7 @@ fn recover_for_read_only(image: &Path, dev: Arc<dyn cairn_core::dev::BlockDevice
 /// `cairn trim IMAGE`: mounts the engine alone (no FUSE), discards every
 /// free extent, unmounts; the bytes discarded.
 pub fn trim_image(image: &Path) -> Result<u64, String> {
+    crate::image_check::check(image)?;
     let settings = cairn_fuse::Settings::default();
     let fs = open_engine(image, &settings, &|m| eprintln!("cairn: {m}"))?;
     let trimmed = fs.trim(0, u64::MAX, 0).map_err(|e| format!("{}: {e}", image.display()));

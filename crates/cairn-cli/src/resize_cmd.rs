@@ -16,6 +16,7 @@ pub fn run(image: &Path, size: &str) -> Result<String, String> {
     if image.is_dir() {
         return grow_mounted(image, want);
     }
+    crate::image_check::check(image)?;
     let mut dev = FileDevice::open(image, false).map_err(|e| format!("cannot open {shown}: {e}"))?;
     dev.lock_exclusive().map_err(|_| {
         format!("{shown} is in use (mounted or being checked); give its mount point to grow it while mounted")

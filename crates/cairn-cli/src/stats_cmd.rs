@@ -27,6 +27,7 @@ pub fn run(target: &Path, as_json: bool, all: bool) -> Result<(), String> {
 }
 
 fn image_figures(path: &Path) -> Result<Value, String> {
+    crate::image_check::check(path)?;
     let f = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     let size = f.metadata().map(|m| m.len()).unwrap_or(0);
     let mut head = vec![0u8; SB_SIZE];

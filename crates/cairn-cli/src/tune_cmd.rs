@@ -14,6 +14,7 @@ pub fn run(
     mount_opts: Option<String>,
 ) -> Result<String, String> {
     let shown = image.display();
+    crate::image_check::check(image)?;
     let uuid = uuid.map(tune::parse_uuid).transpose().map_err(|e| e.to_string())?;
     let errors = errors.map(tune::parse_errors).transpose().map_err(|e| e.to_string())?;
     if let Some(o) = &mount_opts {

@@ -41,6 +41,12 @@ pub trait BlockDevice: Send + Sync {
     fn make_writable(&self) -> io::Result<()> {
         Err(io::Error::new(io::ErrorKind::Unsupported, "this device cannot be made writable"))
     }
+    /// Whether writes can reach the device now: false for an image opened
+    /// read-only (`cairn inspect`, a `-o ro` mount), which the engine then
+    /// never tries to write, not even to record an error in the superblock.
+    fn writable(&self) -> bool {
+        true
+    }
     /// Reads file data: as [`BlockDevice::read_at`], but a device may keep
     /// the bytes out of the host's page cache (see `direct_data`).
     fn read_data(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
@@ -181,6 +187,9 @@ impl BlockDevice for FileDevice {
     }
     fn size(&self) -> u64 {
         self.size.load(std::sync::atomic::Ordering::Acquire)
+    }
+    fn writable(&self) -> bool {
+        self.writable.load(std::sync::atomic::Ordering::Acquire)
     }
     fn grow_to(&self, bytes: u64) -> io::Result<()> {
         use std::sync::atomic::Ordering;

@@ -481,6 +481,14 @@ impl Fs {
         })
     }
 
+    /// Whether inode number `ino` is in use: in range, and set in its
+    /// group's inode bitmap (the reserved numbers below `FIRST_INO` are set
+    /// there too). No inode-table slot is read, so a free number never
+    /// looks like corruption (`cairn inspect IMAGE stat '#N'`).
+    pub fn inode_in_use(&self, ino: u64) -> Result<bool> {
+        self.read_op(|| Ok(self.meta.geo().valid_ino(ino) && self.meta.alloc.inode_in_use(&self.meta.bufs, ino)?))
+    }
+
     /// The kernel's lookup references on `ino` now (0: the kernel holds
     /// it no more, nor any page of it).
     pub fn kernel_lookups(&self, ino: u64) -> u64 {

@@ -26,6 +26,18 @@ use std::sync::Arc;
 /// record holds fail with ENOSPC and say so.
 pub const MKFS_MIN_JOURNAL_BLOCKS: u64 = 256;
 const _: () = assert!(MKFS_MIN_JOURNAL_BLOCKS >= MIN_JOURNAL_BLOCKS);
+
+/// Free blocks a new file system keeps beyond the metadata reserve
+/// ([`crate::alloc::metadata_reserve`], which file data may not take): the
+/// root's and `/lost+found`'s directory blocks come out of them, and the
+/// rest is room for files. The smallest image mkfs accepts leaves this much
+/// (a default journal in a one-group image shrinks for it, down to
+/// [`MKFS_MIN_JOURNAL_BLOCKS`]), so the size it states as the minimum is
+/// one that formats, mounts and takes a file.
+pub const MKFS_MIN_FILE_BLOCKS: u64 = 64;
+
+/// Blocks group 0 keeps for data whatever its metadata and journal take.
+const GROUP0_MIN_DATA: u64 = 16;
 use cairn_format::layout::Geometry;
 use cairn_format::superblock::{max_gdt_reserve, Superblock, STATE_CLEAN, VERSION};
 use cairn_format::{FIRST_INO, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, ROOT_INO};
@@ -62,9 +74,9 @@ pub struct MkfsOptions {
     pub journal_blocks: Option<u64>,
     /// Volume label (up to 32 bytes).
     pub label: String,
-    /// Owner of the root directory.
+    /// Owner of the root directory (and of `/lost+found`).
     pub root_uid: u32,
-    /// Group of the root directory.
+    /// Group of the root directory (and of `/lost+found`).
     pub root_gid: u32,
     /// Bytes of the device the file system takes (`None`: all of it; a
     /// block device may be larger than the file system, as with mke2fs's
@@ -191,7 +203,8 @@ fn plan_exact(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     }
     let gdt_need = (groups * GD_SIZE as u64).div_ceil(bs64);
     let g0_len = bpg.min(total);
-    let room0 = g0_len.saturating_sub(1 + gdt_need + meta_blocks + 16);
+    let room0 = g0_len.saturating_sub(1 + gdt_need + meta_blocks + GROUP0_MIN_DATA);
+    let need_free = crate::alloc::metadata_reserve(total) + MKFS_MIN_FILE_BLOCKS;
     let want = opts.journal_blocks.unwrap_or_else(|| default_journal_blocks(total, bs64));
     let gdt_blocks = gdt_need + gdt_reserve(groups, bpg, bs64, room0, want);
     let room = room0 - (gdt_blocks - gdt_need);
@@ -205,7 +218,14 @@ fn plan_exact(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
         extra_groups = 1;
     }
     let (journal, journal_groups) = if extra_groups == 0 || groups < 2 {
-        (want.min(room), 0)
+        let mut journal = want.min(room);
+        if groups == 1 && opts.journal_blocks.is_none() {
+            // Group 0 is all there is: a default journal leaves the free
+            // blocks the file system needs, if it can stay large enough.
+            let leave = need_free.saturating_sub(GROUP0_MIN_DATA);
+            journal = journal.min(room.saturating_sub(leave)).max(MKFS_MIN_JOURNAL_BLOCKS.min(journal));
+        }
+        (journal, 0)
     } else {
         let k = extra_groups;
         // At most half of the groups after group 0, and never the last.
@@ -260,6 +280,13 @@ fn plan_exact(size: u64, opts: &MkfsOptions) -> Result<Superblock> {
     let geo = Geometry::new(&sb)?;
     sb.free_blocks = (0..groups).map(|g| geo.group_len(g) - geo.initially_used(g)).sum();
     sb.free_inodes = geo.total_inodes() - (FIRST_INO - 1);
+    if sb.free_blocks < need_free {
+        return Err(invalid(format!(
+            "image too small: {size} bytes leave {} free blocks; cairn needs {need_free} (the metadata reserve, the \
+             root's and /lost+found's directory blocks, room for files)",
+            sb.free_blocks
+        )));
+    }
     Ok(sb)
 }
 
@@ -380,14 +407,18 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
 /// The directory e2fsck-style repair reconnects lost files to.
 pub const LOST_FOUND: &[u8] = b"lost+found";
 
-/// Creates `/lost+found` (mode 0700, owned by root) on a freshly formatted
-/// image, as mke2fs does, so that a repair finds it in place instead of
-/// having to create it on a damaged image. It is an ordinary directory made
-/// through the engine (one transaction); the mount this takes is not counted
-/// in the superblock: the image still reads as never mounted.
+/// Creates `/lost+found` (mode 0700, owned by the root directory's owner,
+/// [`MkfsOptions::root_uid`]) on a freshly formatted image, as mke2fs does,
+/// so that a repair finds it in place instead of having to create it on a
+/// damaged image. It is an ordinary directory made through the engine (one
+/// transaction); the mount this takes is not counted in the superblock: the
+/// image still reads as never mounted.
 pub fn create_lost_found(dev: Arc<dyn BlockDevice>) -> Result<u64> {
     let fs = Fs::mount(dev, MountOptions::default())?;
-    let made = fs.mkdir(&Ctx::root(), ROOT_INO, LOST_FOUND, S_IFDIR | 0o700);
+    let made = fs.getattr(ROOT_INO).and_then(|root| {
+        let owner = Ctx { uid: root.uid, gid: root.gid, ..Ctx::root() };
+        fs.mkdir(&owner, ROOT_INO, LOST_FOUND, S_IFDIR | 0o700)
+    });
     {
         let mut sb = fs.meta.sb.lock();
         sb.mount_count = 0;
@@ -416,8 +447,12 @@ mod tests {
     fn a_size_out_of_reach_is_refused_with_the_bound_it_missed() {
         let opts = MkfsOptions::default();
         let small = plan(1 << 20, &opts).unwrap_err().to_string();
-        assert!(small.contains("too small") && small.contains("3227648 bytes"), "{small}");
-        assert!(plan(3_227_648, &opts).is_ok() && plan(3_227_648 - 4096, &opts).is_err(), "the bound is exact");
+        assert!(small.contains("too small") && small.contains("3686400 bytes"), "{small}");
+        assert!(plan(3_686_400, &opts).is_ok() && plan(3_686_400 - 4096, &opts).is_err(), "the bound is exact");
+        // It leaves the metadata reserve and room for files free.
+        let sb = plan(3_686_400, &opts).unwrap();
+        assert_eq!(sb.free_blocks, crate::alloc::metadata_reserve(900) + MKFS_MIN_FILE_BLOCKS);
+        assert_eq!(sb.journal_blocks, MKFS_MIN_JOURNAL_BLOCKS);
         let large = plan(1 << 50, &opts).unwrap_err().to_string();
         assert!(large.contains("too large") && large.contains("277051162566656 bytes"), "{large}");
         assert!(plan(277_051_162_566_656, &opts).is_ok() && plan(277_051_162_566_656 + 4096, &opts).is_err());

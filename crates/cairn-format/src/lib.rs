@@ -64,6 +64,7 @@ pub mod codec;
 pub mod dirent;
 pub mod error;
 pub mod extent;
+pub mod foreign;
 pub mod group_desc;
 pub mod inode;
 pub mod journal;

@@ -79,6 +79,13 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The blocks only metadata may take on a file system of `total_blocks`
+/// (see `Allocator::reserve_blocks`): 1/512 of it, from 64 to 16,384.
+/// mkfs leaves at least this much free, and more (`mkfs::plan`).
+pub fn metadata_reserve(total_blocks: u64) -> u64 {
+    (total_blocks / 512).clamp(64, 16384)
+}
+
 /// Block and inode allocator.
 pub struct Allocator {
     /// Tests only: injected allocation failures (`faults`).
@@ -188,7 +195,7 @@ impl Allocator {
             lg: group_prealloc::LocalityGroups::new(opts.group_prealloc.min(1 << buddy::MAX_ORDER)),
             disk_free_blocks: AtomicU64::new(fb),
             alloc_free: AtomicU64::new(fb),
-            reserve: (geo.total_blocks / 512).clamp(64, 16384),
+            reserve: metadata_reserve(geo.total_blocks),
             held_for_write_back: AtomicU64::new(0),
             free_inodes: AtomicU64::new(fi),
             next_ino: AtomicU64::new(next_ino.clamp(cairn_format::FIRST_INO, geo.total_inodes())),

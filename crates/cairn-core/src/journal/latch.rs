@@ -12,6 +12,10 @@
 //!   reads go on;
 //! * `shutdown` — every later request fails with `EIO`.
 //!
+//! An image opened read-only (`cairn inspect`, a `-o ro` mount) is never
+//! written, as ext4 leaves a read-only block device alone: the error is
+//! logged and latched in memory, not recorded in the superblock.
+//!
 //! Whatever the policy, an error inside an operation that had already
 //! changed buffers aborts the journal: the running checkpoint holds half an
 //! operation and must never be committed. A failed commit does the same.
@@ -171,19 +175,24 @@ impl Latch {
         }
         if n == 0 {
             *self.first.lock() = Some(e.to_string());
+            // An image opened read-only (`cairn inspect`, a `-o ro` mount)
+            // is never written: the error is logged, not recorded.
+            let recorded = dev.writable();
             let then = match (self.policy, abort) {
                 (ErrorPolicy::Shutdown, _) => "shutting down: every request now fails with EIO",
+                _ if !recorded => "the file system stays read-only",
                 (_, true) if half_done => {
                     "aborting the journal (the failed operation was half done): the file system is now read-only"
                 }
                 (_, true) => "aborting the journal: the file system is now read-only",
                 (_, false) => "continuing (errors=continue)",
             };
-            tracing::error!(
-                error = %e,
-                policy = self.policy.name(),
-                "cairn: {e}; the image is marked as having errors (run `cairn fsck`); {then}"
-            );
+            let marked = if recorded {
+                "the image is marked as having errors"
+            } else {
+                "the image is open read-only, so this is not recorded in it"
+            };
+            tracing::error!(error = %e, policy = self.policy.name(), "cairn: {e}; {marked} (run `cairn fsck`); {then}");
             mark_errors_on_disk(dev, &self.home_lock);
         } else if abort && !was_aborted {
             tracing::error!(error = %e, "cairn: {e}; aborting the journal: the file system is now read-only");
@@ -194,6 +203,9 @@ impl Latch {
 /// Sets `STATE_ERRORS` in the on-disk superblock, in place (best effort: the
 /// device may be what failed).
 fn mark_errors_on_disk(dev: &Arc<dyn BlockDevice>, home_lock: &Mutex<()>) {
+    if !dev.writable() {
+        return;
+    }
     let _home = home_lock.lock();
     let mut head = vec![0u8; SB_SIZE];
     let res = (|| -> Result<()> {
