@@ -1,6 +1,7 @@
-//! `cairn fsck` as scripts and boot see it: a path that is not an image,
-//! and an image file cut short (found by a check, extended by a repair).
-//! No mounts: these run as any user.
+//! `cairn fsck` as scripts and boot see it: fsck(8)'s exit code for a bad
+//! command line (16), a path that is not an image, and an image file cut
+//! short (found by a check, extended by a repair). No mounts: these run
+//! as any user.
 
 mod common;
 
@@ -8,6 +9,28 @@ use common::*;
 
 fn code(o: &std::process::Output) -> i32 {
     o.status.code().expect("exited")
+}
+
+#[test]
+fn fsck_usage_errors_exit_16() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("u.img");
+    mkfs(&img, "64M");
+    for args in [
+        vec!["fsck", "--no-such-option", p(&img)],
+        vec!["fsck"],
+        vec!["fsck", "-y", "-n", p(&img)],
+        vec!["fsck", "-b", "notanumber", p(&img)],
+        vec!["fsck", p(&img), "extra"],
+    ] {
+        let o = run(&args);
+        assert_eq!(code(&o), 16, "cairn {args:?} should be a usage error (16): {}", stderr(&o));
+        assert!(stderr(&o).starts_with("error: "), "cairn {args:?}: {}", stderr(&o));
+    }
+    // --help is no error; other subcommands keep clap's code.
+    assert_eq!(code(&run(&["fsck", "--help"])), 0);
+    assert_eq!(code(&run(&["mkfs", "--no-such-option", p(&img)])), 2);
+    assert_eq!(code(&run(&["fsck", p(&img)])), 0);
 }
 
 #[test]
