@@ -18,6 +18,7 @@
 //! links       the orphan list (walked with pass 1: its nodes are claims)
 //! dirs        pass 2: entries, hashes, targets, types, parents, reachability
 //! blocks      pass 1b: blocks claimed twice (after pass 2, which may add claims)
+//! clone       its repair: the second claimant of data blocks gets a copy
 //! links       passes 3/4: link counts, orphans, xattr refcounts
 //! repair      write the object repairs decided so far
 //! bitmaps     pass 5: bitmaps, descriptor and superblock counters
@@ -41,6 +42,7 @@
 mod bitmaps;
 mod blocks;
 mod btree;
+mod clone;
 mod ctx;
 mod dirs;
 mod groups;
