@@ -6,7 +6,8 @@
 //! `bench/driver`); this file parses the command line and maps outcomes to exit
 //! codes: 0 success, 1 failure with a message on stderr, 2 bad usage (clap),
 //! and for `fsck` the fsck(8) codes (0 clean, 1 corrected, 4 uncorrected,
-//! 8 operational error).
+//! 8 operational error, 16 usage or syntax error: a bad option or argument
+//! of `cairn fsck` exits 16, not clap's 2, as boot scripts read fsck(8)'s).
 
 mod control;
 mod daemon_log;
@@ -268,9 +269,30 @@ fn command() -> clap::Command {
     Cli::command().mut_subcommand("mount", |c| c.mut_arg("options", |a| a.long_help(cairn_fuse::option_table::help())))
 }
 
+/// fsck(8)'s exit code for a usage or syntax error.
+const FSCK_USAGE: i32 = 16;
+
+/// Prints clap's message and exits: with clap's code (2; 0 for `--help`
+/// and `--version`), but [`FSCK_USAGE`] for a bad `cairn fsck` command line.
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let shown = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    // The subcommand is the first word that is not an option (`cairn` takes
+    // no options of its own besides --help and --version).
+    let fsck = std::env::args_os().skip(1).find(|a| !a.to_string_lossy().starts_with('-')).is_some_and(|a| a == "fsck");
+    if shown || !fsck {
+        e.exit();
+    }
+    let _ = e.print();
+    std::process::exit(FSCK_USAGE);
+}
+
 fn main() -> ExitCode {
     use clap::FromArgMatches;
-    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
+    let cli = match command().try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
+        Ok(cli) => cli,
+        Err(e) => usage_error(e),
+    };
     if !matches!(cli.cmd, Cmd::Mount { .. }) {
         default_sigpipe();
     }

@@ -20,13 +20,16 @@
 //! owners, with the number of blocks and the first one.
 //!
 //! ## What it concludes
-//! Duplicate ownership is reported. A repair releases data blocks two
-//! files share (the higher-numbered file gives up its overlapping inline
-//! extents, see [`release`]; e2fsck's pass 1b–1d clone them instead); other
+//! Duplicate ownership is reported. A repair clones data blocks two files
+//! share, as e2fsck's passes 1B–1D do: the higher-numbered file gets a copy
+//! of them in free blocks (`clone`), so both keep their data. When free
+//! space cannot take the copy, it gives up the extents it shares instead
+//! (see [`release`]: it reads holes there), and the message says so. Other
 //! duplicates are left alone and their owners marked damaged so no repair
 //! trusts their block counts. The claims stay sorted for pass 5,
 //! which finds each group's claims by binary search.
 
+use crate::clone::Outcome;
 use crate::ctx::{Claim, Ctx, Owner};
 use crate::problems::Code;
 use crate::report::{num, Pass};
@@ -42,17 +45,30 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
     ctx.claims.sort_unstable_by_key(|c| (c.start, c.len));
     let mut dups = duplicates(&ctx.claims);
     if ctx.repair && !dups.is_empty() {
+        let mut free = crate::salvage::FreeBlocks::new(ctx);
         for (&(a, b), &(first, n)) in &dups {
+            let both = format!("{a} and {b} both claim {} block(s), starting at block {first}", num(n));
+            let why = match crate::clone::clone(ctx, &mut free, a, b)? {
+                Outcome::Cloned { loser, blocks } => {
+                    let msg = format!(
+                        "{both}: inode {loser} gets its own copy of them ({} block(s) copied to free space; both \
+                         files keep their data)",
+                        num(blocks)
+                    );
+                    ctx.report.push(Code::BlockClaimedTwice, msg, true);
+                    continue;
+                }
+                Outcome::NoSpace => "no free space is left to copy them: ",
+                Outcome::NotCloned => "",
+            };
             if let Some(loser) = release(ctx, a, b)? {
-                let msg = format!(
-                    "{a} and {b} both claim {} block(s), starting at block {first}: inode {loser} gives up the \
-                     extents it shares (it reads as holes there)",
-                    num(n)
-                );
+                let msg =
+                    format!("{both}: {why}inode {loser} gives up the extents it shares (it reads as holes there)");
                 ctx.report.push(Code::BlockClaimedTwice, msg, true);
             }
         }
-        // What is left once the releases are done.
+        // What is left once the copies and releases are done.
+        ctx.claims.sort_unstable_by_key(|c| (c.start, c.len));
         dups = duplicates(&ctx.claims);
     }
     for ((a, b), (first, n)) in dups {
@@ -102,8 +118,8 @@ fn duplicates(claims: &[Claim]) -> BTreeMap<(Owner, Owner), (u64, u64)> {
     dups
 }
 
-/// Repair of data blocks two files claim (the "release" policy; e2fsck
-/// clones them instead): the file with the higher inode number — usually
+/// Repair of data blocks two files claim when they cannot be cloned (no
+/// free space for a copy, see `clone`): the file with the higher inode number — usually
 /// the newer one — gives up every extent that overlaps the other's blocks,
 /// and reads as holes there; the other keeps its data. Inline extents are
 /// rewritten in the inode; an extent tree is rebuilt from the extents it
@@ -137,7 +153,7 @@ fn release(ctx: &mut Ctx, a: Owner, b: Owner) -> Result<Option<u64>, FsckError> 
 }
 
 /// Drops `loser`'s claims of the extents it gives up; returns their blocks.
-fn give_up_claims(ctx: &mut Ctx, loser: u64, dropped: &[Extent]) -> u64 {
+pub(crate) fn give_up_claims(ctx: &mut Ctx, loser: u64, dropped: &[Extent]) -> u64 {
     ctx.claims.retain(|c| !(c.owner == Owner::Data(loser) && dropped.iter().any(|e| e.pblk == c.start)));
     dropped.iter().map(|e| u64::from(e.len)).sum()
 }
@@ -154,16 +170,9 @@ fn release_from_tree(
     if ctx.inodes.get(&loser).is_none_or(|i| i.damaged || i.bad || i.freed || i.tree_damaged) {
         return Ok(None);
     }
-    let label = format!("inode {loser}'s extent tree");
-    // Read once already (pass 1, which reported what it found): quietly.
-    let mut quiet = crate::report::Report::default();
-    let (geo, seed) = (ctx.geo, ctx.seed);
-    let w = crate::btree::walk(&mut ctx.img, &mut quiet, &geo, seed, KIND_EXTENTS, loser, root, &label, Pass::Inodes);
-    if !w.complete {
-        return Ok(None);
-    }
+    let Some(entries) = tree_extents(ctx, loser, root) else { return Ok(None) };
     let (mut kept, mut gone) = (Vec::new(), Vec::new());
-    for (_, key, value) in w.entries {
+    for (key, value) in entries {
         let e = Extent::decode_value(key, &value);
         if shares(&e) {
             gone.push(e);
@@ -180,6 +189,17 @@ fn release_from_tree(
     info.tree_entries = kept;
     ctx.rebuilds.entry(loser).or_default();
     Ok(Some(loser))
+}
+
+/// The entries (logical block, extent value) of `ino`'s extent tree at
+/// `root`, read again; `None` when the walk cannot read it all.
+pub(crate) fn tree_extents(ctx: &mut Ctx, ino: u64, root: u64) -> Option<Vec<(u64, Vec<u8>)>> {
+    let label = format!("inode {ino}'s extent tree");
+    // Read once already (pass 1, which reported what it found): quietly.
+    let mut quiet = crate::report::Report::default();
+    let (geo, seed) = (ctx.geo, ctx.seed);
+    let w = crate::btree::walk(&mut ctx.img, &mut quiet, &geo, seed, KIND_EXTENTS, ino, root, &label, Pass::Inodes);
+    w.complete.then(|| w.entries.into_iter().map(|(_, k, v)| (k, v)).collect())
 }
 
 /// True when the claim's owner still exists after repairs (freed inodes'

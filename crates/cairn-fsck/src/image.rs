@@ -133,6 +133,8 @@ pub struct ImageFile {
     file: File,
     size: u64,
     writable: bool,
+    /// A regular file (not a block device).
+    regular: bool,
 }
 
 impl ImageFile {
@@ -141,6 +143,12 @@ impl ImageFile {
     /// process holds it.
     pub fn open(path: &Path, writable: bool) -> Result<ImageFile, FsckError> {
         let fail = |source| FsckError::Open { path: path.to_path_buf(), source };
+        // Before opening: a FIFO would block the open, a directory opens
+        // read-only and then fails every read with a bare errno.
+        let kind = std::fs::metadata(path).map_err(fail)?.file_type();
+        if let Some(what) = not_an_image(&kind) {
+            return Err(FsckError::NotAnImage { path: path.to_path_buf(), what });
+        }
         let file = OpenOptions::new().read(true).write(writable).open(path).map_err(fail)?;
         match file.try_lock() {
             Ok(()) => {}
@@ -153,14 +161,54 @@ impl ImageFile {
             }
         }
         let meta = file.metadata().map_err(fail)?;
-        let size = if meta.file_type().is_file() {
+        let regular = meta.file_type().is_file();
+        let size = if regular {
             meta.len()
         } else {
             use std::io::Seek;
             let mut f = &file;
             f.seek(io::SeekFrom::End(0)).map_err(fail)?
         };
-        Ok(ImageFile { file, size, writable })
+        Ok(ImageFile { file, size, writable, regular })
+    }
+
+    /// True for a block device (false for an image file).
+    pub fn is_block_device(&self) -> bool {
+        !self.regular
+    }
+
+    /// Extends an image file opened for repair to `len` bytes (the new
+    /// bytes read as zeros, and stay sparse), as `truncate -s` would; a
+    /// block device cannot grow.
+    pub fn extend(&mut self, len: u64) -> io::Result<()> {
+        if !self.writable {
+            return Err(read_only());
+        }
+        if !self.regular {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "a block device cannot be extended"));
+        }
+        if len > self.size {
+            self.file.set_len(len)?;
+            self.file.sync_all()?;
+            self.size = len;
+        }
+        Ok(())
+    }
+}
+
+/// What a file of this type is, when it cannot hold an image.
+fn not_an_image(t: &std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        Some("a directory")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else if t.is_char_device() {
+        Some("a character device")
+    } else {
+        None
     }
 }
 

@@ -130,8 +130,10 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                     // bit is wrong, not the slot. Left out of the live set,
                     // the bitmap pass rewrites the bit and the counts, and
                     // pass 2 drops any entry that names it.
-                    let msg =
-                        format!("inode {ino} is marked in use in the inode bitmap, but its slot is empty: marked free");
+                    let msg = format!(
+                        "inode {ino} is marked in use in the inode bitmap, but its slot is empty{}",
+                        crate::report::action(ctx.repair, "marked free", "mark it free")
+                    );
                     ctx.report.push(Code::EmptySlotMarkedUsed, msg, ctx.repair);
                     continue;
                 }
@@ -147,7 +149,10 @@ pub fn run(ctx: &mut Ctx) -> Result<(), FsckError> {
                         let d = DiskInode::decode_ignoring_checksum(ctx.seed, ino, raw).expect("just decoded");
                         let mut fixed = vec![0u8; INODE_SIZE];
                         d.encode(ctx.seed, ino, &mut fixed);
-                        let msg = format!("inode {ino}: checksum does not match, but the inode passes every other check: checksum rewritten");
+                        let msg = format!(
+                            "inode {ino}: checksum does not match, but the inode passes every other check{}",
+                            crate::report::action(ctx.repair, "checksum rewritten", "rewrite the checksum")
+                        );
                         ctx.report.push(Code::InodeChecksumOnly, msg, ctx.repair);
                         if ctx.repair {
                             ctx.checksum_fixes.push(ino);
@@ -246,7 +251,13 @@ pub fn read_slot(ctx: &mut Ctx, ino: u64) -> Result<Option<DiskInode>, FsckError
     }
     let (blk, off) = ctx.geo.inode_location(ino);
     let b = ctx.img.read_block(blk)?;
-    Ok(DiskInode::decode(ctx.seed, ino, &b[off..off + INODE_SIZE]).ok())
+    let raw = &b[off..off + INODE_SIZE];
+    // An inode whose checksum alone is wrong is checked (and repaired) as
+    // if it were right: this repair rewrites the checksum first.
+    if ctx.checksum_fixes.contains(&ino) {
+        return Ok(DiskInode::decode_ignoring_checksum(ctx.seed, ino, raw).ok());
+    }
+    Ok(DiskInode::decode(ctx.seed, ino, raw).ok())
 }
 
 /// Checks extents of `ino`, claiming every one whose blocks lie in the data

@@ -18,6 +18,7 @@
 //! links       the orphan list (walked with pass 1: its nodes are claims)
 //! dirs        pass 2: entries, hashes, targets, types, parents, reachability
 //! blocks      pass 1b: blocks claimed twice (after pass 2, which may add claims)
+//! clone       its repair: the second claimant of data blocks gets a copy
 //! links       passes 3/4: link counts, orphans, xattr refcounts
 //! repair      write the object repairs decided so far
 //! bitmaps     pass 5: bitmaps, descriptor and superblock counters
@@ -34,11 +35,14 @@
 //! ## Exit codes (fsck(8))
 //! 0 clean; 1 errors corrected (repair, and a verification check afterwards
 //! found the image clean); 4 errors left uncorrected; 8 operational error
-//! (cannot open or read the image, not a cairn image, truncated, mounted).
+//! (cannot open or read the image, a directory, not a cairn image,
+//! truncated — an image file shorter than its file system is extended by a
+//! repair, see [`check`] —, mounted).
 
 mod bitmaps;
 mod blocks;
 mod btree;
+mod clone;
 mod ctx;
 mod dirs;
 mod groups;
@@ -117,9 +121,28 @@ pub enum FsckError {
     /// No cairn superblock.
     #[error("not a cairn file system: {0}")]
     NotCairn(String),
+    /// The path names a directory (or another file that holds no image).
+    #[error("{} is {what}, not an image file or block device", path.display())]
+    NotAnImage {
+        /// The path.
+        path: PathBuf,
+        /// What it is ("a directory").
+        what: &'static str,
+    },
     /// The image is shorter than the superblock says.
     #[error("image is truncated: {0}")]
     Truncated(String),
+    /// The image file or device is shorter than the file system it holds
+    /// (whose superblock is otherwise sound).
+    #[error("{}", short_message(*fs_bytes, *image_bytes, *block_device))]
+    Short {
+        /// The file system's size (from the superblock).
+        fs_bytes: u64,
+        /// The image's size.
+        image_bytes: u64,
+        /// A block device (which fsck cannot grow), not an image file.
+        block_device: bool,
+    },
     /// A version or feature this build does not know.
     #[error("incompatible image: {0}")]
     Incompatible(String),
@@ -154,8 +177,68 @@ impl FsckError {
 /// up to three rounds run. The returned report then has
 /// `verified_after_repair` set if the last check found the image clean, and
 /// otherwise lists the remaining problems too (marked not fixed).
+///
+/// An image file shorter than its file system (cut by `truncate`, a copy
+/// that stopped early) is, with repair, extended to the file system's size
+/// first (the missing tail reads as zeros, as after `truncate -s SIZE`),
+/// then checked and repaired as any other; a block device that is too
+/// short is reported and left alone.
 pub fn check(path: &Path, opts: &Options) -> Result<Report, FsckError> {
-    check_image(&ImageFile::open(path, opts.repair || opts.preen)?, opts)
+    let mut file = ImageFile::open(path, opts.repair || opts.preen)?;
+    match check_image(&file, opts) {
+        Err(FsckError::Short { fs_bytes, image_bytes, .. }) if file.is_block_device() => {
+            Err(FsckError::Short { fs_bytes, image_bytes, block_device: true })
+        }
+        Err(FsckError::Short { fs_bytes, image_bytes, .. }) if opts.repair => {
+            file.extend(fs_bytes)?;
+            let mut report = check_image(&file, opts)?;
+            if report.is_clean() {
+                report.verified_after_repair = true;
+            }
+            let msg = format!(
+                "the image file is {} shorter than the file system it holds: extended from {} to {} bytes \
+                 (the missing tail reads as zeros)",
+                bytes(fs_bytes - image_bytes),
+                num(image_bytes),
+                num(fs_bytes)
+            );
+            let (code, fixed) = (Code::SbImageShort, true);
+            report.problems.insert(0, Problem { code, pass: code.pass(), message: msg, fixed, preen_safe: false });
+            Ok(report)
+        }
+        r => r,
+    }
+}
+
+/// `n` bytes in words: "1,048,576 bytes (1 MiB)".
+fn bytes(n: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    if n >= MIB {
+        format!("{} bytes ({:.1} MiB)", num(n), n as f64 / MIB as f64).replace(".0 MiB", " MiB")
+    } else {
+        format!("{} bytes", num(n))
+    }
+}
+
+/// [`FsckError::Short`]'s message.
+fn short_message(fs_bytes: u64, image_bytes: u64, block_device: bool) -> String {
+    let short = bytes(fs_bytes.saturating_sub(image_bytes));
+    if block_device {
+        format!(
+            "image is truncated: the block device holds {}, {short} less than the file system on it needs ({} \
+             bytes); fsck cannot grow a device: copy it (dd) to an image file or a device of at least that size \
+             and check the copy",
+            bytes(image_bytes),
+            num(fs_bytes)
+        )
+    } else {
+        format!(
+            "image is truncated: the file is {}, {short} shorter than the file system it holds ({} bytes); \
+             `cairn fsck --repair` extends it to the file system's size and checks it",
+            bytes(image_bytes),
+            num(fs_bytes)
+        )
+    }
 }
 
 /// Checks (and with `opts.repair`, repairs) the image that `source` holds:
@@ -343,7 +426,13 @@ pub fn run(path: &Path, opts: &Options, out: &mut dyn Write) -> i32 {
     let report = match result {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
-            let _ = writeln!(out, "cairn fsck: {shown}: {e}");
+            // Some errors name the image themselves ("IMG is in use").
+            let text = e.to_string();
+            if text.starts_with(&shown.to_string()) {
+                let _ = writeln!(out, "cairn fsck: {text}");
+            } else {
+                let _ = writeln!(out, "cairn fsck: {shown}: {text}");
+            }
             return e.exit_code();
         }
         Err(p) => {

@@ -58,6 +58,7 @@ problems! {
     SbUnknownState = "S02", Superblock, false, "the superblock's state has unknown bits";
     SbBackupCopy = "S03", Superblock, true, "a backup superblock does not verify or differs from the primary";
     SbPrimaryDamaged = "S04", Superblock, false, "the primary superblock does not verify: a backup copy stands in";
+    SbImageShort = "S05", Superblock, false, "the image file is shorter than its file system (truncated): extended";
     JournalSuperDamaged = "J01", Journal, false, "the journal superblock is damaged";
     JournalRecordDamaged = "J02", Journal, false, "a journal record is damaged and verified records follow it";
     GdDamaged = "G01", Groups, false, "a group descriptor does not verify";

@@ -143,8 +143,14 @@ impl Report {
         self.problems.push(Problem { code, pass, message, fixed, preen_safe: code.preen_safe() });
     }
 
-    /// Records `p` again (a later round's finding).
+    /// Records `p` again (a later round's finding). A later round that
+    /// fixed what an earlier one reported and left (same code, the earlier
+    /// message a prefix of the later one) replaces that earlier line: the
+    /// problem is corrected, not left.
     pub fn repeat(&mut self, p: Problem) {
+        if p.fixed {
+            self.problems.retain(|q| q.fixed || q.code != p.code || !p.message.starts_with(&q.message));
+        }
         self.push_in(p.pass, p.code, p.message, p.fixed);
     }
 
@@ -207,6 +213,18 @@ pub fn num(n: u64) -> String {
     out
 }
 
+/// The end of a message whose repair is known: what was `done` when
+/// repairing (": checksum rewritten"), else what a repair would `do_`, so
+/// that a check that changes nothing never claims a fix (as e2fsck -n
+/// answers "no" to every question).
+pub fn action(repair: bool, done: &str, do_: &str) -> String {
+    if repair {
+        format!(": {done}")
+    } else {
+        format!(" (not fixed: checked only; --repair would {do_})")
+    }
+}
+
 /// "block 5" or "blocks 5-9".
 pub fn block_range(start: u64, len: u64) -> String {
     if len <= 1 {
@@ -234,6 +252,26 @@ pub fn name(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_later_round_that_fixes_a_problem_replaces_it() {
+        let mut r = Report::default();
+        r.problem(Code::BlockClaimedTwice, "inode 22 and inode 28 both claim 2 block(s)");
+        r.problem(Code::BlockClaimedTwice, "inode 22 and inode 29 both claim 4 block(s)");
+        let p = |m: &str, fixed| Problem {
+            code: Code::BlockClaimedTwice,
+            pass: Pass::Blocks,
+            message: m.into(),
+            fixed,
+            preen_safe: false,
+        };
+        r.repeat(p("inode 22 and inode 28 both claim 2 block(s): inode 28 gives up the extents", true));
+        assert_eq!(r.errors_left(), 1, "{:?}", r.problems);
+        assert_eq!(r.fixed(), 1);
+        // Not fixed again: kept beside the first.
+        r.repeat(p("inode 22 and inode 29 both claim 4 block(s)", false));
+        assert_eq!(r.errors_left(), 2);
+    }
 
     #[test]
     fn thousands() {

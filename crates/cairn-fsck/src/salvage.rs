@@ -410,7 +410,7 @@ fn reach_through_reconnected(ctx: &mut Ctx) {
 /// group whose bitmap is damaged or uninitialised is used only when every
 /// owner's blocks are known (then an unclaimed block is free: pass 5 would
 /// free it anyway).
-struct FreeBlocks {
+pub(crate) struct FreeBlocks {
     claimed: Vec<(u64, u64)>,
     /// Every owner's blocks are known.
     complete: bool,
@@ -423,7 +423,7 @@ struct FreeBlocks {
 }
 
 impl FreeBlocks {
-    fn new(ctx: &Ctx) -> FreeBlocks {
+    pub(crate) fn new(ctx: &Ctx) -> FreeBlocks {
         let mut runs: Vec<(u64, u64)> = ctx.claims.iter().map(|c| (c.start, c.start + c.len)).collect();
         runs.sort_unstable();
         // Merged into disjoint runs (doubly claimed blocks overlap).
@@ -443,7 +443,7 @@ impl FreeBlocks {
         i > 0 && b < claimed[i - 1].1
     }
 
-    fn take(&mut self, ctx: &mut Ctx) -> Result<Option<u64>, FsckError> {
+    pub(crate) fn take(&mut self, ctx: &mut Ctx) -> Result<Option<u64>, FsckError> {
         while self.group < ctx.geo.group_count {
             if !self.loaded {
                 self.loaded = true;

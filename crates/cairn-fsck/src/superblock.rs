@@ -10,7 +10,10 @@
 //! This module turns its verdicts into messages a user can act on and sorts
 //! them into *operational* failures (exit 8: "not a cairn file system",
 //! "image is truncated", an incompatible version) and *corruption* (exit 4:
-//! a cairn superblock whose checksum or geometry is wrong).
+//! a cairn superblock whose checksum or geometry is wrong). A superblock
+//! that is sound but for an image shorter than the file system it describes
+//! is [`FsckError::Short`], with both sizes: a repair extends an image file
+//! (`crate::check`).
 //!
 //! ## What it reads
 //! The first 512 bytes of the image (and, after journal replay, block 0 again:
@@ -63,7 +66,15 @@ pub fn decode(head: &[u8], image_size: u64) -> Result<(Superblock, Geometry), Fs
             "checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
         )),
         FormatError::Corrupt { detail, .. } => match detail.strip_prefix("image is truncated: ") {
-            Some(rest) => FsckError::Truncated(rest.to_string()),
+            // Sound but for the image's size: say by how much.
+            Some(rest) => match Superblock::decode(head, u64::MAX) {
+                Ok(sb) => FsckError::Short {
+                    fs_bytes: sb.total_blocks.saturating_mul(u64::from(sb.block_size())),
+                    image_bytes: image_size,
+                    block_device: false,
+                },
+                Err(_) => FsckError::Truncated(rest.to_string()),
+            },
             None => FsckError::CorruptSuperblock(detail),
         },
         FormatError::Incompatible(s) => FsckError::Incompatible(s),

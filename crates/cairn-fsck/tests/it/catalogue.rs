@@ -204,7 +204,8 @@ fn kinds() -> Vec<Kind> {
             name: "blocks claimed twice",
             code: Code::BlockClaimedTwice,
             not_repaired: None,
-            // big (the higher inode number) gives its extent up; f1 keeps its data.
+            // big (the higher inode number) gets a copy of the shared
+            // blocks (e2fsck's clone); f1 keeps its data.
             touches: &["/big"],
             damage: |b, m| {
                 let target = first_extent(b, m["f1"]).pblk;
@@ -219,8 +220,9 @@ fn kinds() -> Vec<Kind> {
             name: "blocks claimed twice by an extent tree",
             code: Code::BlockClaimedTwice,
             not_repaired: None,
-            // frag (the higher inode number, an extent tree) gives its
-            // extent up and its tree is rebuilt; big keeps its data.
+            // frag (the higher inode number, an extent tree) gets a copy
+            // of the shared blocks and its tree is rebuilt; big keeps its
+            // data.
             touches: &["/frag"],
             damage: |b, m| {
                 let target = first_extent(b, m["big"]).pblk;

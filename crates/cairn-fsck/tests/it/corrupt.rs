@@ -521,3 +521,115 @@ fn damaged_xattr_block_is_dropped_from_its_inode() {
     assert_eq!(fs.read(ino, 0, 4).unwrap().len(), 4, "the file itself is kept");
     fs.unmount().unwrap();
 }
+
+#[test]
+fn a_check_without_repair_claims_no_fix() {
+    // Findings whose message says what the repair does ("checksum
+    // rewritten", "marked free") said it in a check that changes nothing.
+    let (mut bytes, m) = populated_image();
+    let r = inode_range(&bytes, m["f1"]);
+    bytes[r.start + 17] ^= 0x40;
+    let (_, geo, _) = sb_geo(&bytes);
+    let last = *m.values().max().unwrap();
+    let g = geo.group_of_ino(last);
+    let byte = (geo.index_in_group(last) / 8 + 2) as usize;
+    block(&mut bytes, geo.inode_bitmap(g))[byte] = 0x01;
+    let f = to_file(&bytes);
+    let (code, out) = fsck(f.path(), false);
+    assert_eq!(code, 4, "{out}");
+    for claim in ["checksum rewritten", ": marked free", "[fixed]"] {
+        assert!(!out.contains(claim), "a check without --repair claims {claim:?}:\n{out}");
+    }
+    assert!(out.contains("(not fixed: checked only; --repair would rewrite the checksum)"), "{out}");
+    assert!(out.contains("(not fixed: checked only; --repair would mark it free)"), "{out}");
+    let (code, rout) = fsck(f.path(), true);
+    assert_eq!(code, 1, "{rout}");
+    assert!(rout.contains("checksum rewritten [fixed]") && rout.contains(": marked free [fixed]"), "{rout}");
+}
+
+#[test]
+fn one_repair_releases_blocks_of_an_inode_whose_checksum_is_also_wrong() {
+    // big (the higher inode) maps f1's blocks, and its checksum is wrong too
+    // (fsck-rc4.img): the release read big through its checksum, failed,
+    // and left the pair for a second round, "1 left uncorrected" (exit 4).
+    let (mut bytes, m) = populated_image();
+    let target = first_extent(&bytes, m["f1"]).pblk;
+    edit_inode(&mut bytes, m["big"], |d| {
+        if let DataArea::Extents(l) = &mut d.data {
+            l[0].pblk = target;
+        }
+    });
+    let r = inode_range(&bytes, m["big"]);
+    bytes[r.start + 17] ^= 0x40;
+    let f = to_file(&bytes);
+    let (code, out) = fsck(f.path(), true);
+    assert_eq!(code, 1, "one repair should fix it all:\n{out}");
+    assert!(!out.contains("repair round 2"), "{out}");
+    assert!(out.contains(&format!("inode {}: checksum does not match", m["big"])), "{out}");
+    assert!(out.contains("both claim"), "{out}");
+    assert_clean(f.path());
+}
+
+/// Damage for the clone tests: big's first extent is pointed at f1's
+/// blocks; returns the bytes big's first extent then maps (its view).
+fn big_over_f1(bytes: &mut [u8], m: &std::collections::HashMap<&'static str, u64>) -> (Extent, Vec<u8>) {
+    let target = first_extent(bytes, m["f1"]).pblk;
+    edit_inode(bytes, m["big"], |d| {
+        if let DataArea::Extents(l) = &mut d.data {
+            l[0].pblk = target;
+        }
+    });
+    let e = first_extent(bytes, m["big"]);
+    let b = bs(bytes);
+    (e, bytes[e.pblk as usize * b..(e.pblk + u64::from(e.len)) as usize * b].to_vec())
+}
+
+#[test]
+fn blocks_claimed_twice_are_cloned_so_both_files_keep_their_data() {
+    // e2fsck's passes 1B-1D: the second claimant gets a copy. Before, big
+    // gave its extent up and read holes where f1's blocks were.
+    let (mut bytes, m) = populated_image();
+    let (e, view) = big_over_f1(&mut bytes, &m);
+    let f = to_file(&bytes);
+    let (code, out) = fsck(f.path(), true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("inode {} gets its own copy of them", m["big"])), "{out}");
+    assert!(!out.contains("gives up") && !out.contains("repair round 2"), "{out}");
+    assert_clean(f.path());
+    let repaired = std::fs::read(f.path()).unwrap();
+    let now = first_extent(&repaired, m["big"]);
+    assert_ne!(now.pblk, e.pblk, "big's shared blocks moved to its copy");
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(repaired));
+    let fs = mount(dev);
+    let data: Vec<u8> = (0..40_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    assert_eq!(fs.read(m["f1"], 0, 40_000).unwrap(), data, "f1 keeps its data");
+    let b = bs(&bytes) as u64;
+    let got = fs.read(m["big"], e.lblk * b, view.len() as u32).unwrap();
+    assert!(got == view, "big reads what its extent mapped, not holes");
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn without_free_space_for_a_copy_the_blocks_are_released() {
+    let (mut bytes, m) = populated_image();
+    // No free block left: every bitmap bit set (with its checksum), as a
+    // full file system's would be; pass 5 then frees what nobody owns.
+    let (_, geo, seed) = sb_geo(&bytes);
+    for g in 0..geo.group_count {
+        let bm = block(&mut bytes, geo.block_bitmap(g));
+        bm.fill(0xff);
+        let c = crc(seed, bm);
+        edit_gd(&mut bytes, g, |gd| {
+            gd.block_bitmap_csum = c;
+            gd.free_blocks = 0;
+            gd.flags &= !cairn_format::group_desc::GD_BLOCK_UNINIT;
+        });
+    }
+    big_over_f1(&mut bytes, &m);
+    let f = to_file(&bytes);
+    let (code, out) = fsck(f.path(), true);
+    assert_eq!(code, 1, "{out}");
+    let want = format!("no free space is left to copy them: inode {} gives up the extents it shares", m["big"]);
+    assert!(out.contains(&want), "{out}");
+    assert_clean(f.path());
+}

@@ -40,9 +40,44 @@ fn ext4_signature_is_named() {
 #[test]
 fn truncated_images() {
     let (bytes, _) = populated_image();
-    expect(&bytes[..bytes.len() / 2], 8, "image is truncated");
+    // A sound superblock: the check says by how much the image is short
+    // (a repair would extend it: `repair_extends_a_truncated_image_file`).
+    for cut in [bytes.len() / 2, 4096] {
+        let f = to_file(&bytes[..cut]);
+        let (c, out) = fsck(f.path(), false);
+        assert_eq!(c, 8, "{out}");
+        let short = cairn_fsck::num((bytes.len() - cut) as u64);
+        assert!(out.contains(&format!("image is truncated: the file is {}", cairn_fsck::num(cut as u64))), "{out}");
+        assert!(out.contains(&format!("{short} bytes")) && out.contains("shorter than the file system"), "{out}");
+        assert_eq!(std::fs::metadata(f.path()).unwrap().len(), cut as u64, "a check changed the size");
+    }
     expect(&bytes[..300], 8, "image is truncated");
-    expect(&bytes[..4096], 8, "image is truncated");
+}
+
+#[test]
+fn repair_extends_a_truncated_image_file() {
+    // As `truncate -s SIZE` by hand: the image file gets its size back, and
+    // the check that follows finds what the lost tail held (here nothing).
+    let (bytes, _) = populated_image();
+    let cut = bytes.len() - (256 << 10);
+    let f = to_file(&bytes[..cut]);
+    let (c, out) = fsck(f.path(), true);
+    assert_eq!(c, 1, "{out}");
+    assert!(out.contains("S05 the image file is 262,144 bytes shorter than the file system"), "{out}");
+    assert!(out.contains("[fixed]") && out.contains("now clean"), "{out}");
+    assert_eq!(std::fs::metadata(f.path()).unwrap().len(), bytes.len() as u64);
+    assert_clean(f.path());
+}
+
+#[test]
+fn a_directory_is_not_an_image() {
+    let dir = tempfile::tempdir().unwrap();
+    for repair in [false, true] {
+        let (c, out) = fsck(dir.path(), repair);
+        assert_eq!(c, 8, "{out}");
+        let want = format!("cairn fsck: {} is a directory, not an image file or block device", dir.path().display());
+        assert!(out.contains(&want), "{out}");
+    }
 }
 
 #[test]
