@@ -1,6 +1,7 @@
 //! The `cairn` command as installed (issue 51, item 12): `cairn bench`
 //! away from a source tree, the man pages' tagline and SYNOPSIS, and
-//! `cairn resize` to the size a file system has already.
+//! `cairn resize` to the size a file system has already, what `-o fsname=`
+//! says of root's fuseblk mounts.
 
 mod common;
 
@@ -71,4 +72,14 @@ fn resize_to_the_current_size_has_nothing_to_do() {
     assert_eq!(o.status.code(), Some(1), "a shrink: {}", stdout(&o));
     assert!(stderr(&o).contains("only grows"), "{}", stderr(&o));
     assert_fsck_clean(&img, "after resizes that did nothing");
+}
+
+/// `df` shows /dev/loopN for root's fuseblk mounts whatever fsname= says:
+/// `cairn mount --help` says so rather than "defaults to the image".
+#[test]
+fn mount_help_says_what_df_shows_for_fuseblk_mounts() {
+    let o = run(&["mount", "--help"]);
+    let help = stdout(&o);
+    let line = help.lines().skip_while(|l| !l.contains("fsname=")).take(3).collect::<Vec<_>>().join(" ");
+    assert!(line.contains("/dev/loopN") && line.contains("ignores fsname="), "{line}");
 }
