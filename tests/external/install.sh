@@ -60,7 +60,7 @@ while IFS= read -r line; do
     [[ -n ${line// /} ]] || continue
     command -v sudo >/dev/null || line=${line#sudo }
     log "README: $line"
-    (cd "$CAIRN_ROOT" && bash -ec "$line") || die "the README's '$line' failed"
+    (cd "$CAIRN_ROOT" && bash -ec "$line" </dev/null) || die "the README's '$line' failed"
 done <<<"$block"
 
 installed=/usr/local/bin/cairn
@@ -96,7 +96,9 @@ wait_daemon_exit "$img" "$mp"
 cairn_fsck "$img" "the fstab mount" || die "fsck after the fstab mount"
 
 log "man pages, bash completion, cairn bench"
-man -w cairn-mount | grep -q "/usr/local/share/man/man1/cairn-mount.1" || die "man -w cairn-mount: $(man -w cairn-mount 2>&1)"
+# (Debian's /usr/local/man is a link to /usr/local/share/man.)
+[[ $(readlink -f "$(man -w cairn-mount)") == /usr/local/share/man/man1/cairn-mount.1 ]] ||
+    die "man -w cairn-mount: $(man -w cairn-mount 2>&1)"
 MANPAGER="cat" man cairn 2>/dev/null | grep -q "mkfs" || die "man cairn renders no command list"
 MANPAGER="cat" man cairn-mount 2>/dev/null | grep -q "OPTIONS" || die "man cairn-mount"
 dpkg-query -W -f='${Status}' bash-completion 2>/dev/null | grep -q "install ok installed" ||
