@@ -12,7 +12,10 @@
 # depends on fuse3 (fusermount3, for mounts by other users than root). Install with
 # `apt install ./cairn_*.deb` (or `dpkg -i`); remove with `apt remove cairn`.
 # Built with dpkg-deb alone, from the same staging the plain install uses, so the two
-# cannot drift apart.
+# cannot drift apart. Its preinst refuses to install over a /sbin/mount.fuse.cairn that
+# no package owns (scripts/install.sh's: dpkg would overwrite it silently and delete it
+# at `dpkg -r`): remove that install first (`sudo scripts/install.sh --uninstall`).
+# Recommends bash-completion (which loads the bash completion).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,7 +25,7 @@ while [[ $# -gt 0 ]]; do
     case $1 in
     --binary) binary=$2; shift ;;
     --out) out=$2; shift ;;
-    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "deb.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -55,9 +58,9 @@ Architecture: $arch
 Maintainer: cairn developers <cairn@localhost>
 Installed-Size: $size_kib
 Depends: fuse3, libc6
+Recommends: bash-completion
 Section: admin
 Priority: optional
-Homepage: https://example.invalid/cairn
 Description: journaling file system in user space (FUSE)
  cairn keeps a whole file system in one image file or block device and mounts it
  through FUSE, with no kernel module: a journaled, crash-safe file system built
@@ -65,6 +68,24 @@ Description: journaling file system in user space (FUSE)
  command (mkfs, mount, fsck, stats, tune, resize, inspect, trim), the mount(8)
  helper for type fuse.cairn (fstab lines, mount -a), man pages and completions.
 EOF
+# A helper in /sbin that no package owns is scripts/install.sh's (or a copy): refuse
+# rather than take it over (Debian policy 10.7.4: a package must not overwrite files of
+# the local administrator).
+cat >"$pkg/DEBIAN/preinst" <<'EOF'
+#!/bin/sh
+set -e
+if [ "$1" = install ] || [ "$1" = upgrade ]; then
+    for h in /sbin/mount.fuse.cairn /sbin/mount.fuseblk.cairn; do
+        if { [ -e "$h" ] || [ -L "$h" ]; } && ! dpkg-query -S "$h" >/dev/null 2>&1; then
+            echo "cairn: $h is not from this package (scripts/install.sh installs it)." >&2
+            echo "cairn: remove that install first: sudo scripts/install.sh --uninstall" >&2
+            exit 1
+        fi
+    done
+fi
+exit 0
+EOF
+chmod 755 "$pkg/DEBIAN/preinst"
 mkdir -p "$out"
 dpkg-deb --root-owner-group --build "$pkg" "$out" >/dev/null
 echo "$out/cairn_${version}_$arch.deb"

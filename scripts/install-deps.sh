@@ -9,6 +9,7 @@
 #
 # What each package is for:
 #   fuse3          fusermount3 and /etc/fuse.conf: unmounting as a user, mount -t fuse.cairn
+#   bash-completion  loads the bash completion scripts/install.sh installs
 #   build-essential, pkg-config   the C linker cargo needs
 #   e2fsprogs      mkfs.ext4/e2fsck: the kernel-ext4 comparison runs
 #   fuse2fs        ext4 in user space through FUSE: the speed comparison's FUSE peer
@@ -35,7 +36,7 @@ RUNTIME_ONLY=0
 case ${1:-} in
 --runtime) RUNTIME_ONLY=1 ;;
 "") ;;
--h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+-h | --help) sed -n '2,29p' "$0"; exit 0 ;;
 *) echo "unknown argument $1" >&2; exit 2 ;;
 esac
 
@@ -47,7 +48,7 @@ fi
 
 log() { printf '[install-deps] %s\n' "$*" >&2; }
 
-RUNTIME_PKGS=(fuse3 build-essential pkg-config util-linux procps coreutils)
+RUNTIME_PKGS=(fuse3 bash-completion build-essential pkg-config util-linux procps coreutils)
 TEST_PKGS=(e2fsprogs fuse2fs attr acl stress-ng fio dbench fsmark libacl1-dev xfsprogs btrfs-progs
     libfuse3-dev shellcheck kmod
     autoconf automake libtool make gcc patch xfslibs-dev uuid-dev libattr1-dev libaio-dev liburing-dev

@@ -12,7 +12,7 @@
 #              PREFIX/share/fish/vendor_completions.d/cairn.fish
 # --sbindir  where mount(8) looks for helpers (default /sbin): mount.fuse.cairn, which
 #            runs PREFIX/bin/cairn, and the link mount.fuseblk.cairn (remounts of
-#            root's fuseblk mounts)
+#            root's fuseblk mounts); refused where the cairn Debian package owns them
 # --destdir  stage everything under DIR (packaging); paths inside files stay PREFIX's
 # --binary   install this cairn binary instead of building target/release/cairn
 # --no-build use target/release/cairn as it is
@@ -69,6 +69,14 @@ if [[ -z $binary ]]; then
     fi
 fi
 [[ -x $binary ]] || { echo "install.sh: no cairn binary at $binary (build it: cargo build --release -p cairn-cli)" >&2; exit 1; }
+
+# The Debian package (scripts/deb.sh) owns its /sbin helper: do not overwrite it (its
+# `dpkg -r` would then delete ours); one of the two installs at a time.
+if [[ -z $destdir ]] && command -v dpkg-query >/dev/null &&
+    owner=$(dpkg-query -S "$sbindir/mount.fuse.cairn" 2>/dev/null); then
+    echo "install.sh: $sbindir/mount.fuse.cairn belongs to the package ${owner%%:*}: remove it first (sudo apt remove cairn)" >&2
+    exit 1
+fi
 
 install -d "$bin" "$man1" "$bash_c" "$zsh_c" "$fish_c" "$sbin"
 install -m 755 "$binary" "$bin/cairn"

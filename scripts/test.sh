@@ -21,9 +21,9 @@
 #              model-based harness: buffered, O_DIRECT, mmap and append writers fill
 #              48-192 MiB images until ENOSPC, every acknowledged chunk checked after
 #              umount + mount or SIGKILL + replay, fsck clean)
-#   install    tests/external/install.sh (the README's Install section: scripts/install.sh into a
-#              temporary prefix and /sbin, `mount -a` of a fuse.cairn fstab line, remount ro/rw,
-#              man pages, bash completion, --uninstall)
+#   install    tests/external/install.sh (the README's Install commands as printed: /usr/local
+#              and /sbin, `mount -a` of a fuse.cairn fstab line, remount ro/rw, man pages, bash
+#              completion, bench --help, --uninstall; the .deb and install.sh refusing each other)
 #   fsx        tests/external/fsx.sh (fsx-rs 0.2.0: buffered, mmap, fallocate/punch-hole and two
 #              concurrent runs, ~370,000 checked ops; fio --verify=crc32c through O_DIRECT and
 #              page cache vs O_DIRECT coherence; again without the writeback cache)

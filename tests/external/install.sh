@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The README's Install section, followed as a user would, on this machine.
+# The README's Install section, followed as a user would, on this machine, as root.
 #
 #   tests/external/install.sh
 #
-# scripts/install.sh puts the release binary, man pages and completions under a
-# temporary prefix and the mount(8) helper into /sbin (where mount(8) looks for
-# helpers; a helper already there is put back at exit). Then:
+# The commands of the README's Install block run exactly as printed there (from the
+# source tree, so `scripts/install.sh` must be executable): install-deps --runtime, then
+# scripts/install.sh into /usr/local and /sbin. cairn files already in those places (a
+# developer's install, xfstests.sh's helper) are put back at exit. Then:
 #   - `mount -a` over an fstab (given with --fstab, so /etc/fstab is left alone) with a
 #     fuse.cairn line carrying everyday options (noatime, nodiratime, lazytime, nofail,
 #     comment=, x-systemd.*) mounts the image; findmnt shows type fuse.cairn (fuseblk.cairn
@@ -13,44 +14,58 @@
 #     written and read back; `umount` as usual; `cairn fsck` clean;
 #   - `mount -o remount,ro` and back to rw through the installed helper;
 #   - `man cairn` and `man cairn-mount` find and render the installed pages;
-#   - the bash completion, sourced, completes `cairn mo` to `mount`;
+#   - bash-completion is installed and its loader completes `cairn mo` to `mount`;
+#   - the installed `cairn bench --help` prints help; `cairn bench` says it needs a
+#     source checkout;
+#   - the Debian package (scripts/deb.sh) refuses to install over install.sh's helper;
 #   - scripts/install.sh --uninstall leaves nothing behind;
-#   - the Debian package (scripts/deb.sh) installs with dpkg -i, mounts from the same
-#     fstab line through its /sbin helper and /usr/bin/cairn, `man cairn-resize` renders
-#     its gzipped page, and dpkg -r removes every file (skipped, with a message, where a
-#     cairn package is installed already: it is left alone).
+#   - the package installs with dpkg -i, scripts/install.sh then refuses to overwrite its
+#     helper, it mounts from the same fstab line through its /sbin helper and
+#     /usr/bin/cairn, `man cairn-resize` renders its gzipped page, and dpkg -r removes
+#     every file (skipped, with a message, where a cairn package is installed already:
+#     it is left alone).
 set -euo pipefail
 # shellcheck source=tests/external/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 require_root
 require_cairn
-require_cmd findmnt man
+require_cmd findmnt man dpkg-query
 
 make_scratch 512M
-prefix=$SCRATCH/prefix
 img=$SCRATCH/data.img
 mp=$SCRATCH/mnt
 fstab=$SCRATCH/fstab
 mkdir -p "$mp"
 
-# A helper already installed (a developer's, xfstests.sh's) is put back at exit.
-for h in mount.fuse.cairn mount.fuseblk.cairn; do
-    if [[ -e /sbin/$h || -L /sbin/$h ]]; then
-        cp -P "/sbin/$h" "$SCRATCH/saved-$h"
-        on_exit "cp -P '$SCRATCH/saved-$h' '/sbin/$h'"
-    else
-        on_exit "rm -f '/sbin/$h'"
-    fi
+# What the README installs; files there already are moved aside and put back at exit.
+local_files=(/usr/local/bin/cairn /usr/local/share/bash-completion/completions/cairn
+    /usr/local/share/zsh/site-functions/_cairn /usr/local/share/fish/vendor_completions.d/cairn.fish
+    /sbin/mount.fuse.cairn /sbin/mount.fuseblk.cairn)
+mkdir -p "$SCRATCH/saved"
+n=0
+for f in "${local_files[@]}" /usr/local/share/man/man1/cairn*.1; do
+    [[ -e $f || -L $f ]] || continue
+    n=$((n + 1))
+    mv "$f" "$SCRATCH/saved/$n"
+    on_exit "mv -f '$SCRATCH/saved/$n' '$f'"
 done
+on_exit "cd '$CAIRN_ROOT' && scripts/install.sh --uninstall >/dev/null 2>&1"
 
-log "scripts/install.sh --prefix $prefix --binary $CAIRN"
-bash "$CAIRN_ROOT/scripts/install.sh" --prefix "$prefix" --binary "$CAIRN"
-installed=$prefix/bin/cairn
-for f in "$installed" /sbin/mount.fuse.cairn "$prefix/share/man/man1/cairn.1" \
-    "$prefix/share/man/man1/cairn-mount.1" "$prefix/share/bash-completion/completions/cairn" \
-    "$prefix/share/zsh/site-functions/_cairn" "$prefix/share/fish/vendor_completions.d/cairn.fish"; do
-    [[ -s $f ]] || die "install.sh did not install $f"
+# The Install block of README.md, each line run as printed (sudo is a no-op for root;
+# where it is missing, the line runs without it).
+block=$(sed -n '/^## Install/,/^## /p' "$CAIRN_ROOT/README.md" | awk '/^```sh/ { f = 1; next } /^```/ { if (f) exit } f')
+[[ $block == *scripts/install.sh* ]] || die "README.md: no Install block with scripts/install.sh"
+while IFS= read -r line; do
+    [[ -n ${line// /} ]] || continue
+    command -v sudo >/dev/null || line=${line#sudo }
+    log "README: $line"
+    (cd "$CAIRN_ROOT" && bash -ec "$line" </dev/null) || die "the README's '$line' failed"
+done <<<"$block"
+
+installed=/usr/local/bin/cairn
+for f in "${local_files[@]}" /usr/local/share/man/man1/cairn.1 /usr/local/share/man/man1/cairn-mount.1; do
+    [[ -e $f ]] || die "the README's install did not install $f"
 done
 [[ $(readlink /sbin/mount.fuseblk.cairn) == mount.fuse.cairn ]] || die "no /sbin/mount.fuseblk.cairn link"
 grep -q "^CAIRN=\${CAIRN:-$installed}" /sbin/mount.fuse.cairn || die "the installed helper does not run $installed"
@@ -80,29 +95,54 @@ umount "$mp"
 wait_daemon_exit "$img" "$mp"
 cairn_fsck "$img" "the fstab mount" || die "fsck after the fstab mount"
 
-log "man pages and completion"
-MANPATH=$prefix/share/man man -w cairn-mount | grep -q "man1/cairn-mount.1" || die "man -w cairn-mount"
-MANPATH=$prefix/share/man MANPAGER=cat man cairn 2>/dev/null | grep -q "mkfs" || die "man cairn renders no command list"
-MANPATH=$prefix/share/man MANPAGER=cat man cairn-mount 2>/dev/null | grep -qi "mountpoint" || die "man cairn-mount"
-completed=$(bash -c "source '$prefix/share/bash-completion/completions/cairn'
+log "man pages, bash completion, cairn bench"
+# (Debian's /usr/local/man is a link to /usr/local/share/man.)
+[[ $(readlink -f "$(man -w cairn-mount)") == /usr/local/share/man/man1/cairn-mount.1 ]] ||
+    die "man -w cairn-mount: $(man -w cairn-mount 2>&1)"
+MANPAGER="cat" man cairn 2>/dev/null | grep -q "mkfs" || die "man cairn renders no command list"
+MANPAGER="cat" man cairn-mount 2>/dev/null | grep -q "OPTIONS" || die "man cairn-mount"
+dpkg-query -W -f='${Status}' bash-completion 2>/dev/null | grep -q "install ok installed" ||
+    die "install-deps.sh --runtime did not install bash-completion"
+# As an interactive shell loads it: bash-completion's loader finds the installed script.
+completed=$(bash -c "source /usr/share/bash-completion/bash_completion
+_completion_loader cairn
 COMP_WORDS=(cairn mo); COMP_CWORD=1; COMP_LINE='cairn mo'; COMP_POINT=8
 _cairn cairn mo cairn; echo \"\${COMPREPLY[*]}\"")
 [[ $completed == *mount* ]] || die "bash completion of 'cairn mo' gave '$completed'"
+out=$(cd / && "$installed" bench --help 2>&1) || die "installed cairn bench --help failed: $out"
+[[ $out == *"Usage: cairn bench"* ]] || die "cairn bench --help: $out"
+if out=$(cd / && env -u CAIRN_BENCH "$installed" bench --quick 2>&1); then die "installed cairn bench ran: $out"; fi
+[[ $out == *"needs a source checkout"* ]] || die "cairn bench away from the source tree: $out"
 
-log "scripts/install.sh --uninstall"
-bash "$CAIRN_ROOT/scripts/install.sh" --prefix "$prefix" --uninstall
-left=$(find "$prefix" \( -type f -o -type l \) -name '*cairn*' | head -5)
-[[ -z $left ]] || die "left after --uninstall: $left"
-[[ ! -e /sbin/mount.fuse.cairn ]] || die "/sbin/mount.fuse.cairn left after --uninstall"
-log "scripts/deb.sh"
+deb=""
 if dpkg -s cairn >/dev/null 2>&1; then
-    log "a cairn package is installed on this machine: the .deb install is not tried (it would replace it)"
+    log "a cairn package is installed on this machine: the .deb is not tried (it would replace it)"
 else
     deb=$(bash "$CAIRN_ROOT/scripts/deb.sh" --binary "$CAIRN" --out "$SCRATCH/deb")
     [[ $(dpkg-deb -f "$deb" Package) == cairn ]] || die "$deb: not a cairn package"
+    [[ $(dpkg-deb -f "$deb" Recommends) == *bash-completion* ]] || die "$deb: no Recommends: bash-completion"
+    [[ -z $(dpkg-deb -f "$deb" Homepage) ]] || die "$deb: Homepage $(dpkg-deb -f "$deb" Homepage)"
+    log "dpkg -i over install.sh's helper: refused"
+    on_exit "dpkg -P cairn >/dev/null 2>&1 || true"
+    if out=$(dpkg -i "$deb" 2>&1); then die "dpkg -i took over install.sh's /sbin/mount.fuse.cairn"; fi
+    [[ $out == *"scripts/install.sh --uninstall"* ]] || die "dpkg -i refused without saying why: $out"
+    grep -q "^CAIRN=\${CAIRN:-$installed}" /sbin/mount.fuse.cairn || die "the refused dpkg -i changed the helper"
+    dpkg -P cairn >/dev/null 2>&1 || true
+fi
+
+log "scripts/install.sh --uninstall"
+(cd "$CAIRN_ROOT" && scripts/install.sh --uninstall)
+left=$(find /usr/local \( -type f -o -type l \) -name '*cairn*' | head -5)
+[[ -z $left ]] || die "left after --uninstall: $left"
+[[ ! -e /sbin/mount.fuse.cairn ]] || die "/sbin/mount.fuse.cairn left after --uninstall"
+if [[ -n $deb ]]; then
     log "dpkg -i $(basename "$deb")"
-    on_exit "dpkg -r cairn >/dev/null 2>&1 || true"
     dpkg -i "$deb" >/dev/null
+    if out=$(cd "$CAIRN_ROOT" && scripts/install.sh --no-build 2>&1); then
+        die "scripts/install.sh overwrote the package's helper"
+    fi
+    [[ $out == *"belongs to the package cairn"* ]] || die "install.sh refused without saying why: $out"
+    [[ ! -e /usr/local/bin/cairn ]] || die "the refused install.sh installed /usr/local/bin/cairn"
     for f in /usr/bin/cairn /sbin/mount.fuse.cairn /usr/share/man/man1/cairn-mount.1.gz \
         /usr/share/bash-completion/completions/cairn; do
         dpkg -L cairn | grep -qx "$f" || die "the package does not own $f"

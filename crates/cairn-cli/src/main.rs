@@ -39,7 +39,7 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// cairn: a journaling file system in one image file, served through FUSE.
+/// A journaling file system in user space: one image file, served through FUSE.
 #[derive(Parser)]
 #[command(name = "cairn", version, about, propagate_version = true)]
 struct Cli {
@@ -134,7 +134,8 @@ enum Cmd {
     },
     /// Run the benchmark suite (bench/run in the source tree): cairn beside tmpfs, ext4, XFS,
     /// btrfs and fuse2fs. Arguments go to bench/run: [EXPERIMENT...] [--quick] [--fs LIST]
-    /// [--reps N] [--out DIR].
+    /// [--reps N] [--out DIR]. Needs a source checkout (a binary built in it, or
+    /// CAIRN_BENCH=CHECKOUT/bench/run).
     #[command(disable_help_flag = true)]
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -171,7 +172,7 @@ enum Cmd {
         #[arg(long, short = 'e')]
         errors: Option<String>,
         /// Default mount options, put before a mount's own -o (up to 64 bytes; "" clears them).
-        #[arg(long, short = 'o')]
+        #[arg(long, short = 'o', value_name = "OPTIONS")]
         mount_options: Option<String>,
     },
     /// Grow a file system to SIZE, unmounted or mounted (as resize2fs): an image file is lengthened; shrinking is refused.
@@ -228,13 +229,24 @@ fn init_logging(verbose_default: &str) {
 /// in (`target/release/cairn` → `bench/run`), or `$CAIRN_BENCH`.
 fn bench_cmd(args: &[String]) -> Result<ExitCode, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let script = match std::env::var_os("CAIRN_BENCH") {
-        Some(p) => PathBuf::from(p),
-        None => exe
-            .ancestors()
-            .map(|d| d.join("bench/run"))
-            .find(|p| p.is_file())
-            .ok_or("cannot find bench/run above this binary: run it from the source tree, or set CAIRN_BENCH")?,
+    let found = match std::env::var_os("CAIRN_BENCH") {
+        Some(p) => Some(PathBuf::from(p)),
+        None => exe.ancestors().map(|d| d.join("bench/run")).find(|p| p.is_file()),
+    };
+    let Some(script) = found else {
+        // An installed binary: `--help` still helps (bench/run has the rest).
+        if args.iter().any(|a| a == "--help" || a == "-h") {
+            let mut c = command();
+            let bench = c.find_subcommand_mut("bench").expect("bench is a subcommand");
+            println!("{}", bench.clone().bin_name("cairn bench").render_long_help());
+            return Ok(ExitCode::SUCCESS);
+        }
+        return Err(format!(
+            "needs a source checkout: the benchmark suite is bench/run in cairn's source tree, which is not \
+             above this binary ({}). Clone the cairn repository, build it (`cargo build --release`) and run \
+             `sudo target/release/cairn bench` there, or set CAIRN_BENCH=CHECKOUT/bench/run",
+            exe.display()
+        ));
     };
     let mut cmd = std::process::Command::new("python3");
     cmd.arg(&script);
@@ -470,7 +482,39 @@ fn write_manpages(dir: &std::path::Path) -> Result<usize, String> {
         let path = dir.join(format!("{name}.1"));
         let mut out = Vec::new();
         clap_mangen::Man::new(page.clone()).render(&mut out).map_err(|e| format!("{name}: {e}"))?;
-        std::fs::write(&path, out).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let text = synopsis_values(&String::from_utf8_lossy(&out), page);
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(pages.len())
+}
+
+/// clap_mangen's SYNOPSIS names an option without its value (`[-o ]`,
+/// `[-L|--label]`, `[-n ]`): adds each value's placeholder (`[-o OPTIONS]`),
+/// as `--help` and the OPTIONS section show it.
+fn synopsis_values(page: &str, cmd: &clap::Command) -> String {
+    let Some(at) = page.find(".SH SYNOPSIS\n") else { return page.to_string() };
+    let start = at + ".SH SYNOPSIS\n".len();
+    let end = page[start..].find('\n').map_or(page.len(), |n| start + n);
+    let mut line = page[start..end].to_string();
+    let mut cmd = cmd.clone();
+    cmd.build();
+    for arg in cmd.get_arguments().filter(|a| !a.is_hide_set() && !a.is_positional()) {
+        let value = match arg.get_value_names() {
+            _ if !arg.get_num_args().is_some_and(|r| r.takes_values()) => String::new(),
+            Some(v) => format!(" \\fI{}\\fR", v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")),
+            None => format!(" \\fI{}\\fR", arg.get_id().as_str().to_uppercase()),
+        };
+        let flag = match (arg.get_short(), arg.get_long()) {
+            (Some(s), Some(l)) => format!("\\fB\\-{s}\\fR|\\fB\\-\\-{}\\fR", l.replace('-', "\\-")),
+            (Some(s), None) => format!("\\fB\\-{s} \\fR"),
+            (None, Some(l)) => format!("\\fB\\-\\-{}\\fR", l.replace('-', "\\-")),
+            (None, None) => continue,
+        };
+        let bare = flag.strip_suffix(" \\fR").or_else(|| flag.strip_suffix("\\fR")).unwrap_or(&flag);
+        let with = format!("{bare}\\fR{value}");
+        for close in ["]", ">"] {
+            line = line.replace(&format!("{flag}{close}"), &format!("{with}{close}"));
+        }
+    }
+    format!("{}{line}{}", &page[..start], &page[end..])
 }

@@ -22,6 +22,9 @@ pub fn run(image: &Path, size: &str) -> Result<String, String> {
         format!("{shown} is in use (mounted or being checked); give its mount point to grow it while mounted")
     })?;
     let sb = cairn_core::dev::read_superblock(&dev).map_err(|e| format!("{shown}: {e}"))?;
+    if want / u64::from(sb.block_size()) == sb.total_blocks {
+        return Ok(grown(&shown.to_string(), &cairn_core::resize::unchanged(&sb), ""));
+    }
     // Refused before the image file changes length.
     let bytes = cairn_core::resize::plan(&sb, want).map_err(|e| format!("{shown}: {e}"))?;
     let old_len = dev.file().metadata().map(|m| m.len()).ok();
@@ -30,16 +33,7 @@ pub fn run(image: &Path, size: &str) -> Result<String, String> {
         dev.set_len(bytes).map_err(|e| format!("{shown}: cannot make the image {bytes} bytes long: {e}"))?;
     }
     match cairn_core::resize::grow(&dev, bytes) {
-        Ok(g) => {
-            let b = |n: u64| cairn_core::human_bytes(n * u64::from(g.block_size));
-            Ok(format!(
-                "{shown}: grown from {} to {} ({} to {} groups)",
-                b(g.old_blocks),
-                b(g.new_blocks),
-                g.old_groups,
-                g.new_groups
-            ))
-        }
+        Ok(g) => Ok(grown(&shown.to_string(), &g, "")),
         Err(e) => {
             if let (true, Some(l)) = (regular, old_len) {
                 let _ = dev.set_len(l);
@@ -58,12 +52,28 @@ fn grow_mounted(mountpoint: &Path, bytes: u64) -> Result<String, String> {
         return Err(format!("{shown}: {e}"));
     }
     let n = |k: &str| answer.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-    let b = |k: &str| cairn_core::human_bytes(n(k) * n("block_size"));
-    Ok(format!(
-        "{shown}: grown from {} to {} ({} to {} groups) while mounted",
-        b("old_blocks"),
-        b("new_blocks"),
-        n("old_groups"),
-        n("new_groups")
-    ))
+    let g = cairn_core::resize::Grown {
+        old_blocks: n("old_blocks"),
+        new_blocks: n("new_blocks"),
+        old_groups: n("old_groups"),
+        new_groups: n("new_groups"),
+        block_size: u32::try_from(n("block_size")).unwrap_or(0),
+    };
+    Ok(grown(&shown.to_string(), &g, " while mounted"))
+}
+
+/// The line a grow prints: from and to, or, at the size it has already,
+/// that there was nothing to do (as resize2fs: exit 0).
+fn grown(shown: &str, g: &cairn_core::resize::Grown, how: &str) -> String {
+    let b = |n: u64| cairn_core::human_bytes(n * u64::from(g.block_size));
+    if g.old_blocks == g.new_blocks {
+        return format!("{shown}: already {}; nothing to do", b(g.new_blocks));
+    }
+    format!(
+        "{shown}: grown from {} to {} ({} to {} groups){how}",
+        b(g.old_blocks),
+        b(g.new_blocks),
+        g.old_groups,
+        g.new_groups
+    )
 }

@@ -448,6 +448,9 @@ fn resize_grows_an_unmounted_image_and_refuses_what_it_cannot() {
         assert_eq!(o.status.code(), Some(1), "mounted resize to {size}: {}", stdout(&o));
         assert!(stderr(&o).contains(why), "mounted resize to {size}: {}", stderr(&o));
     }
+    let o = run(&["resize", p(&mp), "2G"]);
+    assert!(o.status.success(), "mounted resize to its size: {}", stderr(&o));
+    assert!(stdout(&o).contains("already 2.0 GiB; nothing to do"), "{}", stdout(&o));
     let writer = {
         let mp = mp.clone();
         std::thread::spawn(move || {

@@ -51,8 +51,12 @@ impl Fs {
         let _remount = self.remount_lock.lock();
         self.writable()?;
         let sb0 = self.meta.sb.lock().clone();
-        let (target, target_geo) = crate::resize::grown_superblock(&sb0, new_bytes)?;
         let bs = u64::from(sb0.block_size());
+        // Already that size: nothing to do (as resize2fs), not a shrink.
+        if new_bytes / bs == sb0.total_blocks {
+            return Ok(crate::resize::unchanged(&sb0));
+        }
+        let (target, target_geo) = crate::resize::grown_superblock(&sb0, new_bytes)?;
         self.meta.dev.grow_to(target.total_blocks * bs).map_err(|e| {
             FsError::Invalid(format!("cannot make the device {} bytes long: {e}", target.total_blocks * bs))
         })?;

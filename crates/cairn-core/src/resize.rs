@@ -50,6 +50,17 @@ pub struct Grown {
     pub block_size: u32,
 }
 
+/// What a grow to the size `sb` already has reports: nothing changed.
+pub fn unchanged(sb: &Superblock) -> Grown {
+    Grown {
+        old_blocks: sb.total_blocks,
+        new_blocks: sb.total_blocks,
+        old_groups: sb.group_count,
+        new_groups: sb.group_count,
+        block_size: sb.block_size(),
+    }
+}
+
 /// The largest size in bytes `sb`'s descriptor table allows.
 pub fn max_bytes(sb: &Superblock) -> u64 {
     let per_block = u64::from(sb.block_size()) / GD_SIZE as u64;

@@ -342,7 +342,7 @@ pub const OPTIONS: &[Spec] = &[
     spec(&["async"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::Async)),
     spec(&["dirsync"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::DirSync)),
     spec(&["auto_unmount"], Flag, Fuse, "", "unmount when the daemon exits", |p, _, _| fuse(p, MountOption::AutoUnmount)),
-    spec(&["fsname"], Required("NAME"), Fuse, "the image", "the source the mount table shows", |p, _, v| {
+    spec(&["fsname"], Required("NAME"), Fuse, "the image; root: the loop device", "the source df and the mount table show; a fuseblk mount (root's default; -o nofuseblk for a plain one) shows its block device (/dev/loopN for an image file) and ignores fsname=", |p, _, v| {
         p.s.fsname = Some(req(v).to_string());
         Ok(())
     }),
