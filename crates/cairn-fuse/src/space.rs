@@ -339,7 +339,6 @@ impl SpaceGuard {
         if need() == 0 {
             return true;
         }
-        self.stats.dirty_flushes.fetch_add(1, Relaxed);
         let flushed = self.flush_kernel_dirty();
         let _ = self.fs.wait_for_deleted_space();
         let (need, free) = (need(), self.free_bytes());
@@ -355,6 +354,7 @@ impl SpaceGuard {
     /// MOUNTPOINT`: syncfs(2), in a process of its own, whose WRITEs other
     /// threads serve); true once done within [`FLUSH_WAIT`].
     fn flush_kernel_dirty(&self) -> bool {
+        self.stats.dirty_flushes.fetch_add(1, Relaxed);
         let Some(mp) = self.mountpoint.lock().clone() else { return false };
         let child = std::process::Command::new("sync")
             .arg("-f")
@@ -527,7 +527,6 @@ impl SpaceGuard {
     /// request thread waits while others serve the write-backs.
     fn flush_for_gate(&self) -> bool {
         let Some(_one) = self.gate_flush.try_lock() else { return false };
-        self.stats.dirty_flushes.fetch_add(1, Relaxed);
         self.flush_kernel_dirty()
     }
 }
