@@ -15,9 +15,10 @@
 #   stress-ng  tests/external/stress-ng.sh (29 file-system stressors, 5 s each)
 #   survival   tests/external/survival.sh (data survives remounts and a daemon SIGKILL
 #              after syncfs)
-#   fulldisk   tests/external/fulldisk.sh (a full disk, issue 50: seven regression cases:
+#   fulldisk   tests/external/fulldisk.sh (a full disk, issue 50: eight regression cases:
 #              fsync'd data kept, ENOSPC from write(2) for every writer, reads never
-#              ENOSPC, EFBIG at the call, chattr +i/+a at the call; then 15 runs of a
+#              ENOSPC, EFBIG at the call, chattr +i/+a at the call, a fallocate leaves
+#              accepted buffered writes their space; then 15 runs of a
 #              model-based harness: buffered, O_DIRECT, mmap and append writers fill
 #              48-192 MiB images until ENOSPC, every acknowledged chunk checked after
 #              umount + mount or SIGKILL + replay, fsck clean)
