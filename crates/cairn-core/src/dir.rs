@@ -66,10 +66,10 @@ pub fn lookup(meta: &Meta, dir: &InodeState, name: &[u8]) -> Result<Option<(u64,
 /// entry count and block count in `dir.d`; the caller stores the inode.
 pub fn add(tx: &Tx<'_>, dir: &mut InodeState, name: &[u8], ino: u64, dtype: u8) -> Result<()> {
     dir.entry_changes = dir.entry_changes.wrapping_add(1);
-    let h = name_hash(&tx.hash_seed, name);
+    let h = name_hash(&tx.meta().hash_seed, name);
     let (base, end) = (hash_key_base(h), hash_key_end(h));
     let mut root = root_of(dir)?;
-    let mut t = tree(tx, dir);
+    let mut t = tree(tx.meta(), dir);
     let value = Dirent { ino, dtype, name: name.to_vec() }.encode();
     // The hash's own key, nearly always free (one descent); else the first
     // free key in this hash's run.
@@ -101,7 +101,7 @@ pub fn add(tx: &Tx<'_>, dir: &mut InodeState, name: &[u8], ino: u64, dtype: u8) 
 pub fn remove(tx: &Tx<'_>, dir: &mut InodeState, key: u64) -> Result<()> {
     dir.entry_changes = dir.entry_changes.wrapping_add(1);
     let mut root = root_of(dir)?;
-    let mut t = tree(tx, dir);
+    let mut t = tree(tx.meta(), dir);
     if t.remove(tx, &mut root, key)?.is_none() {
         return Err(FormatError::corrupt("directory", dir.ino, "entry vanished during removal").into());
     }
@@ -116,7 +116,7 @@ pub fn remove(tx: &Tx<'_>, dir: &mut InodeState, key: u64) -> Result<()> {
 pub fn retarget(tx: &Tx<'_>, dir: &mut InodeState, key: u64, name: &[u8], ino: u64, dtype: u8) -> Result<()> {
     dir.entry_changes = dir.entry_changes.wrapping_add(1);
     let mut root = root_of(dir)?;
-    let mut t = tree(tx, dir);
+    let mut t = tree(tx.meta(), dir);
     t.insert(tx, &mut root, key, &Dirent { ino, dtype, name: name.to_vec() }.encode())?;
     let delta = t.nodes_delta;
     dir.d.data = DataArea::Tree(root);

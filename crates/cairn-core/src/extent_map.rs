@@ -160,7 +160,7 @@ pub fn tail_cut(meta: &Meta, st: &InodeState, start: u64, end: u64, k: usize) ->
 /// cannot lose the file's map.
 fn to_tree(tx: &Tx<'_>, st: &mut InodeState, list: Vec<Extent>, before: Vec<Extent>) -> Result<()> {
     let mut root = 0;
-    let mut t = tree(tx, st);
+    let mut t = tree(tx.meta(), st);
     for e in &list {
         if let Err(err) = t.insert(tx, &mut root, e.lblk, &e.value_bytes()) {
             st.d.data = DataArea::Extents(before);
@@ -176,7 +176,7 @@ fn to_tree(tx: &Tx<'_>, st: &mut InodeState, list: Vec<Extent>, before: Vec<Exte
 /// Unmaps `[start, end)` and returns the removed pieces (clipped); the
 /// caller frees or reuses their blocks.
 pub fn remove(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64) -> Result<Vec<Extent>> {
-    let over = overlapping(tx, st, start, end)?;
+    let over = overlapping(tx.meta(), st, start, end)?;
     if over.is_empty() {
         return Ok(over);
     }
@@ -211,7 +211,7 @@ pub fn remove(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64) -> Result<
         }
         DataArea::Tree(root) => {
             let mut r = *root;
-            let mut t = tree(tx, st);
+            let mut t = tree(tx.meta(), st);
             // The one step that may need a new node comes first: the tail of
             // an extent split in two, under a key no extent has yet (a tree
             // insert is all or nothing). If it fails, nothing has changed;
@@ -269,7 +269,7 @@ pub fn insert(tx: &Tx<'_>, st: &mut InodeState, e: Extent) -> Result<()> {
         }
         DataArea::Tree(root) => {
             let mut r = *root;
-            let mut t = tree(tx, st);
+            let mut t = tree(tx.meta(), st);
             let left = if e.lblk > 0 { t.floor(r, e.lblk - 1)? } else { None };
             let merged = match left {
                 Some((k, v)) => {

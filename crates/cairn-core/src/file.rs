@@ -122,7 +122,7 @@ pub fn hole_blocks(meta: &Meta, st: &InodeState, off: u64, len: u64) -> Result<u
 /// credits are spent and something was done already (the caller goes on in
 /// a new handle); asks for more credits when nothing was.
 fn room_for_extent(tx: &Tx<'_>, st: &InodeState, progressed: bool) -> Result<bool> {
-    let need = credits::map_extent(crate::extent_map::levels(tx, st)?) + credits::INODE;
+    let need = credits::map_extent(crate::extent_map::levels(tx.meta(), st)?) + credits::INODE;
     if tx.left() >= need {
         return Ok(true);
     }
@@ -138,9 +138,9 @@ fn room_for_extent(tx: &Tx<'_>, st: &InodeState, progressed: bool) -> Result<boo
 /// handle); short without that only on ENOSPC after some progress.
 pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<(u32, bool)> {
     let end = off.checked_add(data.len() as u64).filter(|e| *e <= MAX_FILE_SIZE).ok_or(FsError::Errno(libc::EFBIG))?;
-    let b = bs(tx);
+    let b = bs(tx.meta());
     if off > st.d.size {
-        zero_tail(tx, st, off)?;
+        zero_tail(tx.meta(), st, off)?;
     }
     let mut pos = off;
     let mut out_of_credits = false;
@@ -148,7 +148,7 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
         let lblk = pos / b;
         let inner = pos % b;
         let res = (|| -> Result<Option<u64>> {
-            let mapping = extent_map::lookup(tx, st, lblk)?;
+            let mapping = extent_map::lookup(tx.meta(), st, lblk)?;
             let progressed = pos > off || tx.changed();
             if !matches!(mapping, Mapping::Mapped { unwritten: false, .. }) && !room_for_extent(tx, st, progressed)? {
                 return Ok(None);
@@ -157,13 +157,13 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
                 Mapping::Mapped { pblk, len, unwritten: false } => {
                     let stop = end.min((lblk + len) * b);
                     let d = &data[(pos - off) as usize..(stop - off) as usize];
-                    tx.dev.write_data(d, pblk * b + inner)?;
+                    tx.meta().dev.write_data(d, pblk * b + inner)?;
                     Ok(Some(stop))
                 }
                 Mapping::Mapped { pblk, len, unwritten: true } => {
                     let need = (end - lblk * b).div_ceil(b);
                     let k = need.min(len);
-                    fill_blocks(tx, pblk, lblk, k, off, data)?;
+                    fill_blocks(tx.meta(), pblk, lblk, k, off, data)?;
                     extent_map::remove(tx, st, lblk, lblk + k)?;
                     if let Err(e) = extent_map::insert(tx, st, Extent { lblk, pblk, len: k as u32, unwritten: false }) {
                         // No room to map them written: the blocks go back
@@ -178,10 +178,10 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
                 Mapping::Hole { len } => {
                     let need = (end - lblk * b).div_ceil(b);
                     let want = need.min(len).min(u64::from(MAX_EXTENT_LEN)).min(1 << 16) as u32;
-                    let req = data_request(tx, st, lblk, want)?;
-                    let (pblk, got) = tx.alloc.alloc_data(tx, req)?;
+                    let req = data_request(tx.meta(), st, lblk, want)?;
+                    let (pblk, got) = tx.meta().alloc.alloc_data(tx, req)?;
                     let k = u64::from(got);
-                    if let Err(e) = fill_blocks(tx, pblk, lblk, k, off, data) {
+                    if let Err(e) = fill_blocks(tx.meta(), pblk, lblk, k, off, data) {
                         let _ = tx.free(pblk, k);
                         return Err(e);
                     }
@@ -207,7 +207,7 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
             // otherwise it is a short write. Any other error (I/O,
             // corruption) goes up to the error latch.
             Err(FsError::Errno(e @ (libc::ENOSPC | libc::EDQUOT))) if pos > off => {
-                if tx.alloc.pending_blocks() > 0 {
+                if tx.meta().alloc.pending_blocks() > 0 {
                     out_of_credits = true;
                 } else {
                     tracing::debug!(errno = e, "short write");
@@ -270,7 +270,7 @@ fn zero_written(meta: &Meta, st: &InodeState, from: u64, to: u64) -> Result<()> 
 /// of the range, as many as the handle's credits allow, and returns whether
 /// any are left (the caller commits and calls again, in a new handle).
 pub fn free_range_step(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64, reserve: u64) -> Result<bool> {
-    let levels = crate::extent_map::levels(tx, st)?;
+    let levels = crate::extent_map::levels(tx.meta(), st)?;
     let per = credits::unmap_extent(levels);
     // Clipped pieces re-inserted at both ends, the inode, and what the
     // caller does after the step (`reserve`).
@@ -286,7 +286,7 @@ pub fn free_range_step(tx: &Tx<'_>, st: &mut InodeState, start: u64, end: u64, r
     }
     let budget = tx.left().saturating_sub(fixed);
     let k = (budget / per).clamp(1, 1024) as usize;
-    match extent_map::tail_cut(tx, st, start, end, k)? {
+    match extent_map::tail_cut(tx.meta(), st, start, end, k)? {
         None => {
             free_range(tx, st, start, end)?;
             Ok(false)
@@ -315,7 +315,7 @@ pub fn set_size(tx: &Tx<'_>, st: &mut InodeState, size: u64) -> Result<()> {
         return Err(FsError::Errno(libc::EFBIG));
     }
     if size >= st.d.size {
-        zero_tail(tx, st, size)?;
+        zero_tail(tx.meta(), st, size)?;
     }
     // A shrink frees the blocks past the new end afterwards, in steps
     // (`free_range_step`), with the inode on the orphan list meanwhile. The
@@ -345,7 +345,7 @@ pub fn allocate_unwritten(tx: &Tx<'_>, st: &mut InodeState, s: u64, e: u64) -> R
     let mut l = s;
     let mut progressed = tx.changed();
     while l < e {
-        match extent_map::lookup(tx, st, l)? {
+        match extent_map::lookup(tx.meta(), st, l)? {
             Mapping::Mapped { len, .. } => l = e.min(l + len),
             Mapping::Hole { len } => {
                 if !room_for_extent(tx, st, progressed)? {
@@ -353,8 +353,8 @@ pub fn allocate_unwritten(tx: &Tx<'_>, st: &mut InodeState, s: u64, e: u64) -> R
                 }
                 progressed = true;
                 let want = (e - l).min(len).min(1 << 16) as u32;
-                let req = data_request(tx, st, l, want)?;
-                let (pblk, got) = tx.alloc.alloc_data(tx, req)?;
+                let req = data_request(tx.meta(), st, l, want)?;
+                let (pblk, got) = tx.meta().alloc.alloc_data(tx, req)?;
                 if let Err(e) = extent_map::insert(tx, st, Extent { lblk: l, pblk, len: got, unwritten: true }) {
                     // Not mapped (no room for the map): not kept.
                     tx.free(pblk, u64::from(got))?;
@@ -383,7 +383,7 @@ pub fn fallocate(tx: &Tx<'_>, st: &mut InodeState, off: u64, len: u64, mode: i32
     if mode & PUNCH != 0 && (mode & KEEP == 0 || mode & ZERO != 0) {
         return Err(FsError::Errno(libc::EOPNOTSUPP));
     }
-    let b = bs(tx);
+    let b = bs(tx.meta());
     let keep = mode & KEEP != 0;
     let (fs, fe) = (off.div_ceil(b), end / b);
     let clears = mode & (PUNCH | ZERO) != 0;
@@ -403,8 +403,8 @@ pub fn fallocate(tx: &Tx<'_>, st: &mut InodeState, off: u64, len: u64, mode: i32
                 if mode & ZERO != 0 && fs < fe && allocate_unwritten(tx, st, fs, fe)? {
                     return Ok(true);
                 }
-                zero_written(tx, st, off, end.min(fs * b))?;
-                zero_written(tx, st, (fe * b).max(off), end)?;
+                zero_written(tx.meta(), st, off, end.min(fs * b))?;
+                zero_written(tx.meta(), st, (fe * b).max(off), end)?;
                 if mode & PUNCH != 0 {
                     return Ok(false);
                 }
@@ -417,7 +417,7 @@ pub fn fallocate(tx: &Tx<'_>, st: &mut InodeState, off: u64, len: u64, mode: i32
                     return Ok(true);
                 }
                 if !keep && end > st.d.size {
-                    zero_tail(tx, st, end)?;
+                    zero_tail(tx.meta(), st, end)?;
                     st.d.size = end;
                 }
                 return Ok(false);

@@ -475,7 +475,7 @@ impl Fs {
             if let Some(m) = set.mode {
                 g.d.mode = (g.d.mode & S_IFMT) | (m & 0o7777);
                 // An access ACL follows the new permission bits.
-                match crate::xattr::get(tx, &g, acl::ACCESS) {
+                match crate::xattr::get(tx.meta(), &g, acl::ACCESS) {
                     Ok(v) => {
                         let mut a = acl::Acl::parse(&v)?;
                         a.chmod(g.d.mode);

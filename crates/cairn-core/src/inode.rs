@@ -551,9 +551,9 @@ impl Meta {
 impl Tx<'_> {
     /// Writes inode `ino` into its inode-table buffer (running transaction).
     pub fn store_inode(&self, ino: u64, d: &DiskInode) -> Result<()> {
-        let (blk, off) = self.geo().inode_location(ino);
-        let buf = self.bufs.get(blk, |_, _| Ok(()))?;
-        self.modify(&buf, off..off + cairn_format::inode::INODE_SIZE, |slot| d.encode(self.seed, ino, slot));
+        let (blk, off) = self.meta().geo().inode_location(ino);
+        let buf = self.meta().bufs.get(blk, |_, _| Ok(()))?;
+        self.modify(&buf, off..off + cairn_format::inode::INODE_SIZE, |slot| d.encode(self.meta().seed, ino, slot));
         Ok(())
     }
 }

@@ -638,23 +638,23 @@ impl Fs {
 /// aside for them (see `deferred_orphans`). On a failure, what was not
 /// inserted waits for the next swap.
 fn flush_deferred_orphans(tx: &Tx<'_>) -> Result<()> {
-    let (inos, credits) = tx.orphans.take();
+    let (inos, credits) = tx.meta().orphans.take();
     if inos.is_empty() {
         return Ok(());
     }
-    let mut tree = Tree::new(tx, KIND_ORPHANS, 0, 0);
-    let mut root = tx.orphan_root.lock();
+    let mut tree = Tree::new(tx.meta(), KIND_ORPHANS, 0, 0);
+    let mut root = tx.meta().orphan_root.lock();
     for (i, &ino) in inos.iter().enumerate() {
         if let Err(e) = tree.insert(tx, &mut root, ino, &[]) {
             // The rest waits for the next swap, with all the credits.
-            tx.orphans.restore(&inos[i..], credits);
+            tx.meta().orphans.restore(&inos[i..], credits);
             return Err(e);
         }
     }
-    tx.orphans.flushed.fetch_add(inos.len() as u64, Ordering::Relaxed);
+    tx.meta().orphans.flushed.fetch_add(inos.len() as u64, Ordering::Relaxed);
     if tx.used() > credits {
         // The set's credits did not cover its inserts: an accounting bug.
-        tx.orphans.overruns.fetch_add(1, Ordering::Relaxed);
+        tx.meta().orphans.overruns.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(used = tx.used(), credits, "the deferred orphan inserts dirtied more buffers than set aside");
     }
     tx.release_aside(credits);

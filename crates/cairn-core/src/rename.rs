@@ -50,7 +50,7 @@ pub fn rename(
             if !g.d.is_dir() {
                 return Err(FsError::Errno(libc::ENOTDIR));
             }
-            Ok(dir::lookup(meta, &g, n)?.map(|(k, e)| (k, e.ino)))
+            Ok(dir::lookup(meta.meta(), &g, n)?.map(|(k, e)| (k, e.ino)))
         };
         let (k1, src) = look(&p1, name)?.ok_or(FsError::Errno(libc::ENOENT))?;
         let dst = look(&p2, newname)?;
@@ -82,8 +82,8 @@ pub fn rename(
         }
         let mut gs = lock_many(&refs);
         // Re-check under the locks.
-        let again1 = dir::lookup(meta, find(&mut gs, parent), name)?.map(|(k, e)| (k, e.ino));
-        let again2 = dir::lookup(meta, find(&mut gs, newparent), newname)?.map(|(k, e)| (k, e.ino));
+        let again1 = dir::lookup(meta.meta(), find(&mut gs, parent), name)?.map(|(k, e)| (k, e.ino));
+        let again2 = dir::lookup(meta.meta(), find(&mut gs, newparent), newname)?.map(|(k, e)| (k, e.ino));
         if again1 != Some((k1, src)) || again2 != dst {
             continue;
         }
@@ -107,8 +107,8 @@ pub fn rename(
         // Worst case: an entry insert (or retarget, a replacing insert),
         // then a second retarget (exchange) or the removal of the old entry
         // and the overwritten target's last link; four inodes.
-        let levels =
-            crate::dir::levels(meta, find(&mut gs, parent))?.max(crate::dir::levels(meta, find(&mut gs, newparent))?);
+        let levels = crate::dir::levels(meta.meta(), find(&mut gs, parent))?
+            .max(crate::dir::levels(meta.meta(), find(&mut gs, newparent))?);
         let target = match dst {
             Some((_, dino)) => fs.drop_link_credits(find(&mut gs, dino))?,
             None => 0,

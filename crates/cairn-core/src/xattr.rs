@@ -150,13 +150,13 @@ pub fn list(meta: &Meta, st: &InodeState) -> Result<Vec<u8>> {
 /// whole) by `fill` in the running transaction: the one place this module
 /// changes buffer bytes.
 fn write_buf(tx: &Tx<'_>, blk: u64, new: bool, fill: impl FnOnce(&mut [u8])) -> Result<()> {
-    let buf = if new { tx.bufs.get_new(tx, blk) } else { tx.bufs.get(blk, |_, _| Ok(()))? };
-    tx.modify(&buf, 0..tx.bs(), fill);
+    let buf = if new { tx.meta().bufs.get_new(tx, blk) } else { tx.meta().bufs.get(blk, |_, _| Ok(()))? };
+    tx.modify(&buf, 0..tx.meta().bs(), fill);
     Ok(())
 }
 
 fn write_block(tx: &Tx<'_>, blk: u64, xb: &XattrBlock, new: bool) -> Result<()> {
-    write_buf(tx, blk, new, |d| xb.encode(tx.seed, blk, d))
+    write_buf(tx, blk, new, |d| xb.encode(tx.meta().seed, blk, d))
 }
 
 /// Frees `blocks` (any order), a run at a time.
@@ -178,11 +178,11 @@ fn free_blocks(tx: &Tx<'_>, mut blocks: Vec<u64>) -> Result<()> {
 /// `owner`, allocated near `goal`; adds the blocks to `taken` as they are
 /// allocated (so a caller can give them back if a later step fails).
 fn write_value(tx: &Tx<'_>, owner: u64, value: &[u8], goal: u64, taken: &mut Vec<u64>) -> Result<ExtValue> {
-    let bs = tx.bs();
+    let bs = tx.meta().bs();
     let from = taken.len();
     let mut next_goal = goal;
     for _ in 0..value_blocks(value.len(), bs) {
-        let b = tx.alloc.alloc_meta_block(tx, next_goal, false)?;
+        let b = tx.meta().alloc.alloc_meta_block(tx, next_goal, false)?;
         taken.push(b);
         next_goal = b + 1;
     }
@@ -190,9 +190,9 @@ fn write_value(tx: &Tx<'_>, owner: u64, value: &[u8], goal: u64, taken: &mut Vec
     for (i, chunk) in value.chunks(value_capacity(bs)).enumerate() {
         let h =
             ValueBlock { index: i as u16, used: chunk.len() as u32, owner, next: blocks.get(i + 1).map_or(0, |b| *b) };
-        write_buf(tx, blocks[i], true, |d| h.encode(tx.seed, blocks[i], chunk, d))?;
+        write_buf(tx, blocks[i], true, |d| h.encode(tx.meta().seed, blocks[i], chunk, d))?;
     }
-    Ok(ExtValue::of(tx.seed, blocks[0], value))
+    Ok(ExtValue::of(tx.meta().seed, blocks[0], value))
 }
 
 /// One entry of the set a change wants, and where an external value's
@@ -215,8 +215,8 @@ enum Src {
 
 impl Want {
     fn new(tx: &Tx<'_>, namespace: u8, name: &[u8], value: &[u8]) -> Want {
-        if tx.xattrs.external && value.len() > inline_max(tx.bs()) {
-            let value_ = XattrValue::External(ExtValue::of(tx.seed, 0, value));
+        if tx.meta().xattrs.external && value.len() > inline_max(tx.meta().bs()) {
+            let value_ = XattrValue::External(ExtValue::of(tx.meta().seed, 0, value));
             Want {
                 entry: XattrEntry { namespace, name: name.to_vec(), value: value_ },
                 src: Src::Bytes(value.to_vec()),
@@ -279,7 +279,7 @@ fn same_set(meta: &Meta, blk: u64, xb: &XattrBlock, wants: &[Want]) -> Result<bo
 /// Takes one more reference on a cached block holding exactly `wants`, if
 /// there is one below the refcount limit; returns it.
 fn share_existing(tx: &Tx<'_>, key: u32, wants: &[Want], old: u64) -> Result<Option<u64>> {
-    let share = &tx.xattrs;
+    let share = &tx.meta().xattrs;
     let stats = &share.cache.stats;
     for cand in share.cache.find(key) {
         if cand.block == old {
@@ -292,8 +292,8 @@ fn share_existing(tx: &Tx<'_>, key: u32, wants: &[Want], old: u64) -> Result<Opt
         }
         // Alive in the cache: still an xattr block with a reference (frees
         // and in-place changes remove the entry under this lock first).
-        let mut xb = load(tx, cand.block)?;
-        if !same_set(tx, cand.block, &xb, wants)? {
+        let mut xb = load(tx.meta(), cand.block)?;
+        if !same_set(tx.meta(), cand.block, &xb, wants)? {
             stats.false_matches.fetch_add(1, Relaxed);
             continue;
         }
@@ -353,19 +353,19 @@ pub fn release_credits(meta: &Meta, st: &InodeState) -> Result<u64> {
 /// everything as it was.
 fn store(tx: &Tx<'_>, st: &mut InodeState, mut wants: Vec<Want>) -> Result<()> {
     if wants.is_empty() {
-        tx.require(tx.used() + release_credits(tx, st)?)?;
+        tx.require(tx.used() + release_credits(tx.meta(), st)?)?;
         return release(tx, st);
     }
     let list = entries_of(&wants);
-    if XattrBlock::bytes_needed(&list) > tx.bs() || XattrBlock::externals(&list).count() > XATTR_EXTERNAL_MAX {
+    if XattrBlock::bytes_needed(&list) > tx.meta().bs() || XattrBlock::externals(&list).count() > XATTR_EXTERNAL_MAX {
         return Err(FsError::Errno(libc::ENOSPC));
     }
     let old = st.d.xattr_block;
-    let old_xb = if old != 0 { Some(load(tx, old)?) } else { None };
-    tx.require(tx.used() + store_credits(tx, &wants, old_xb.as_ref()))?;
-    let share = &tx.xattrs;
+    let old_xb = if old != 0 { Some(load(tx.meta(), old)?) } else { None };
+    tx.require(tx.used() + store_credits(tx.meta(), &wants, old_xb.as_ref()))?;
+    let share = &tx.meta().xattrs;
     let key = XattrBlock::content_hash(&list);
-    let fp = footprint(tx, &list);
+    let fp = footprint(tx.meta(), &list);
     if share.cache.enabled() {
         if let Some(blk) = share_existing(tx, key, &wants, old)? {
             release(tx, st)?;
@@ -376,7 +376,7 @@ fn store(tx: &Tx<'_>, st: &mut InodeState, mut wants: Vec<Want>) -> Result<()> {
     }
     if old != 0 {
         let _l = share.lock(old);
-        let xb = load(tx, old)?;
+        let xb = load(tx.meta(), old)?;
         if xb.refcount == 1 {
             // Ours alone: change it in place, out of the cache meanwhile.
             // New values first (the only step that can fail), then the
@@ -385,7 +385,7 @@ fn store(tx: &Tx<'_>, st: &mut InodeState, mut wants: Vec<Want>) -> Result<()> {
             for x in XattrBlock::externals(&xb.entries) {
                 let kept = wants.iter().any(|w| matches!(w.src, Src::Kept(_)) && w.entry.value.external() == Some(x));
                 if !kept {
-                    dropped.extend(read_value(tx, old, x)?.1);
+                    dropped.extend(read_value(tx.meta(), old, x)?.1);
                 }
             }
             let list = write_values(tx, old, &mut wants, false)?;
@@ -393,14 +393,14 @@ fn store(tx: &Tx<'_>, st: &mut InodeState, mut wants: Vec<Want>) -> Result<()> {
             share.cache.remove(XattrBlock::content_hash(&xb.entries), old);
             write_block(tx, old, &XattrBlock { refcount: 1, entries: list }, false)?;
             share.cache.insert(key, old, true);
-            st.d.blocks = st.d.blocks.saturating_sub(footprint(tx, &xb.entries)) + fp;
+            st.d.blocks = st.d.blocks.saturating_sub(footprint(tx.meta(), &xb.entries)) + fp;
             return Ok(());
         }
     }
     // A new block and its values first (the only steps that can fail), then
     // the old block's reference goes.
-    let goal = tx.geo().group_start(tx.geo().group_of_ino(st.ino));
-    let blk = tx.alloc.alloc_meta_block(tx, goal, false)?;
+    let goal = tx.meta().geo().group_start(tx.meta().geo().group_of_ino(st.ino));
+    let blk = tx.meta().alloc.alloc_meta_block(tx, goal, false)?;
     let list = match write_values(tx, blk, &mut wants, true) {
         Ok(list) => list,
         Err(e) => {
@@ -428,7 +428,7 @@ fn write_values(tx: &Tx<'_>, owner: u64, wants: &mut [Want], copy: bool) -> Resu
         for w in wants.iter_mut() {
             let bytes = match &w.src {
                 Src::Bytes(v) => v.clone(),
-                Src::Kept(_) if copy => w.bytes(tx)?,
+                Src::Kept(_) if copy => w.bytes(tx.meta())?,
                 _ => continue,
             };
             let x = write_value(tx, owner, &bytes, owner + 1, &mut taken)?;
@@ -446,16 +446,16 @@ fn write_values(tx: &Tx<'_>, owner: u64, wants: &mut [Want], copy: bool) -> Resu
 /// The inode's current set, as wants that keep every value where it is.
 fn current(tx: &Tx<'_>, st: &InodeState) -> Result<Vec<Want>> {
     let owner = st.d.xattr_block;
-    Ok(entries(tx, st)?.into_iter().map(|e| Want::kept(e, owner)).collect())
+    Ok(entries(tx.meta(), st)?.into_iter().map(|e| Want::kept(e, owner)).collect())
 }
 
 /// Sets attribute `name` (`flags`: XATTR_CREATE / XATTR_REPLACE).
 pub fn set(tx: &Tx<'_>, st: &mut InodeState, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
     let (ns, n) = parse_name(name)?;
-    let too_big = if tx.xattrs.external {
+    let too_big = if tx.meta().xattrs.external {
         value.len() > XATTR_SIZE_MAX
     } else {
-        value.len() > usize::from(u16::MAX) || value.len() + n.len() + XATTR_HEADER + 4 > tx.bs()
+        value.len() > usize::from(u16::MAX) || value.len() + n.len() + XATTR_HEADER + 4 > tx.meta().bs()
     };
     if too_big {
         return Err(FsError::Errno(libc::E2BIG));
@@ -470,7 +470,7 @@ pub fn set(tx: &Tx<'_>, st: &mut InodeState, name: &[u8], value: &[u8], flags: i
     let new = Want::new(tx, ns, n, value);
     match pos {
         // Same value: nothing to change (the same-value shortcut).
-        Some(i) if new.same_as(tx, st.d.xattr_block, &wants[i].entry)? => return Ok(()),
+        Some(i) if new.same_as(tx.meta(), st.d.xattr_block, &wants[i].entry)? => return Ok(()),
         Some(i) => wants[i] = new,
         None => {
             wants.push(new);
@@ -499,19 +499,19 @@ pub fn release(tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
     if blk == 0 {
         return Ok(());
     }
-    let share = &tx.xattrs;
+    let share = &tx.meta().xattrs;
     let fp;
     {
         let _l = share.lock(blk);
-        let mut xb = load(tx, blk)?;
-        fp = footprint(tx, &xb.entries);
+        let mut xb = load(tx.meta(), blk)?;
+        fp = footprint(tx.meta(), &xb.entries);
         let key = XattrBlock::content_hash(&xb.entries);
         if xb.refcount <= 1 {
             // Read every chain before freeing anything: a damaged one fails
             // the release with nothing changed.
             let mut blocks = vec![blk];
             for x in XattrBlock::externals(&xb.entries) {
-                blocks.extend(read_value(tx, blk, x)?.1);
+                blocks.extend(read_value(tx.meta(), blk, x)?.1);
             }
             share.cache.remove(key, blk);
             free_blocks(tx, blocks)?;

@@ -2,9 +2,9 @@
 //!
 //! A handle is what an operation holds while it changes metadata: the
 //! transaction gate (shared; a commit closes it, so it snapshots only whole
-//! operations; see `gate`) and a reservation of log credits. It derefs to
-//! [`Meta`], so reading code takes `&Meta` and changing code takes `&Tx`;
-//! the only ways to dirty a buffer, allocate or free go through a `Tx`.
+//! operations; see `gate`) and a reservation of log credits. Reading code
+//! takes `&Meta` ([`Tx::meta`] for an operation's reads); changing code takes
+//! `&Tx`: the only ways to dirty a buffer, allocate or free go through a `Tx`.
 //!
 //! Credits: [`Tx::require`] states the operation's worst case once it knows
 //! it (tree depths are known only after the inode is locked). If that is
@@ -21,7 +21,6 @@ use crate::error::{FsError, Result};
 use crate::meta::Meta;
 use cairn_format::btree::Node;
 use std::cell::Cell;
-use std::ops::Deref;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -42,6 +41,12 @@ pub struct Tx<'a> {
 impl<'a> Tx<'a> {
     pub(super) fn new(meta: &'a Meta, mgr: &'a TxManager, entered: Option<(Entry, Instant)>, credits: u64) -> Tx<'a> {
         Tx { meta, mgr, entered, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false) }
+    }
+
+    /// The metadata this handle changes: reading code takes `&Meta`, and a
+    /// changing operation reaches it here.
+    pub fn meta(&self) -> &'a Meta {
+        self.meta
     }
 
     /// Buffers this handle newly dirtied so far.
@@ -127,13 +132,6 @@ impl crate::buffer::Change for Tx<'_> {
     }
 }
 
-impl Deref for Tx<'_> {
-    type Target = Meta;
-    fn deref(&self) -> &Meta {
-        self.meta
-    }
-}
-
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
         if let Some((entry, entered)) = self.entered {
@@ -150,29 +148,29 @@ impl Tx<'_> {
     /// Changes bytes `range` of `buf` in the running checkpoint (see
     /// `BufferCache::modify`: only the chunks that change are logged).
     pub fn modify<R>(&self, buf: &Arc<Buf>, range: std::ops::Range<usize>, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        self.bufs.modify(self, buf, range, f)
+        self.meta.bufs.modify(self, buf, range, f)
     }
 
     /// Changes `buf` by `f`, which returns the journal chunks it wrote (see
     /// `BufferCache::modify_mapped`).
     pub fn modify_mapped<R>(&self, buf: &Arc<Buf>, f: impl FnOnce(&mut [u8]) -> (R, u64)) -> R {
-        self.bufs.modify_mapped(self, buf, f)
+        self.meta.bufs.modify_mapped(self, buf, f)
     }
 
     /// Encodes `node` into `buf` in the running checkpoint.
     pub fn write_node(&self, buf: &Arc<Buf>, node: &Node) {
-        self.modify(buf, 0..self.bs(), |d| node.encode(self.seed, buf.blk, d));
+        self.modify(buf, 0..self.meta.bs(), |d| node.encode(self.meta.seed, buf.blk, d));
     }
 
     /// Allocates one metadata block near `goal` and returns a zeroed buffer,
     /// logged whole (`critical`: may take the last of the reserve, see `alloc`).
     pub fn alloc_meta(&self, goal: u64, critical: bool) -> Result<Arc<Buf>> {
-        let blk = self.alloc.alloc_meta_block(self, goal, critical)?;
-        Ok(self.bufs.get_new(self, blk))
+        let blk = self.meta.alloc.alloc_meta_block(self, goal, critical)?;
+        Ok(self.meta.bufs.get_new(self, blk))
     }
 
     /// Frees blocks in the running checkpoint.
     pub fn free(&self, start: u64, len: u64) -> Result<()> {
-        self.alloc.free_blocks(self, self.running_seq.load(Ordering::Acquire), start, len)
+        self.meta.alloc.free_blocks(self, self.meta.running_seq.load(Ordering::Acquire), start, len)
     }
 }
