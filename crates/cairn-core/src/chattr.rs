@@ -12,7 +12,7 @@ use crate::types::{now, Attr, Ctx};
 impl Fs {
     /// The inode's chattr flags (Linux's FS_*_FL values).
     pub fn inode_flags(&self, ino: u64) -> Result<u32> {
-        self.read_op(|| Ok(self.iget(ino)?.read().d.attr_flags & SETTABLE))
+        self.engine.read_op(|| Ok(self.iget(ino)?.read().d.attr_flags & SETTABLE))
     }
 
     /// Sets the inode's chattr flags to `flags` as `ctx` (see the module
@@ -21,7 +21,7 @@ impl Fs {
         if flags & !SETTABLE != 0 {
             return Err(FsError::Errno(libc::EOPNOTSUPP));
         }
-        self.change(credits::INODE, |tx| {
+        self.engine.change(credits::INODE, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();
             let old = g.d.attr_flags;
@@ -43,7 +43,7 @@ impl Fs {
                 }
                 if flags & (ATTR_IMMUTABLE | ATTR_APPEND) != 0 {
                     // Written with the superblock at the commit.
-                    self.meta.sb.lock().feature_compat |= cairn_format::superblock::COMPAT_INODE_FLAGS;
+                    self.engine.meta().sb.lock().feature_compat |= cairn_format::superblock::COMPAT_INODE_FLAGS;
                 }
             }
             Ok(self.attr(&g))
@@ -54,14 +54,14 @@ impl Fs {
     /// append-only (`COMPAT_INODE_FLAGS`): opens must then be checked
     /// ([`Fs::check_open`]).
     pub fn has_protected_inodes(&self) -> bool {
-        self.meta.sb.lock().feature_compat & cairn_format::superblock::COMPAT_INODE_FLAGS != 0
+        self.engine.meta().sb.lock().feature_compat & cairn_format::superblock::COMPAT_INODE_FLAGS != 0
     }
 
     /// EPERM for an `open(2)` with `flags` that the inode's chattr flags
     /// forbid: any write access or O_TRUNC to an immutable file; to an
     /// append-only one, write access without O_APPEND, or O_TRUNC.
     pub fn check_open(&self, ino: u64, flags: i32) -> Result<()> {
-        let f = self.read_op(|| Ok(self.iget(ino)?.read().d.attr_flags))?;
+        let f = self.engine.read_op(|| Ok(self.iget(ino)?.read().d.attr_flags))?;
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         if !writing || f & (ATTR_IMMUTABLE | ATTR_APPEND) == 0 {
             return Ok(());
@@ -82,7 +82,7 @@ impl Fs {
         }
         if f & ATTR_APPEND != 0 && off < st.d.size {
             let n = (st.d.size - off).min(data.len() as u64) as usize;
-            let old = crate::file::read(&self.meta, st, off, n as u32)?;
+            let old = crate::file::read(self.engine.meta(), st, off, n as u32)?;
             if old.len() != n || old[..] != data[..n] {
                 return Err(FsError::Errno(libc::EPERM));
             }

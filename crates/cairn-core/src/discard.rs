@@ -17,19 +17,25 @@ impl Fs {
     /// `fstrim_range`, as ext4 answers it: EINVAL for a start past the end, a
     /// length under a block or a minimum longer than a group, EROFS on a read-only mount).
     pub fn trim(&self, start: u64, len: u64, min_len: u64) -> Result<u64> {
-        self.writable()?;
-        let geo = self.meta.geo();
+        self.engine.writable()?;
+        let geo = self.engine.meta().geo();
         let bs = u64::from(geo.block_size);
         if start >= geo.total_blocks * bs || len < bs || min_len > geo.blocks_per_group * bs {
             return Err(FsError::Errno(libc::EINVAL));
         }
         // Deleted files are freed by the reaper thread, after the unlink.
-        self.reaper.drain(std::time::Duration::from_secs(300));
-        self.commit_and_checkpoint()?;
+        self.engine.reaper().drain(std::time::Duration::from_secs(300));
+        self.engine.commit_and_checkpoint()?;
         let first = start / bs;
         let end = start.saturating_add(len) / bs;
-        let blocks = self.read_op(|| {
-            self.meta.alloc.trim(&self.meta.bufs, self.meta.dev.as_ref(), first, end, min_len.div_ceil(bs))
+        let blocks = self.engine.read_op(|| {
+            self.engine.meta().alloc.trim(
+                &self.engine.meta().bufs,
+                self.engine.meta().dev.as_ref(),
+                first,
+                end,
+                min_len.div_ceil(bs),
+            )
         })?;
         Ok(blocks * bs)
     }

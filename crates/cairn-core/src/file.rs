@@ -203,7 +203,7 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
             }
             // A full file system after some progress ends the step: while
             // freed blocks still wait for the journal, the caller goes on in
-            // a new step (which commits and retries, see `Fs::change`);
+            // a new step (which commits and retries, see `Engine::change`);
             // otherwise it is a short write. Any other error (I/O,
             // corruption) goes up to the error latch.
             Err(FsError::Errno(e @ (libc::ENOSPC | libc::EDQUOT))) if pos > off => {

@@ -94,7 +94,7 @@ impl Fs {
     pub fn blocks_to_allocate(&self, ino: u64, off: u64, len: u64) -> Result<u64> {
         let r = self.iget(ino)?;
         let g = r.read();
-        file::hole_blocks(&self.meta, &g, off, len)
+        file::hole_blocks(self.engine.meta(), &g, off, len)
     }
 
     /// Holds `bytes` of the free space for dirty pages the kernel accepted
@@ -102,15 +102,15 @@ impl Fs {
     /// write-backs, and fallocate, get ENOSPC rather than take them. The
     /// FUSE space guard sets it while the disk is nearly full.
     pub fn hold_for_write_back(&self, bytes: u64) {
-        let bs = u64::from(self.meta.geo().block_size);
-        self.meta.alloc.hold_for_write_back(bytes.div_ceil(bs));
+        let bs = u64::from(self.engine.meta().geo().block_size);
+        self.engine.meta().alloc.hold_for_write_back(bytes.div_ceil(bs));
     }
 
     /// Free bytes that file data may take, what is held for write-backs
     /// included: statfs's available space before the hold.
     pub fn data_space_free(&self) -> Result<u64> {
         let s = self.statfs()?;
-        let unheld = s.blocks_free.saturating_sub(self.meta.alloc.reserve_blocks());
+        let unheld = s.blocks_free.saturating_sub(self.engine.meta().alloc.reserve_blocks());
         Ok(unheld * u64::from(s.block_size))
     }
 
@@ -128,13 +128,13 @@ impl Fs {
     /// blocks held for the kernel's write-backs (see
     /// `Allocator::room_for_writes`); only while any are held.
     fn admit(&self, origin: Origin, ino: u64, off: u64, len: u64) -> Result<()> {
-        if origin == Origin::WriteBack || self.meta.alloc.room_for_writes(u64::MAX) == u64::MAX {
+        if origin == Origin::WriteBack || self.engine.meta().alloc.room_for_writes(u64::MAX) == u64::MAX {
             return Ok(());
         }
         let holes = self.blocks_to_allocate(ino, off, len)?;
-        if self.meta.alloc.room_for_writes(holes) < holes {
+        if self.engine.meta().alloc.room_for_writes(holes) < holes {
             // The space of deleted files the reaper is still freeing first.
-            if !self.wait_for_reaper()? || self.meta.alloc.room_for_writes(holes) < holes {
+            if !self.engine.wait_for_reaper()? || self.engine.meta().alloc.room_for_writes(holes) < holes {
                 return Err(FsError::Errno(libc::ENOSPC));
             }
         }
@@ -146,7 +146,7 @@ impl Fs {
     /// not wait. For a caller deciding from the free space whether a write
     /// fits, before it calls in (the FUSE space guard).
     pub fn wait_for_deleted_space(&self) -> Result<bool> {
-        self.wait_for_reaper()
+        self.engine.wait_for_reaper()
     }
 
     /// [`Fs::write_data`] once the inode's flags allow it.
@@ -171,50 +171,20 @@ impl Fs {
             }
             // Full: space of deleted files the reaper is still freeing is
             // the caller's to wait for (see `reaper`), once.
-            if waited || !self.wait_for_reaper()? {
+            if waited || !self.engine.wait_for_reaper()? {
                 return if done > 0 { Ok(done as u32) } else { Err(FsError::Errno(libc::ENOSPC)) };
             }
             waited = true;
         }
     }
 
-    /// Waits until the reaper has freed what it holds, then commits so that
-    /// the blocks leave the journal's hold (or, with nothing queued, only
-    /// checkpoints if freed blocks wait for the journal); false if nothing
-    /// was queued or waits, if
-    /// the calling thread is itself freeing queued inodes (the reaper
-    /// thread, or a `sync_delete` caller): it would wait for itself, or if
-    /// it holds an I/O lock, which the reaper may need (see `IoGuard`): the
-    /// caller returns ENOSPC to an outer level that waits without it, as
-    /// `write_data` and `fallocate` do.
-    /// Files unlinked while the kernel held them are waited for first, a
-    /// moment, for their FORGET (see `reaper`).
-    pub(crate) fn wait_for_reaper(&self) -> Result<bool> {
-        if crate::reaper::reaping_here() || crate::fs::holds_io_lock() {
-            return Ok(false);
-        }
-        let forgotten = self.reaper.wait_for_forget(crate::reaper::FORGET_WAIT);
-        if self.reaper.backlog_inodes() == 0 && !forgotten {
-            // The reaper may have finished since the caller's own retry
-            // checkpointed: what it freed waits for the journal.
-            if self.meta.alloc.pending_blocks() == 0 {
-                return Ok(false);
-            }
-            self.commit_and_checkpoint()?;
-            return Ok(true);
-        }
-        self.reaper.wait_idle(std::time::Duration::from_secs(300));
-        self.commit_and_checkpoint()?;
-        Ok(true)
-    }
-
     /// The journaled write, in steps under the inode's I/O lock.
     fn write_steps(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
-        let _io = self.io_lock(ino);
+        let _io = self.io_locks.exclusive(ino);
         self.settle_truncate(ino)?;
         let mut done = 0usize;
         loop {
-            let step = self.change(credits::DEFAULT, |tx| {
+            let step = self.engine.change(credits::DEFAULT, |tx| {
                 let r = self.iget(ino)?;
                 let mut g = r.write();
                 match g.d.file_type() {
@@ -254,7 +224,7 @@ impl Fs {
             if !more || done >= data.len() {
                 return Ok(done as u32);
             }
-            self.txm.stats.steps.fetch_add(1, Ordering::Relaxed);
+            self.engine.txm().stats.steps.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -286,7 +256,7 @@ impl Fs {
             self.admit(Origin::Caller, ino, off, len)?;
         }
         match self.fallocate_steps(ino, off, len, mode, update_times) {
-            Err(FsError::Errno(libc::ENOSPC)) if self.wait_for_reaper()? => {
+            Err(FsError::Errno(libc::ENOSPC)) if self.engine.wait_for_reaper()? => {
                 self.fallocate_steps(ino, off, len, mode, update_times)
             }
             r => r,
@@ -298,11 +268,11 @@ impl Fs {
     }
 
     fn fallocate_steps(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
-        let _io = self.io_lock(ino);
+        let _io = self.io_locks.exclusive(ino);
         self.settle_truncate(ino)?;
         let mut phase = 0u8;
         loop {
-            let more = self.change(credits::DEFAULT, |tx| {
+            let more = self.engine.change(credits::DEFAULT, |tx| {
                 let r = self.iget(ino)?;
                 let mut g = r.write();
                 match g.d.file_type() {
@@ -336,7 +306,7 @@ impl Fs {
             if !more.0 {
                 return Ok(());
             }
-            self.txm.stats.steps.fetch_add(1, Ordering::Relaxed);
+            self.engine.txm().stats.steps.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -366,18 +336,18 @@ impl Fs {
                 }
             }
             let caps = st.d.xattr_block != 0
-                && match crate::xattr::get(&self.meta, st, CAPS) {
+                && match crate::xattr::get(self.engine.meta(), st, CAPS) {
                     Ok(_) => true,
                     Err(FsError::Errno(libc::ENODATA | libc::EOPNOTSUPP)) => false,
                     Err(e) => return Err(e),
                 };
             Ok((bits, caps))
         };
-        let (bits, caps) = self.read_op(|| needs(&self.iget(ino)?.read()))?;
+        let (bits, caps) = self.engine.read_op(|| needs(&self.iget(ino)?.read()))?;
         if bits == 0 && !caps {
             return Ok(false);
         }
-        self.change(credits::DEFAULT, |tx| {
+        self.engine.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();
             let (bits, caps) = needs(&g)?;
@@ -410,7 +380,7 @@ impl Fs {
         }
         g.fold_lazy_time();
         set_times(&mut g.d, set, now());
-        self.meta.orphans.times_in_core.fetch_add(1, Ordering::Relaxed);
+        self.engine.meta().orphans.times_in_core.fetch_add(1, Ordering::Relaxed);
         Ok(Some(self.attr(&g)))
     }
 
@@ -421,13 +391,13 @@ impl Fs {
         if let Some(attr) = self.set_unlinked_times(ino, set)? {
             return Ok(attr);
         }
-        let _io = set.size.map(|_| self.io_lock(ino));
+        let _io = set.size.map(|_| self.io_locks.exclusive(ino));
         if set.size.is_some() {
             self.settle_truncate(ino)?;
             // A new size ends the stream the preallocation was made for.
-            self.meta.alloc.discard_prealloc(&self.meta.bufs, ino);
+            self.engine.meta().alloc.discard_prealloc(&self.engine.meta().bufs, ino);
         }
-        let (attr, more) = self.change(credits::DEFAULT, |tx| {
+        let (attr, more) = self.engine.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();
             // An immutable inode changes in nothing; an append-only one
@@ -461,7 +431,7 @@ impl Fs {
                     // anything changes, so a restart finds the inode as it
                     // was), then the new size and, if blocks are left, the
                     // orphan entry that lets mount finish the job.
-                    let from = size.div_ceil(u64::from(self.meta.geo().block_size));
+                    let from = size.div_ceil(u64::from(self.engine.meta().geo().block_size));
                     more = file::free_range_step(tx, &mut g, from, u64::MAX, self.orphan_credits()?)?;
                     file::set_size(tx, &mut g, size)?;
                     if more {
@@ -496,13 +466,13 @@ impl Fs {
             Ok((self.attr(&g), more))
         })?;
         if more {
-            if self.reaper.deferred {
+            if self.engine.reaper().deferred {
                 // The rest goes to the reaper (see `lifecycle`); about
                 // this many blocks lie past the new end.
-                let past = attr.blocks / u64::from(self.meta.geo().block_size / 512);
-                let kept = attr.size.div_ceil(u64::from(self.meta.geo().block_size));
-                self.reaper.push_truncate(ino, past.saturating_sub(kept));
-                self.reaper.kick();
+                let past = attr.blocks / u64::from(self.engine.meta().geo().block_size / 512);
+                let kept = attr.size.div_ceil(u64::from(self.engine.meta().geo().block_size));
+                self.engine.reaper().push_truncate(ino, past.saturating_sub(kept));
+                self.engine.reaper().kick();
                 return Ok(attr);
             }
             self.finish_truncate(ino, &mut |_| {})?;

@@ -2,10 +2,13 @@
 //!
 //! `Fs` owns the pieces and routes each request: reads go straight to the
 //! objects (`dir`, `file`, `xattr`); changes run inside a transaction
-//! handle through [`Fs::change`] (see `journal` for handles, credits, commit
-//! and the error latch). Namespace operations live in `namespace`, inode
-//! lifecycle (orphans, deferred and stepwise frees) in `lifecycle`, file
-//! data changes in `file_ops`, the commit thread in `backend`.
+//! handle through the [`Engine`] (`engine`: metadata, transactions, mount
+//! state, the backend and reaper threads; see `journal` for handles,
+//! credits, commit and the error latch). Namespace operations live in
+//! `namespace`, inode lifecycle (orphans, deferred and stepwise frees) in
+//! `lifecycle`, file data changes in `file_ops`, the per-inode I/O locks in
+//! `io_locks`. (The caches and those operations are moving out of `Fs` into
+//! owners of their own: docs/design.md, "Owners".)
 //!
 //! ## Locking order
 //! rename mutex (moves between directories) → inode I/O lock (one per inode,
@@ -16,18 +19,18 @@
 //! inode's lock; see `inode`, `dcache`, `lru`).
 
 use crate::alloc::{AllocOptions, Allocator};
-use crate::backend::Backend;
 use crate::buffer::BufferCache;
 use crate::dcache::{Cached, DentryCache};
 use crate::dev::BlockDevice;
+use crate::engine::Engine;
 use crate::error::{FsError, Result};
 use crate::inode::{InodeCache, InodeGuard, InodeState};
+use crate::io_locks::IoLocks;
 use crate::journal::{credits, ErrorPolicy, Journal, Latch};
 use crate::meta::Meta;
 pub use crate::mount_options::MountOptions;
 use crate::overwrite_state::Overwrite;
-use crate::reaper::Reaper;
-use crate::tx::{Tx, TxManager};
+use crate::tx::TxManager;
 use crate::types::*;
 use crate::{acl, dir, file, xattr};
 use cairn_format::dirent::DIRENT_MIN_LOW;
@@ -35,63 +38,19 @@ use cairn_format::inode::*;
 use cairn_format::layout::Geometry;
 use cairn_format::superblock::{STATE_CLEAN, STATE_ERRORS};
 use cairn_format::{FormatError, NAME_MAX, ROOT_INO, SYMLINK_MAX};
-use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-/// Stripes of the per-inode I/O lock.
-const IO_LOCKS: usize = 256;
-
-thread_local! {
-    /// I/O locks the calling thread holds (see [`IoGuard`]).
-    static IO_LOCKS_HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-/// A held I/O lock. The locks are striped (`ino % IO_LOCKS`), so the reaper,
-/// which takes the I/O lock of every inode it frees, may need the very
-/// stripe a thread holds: a thread holding one must never wait for the
-/// reaper ([`Fs::wait_for_reaper`] declines), or both wait for each other.
-pub(crate) struct IoGuard<G> {
-    _guard: G,
-}
-
-impl<G> IoGuard<G> {
-    fn new(guard: G) -> IoGuard<G> {
-        IO_LOCKS_HELD.with(|n| n.set(n.get() + 1));
-        IoGuard { _guard: guard }
-    }
-}
-
-impl<G> Drop for IoGuard<G> {
-    fn drop(&mut self) {
-        IO_LOCKS_HELD.with(|n| n.set(n.get() - 1));
-    }
-}
-
-/// Whether the calling thread holds an I/O lock.
-pub(crate) fn holds_io_lock() -> bool {
-    IO_LOCKS_HELD.with(|n| n.get() > 0)
-}
-
 /// A mounted file system.
 pub struct Fs {
-    pub(crate) meta: Meta,
-    pub(crate) txm: TxManager,
+    /// Metadata, transactions, mount state, backend and reaper.
+    pub(crate) engine: Engine,
     pub(crate) icache: InodeCache,
     pub(crate) dcache: DentryCache,
-    pub(crate) opts: MountOptions,
-    /// Changes are refused: `opts.read_only` until [`Fs::make_writable`]
-    /// (`ro_recovery`) clears it.
-    pub(crate) read_only: AtomicBool,
     unmounted: AtomicBool,
-    /// Set when unmount finished: later requests fail with `Shutdown`.
-    closed: AtomicBool,
     pub(crate) generation: AtomicU32,
-    backend: Backend,
-    /// Inodes whose last link and reference are gone and whose blocks are
-    /// still to free, in steps, and the thread that frees them (`reaper`).
-    pub(crate) reaper: Reaper,
-    io_locks: Vec<RwLock<()>>,
+    pub(crate) io_locks: IoLocks,
     /// The overwrite fast path and its dirty-times list.
     pub(crate) ow: Overwrite,
     /// Serialises renames between directories (see `rename`).
@@ -187,35 +146,30 @@ impl Fs {
         if had_errors {
             tracing::warn!("the image is marked as having errors; run `cairn fsck` to check and clear it");
         }
+        // A checkpoint's dirty buffers cannot be evicted before its push,
+        // and a change after the capture copies them (copy-on-write): an
+        // eighth of the cache at most, so a small `cache_mb` bounds the
+        // commit's working set too.
+        let txm = TxManager::new(
+            journal,
+            Latch::new(opts.errors, had_errors, home_lock),
+            (cache_blocks / 8).max(256) as u64,
+            opts.push_patience,
+            opts.push_drain,
+        );
         let fs = Arc::new(Fs {
-            meta,
-            // A checkpoint's dirty buffers cannot be evicted before its push,
-            // and a change after the capture copies them (copy-on-write): an
-            // eighth of the cache at most, so a small `cache_mb` bounds the
-            // commit's working set too.
-            txm: TxManager::new(
-                journal,
-                Latch::new(opts.errors, had_errors, home_lock),
-                (cache_blocks / 8).max(256) as u64,
-                opts.push_patience,
-                opts.push_drain,
-            ),
+            engine: Engine::new(meta, txm, opts.clone()),
             icache: InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes)),
             dcache: DentryCache::new(opts.lru_caches.then_some(opts.dentry_cache_bytes)),
-            opts: opts.clone(),
-            read_only: AtomicBool::new(opts.read_only),
             unmounted: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
             generation: AtomicU32::new(rand::random()),
-            backend: Backend::default(),
-            reaper: Reaper::new(!opts.sync_delete),
-            io_locks: (0..IO_LOCKS).map(|_| RwLock::new(())).collect(),
+            io_locks: IoLocks::new(),
             ow: Overwrite::new(opts.overwrite_fastpath),
             rename_lock: Mutex::new(()),
             remount_lock: Mutex::new(()),
         });
         fs.install_orphan_flush();
-        if !fs.opts.read_only {
+        if !fs.engine.opts().read_only {
             fs.start_writing()?;
         }
         Ok(fs)
@@ -227,24 +181,24 @@ impl Fs {
     /// commits, and starts the backend, the mbcache's reclaim and the reaper.
     pub(crate) fn start_writing(self: &Arc<Self>) -> Result<()> {
         {
-            let mut sb = self.meta.sb.lock();
+            let mut sb = self.engine.meta().sb.lock();
             sb.state &= !STATE_CLEAN;
             sb.mount_count = sb.mount_count.wrapping_add(1);
             sb.last_mount_time = now().sec as u64;
         }
-        self.change(credits::DEFAULT, |tx| self.write_sb_buffer(tx))?;
+        self.engine.change(credits::DEFAULT, |tx| self.engine.write_sb_buffer(tx))?;
         self.process_orphans(false)?;
         // The not-clean superblock goes home before anything else is logged:
         // a superblock that says clean then means an empty log (the journal
         // open trusts it to skip its scan for damage).
-        self.commit_and_checkpoint()?;
+        self.engine.commit_and_checkpoint()?;
         let fs = self.clone();
-        let (interval, nice) = (self.opts.commit_interval, self.opts.backend_nice);
-        self.backend.spawn(move || fs.backend.run(interval, nice, &mut || fs.background_commit()))?;
-        self.meta.xattrs.cache.start()?;
-        if self.reaper.deferred {
+        let (interval, nice) = (self.engine.opts().commit_interval, self.engine.opts().backend_nice);
+        self.engine.backend().spawn(move || fs.engine.backend().run(interval, nice, &mut || fs.background_commit()))?;
+        self.engine.meta().xattrs.cache.start()?;
+        if self.engine.reaper().deferred {
             let fs = self.clone();
-            self.reaper.spawn(move || fs.reaper.run(&|| fs.reap_queued()))?;
+            self.engine.reaper().spawn(move || fs.engine.reaper().run(&|| fs.reap_queued()))?;
         }
         Ok(())
     }
@@ -258,8 +212,8 @@ impl Fs {
             tracing::error!(error = %e, "background commit failed; the backend stops");
             return false;
         }
-        if self.opts.discard && self.meta.alloc.pending_blocks() > 0 {
-            if let Err(e) = self.txm.checkpoint(&self.meta) {
+        if self.engine.opts().discard && self.engine.meta().alloc.pending_blocks() > 0 {
+            if let Err(e) = self.engine.txm().checkpoint(self.engine.meta()) {
                 tracing::error!(error = %e, "background checkpoint failed; the backend stops");
                 return false;
             }
@@ -273,135 +227,41 @@ impl Fs {
         if self.unmounted.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.backend.stop();
-        self.reaper.stop();
-        self.meta.xattrs.cache.stop();
+        self.engine.backend().stop();
+        self.engine.reaper().stop();
+        self.engine.meta().xattrs.cache.stop();
         let r = self.unmount_commit();
-        self.closed.store(true, Ordering::Release);
+        self.engine.close();
         r
     }
 
     fn unmount_commit(&self) -> Result<()> {
-        if self.read_only.load(Ordering::Acquire) || self.txm.latch.check_writable().is_err() {
+        if self.engine.mounted_read_only() || self.engine.txm().latch.check_writable().is_err() {
             return Ok(());
         }
         self.reap_queued();
         self.process_orphans(true)?;
-        self.meta.alloc.discard_all_preallocs(&self.meta.bufs);
-        self.meta.sb.lock().state |= STATE_CLEAN;
-        self.change(credits::DEFAULT, |tx| self.write_sb_buffer(tx))?;
+        self.engine.meta().alloc.discard_all_preallocs(&self.engine.meta().bufs);
+        self.engine.meta().sb.lock().state |= STATE_CLEAN;
+        self.engine.change(credits::DEFAULT, |tx| self.engine.write_sb_buffer(tx))?;
         // Everything home and the log empty; blocks freed meanwhile are
         // released (and discarded under `-o discard`).
-        self.commit_and_checkpoint()
+        self.engine.commit_and_checkpoint()
     }
 
     // --------------------------------------------------------------- commit
 
-    fn write_sb_buffer(&self, tx: &Tx<'_>) -> Result<()> {
-        self.meta.write_sb_buffer(tx, self.txm.latch.flagged())
-    }
-
     /// Makes everything changed before this call durable; concurrent callers
     /// share one commit (see `tx::manager`).
+    /// The overwrite path's dirty times are stored first (see `overwrite`).
     pub(crate) fn commit(&self) -> Result<()> {
         self.log_dirty_times()?;
-        self.txm.commit(&self.meta)
-    }
-
-    /// Commits, then writes every deferred image home and empties the log,
-    /// so that every block freed so far may be reused (a full file system).
-    pub(crate) fn commit_and_checkpoint(&self) -> Result<()> {
-        self.commit()?;
-        self.txm.checkpoint(&self.meta)
-    }
-
-    pub(crate) fn alive(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(FsError::Shutdown);
-        }
-        self.txm.latch.check_alive()
-    }
-
-    pub(crate) fn writable(&self) -> Result<()> {
-        self.alive()?;
-        if self.read_only.load(Ordering::Acquire) {
-            return Err(FsError::Errno(libc::EROFS));
-        }
-        self.txm.latch.check_writable()
-    }
-
-    /// Runs a changing operation in a transaction handle of `credits` log
-    /// credits (see `tx::handle`): restarts it with more credits when it
-    /// asks for them before changing anything, and retries once, after two
-    /// commits, an operation that found the file system full while freed
-    /// blocks still waited for the journal (operations leave nothing
-    /// half-done when they fail with ENOSPC). Corruption and I/O errors go
-    /// to the error latch.
-    pub(crate) fn change<T>(&self, credits: u64, f: impl Fn(&Tx<'_>) -> Result<T>) -> Result<T> {
-        let mut credits = credits;
-        let mut retried_enospc = false;
-        loop {
-            self.writable()?;
-            if self.meta.bufs.dirty_count() > self.txm.limit() / 2 {
-                self.backend.kick();
-            }
-            let tx = self.txm.begin(&self.meta, credits, &|| self.commit())?;
-            let r = f(&tx);
-            let changed = tx.changed();
-            if let Err(e) = &r {
-                // Latch while the handle still holds the gate: a commit
-                // waiting for it must see the abort and not snapshot half an
-                // operation.
-                self.txm.latch.note(&self.meta.dev, e, changed);
-            }
-            drop(tx);
-            match r {
-                Err(FsError::NeedCredits(n)) if !changed => credits = n,
-                Err(FsError::Errno(libc::ENOSPC))
-                    if !retried_enospc
-                        && (self.meta.alloc.pending_blocks() > 0
-                            || self.reaper.backlog_inodes() > 0
-                            || self.reaper.held_unlinked() > 0) =>
-                {
-                    // Blocks wait for the journal, or inodes and blocks for
-                    // the reaper (a create after a batch of deletes): let
-                    // them go and try once more.
-                    retried_enospc = true;
-                    if !self.wait_for_reaper()? {
-                        self.commit_and_checkpoint()?;
-                    }
-                }
-                Err(e) => return Err(e),
-                Ok(v) => return Ok(v),
-            }
-        }
-    }
-
-    /// Runs a reading operation; corruption and I/O errors go to the latch.
-    pub(crate) fn read_op<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        self.alive()?;
-        let r = f();
-        if let Err(e) = &r {
-            self.txm.latch.note(&self.meta.dev, e, false);
-        }
-        r
-    }
-
-    /// The I/O lock of inode `ino`, exclusive (serialises journaled writes,
-    /// truncates, fallocate and stepwise frees of one inode across their
-    /// handles, and keeps fast-path overwrites out meanwhile).
-    pub(crate) fn io_lock(&self, ino: u64) -> IoGuard<RwLockWriteGuard<'_, ()>> {
-        IoGuard::new(self.io_locks[(ino as usize) % IO_LOCKS].write())
-    }
-
-    /// The I/O lock of inode `ino`, shared (fast-path overwrites).
-    pub(crate) fn io_lock_shared(&self, ino: u64) -> IoGuard<RwLockReadGuard<'_, ()>> {
-        IoGuard::new(self.io_locks[(ino as usize) % IO_LOCKS].read())
+        self.engine.commit()
     }
 
     /// Whether changes are refused (read-only mount or aborted journal).
     pub fn is_read_only(&self) -> bool {
-        self.read_only.load(Ordering::Acquire) || self.txm.latch.aborted()
+        self.engine.is_read_only()
     }
 
     // ---------------------------------------------------------- public API
@@ -416,7 +276,7 @@ impl Fs {
             // Any inode, not only a directory: file handles (`lifecycle`).
             return self.lookup_self(parent);
         }
-        self.read_op(|| {
+        self.engine.read_op(|| {
             let p = self.iget(parent)?;
             let target = {
                 let pg = p.read();
@@ -450,13 +310,13 @@ impl Fs {
     /// directory and caches what it found, or that nothing was.
     pub(crate) fn lookup_name(&self, dir: &InodeState, name: &[u8]) -> Result<Option<u64>> {
         // After an abort the tree may no longer be what the cache saw.
-        let cached = if self.txm.latch.aborted() { Cached::Miss } else { self.dcache.lookup(dir, name) };
+        let cached = if self.engine.txm().latch.aborted() { Cached::Miss } else { self.dcache.lookup(dir, name) };
         match cached {
             Cached::Found(ino, _) => Ok(Some(ino)),
             Cached::Negative => Ok(None),
             Cached::Miss => {
-                let found = dir::lookup(&self.meta, dir, name)?.map(|(_, e)| (e.ino, e.dtype));
-                if !self.txm.latch.aborted() {
+                let found = dir::lookup(self.engine.meta(), dir, name)?.map(|(_, e)| (e.ino, e.dtype));
+                if !self.engine.txm().latch.aborted() {
                     self.dcache.insert(dir, name, found);
                 }
                 Ok(found.map(|(ino, _)| ino))
@@ -467,7 +327,7 @@ impl Fs {
     /// Takes one lookup reference on `ino` (FUSE readdirplus hands the
     /// kernel an entry for each listed name: each counts as a lookup).
     pub fn add_lookup(&self, ino: u64) -> Result<()> {
-        self.read_op(|| {
+        self.engine.read_op(|| {
             let r = self.iget(ino)?;
             let g = r.read();
             if g.freed {
@@ -490,9 +350,9 @@ impl Fs {
     /// and a walk of a large tree would fill the cache with inodes nobody
     /// asks for again.
     pub fn listing_entry(&self, ino: u64, counts: bool, add: impl FnOnce(&Attr) -> bool) -> Result<bool> {
-        self.read_op(|| {
-            if counts && !self.opts.cache_listed && self.icache.add_lookups_if_uncached(ino, 1) {
-                match self.meta.load_inode(ino) {
+        self.engine.read_op(|| {
+            if counts && !self.engine.opts().cache_listed && self.icache.add_lookups_if_uncached(ino, 1) {
+                match self.engine.meta().load_inode(ino) {
                     Ok(d) if d.nlink > 0 => {
                         let taken = add(&self.disk_attr(ino, &d, d.mtime, d.ctime));
                         if !taken {
@@ -521,7 +381,7 @@ impl Fs {
 
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        self.read_op(|| {
+        self.engine.read_op(|| {
             let r = self.iget(ino)?;
             let g = r.read();
             Ok(self.attr(&g))
@@ -530,7 +390,7 @@ impl Fs {
 
     /// Target of a symbolic link.
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
-        self.read_op(|| {
+        self.engine.read_op(|| {
             let r = self.iget(ino)?;
             let g = r.read();
             if g.d.file_type() != S_IFLNK {
@@ -538,7 +398,7 @@ impl Fs {
             }
             match &g.d.data {
                 DataArea::Inline(t) => Ok(t.clone()),
-                _ => file::read(&self.meta, &g, 0, g.d.size.min(SYMLINK_MAX as u64) as u32),
+                _ => file::read(self.engine.meta(), &g, 0, g.d.size.min(SYMLINK_MAX as u64) as u32),
             }
         })
     }
@@ -546,32 +406,32 @@ impl Fs {
     /// The extents of file `ino`, in file order (what FIEMAP and filefrag
     /// report; adjacent ones are not merged).
     pub fn extents(&self, ino: u64) -> Result<Vec<cairn_format::extent::Extent>> {
-        self.read_op(|| {
+        self.engine.read_op(|| {
             let r = self.iget(ino)?;
             let g = r.read();
             if g.d.file_type() != S_IFREG {
                 return Err(FsError::Errno(libc::EINVAL));
             }
-            crate::extent_map::overlapping(&self.meta, &g, 0, u64::MAX)
+            crate::extent_map::overlapping(self.engine.meta(), &g, 0, u64::MAX)
         })
     }
 
     /// Reads up to `size` bytes at `off` (short only at end of file).
     pub fn read(&self, ino: u64, off: u64, size: u32) -> Result<Vec<u8>> {
-        self.with_regular(ino, |st| file::read(&self.meta, st, off, size))
+        self.with_regular(ino, |st| file::read(self.engine.meta(), st, off, size))
     }
 
     /// Reads into `buf` at `off` (clipped at end of file): the bytes read,
     /// every one of them written (see `file::read_into`). For a caller that
     /// has a buffer already, such as a FUSE reply's.
     pub fn read_into(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
-        self.with_regular(ino, |st| file::read_into(&self.meta, st, off, buf))
+        self.with_regular(ino, |st| file::read_into(self.engine.meta(), st, off, buf))
     }
 
     /// Runs `f` on regular file `ino`, locked shared (EISDIR for a
     /// directory, EINVAL for anything else).
     fn with_regular<T>(&self, ino: u64, f: impl FnOnce(&crate::inode::InodeState) -> Result<T>) -> Result<T> {
-        self.read_op(|| {
+        self.engine.read_op(|| {
             let r = self.iget(ino)?;
             let g = r.read();
             match g.d.file_type() {
@@ -584,11 +444,11 @@ impl Fs {
 
     /// lseek(2) for `SEEK_DATA` / `SEEK_HOLE` (other whences are the kernel's).
     pub fn lseek(&self, ino: u64, off: u64, whence: i32) -> Result<u64> {
-        self.read_op(|| {
+        self.engine.read_op(|| {
             let r = self.iget(ino)?;
             let g = r.read();
             match whence {
-                libc::SEEK_DATA | libc::SEEK_HOLE => file::seek(&self.meta, &g, off, whence),
+                libc::SEEK_DATA | libc::SEEK_HOLE => file::seek(self.engine.meta(), &g, off, whence),
                 libc::SEEK_SET => Ok(off),
                 libc::SEEK_END => Ok(g.d.size.saturating_add(off)),
                 _ => Err(FsError::Errno(libc::EINVAL)),
@@ -620,7 +480,7 @@ impl Fs {
         const BATCH: usize = 128;
         let mut next = offset;
         loop {
-            let batch = self.read_op(|| {
+            let batch = self.engine.read_op(|| {
                 let r = self.iget(ino)?;
                 let g = r.read();
                 if !g.d.is_dir() {
@@ -636,7 +496,7 @@ impl Fs {
                     out.push(DirEntry { ino: parent, next_offset: 2, dtype: dt, name: b"..".to_vec() });
                 }
                 let from = if next <= 2 { DIRENT_MIN_LOW } else { next };
-                dir::list(&self.meta, &g, from, &mut |k, e| {
+                dir::list(self.engine.meta(), &g, from, &mut |k, e| {
                     out.push(DirEntry { ino: e.ino, next_offset: k + 1, dtype: e.dtype, name: e.name });
                     out.len() < BATCH
                 })?;
@@ -644,7 +504,7 @@ impl Fs {
             })?;
             let full = batch.len() >= BATCH;
             if inodes {
-                self.meta.prefetch_inodes(batch.iter().map(|e| e.ino));
+                self.engine.meta().prefetch_inodes(batch.iter().map(|e| e.ino));
             }
             for e in &batch {
                 if !f(e) {
@@ -660,20 +520,20 @@ impl Fs {
 
     /// statfs(2).
     pub fn statfs(&self) -> Result<StatFs> {
-        self.alive()?;
-        let a = &self.meta.alloc;
+        self.engine.alive()?;
+        let a = &self.engine.meta().alloc;
         // Blocks of deleted files the reaper has still to free count as free.
-        let free = (a.disk_free_blocks.load(Ordering::Relaxed) + self.reaper.backlog_blocks())
-            .min(self.meta.geo().total_blocks);
+        let free = (a.disk_free_blocks.load(Ordering::Relaxed) + self.engine.reaper().backlog_blocks())
+            .min(self.engine.meta().geo().total_blocks);
         Ok(StatFs {
-            block_size: self.meta.geo().block_size,
-            blocks: self.meta.geo().total_blocks,
+            block_size: self.engine.meta().geo().block_size,
+            blocks: self.engine.meta().geo().total_blocks,
             blocks_free: free,
             // File data cannot take the metadata reserve, nor what is held
             // for the kernel's write-backs: a program that fallocates what
             // statfs says is available must get it.
             blocks_avail: free.saturating_sub(a.reserve_blocks() + a.held_for_write_back()),
-            files: self.meta.geo().total_inodes(),
+            files: self.engine.meta().geo().total_inodes(),
             files_free: a.free_inodes.load(Ordering::Relaxed),
             name_max: NAME_MAX as u32,
         })
@@ -681,12 +541,12 @@ impl Fs {
 
     /// Value of an extended attribute (ENODATA if absent).
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
-        self.read_op(|| xattr::get(&self.meta, &self.iget(ino)?.read(), name))
+        self.engine.read_op(|| xattr::get(self.engine.meta(), &self.iget(ino)?.read(), name))
     }
 
     /// Names of all extended attributes, each followed by a NUL byte.
     pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
-        self.read_op(|| xattr::list(&self.meta, &self.iget(ino)?.read()))
+        self.engine.read_op(|| xattr::list(self.engine.meta(), &self.iget(ino)?.read()))
     }
 
     /// Makes the file's data and metadata durable (fsync / fdatasync).
@@ -694,13 +554,13 @@ impl Fs {
     /// (say, after fast-path overwrites) only flushes the device: its dirty
     /// times wait for the next commit, as fdatasync(2) allows.
     pub fn fsync(&self, ino: u64, datasync: bool) -> Result<()> {
-        if datasync && !self.read_only.load(Ordering::Acquire) {
-            self.alive()?;
-            self.txm.latch.check_commit()?;
-            let stored = self.read_op(|| Ok(self.iget(ino)?.read().stored_seq.load(Ordering::Acquire)))?;
-            if stored <= self.txm.log.committed_seq() {
+        if datasync && !self.engine.mounted_read_only() {
+            self.engine.alive()?;
+            self.engine.txm().latch.check_commit()?;
+            let stored = self.engine.read_op(|| Ok(self.iget(ino)?.read().stored_seq.load(Ordering::Acquire)))?;
+            if stored <= self.engine.txm().log.committed_seq() {
                 self.ow.stats.datasync_flush_only.fetch_add(1, Ordering::Relaxed);
-                return self.read_op(|| Ok(self.meta.dev.flush()?));
+                return self.engine.read_op(|| Ok(self.engine.meta().dev.flush()?));
             }
         }
         self.sync_fs()
@@ -708,12 +568,12 @@ impl Fs {
 
     /// Commits everything (syncfs / sync).
     pub fn sync_fs(&self) -> Result<()> {
-        self.alive()?;
-        if self.read_only.load(Ordering::Acquire) {
+        self.engine.alive()?;
+        if self.engine.mounted_read_only() {
             return Ok(());
         }
         // After an abort, changes made since the last commit are lost: say so.
-        self.txm.latch.check_commit()?;
+        self.engine.txm().latch.check_commit()?;
         self.commit()
     }
 
@@ -737,7 +597,7 @@ impl Fs {
         may_keep_sgid: &dyn Fn(u32) -> bool,
     ) -> Result<()> {
         let parsed = if name == acl::ACCESS || name == acl::DEFAULT { Some(acl::Acl::parse(value)?) } else { None };
-        self.change(credits::DEFAULT, |tx| {
+        self.engine.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();
             crate::inode_flags::refuse_if_protected(&g)?;
@@ -773,7 +633,7 @@ impl Fs {
 
     /// Removes an extended attribute (ENODATA if absent).
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
-        self.change(credits::DEFAULT, |tx| {
+        self.engine.change(credits::DEFAULT, |tx| {
             let r = self.iget(ino)?;
             let mut g = r.write();
             crate::inode_flags::refuse_if_protected(&g)?;
@@ -789,16 +649,16 @@ impl Fs {
         use crate::stats::Publish;
         let mut v: Vec<(String, u64)> = Vec::new();
         let mut put = |k: &str, x: u64| v.push((k.to_string(), x));
-        self.txm.publish(&mut put);
-        self.meta.bufs.publish(&mut put);
+        self.engine.txm().publish(&mut put);
+        self.engine.meta().bufs.publish(&mut put);
         self.icache.publish(&mut put);
         self.dcache.publish(&mut put);
         self.ow.publish(&mut put);
-        self.reaper.publish(&mut put);
-        self.meta.orphans.publish(&mut put);
-        self.meta.xattrs.cache.publish(&mut put);
-        self.meta.alloc.publish(&mut put);
-        self.meta.dev.publish(&mut put);
+        self.engine.reaper().publish(&mut put);
+        self.engine.meta().orphans.publish(&mut put);
+        self.engine.meta().xattrs.cache.publish(&mut put);
+        self.engine.meta().alloc.publish(&mut put);
+        self.engine.meta().dev.publish(&mut put);
         v
     }
 
@@ -806,42 +666,42 @@ impl Fs {
     /// that operations overtake the push (see `buffer::cil`).
     #[cfg(feature = "testing")]
     pub fn debug_slow_capture(&self, pause: std::time::Duration) {
-        self.meta.bufs.cil.set_capture_pause(pause);
+        self.engine.meta().bufs.cil.set_capture_pause(pause);
     }
 
     /// Tests: keeps the reaper thread from freeing what is queued while
     /// `hold` is set (see `reaper`).
     #[cfg(feature = "testing")]
     pub fn debug_hold_reaper(&self, hold: bool) {
-        self.reaper.debug_hold(hold);
+        self.engine.reaper().debug_hold(hold);
     }
 
     /// Checks the engine's in-memory invariants (buffer cache, allocator);
     /// panics with what is wrong. For tests and debugging: it walks every
     /// cached buffer.
     pub fn debug_check_consistency(&self) {
-        self.txm.quiesced(|| {
-            self.meta.bufs.debug_check_consistency();
-            self.meta.alloc.debug_check_consistency();
+        self.engine.txm().quiesced(|| {
+            self.engine.meta().bufs.debug_check_consistency();
+            self.engine.meta().alloc.debug_check_consistency();
         });
     }
 
     /// The error policy in force (`-o errors=`).
     pub fn error_policy(&self) -> ErrorPolicy {
-        self.txm.latch.policy()
+        self.engine.txm().latch.policy()
     }
 
     /// The first error latched since mount (see `-o errors=`), if any.
     pub fn first_error(&self) -> Option<String> {
-        self.txm.latch.first_error()
+        self.engine.txm().latch.first_error()
     }
 }
 
 impl Drop for Fs {
     fn drop(&mut self) {
-        self.meta.xattrs.cache.stop();
-        self.reaper.stop();
-        if !self.unmounted.load(Ordering::Acquire) && !self.read_only.load(Ordering::Acquire) {
+        self.engine.meta().xattrs.cache.stop();
+        self.engine.reaper().stop();
+        if !self.unmounted.load(Ordering::Acquire) && !self.engine.mounted_read_only() {
             tracing::warn!("file system dropped without unmount; the journal holds its last changes");
         }
     }

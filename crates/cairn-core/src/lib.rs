@@ -51,12 +51,14 @@ mod btree;
 mod buffer;
 mod chattr;
 mod dir;
+mod engine;
 #[cfg(feature = "testing")]
 pub mod faults;
 mod file;
 mod fs;
 mod inode;
 pub mod inode_flags;
+mod io_locks;
 pub(crate) mod journal;
 mod lru;
 mod stats;

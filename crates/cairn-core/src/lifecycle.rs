@@ -50,7 +50,7 @@
 //! FUSE's root node ("fuse: root generation should be zero").
 //!
 //! ## Locking
-//! Steps of one inode run under its I/O lock (`Fs::io_lock`), taken before
+//! Steps of one inode run under its I/O lock (`io_locks`), taken before
 //! each step's handle, so writes and truncates of the inode wait for them.
 
 use crate::btree::Tree;
@@ -68,7 +68,7 @@ use std::sync::atomic::Ordering;
 impl Fs {
     /// The in-core inode `ino` (ENOENT once freed).
     pub(crate) fn iget(&self, ino: u64) -> Result<InodeRef> {
-        let r = self.icache.get(&self.meta, ino)?;
+        let r = self.icache.get(self.engine.meta(), ino)?;
         let (freed, unlinked) = {
             let g = r.read();
             (g.freed, g.d.nlink == 0 && g.d.flags & INODE_FLAG_ORPHAN == 0)
@@ -76,7 +76,7 @@ impl Fs {
         if freed {
             return Err(FsError::Errno(libc::ENOENT));
         }
-        if unlinked && !self.meta.alloc.inode_in_use(&self.meta.bufs, ino)? {
+        if unlinked && !self.engine.meta().alloc.inode_in_use(&self.engine.meta().bufs, ino)? {
             // A freed inode read back from disk (the cache dropped it when
             // it was freed): it is not a live file.
             r.write().freed = true;
@@ -96,7 +96,7 @@ impl Fs {
             ino,
             generation: if ino == cairn_format::ROOT_INO { 0 } else { d.generation },
             size: d.size,
-            blocks: d.blocks * u64::from(self.meta.geo().block_size / 512),
+            blocks: d.blocks * u64::from(self.engine.meta().geo().block_size / 512),
             atime: d.atime,
             mtime,
             ctime,
@@ -106,7 +106,7 @@ impl Fs {
             uid: d.uid,
             gid: d.gid,
             rdev: d.rdev,
-            blksize: self.meta.geo().block_size,
+            blksize: self.engine.meta().geo().block_size,
             flags: d.attr_flags,
         }
     }
@@ -117,7 +117,7 @@ impl Fs {
     pub(crate) fn store(&self, tx: &Tx<'_>, st: &InodeState) -> Result<()> {
         // The running checkpoint's sequence is stable while a handle holds
         // the gate (a push moves it on under the closed gate).
-        st.stored_seq.fetch_max(self.meta.running_seq.load(Ordering::Acquire), Ordering::AcqRel);
+        st.stored_seq.fetch_max(self.engine.meta().running_seq.load(Ordering::Acquire), Ordering::AcqRel);
         if st.lazy_time.lock().is_none() {
             return tx.store_inode(st.ino, &st.d);
         }
@@ -127,12 +127,12 @@ impl Fs {
     }
 
     fn orphan_tree(&self) -> Tree<'_> {
-        Tree::new(&self.meta, KIND_ORPHANS, 0, 0)
+        Tree::new(self.engine.meta(), KIND_ORPHANS, 0, 0)
     }
 
     fn orphan_levels(&self) -> Result<u64> {
-        let root = *self.meta.orphan_root.lock();
-        crate::btree::levels(&self.meta, root, KIND_ORPHANS, 0)
+        let root = *self.engine.meta().orphan_root.lock();
+        crate::btree::levels(self.engine.meta(), root, KIND_ORPHANS, 0)
     }
 
     /// Credits of adding to (or removing from) the orphan list (one level
@@ -149,10 +149,10 @@ impl Fs {
         }
         // The set's base: two whole inserts (see `deferred_orphans`).
         let base = 2 * self.orphan_credits()?;
-        if !self.meta.orphans.add(st.ino, base, tx.log_limit() / 4, |c| tx.reserve_aside(c)) {
-            let mut root = self.meta.orphan_root.lock();
+        if !self.engine.meta().orphans.add(st.ino, base, tx.log_limit() / 4, |c| tx.reserve_aside(c)) {
+            let mut root = self.engine.meta().orphan_root.lock();
             self.orphan_tree().insert(tx, &mut root, st.ino, &[])?;
-            self.meta.orphans.direct.fetch_add(1, Ordering::Relaxed);
+            self.engine.meta().orphans.direct.fetch_add(1, Ordering::Relaxed);
         }
         st.d.flags |= INODE_FLAG_ORPHAN;
         Ok(())
@@ -164,10 +164,10 @@ impl Fs {
         if st.d.flags & INODE_FLAG_ORPHAN == 0 {
             return Ok(());
         }
-        if let Some(credits) = self.meta.orphans.cancel(st.ino) {
+        if let Some(credits) = self.engine.meta().orphans.cancel(st.ino) {
             tx.release_aside(credits);
         } else {
-            let mut root = self.meta.orphan_root.lock();
+            let mut root = self.engine.meta().orphan_root.lock();
             self.orphan_tree().remove(tx, &mut root, st.ino)?;
         }
         st.d.flags &= !INODE_FLAG_ORPHAN;
@@ -186,12 +186,12 @@ impl Fs {
             DataArea::Extents(list) => list.len() as u64 * credits::FREE,
             DataArea::Tree(root) if st.d.is_dir() => {
                 let kind = cairn_format::btree::KIND_DIRENTS;
-                crate::btree::levels(&self.meta, *root, kind, st.ino)? * credits::FREE
+                crate::btree::levels(self.engine.meta(), *root, kind, st.ino)? * credits::FREE
             }
             DataArea::Tree(_) => credits::FREE,
             DataArea::Inline(_) => 0,
         };
-        let xattr = crate::xattr::release_credits(&self.meta, st)?;
+        let xattr = crate::xattr::release_credits(self.engine.meta(), st)?;
         let orphan = if st.d.flags & INODE_FLAG_ORPHAN != 0 { credits::tree_remove(self.orphan_levels()?) } else { 0 };
         Ok(blocks + xattr + orphan + credits::ALLOC + credits::INODE)
     }
@@ -208,15 +208,15 @@ impl Fs {
             file::free_range(tx, st, 0, u64::MAX)?;
             if let DataArea::Tree(root) = st.d.data {
                 // An extent tree left with no extents (a damaged map).
-                Tree::new(&self.meta, cairn_format::btree::KIND_EXTENTS, st.ino, 0).destroy(tx, root)?;
+                Tree::new(self.engine.meta(), cairn_format::btree::KIND_EXTENTS, st.ino, 0).destroy(tx, root)?;
             }
         } else if let DataArea::Tree(root) = st.d.data {
-            let mut t = Tree::new(&self.meta, cairn_format::btree::KIND_DIRENTS, st.ino, 0);
+            let mut t = Tree::new(self.engine.meta(), cairn_format::btree::KIND_DIRENTS, st.ino, 0);
             t.destroy(tx, root)?;
         }
         xattr_release(tx, st)?;
         self.orphan_remove(tx, st)?;
-        self.meta.alloc.free_inode(tx, st.ino, st.d.is_dir())?;
+        self.engine.meta().alloc.free_inode(tx, st.ino, st.d.is_dir())?;
         st.d.nlink = 0;
         st.d.size = 0;
         st.d.blocks = 0;
@@ -237,10 +237,10 @@ impl Fs {
         }
         self.orphan_add(tx, st)?;
         if lookups == 0 {
-            self.reaper.push(st.ino, st.d.blocks);
+            self.engine.reaper().push(st.ino, st.d.blocks);
         } else if !st.held_unlinked && !st.d.is_dir() {
             st.held_unlinked = true;
-            self.reaper.hold_unlinked();
+            self.engine.reaper().hold_unlinked();
         }
         self.store(tx, st)
     }
@@ -266,15 +266,15 @@ impl Fs {
     /// frees the last extents that its handle's credits cover; the last one
     /// frees the rest (xattrs, orphan entry, inode number).
     pub(crate) fn finish_delete(&self, ino: u64) -> Result<()> {
-        let _io = self.io_lock(ino);
+        let _io = self.io_locks.exclusive(ino);
         loop {
-            let (more, freed) = self.change(credits::DEFAULT, |tx| {
-                let r = self.icache.get(&self.meta, ino)?;
+            let (more, freed) = self.engine.change(credits::DEFAULT, |tx| {
+                let r = self.icache.get(self.engine.meta(), ino)?;
                 let mut st = r.write();
                 if st.freed || st.d.nlink > 0 || self.icache.lookups(ino) > 0 {
                     return Ok((false, st.d.blocks));
                 }
-                if !self.meta.alloc.inode_in_use(&self.meta.bufs, ino)? {
+                if !self.engine.meta().alloc.inode_in_use(&self.engine.meta().bufs, ino)? {
                     // Freed already (queued twice: a reference taken and
                     // dropped again after the first queueing), and read
                     // back from its table: freeing it again would corrupt
@@ -286,8 +286,8 @@ impl Fs {
                 if !Self::frees_at_once(&st) {
                     file::free_range_step(tx, &mut st, 0, u64::MAX, 0)?;
                     if tx.changed() {
-                        self.txm.stats.steps.fetch_add(1, Ordering::Relaxed);
-                        self.reaper.stats.steps.fetch_add(1, Ordering::Relaxed);
+                        self.engine.txm().stats.steps.fetch_add(1, Ordering::Relaxed);
+                        self.engine.reaper().stats.steps.fetch_add(1, Ordering::Relaxed);
                         self.store(tx, &st)?;
                         return Ok((true, before.saturating_sub(st.d.blocks)));
                     }
@@ -296,7 +296,7 @@ impl Fs {
                 self.free_now(tx, &mut st)?;
                 Ok((false, before))
             })?;
-            self.reaper.freed(freed);
+            self.engine.reaper().freed(freed);
             if !more {
                 return Ok(());
             }
@@ -309,14 +309,14 @@ impl Fs {
     /// `on_freed` hears how many blocks each step freed.
     pub(crate) fn finish_truncate(&self, ino: u64, on_freed: &mut dyn FnMut(u64)) -> Result<()> {
         loop {
-            let (more, freed) = self.change(credits::DEFAULT, |tx| {
+            let (more, freed) = self.engine.change(credits::DEFAULT, |tx| {
                 let r = self.iget(ino)?;
                 let mut st = r.write();
-                let from = st.d.size.div_ceil(u64::from(self.meta.geo().block_size));
+                let from = st.d.size.div_ceil(u64::from(self.engine.meta().geo().block_size));
                 let before = st.d.blocks;
                 let more = file::free_range_step(tx, &mut st, from, u64::MAX, self.orphan_credits()?)?;
                 if tx.changed() {
-                    self.txm.stats.steps.fetch_add(1, Ordering::Relaxed);
+                    self.engine.txm().stats.steps.fetch_add(1, Ordering::Relaxed);
                     if more {
                         self.orphan_add(tx, &mut st)?;
                     }
@@ -363,7 +363,7 @@ impl Fs {
     pub(crate) fn settle_truncate(&self, ino: u64) -> Result<()> {
         if self.truncate_pending(ino)? {
             self.finish_truncate(ino, &mut |_| {})?;
-            self.reaper.stats.truncates_settled.fetch_add(1, Ordering::Relaxed);
+            self.engine.reaper().stats.truncates_settled.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -371,36 +371,37 @@ impl Fs {
     /// Has every commit's swap insert the deferred orphans
     /// ([`flush_deferred_orphans`]).
     pub(crate) fn install_orphan_flush(&self) {
-        self.txm.set_swap_hook(flush_deferred_orphans);
+        self.engine.txm().set_swap_hook(flush_deferred_orphans);
     }
 
     /// Finishes what the orphan list holds (mount and unmount): frees
     /// unlinked inodes nobody holds, completes interrupted truncates. At
     /// unmount the kernel's references are gone whatever their count says.
     pub(crate) fn process_orphans(&self, unmounting: bool) -> Result<()> {
-        let root = *self.meta.orphan_root.lock();
+        let root = *self.engine.meta().orphan_root.lock();
         // Those whose insert still waits for a swap too (an unmount).
-        let mut inos = self.meta.orphans.inos();
+        let mut inos = self.engine.meta().orphans.inos();
         self.orphan_tree().scan(root, 0, &mut |k, _| {
             inos.push(k);
             true
         })?;
         for ino in inos {
-            let valid = self.meta.geo().valid_ino(ino) && self.meta.alloc.inode_in_use(&self.meta.bufs, ino)?;
+            let valid = self.engine.meta().geo().valid_ino(ino)
+                && self.engine.meta().alloc.inode_in_use(&self.engine.meta().bufs, ino)?;
             if !valid {
                 // A stale entry (a damaged list): drop it rather than free a
                 // free inode twice.
                 tracing::warn!(ino, "orphan list names an inode that is not in use; dropping the entry");
-                self.change(credits::DEFAULT, |tx| {
+                self.engine.change(credits::DEFAULT, |tx| {
                     tx.require(self.orphan_credits()?)?;
-                    let mut root = self.meta.orphan_root.lock();
+                    let mut root = self.engine.meta().orphan_root.lock();
                     self.orphan_tree().remove(tx, &mut root, ino)?;
                     Ok(())
                 })?;
                 continue;
             }
             let (nlink, lookups, freed) = {
-                let r = self.icache.get(&self.meta, ino)?;
+                let r = self.icache.get(self.engine.meta(), ino)?;
                 let st = r.write();
                 if unmounting {
                     self.icache.clear_lookups(ino);
@@ -413,7 +414,7 @@ impl Fs {
             if nlink == 0 {
                 self.finish_delete(ino)?;
             } else {
-                let _io = self.io_lock(ino);
+                let _io = self.io_locks.exclusive(ino);
                 self.finish_truncate(ino, &mut |_| {})?;
             }
         }
@@ -429,7 +430,7 @@ impl Fs {
         rdev: u64,
     ) -> Result<(u64, DiskInode)> {
         let is_dir = mode & S_IFMT == S_IFDIR;
-        let ino = self.meta.alloc.alloc_inode(tx, is_dir)?;
+        let ino = self.engine.meta().alloc.alloc_inode(tx, is_dir)?;
         let t = now();
         let mut mode = mode;
         let gid = if parent.d.mode & libc::S_ISGID != 0 {
@@ -464,8 +465,10 @@ impl Fs {
     /// inode (see "By number" above).
     pub fn lookup_self(&self, ino: u64) -> Result<Attr> {
         let stale = || FsError::Errno(libc::ESTALE);
-        self.read_op(|| {
-            if !self.meta.geo().valid_ino(ino) || !self.meta.alloc.inode_in_use(&self.meta.bufs, ino)? {
+        self.engine.read_op(|| {
+            if !self.engine.meta().geo().valid_ino(ino)
+                || !self.engine.meta().alloc.inode_in_use(&self.engine.meta().bufs, ino)?
+            {
                 return Err(stale());
             }
             let r = match self.iget(ino) {
@@ -486,7 +489,10 @@ impl Fs {
     /// there too). No inode-table slot is read, so a free number never
     /// looks like corruption (`cairn inspect IMAGE stat '#N'`).
     pub fn inode_in_use(&self, ino: u64) -> Result<bool> {
-        self.read_op(|| Ok(self.meta.geo().valid_ino(ino) && self.meta.alloc.inode_in_use(&self.meta.bufs, ino)?))
+        self.engine.read_op(|| {
+            Ok(self.engine.meta().geo().valid_ino(ino)
+                && self.engine.meta().alloc.inode_in_use(&self.engine.meta().bufs, ino)?)
+        })
     }
 
     /// The kernel's lookup references on `ino` now (0: the kernel holds
@@ -524,12 +530,12 @@ impl Fs {
             }
         };
         // Told once the file is queued or freed (an allocation may wait).
-        let _told = LetGo(let_go.then_some(&self.reaper));
+        let _told = LetGo(let_go.then_some(self.engine.reaper()));
         if unused {
             // The kernel holds the file no more: its stream has ended.
-            self.meta.alloc.discard_prealloc(&self.meta.bufs, ino);
+            self.engine.meta().alloc.discard_prealloc(&self.engine.meta().bufs, ino);
         }
-        if free && !self.is_read_only() && self.reaper.deferred {
+        if free && !self.is_read_only() && self.engine.reaper().deferred {
             // On the orphan list since its unlink: the reaper frees it, and
             // FORGET needs no transaction of its own (Tux3's frontend only
             // queues; see `reaper`).
@@ -537,19 +543,19 @@ impl Fs {
                 let g = r.read();
                 let queue = g.d.nlink == 0 && g.d.flags & INODE_FLAG_ORPHAN != 0 && !g.freed;
                 if queue {
-                    self.reaper.push(ino, g.d.blocks);
+                    self.engine.reaper().push(ino, g.d.blocks);
                 }
                 queue
             });
             if queued {
-                self.reaper.kick();
+                self.engine.reaper().kick();
                 self.icache.evict_if_unused(ino);
                 return;
             }
         }
         if free && !self.is_read_only() {
-            let res = self.change(credits::DEFAULT, |tx| {
-                let r = self.icache.get(&self.meta, ino)?;
+            let res = self.engine.change(credits::DEFAULT, |tx| {
+                let r = self.icache.get(self.engine.meta(), ino)?;
                 let mut g = r.write();
                 tx.require(self.drop_link_credits(&g)?)?;
                 if self.icache.lookups(ino) == 0 && g.d.nlink == 0 && !g.freed {
@@ -594,7 +600,7 @@ impl Fs {
     }
 
     fn reap_queued_here(&self) {
-        while let Some(job) = self.reaper.take() {
+        while let Some(job) = self.engine.reaper().take() {
             match job {
                 crate::reaper::Job::Delete(ino) => {
                     if let Err(e) = self.finish_delete(ino) {
@@ -604,29 +610,29 @@ impl Fs {
                 crate::reaper::Job::Truncate { ino, blocks } => {
                     let mut freed = 0;
                     let res = {
-                        let _io = self.io_lock(ino);
+                        let _io = self.io_locks.exclusive(ino);
                         self.finish_truncate_if_pending(ino, &mut |n| {
                             freed += n;
-                            self.reaper.freed(n);
+                            self.engine.reaper().freed(n);
                         })
                     };
                     // The estimate's rest: blocks a write settled first,
                     // holes, or a delete that took the file over.
-                    self.reaper.freed(blocks.saturating_sub(freed));
+                    self.engine.reaper().freed(blocks.saturating_sub(freed));
                     if let Err(e) = res {
                         tracing::warn!(ino, error = %e, "a deferred truncate failed; the file stays on the orphan list");
                     }
                 }
             }
-            self.reaper.finished();
+            self.engine.reaper().finished();
         }
     }
 
     /// After an operation that may have queued inodes: free them now
     /// (`sync_delete`) or wake the reaper.
     pub(crate) fn after_unlink(&self) {
-        if self.reaper.deferred {
-            self.reaper.kick();
+        if self.engine.reaper().deferred {
+            self.engine.reaper().kick();
         } else {
             self.reap_queued();
         }

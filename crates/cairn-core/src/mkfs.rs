@@ -420,7 +420,7 @@ pub fn create_lost_found(dev: Arc<dyn BlockDevice>) -> Result<u64> {
         fs.mkdir(&owner, ROOT_INO, LOST_FOUND, S_IFDIR | 0o700)
     });
     {
-        let mut sb = fs.meta.sb.lock();
+        let mut sb = fs.engine.meta().sb.lock();
         sb.mount_count = 0;
         sb.last_mount_time = 0;
     }

@@ -61,7 +61,7 @@ impl Fs {
     /// ACL there, the inode inherits it (masked by `mode`; no umask), and a
     /// directory keeps it as its own default; without one, the umask.
     fn inherit(&self, parent: &InodeState, mode: u32, ctx: &Ctx) -> Result<(u32, Inherited)> {
-        match xattr::get(&self.meta, parent, acl::DEFAULT) {
+        match xattr::get(self.engine.meta(), parent, acl::DEFAULT) {
             Ok(v) => {
                 let (mode, access) = acl::Acl::parse(&v)?.inherit(mode);
                 let default = (mode & S_IFMT == S_IFDIR).then_some(v);
@@ -74,7 +74,7 @@ impl Fs {
 
     /// Credits of adding an entry to `dir`.
     fn entry_add_credits(&self, dir: &InodeState) -> Result<u64> {
-        Ok(credits::tree_insert(crate::dir::levels(&self.meta, dir)?))
+        Ok(credits::tree_insert(crate::dir::levels(self.engine.meta(), dir)?))
     }
 
     /// Shared body of mknod/mkdir/symlink.
@@ -94,7 +94,7 @@ impl Fs {
         rdev: u64,
         target: Option<&[u8]>,
     ) -> Result<Attr> {
-        self.change(credits::DEFAULT, |tx| {
+        self.engine.change(credits::DEFAULT, |tx| {
             let p = self.iget(parent)?;
             let mut pg = p.write();
             if !pg.d.is_dir() {
@@ -200,7 +200,7 @@ impl Fs {
 
     /// Creates an unnamed regular file (O_TMPFILE): an orphan until linked.
     pub fn tmpfile(&self, ctx: &Ctx, parent: u64, mode: u32) -> Result<Attr> {
-        self.change(credits::DEFAULT, |tx| {
+        self.engine.change(credits::DEFAULT, |tx| {
             let p = self.iget(parent)?;
             let pg = p.read();
             if !pg.d.is_dir() {
@@ -229,7 +229,7 @@ impl Fs {
     }
 
     fn link_in(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
-        self.change(credits::DEFAULT, |tx| {
+        self.engine.change(credits::DEFAULT, |tx| {
             let p = self.iget(newparent)?;
             let c = self.iget(ino)?;
             let mut gs = lock_many(&[&p, &c]);
@@ -291,7 +291,7 @@ impl Fs {
                 if !pg.d.is_dir() {
                     return Err(FsError::Errno(libc::ENOTDIR));
                 }
-                let (k, e) = dir::lookup(&self.meta, &pg, name)?.ok_or(FsError::Errno(libc::ENOENT))?;
+                let (k, e) = dir::lookup(self.engine.meta(), &pg, name)?.ok_or(FsError::Errno(libc::ENOENT))?;
                 (k, e.ino, pg.entry_changes)
             };
             let c = self.iget(ino)?;
@@ -300,7 +300,7 @@ impl Fs {
                 // No entry changed in between: the one found is still there.
                 return Ok((gs, key, ino));
             }
-            let again = dir::lookup(&self.meta, find(&mut gs, parent), name)?;
+            let again = dir::lookup(self.engine.meta(), find(&mut gs, parent), name)?;
             if again.is_some_and(|(k, e)| k == key && e.ino == ino) {
                 return Ok((gs, key, ino));
             }
@@ -318,7 +318,7 @@ impl Fs {
         if want_dir && name == b".." {
             return Err(FsError::Errno(libc::ENOTEMPTY));
         }
-        self.change(credits::DEFAULT, |tx| {
+        self.engine.change(credits::DEFAULT, |tx| {
             let (mut gs, key, ino) = self.lock_entry(parent, name)?;
             if ino == parent {
                 return Err(FsError::Errno(libc::EINVAL));
@@ -334,7 +334,7 @@ impl Fs {
                     _ => {}
                 }
             }
-            let levels = crate::dir::levels(&self.meta, find(&mut gs, parent))?;
+            let levels = crate::dir::levels(self.engine.meta(), find(&mut gs, parent))?;
             tx.require(credits::tree_remove(levels) + credits::INODE + self.drop_link_credits(find(&mut gs, ino))?)?;
             let t = now();
             // The link first: its last one puts the inode on the orphan
@@ -401,7 +401,7 @@ impl Fs {
         // Moves between directories are serialised (the VFS does the same
         // with s_vfs_rename_mutex): the below-itself check walks ancestors.
         let _cross = (parent != newparent).then(|| self.rename_lock.lock());
-        self.change(credits::DEFAULT, |tx| {
+        self.engine.change(credits::DEFAULT, |tx| {
             crate::rename::rename(self, tx, ctx, parent, name, newparent, newname, flags)
         })?;
         self.after_unlink();

@@ -49,31 +49,31 @@ impl Fs {
     /// last group that holds its metadata); see the module essay.
     pub fn grow(&self, new_bytes: u64) -> Result<Grown> {
         let _remount = self.remount_lock.lock();
-        self.writable()?;
-        let sb0 = self.meta.sb.lock().clone();
+        self.engine.writable()?;
+        let sb0 = self.engine.meta().sb.lock().clone();
         let bs = u64::from(sb0.block_size());
         // Already that size: nothing to do (as resize2fs), not a shrink.
         if new_bytes / bs == sb0.total_blocks {
             return Ok(crate::resize::unchanged(&sb0));
         }
         let (target, target_geo) = crate::resize::grown_superblock(&sb0, new_bytes)?;
-        self.meta.dev.grow_to(target.total_blocks * bs).map_err(|e| {
+        self.engine.meta().dev.grow_to(target.total_blocks * bs).map_err(|e| {
             FsError::Invalid(format!("cannot make the device {} bytes long: {e}", target.total_blocks * bs))
         })?;
-        let old = self.meta.geo();
+        let old = self.engine.meta().geo();
         // (1) Inode tables, past the old end.
         let mut zeroed = sb0.feature_compat & COMPAT_ITABLES_ZEROED != 0;
         for g in old.group_count..target_geo.group_count {
             let table = target_geo.itable_blocks * bs;
-            if zeroed && !self.meta.dev.zero_range(target_geo.inode_table(g) * bs, table)? {
+            if zeroed && !self.engine.meta().dev.zero_range(target_geo.inode_table(g) * bs, table)? {
                 zeroed = false;
             }
         }
-        self.meta.dev.flush()?;
+        self.engine.meta().dev.flush()?;
         // (2) Steps of at most one descriptor block's worth of groups.
         let per_step = bs / GD_SIZE as u64;
         loop {
-            let now = self.meta.geo();
+            let now = self.engine.meta().geo();
             if now.total_blocks >= target.total_blocks {
                 break;
             }
@@ -85,9 +85,9 @@ impl Fs {
             };
             let step = Geometry { total_blocks: total, group_count: groups, ..target_geo };
             self.commit()?;
-            let r = self.txm.quiesced_change(&self.meta, STEP_CREDITS, |tx| {
-                self.meta.alloc.grow(tx, &step, zeroed)?;
-                let mut sb = self.meta.sb.lock();
+            let r = self.engine.txm().quiesced_change(self.engine.meta(), STEP_CREDITS, |tx| {
+                self.engine.meta().alloc.grow(tx, &step, zeroed)?;
+                let mut sb = self.engine.meta().sb.lock();
                 sb.total_blocks = step.total_blocks;
                 sb.group_count = step.group_count;
                 if !zeroed {
@@ -96,14 +96,14 @@ impl Fs {
                 Ok(())
             });
             if let Err(e) = &r {
-                self.txm.latch.note(&self.meta.dev, e, true);
+                self.engine.txm().latch.note(&self.engine.meta().dev, e, true);
             }
             r?;
         }
         // (3) The grown superblock home, then its copies.
-        self.commit_and_checkpoint()?;
-        let sb = self.meta.sb.lock().clone();
-        crate::tune::write_backups(self.meta.dev.as_ref(), &sb, &self.meta.geo())?;
+        self.engine.commit_and_checkpoint()?;
+        let sb = self.engine.meta().sb.lock().clone();
+        crate::tune::write_backups(self.engine.meta().dev.as_ref(), &sb, &self.engine.meta().geo())?;
         tracing::info!(
             from_blocks = old.total_blocks,
             to_blocks = sb.total_blocks,

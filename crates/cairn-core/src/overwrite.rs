@@ -18,7 +18,7 @@
 //! so a write never goes half one way and half the other.
 //!
 //! ## Exclusion
-//! The per-inode I/O lock (`Fs::io_lock`, striped) is a reader-writer lock:
+//! The per-inode I/O lock (`io_locks`, striped) is a reader-writer lock:
 //! fast-path writes hold it shared; journaled writes, truncate, fallocate
 //! (punch hole, zero range, allocation, unwritten conversion) and stepwise
 //! frees hold it exclusively across all their steps, as ext4 holds
@@ -81,8 +81,8 @@ impl Fs {
         if !self.ow.enabled || data.is_empty() {
             return Ok(None);
         }
-        self.writable()?;
-        let _io = self.io_lock_shared(ino);
+        self.engine.writable()?;
+        let _io = self.io_locks.shared(ino);
         let r = self.iget(ino)?;
         let g = r.read();
         if g.d.file_type() != S_IFREG {
@@ -95,12 +95,12 @@ impl Fs {
                 return Ok(None);
             }
         };
-        let b = u64::from(self.meta.geo().block_size);
+        let b = u64::from(self.engine.meta().geo().block_size);
         let mut pieces: Vec<Piece> = Vec::with_capacity(1);
         let mut pos = off;
         while pos < end {
             let lblk = pos / b;
-            let mapping = self.read_op(|| extent_map::lookup(&self.meta, &g, lblk))?;
+            let mapping = self.engine.read_op(|| extent_map::lookup(self.engine.meta(), &g, lblk))?;
             match mapping {
                 Mapping::Mapped { pblk, len, unwritten: false } => {
                     let stop = end.min((lblk + len).saturating_mul(b));
@@ -117,9 +117,9 @@ impl Fs {
                 }
             }
         }
-        self.read_op(|| {
+        self.engine.read_op(|| {
             for p in &pieces {
-                self.meta.dev.write_data(&data[p.from..p.to], p.at)?;
+                self.engine.meta().dev.write_data(&data[p.from..p.to], p.at)?;
             }
             Ok(())
         })?;
@@ -156,7 +156,7 @@ impl Fs {
         let mut done = 0;
         let mut result = Ok(());
         for chunk in list.chunks(TIMES_PER_HANDLE) {
-            let r = self.change(credits::INODE * chunk.len() as u64, |tx| {
+            let r = self.engine.change(credits::INODE * chunk.len() as u64, |tx| {
                 for r in chunk {
                     let mut g = r.write();
                     if !g.freed && g.lazy_time.get_mut().is_some() {

@@ -30,7 +30,6 @@ use crate::error::Result;
 use crate::fs::Fs;
 use crate::journal::Journal;
 use cairn_format::superblock::Superblock;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 fn superblock(dev: &dyn BlockDevice) -> Result<(Superblock, u32)> {
@@ -61,14 +60,14 @@ impl Fs {
     /// becomes writable with the warning a read-write mount of it gives.
     pub fn make_writable(self: &Arc<Self>) -> Result<()> {
         let _one = self.remount_lock.lock();
-        if !self.read_only.load(Ordering::Acquire) {
+        if !self.engine.mounted_read_only() {
             return Ok(());
         }
-        self.alive()?;
-        self.txm.latch.check_writable()?;
-        self.meta.dev.make_writable()?;
-        self.txm.log.begin_writing()?;
-        self.read_only.store(false, Ordering::Release);
+        self.engine.alive()?;
+        self.engine.txm().latch.check_writable()?;
+        self.engine.meta().dev.make_writable()?;
+        self.engine.txm().log.begin_writing()?;
+        self.engine.set_writable();
         tracing::info!("read-only mount turned read-write");
         self.start_writing()
     }

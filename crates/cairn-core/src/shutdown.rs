@@ -22,7 +22,7 @@ impl Fs {
     /// Shuts the file system down (see the module essay). A second shutdown
     /// does nothing.
     pub fn shutdown(&self, flush: bool) -> Result<()> {
-        if self.txm.latch.check_alive().is_err() {
+        if self.engine.txm().latch.check_alive().is_err() {
             return Ok(());
         }
         if flush {
@@ -30,7 +30,7 @@ impl Fs {
                 tracing::warn!(error = %e, "shutdown: the commit before it failed");
             }
         }
-        self.txm.latch.shut_down();
+        self.engine.txm().latch.shut_down();
         tracing::warn!(
             flush,
             "shut down on request: every request now fails with EIO; the next mount replays the journal"
