@@ -12,7 +12,7 @@ use crate::types::{now, Attr, Ctx};
 impl Fs {
     /// The inode's chattr flags (Linux's FS_*_FL values).
     pub fn inode_flags(&self, ino: u64) -> Result<u32> {
-        self.engine.read_op(|| Ok(self.iget(ino)?.read().d.attr_flags & SETTABLE))
+        self.engine.read_op(|| Ok(self.inodes.iget(ino)?.read().d.attr_flags & SETTABLE))
     }
 
     /// Sets the inode's chattr flags to `flags` as `ctx` (see the module
@@ -22,7 +22,7 @@ impl Fs {
             return Err(FsError::Errno(libc::EOPNOTSUPP));
         }
         self.engine.change(credits::INODE, |tx| {
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let mut g = r.write();
             let old = g.d.attr_flags;
             if ctx.uid != 0 && ctx.uid != g.d.uid {
@@ -37,7 +37,7 @@ impl Fs {
             if old != flags {
                 g.d.attr_flags = flags;
                 g.d.ctime = now();
-                self.store(tx, &g)?;
+                self.inodes.store(tx, &g)?;
                 if flags & (ATTR_IMMUTABLE | ATTR_APPEND | ATTR_SYNC | ATTR_DIRSYNC) != 0 {
                     crate::inode::note_protected();
                 }
@@ -46,7 +46,7 @@ impl Fs {
                     self.engine.meta().sb.lock().feature_compat |= cairn_format::superblock::COMPAT_INODE_FLAGS;
                 }
             }
-            Ok(self.attr(&g))
+            Ok(self.inodes.attr(&g))
         })
     }
 
@@ -61,7 +61,7 @@ impl Fs {
     /// forbid: any write access or O_TRUNC to an immutable file; to an
     /// append-only one, write access without O_APPEND, or O_TRUNC.
     pub fn check_open(&self, ino: u64, flags: i32) -> Result<()> {
-        let f = self.engine.read_op(|| Ok(self.iget(ino)?.read().d.attr_flags))?;
+        let f = self.engine.read_op(|| Ok(self.inodes.iget(ino)?.read().d.attr_flags))?;
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         if !writing || f & (ATTR_IMMUTABLE | ATTR_APPEND) == 0 {
             return Ok(());

@@ -17,7 +17,7 @@
 //! log credits set aside for their inserts. An unlink (or a truncate that leaves
 //! work for the reaper) marks the inode `INODE_FLAG_ORPHAN` as before, and
 //! adds its number here instead of inserting it into the tree
-//! (`lifecycle::orphan_add`); credits for the insert ([`CREDITS_EACH`], and
+//! (`inode_store::orphan_add`); credits for the insert ([`CREDITS_EACH`], and
 //! a base for the set) are reserved aside from the log's room, as a
 //! handle's would be, so the invariant of the
 //! transaction manager (dirty buffers + reservations ≤ the record's limit)
@@ -25,7 +25,7 @@
 //! still here (`orphan_remove`) only takes it out and gives the credits
 //! back: no tree work at all. The swap inserts whatever is left into the
 //! tree, in the checkpoint it closes, and releases the credits
-//! ([`crate::tx::TxManager`]'s swap hook, `lifecycle::flush_deferred_orphans`).
+//! ([`crate::tx::TxManager`]'s swap hook, `inode_store::flush_deferred_orphans`).
 //!
 //! ## Invariants
 //! * Every checkpoint that becomes durable names, in its orphan tree, every

@@ -49,7 +49,7 @@ impl Fs {
     fn write_from(&self, origin: Origin, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         if crate::inode::flags_in_use() {
             let sync = {
-                let r = self.iget(ino)?;
+                let r = self.inodes.iget(ino)?;
                 let g = r.read();
                 self.check_protected_write(&g, off, data)?;
                 crate::inode_flags::is_sync(&g)
@@ -92,7 +92,7 @@ impl Fs {
     /// holes in its range (0: an overwrite of allocated blocks, which needs
     /// no space).
     pub fn blocks_to_allocate(&self, ino: u64, off: u64, len: u64) -> Result<u64> {
-        let r = self.iget(ino)?;
+        let r = self.inodes.iget(ino)?;
         let g = r.read();
         file::hole_blocks(self.engine.meta(), &g, off, len)
     }
@@ -180,12 +180,12 @@ impl Fs {
 
     /// The journaled write, in steps under the inode's I/O lock.
     fn write_steps(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
-        let _io = self.io_locks.exclusive(ino);
-        self.settle_truncate(ino)?;
+        let _io = self.inodes.io_locks().exclusive(ino);
+        self.inodes.settle_truncate(ino)?;
         let mut done = 0usize;
         loop {
             let step = self.engine.change(credits::DEFAULT, |tx| {
-                let r = self.iget(ino)?;
+                let r = self.inodes.iget(ino)?;
                 let mut g = r.write();
                 match g.d.file_type() {
                     S_IFREG => {}
@@ -198,7 +198,7 @@ impl Fs {
                         if tx.changed() {
                             // Keep the in-core and on-disk inode in step with
                             // what the step mapped before it failed.
-                            self.store(tx, &g)?;
+                            self.inodes.store(tx, &g)?;
                         }
                         return Err(e);
                     }
@@ -208,7 +208,7 @@ impl Fs {
                     g.d.mtime = t;
                     g.d.ctime = t;
                 }
-                self.store(tx, &g)?;
+                self.inodes.store(tx, &g)?;
                 Ok((n as usize, more))
             });
             let (n, more) = match step {
@@ -244,7 +244,7 @@ impl Fs {
     pub fn fallocate_data(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
         let mut sync = false;
         if crate::inode::flags_in_use() {
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let g = r.read();
             crate::inode_flags::refuse_if_immutable(&g)?;
             if g.d.attr_flags & cairn_format::inode::ATTR_APPEND != 0 && mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
@@ -268,12 +268,12 @@ impl Fs {
     }
 
     fn fallocate_steps(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
-        let _io = self.io_locks.exclusive(ino);
-        self.settle_truncate(ino)?;
+        let _io = self.inodes.io_locks().exclusive(ino);
+        self.inodes.settle_truncate(ino)?;
         let mut phase = 0u8;
         loop {
             let more = self.engine.change(credits::DEFAULT, |tx| {
-                let r = self.iget(ino)?;
+                let r = self.inodes.iget(ino)?;
                 let mut g = r.write();
                 match g.d.file_type() {
                     S_IFREG => {}
@@ -287,7 +287,7 @@ impl Fs {
                         if tx.changed() {
                             // What was allocated stays allocated (as ext4's
                             // fallocate leaves it): the inode must record it.
-                            self.store(tx, &g)?;
+                            self.inodes.store(tx, &g)?;
                         }
                         return Err(e);
                     }
@@ -299,7 +299,7 @@ impl Fs {
                     }
                     g.d.ctime = t;
                 }
-                self.store(tx, &g)?;
+                self.inodes.store(tx, &g)?;
                 Ok((more, p))
             })?;
             phase = more.1;
@@ -343,12 +343,12 @@ impl Fs {
                 };
             Ok((bits, caps))
         };
-        let (bits, caps) = self.engine.read_op(|| needs(&self.iget(ino)?.read()))?;
+        let (bits, caps) = self.engine.read_op(|| needs(&self.inodes.iget(ino)?.read()))?;
         if bits == 0 && !caps {
             return Ok(false);
         }
         self.engine.change(credits::DEFAULT, |tx| {
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let mut g = r.write();
             let (bits, caps) = needs(&g)?;
             g.d.mode &= !bits;
@@ -356,7 +356,7 @@ impl Fs {
                 crate::xattr::remove(tx, &mut g, CAPS)?;
             }
             g.d.ctime = now();
-            self.store(tx, &g)?;
+            self.inodes.store(tx, &g)?;
             Ok(bits != 0)
         })
     }
@@ -372,7 +372,7 @@ impl Fs {
         if !times_only || self.is_read_only() {
             return Ok(None);
         }
-        let r = self.iget(ino)?;
+        let r = self.inodes.iget(ino)?;
         let mut g = r.write();
         let special = cairn_format::inode::ATTR_IMMUTABLE | cairn_format::inode::ATTR_APPEND;
         if g.d.nlink > 0 || g.freed || g.d.attr_flags & special != 0 {
@@ -381,7 +381,7 @@ impl Fs {
         g.fold_lazy_time();
         set_times(&mut g.d, set, now());
         self.engine.meta().orphans.times_in_core.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(self.attr(&g)))
+        Ok(Some(self.inodes.attr(&g)))
     }
 
     /// Changes attributes (chmod, chown, truncate, utimens). A truncate that
@@ -391,14 +391,14 @@ impl Fs {
         if let Some(attr) = self.set_unlinked_times(ino, set)? {
             return Ok(attr);
         }
-        let _io = set.size.map(|_| self.io_locks.exclusive(ino));
+        let _io = set.size.map(|_| self.inodes.io_locks().exclusive(ino));
         if set.size.is_some() {
-            self.settle_truncate(ino)?;
+            self.inodes.settle_truncate(ino)?;
             // A new size ends the stream the preallocation was made for.
             self.engine.meta().alloc.discard_prealloc(&self.engine.meta().bufs, ino);
         }
         let (attr, more) = self.engine.change(credits::DEFAULT, |tx| {
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let mut g = r.write();
             // An immutable inode changes in nothing; an append-only one
             // keeps its size, mode and owner, and takes no times but "now"
@@ -432,10 +432,10 @@ impl Fs {
                     // was), then the new size and, if blocks are left, the
                     // orphan entry that lets mount finish the job.
                     let from = size.div_ceil(u64::from(self.engine.meta().geo().block_size));
-                    more = file::free_range_step(tx, &mut g, from, u64::MAX, self.orphan_credits()?)?;
+                    more = file::free_range_step(tx, &mut g, from, u64::MAX, self.inodes.orphan_credits()?)?;
                     file::set_size(tx, &mut g, size)?;
                     if more {
-                        self.orphan_add(tx, &mut g)?;
+                        self.inodes.orphan_add(tx, &mut g)?;
                     }
                 } else if size != g.d.size {
                     file::set_size(tx, &mut g, size)?;
@@ -462,12 +462,12 @@ impl Fs {
                 g.d.gid = gid;
             }
             set_times(&mut g.d, set, t);
-            self.store(tx, &g)?;
-            Ok((self.attr(&g), more))
+            self.inodes.store(tx, &g)?;
+            Ok((self.inodes.attr(&g), more))
         })?;
         if more {
             if self.engine.reaper().deferred {
-                // The rest goes to the reaper (see `lifecycle`); about
+                // The rest goes to the reaper (see `inode_store`); about
                 // this many blocks lie past the new end.
                 let past = attr.blocks / u64::from(self.engine.meta().geo().block_size / 512);
                 let kept = attr.size.div_ceil(u64::from(self.engine.meta().geo().block_size));
@@ -475,7 +475,7 @@ impl Fs {
                 self.engine.reaper().kick();
                 return Ok(attr);
             }
-            self.finish_truncate(ino, &mut |_| {})?;
+            self.inodes.finish_truncate(ino, &mut |_| {})?;
             return self.getattr(ino);
         }
         if attr.flags & cairn_format::inode::ATTR_SYNC != 0 {

@@ -4,10 +4,11 @@
 //! objects (`dir`, `file`, `xattr`); changes run inside a transaction
 //! handle through the [`Engine`] (`engine`: metadata, transactions, mount
 //! state, the backend and reaper threads; see `journal` for handles,
-//! credits, commit and the error latch). Namespace operations live in
-//! `namespace`, inode lifecycle (orphans, deferred and stepwise frees) in
-//! `lifecycle`, file data changes in `file_ops`, the per-inode I/O locks in
-//! `io_locks`. (The caches and those operations are moving out of `Fs` into
+//! credits, commit and the error latch); inodes through the
+//! [`InodeStore`] (`inode_store`: the inode cache, loading and storing,
+//! new inodes, the orphan list, deferred and stepwise frees, the per-inode
+//! I/O locks). Namespace operations live in `namespace`, file data changes
+//! in `file_ops`. (The caches and those operations are moving out of `Fs` into
 //! owners of their own: docs/design.md, "Owners".)
 //!
 //! ## Locking order
@@ -25,7 +26,7 @@ use crate::dev::BlockDevice;
 use crate::engine::Engine;
 use crate::error::{FsError, Result};
 use crate::inode::{InodeCache, InodeGuard, InodeState};
-use crate::io_locks::IoLocks;
+use crate::inode_store::InodeStore;
 use crate::journal::{credits, ErrorPolicy, Journal, Latch};
 use crate::meta::Meta;
 pub use crate::mount_options::MountOptions;
@@ -39,18 +40,17 @@ use cairn_format::layout::Geometry;
 use cairn_format::superblock::{STATE_CLEAN, STATE_ERRORS};
 use cairn_format::{FormatError, NAME_MAX, ROOT_INO, SYMLINK_MAX};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A mounted file system.
 pub struct Fs {
     /// Metadata, transactions, mount state, backend and reaper.
-    pub(crate) engine: Engine,
-    pub(crate) icache: InodeCache,
+    pub(crate) engine: Arc<Engine>,
+    /// The inode cache, I/O locks, orphans and frees.
+    pub(crate) inodes: InodeStore,
     pub(crate) dcache: DentryCache,
     unmounted: AtomicBool,
-    pub(crate) generation: AtomicU32,
-    pub(crate) io_locks: IoLocks,
     /// The overwrite fast path and its dirty-times list.
     pub(crate) ow: Overwrite,
     /// Serialises renames between directories (see `rename`).
@@ -157,18 +157,17 @@ impl Fs {
             opts.push_patience,
             opts.push_drain,
         );
+        let engine = Arc::new(Engine::new(meta, txm, opts.clone()));
         let fs = Arc::new(Fs {
-            engine: Engine::new(meta, txm, opts.clone()),
-            icache: InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes)),
+            inodes: InodeStore::new(engine.clone(), InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes))),
+            engine,
             dcache: DentryCache::new(opts.lru_caches.then_some(opts.dentry_cache_bytes)),
             unmounted: AtomicBool::new(false),
-            generation: AtomicU32::new(rand::random()),
-            io_locks: IoLocks::new(),
             ow: Overwrite::new(opts.overwrite_fastpath),
             rename_lock: Mutex::new(()),
             remount_lock: Mutex::new(()),
         });
-        fs.install_orphan_flush();
+        fs.inodes.install_orphan_flush();
         if !fs.engine.opts().read_only {
             fs.start_writing()?;
         }
@@ -187,7 +186,7 @@ impl Fs {
             sb.last_mount_time = now().sec as u64;
         }
         self.engine.change(credits::DEFAULT, |tx| self.engine.write_sb_buffer(tx))?;
-        self.process_orphans(false)?;
+        self.inodes.process_orphans(false)?;
         // The not-clean superblock goes home before anything else is logged:
         // a superblock that says clean then means an empty log (the journal
         // open trusts it to skip its scan for damage).
@@ -198,7 +197,7 @@ impl Fs {
         self.engine.meta().xattrs.cache.start()?;
         if self.engine.reaper().deferred {
             let fs = self.clone();
-            self.engine.reaper().spawn(move || fs.engine.reaper().run(&|| fs.reap_queued()))?;
+            self.engine.reaper().spawn(move || fs.engine.reaper().run(&|| fs.inodes.reap_queued()))?;
         }
         Ok(())
     }
@@ -239,8 +238,8 @@ impl Fs {
         if self.engine.mounted_read_only() || self.engine.txm().latch.check_writable().is_err() {
             return Ok(());
         }
-        self.reap_queued();
-        self.process_orphans(true)?;
+        self.inodes.reap_queued();
+        self.inodes.process_orphans(true)?;
         self.engine.meta().alloc.discard_all_preallocs(&self.engine.meta().bufs);
         self.engine.meta().sb.lock().state |= STATE_CLEAN;
         self.engine.change(credits::DEFAULT, |tx| self.engine.write_sb_buffer(tx))?;
@@ -266,6 +265,27 @@ impl Fs {
 
     // ---------------------------------------------------------- public API
 
+    /// FUSE FORGET: the kernel dropped `n` lookups of `ino` (see
+    /// `inode_store`: an unlinked file nobody holds is freed).
+    pub fn forget(&self, ino: u64, n: u64) {
+        self.inodes.forget(ino, n)
+    }
+
+    /// Whether inode `ino` is allocated (the inode bitmap).
+    pub fn inode_in_use(&self, ino: u64) -> Result<bool> {
+        self.inodes.inode_in_use(ino)
+    }
+
+    /// The kernel's lookup count of `ino`.
+    pub fn kernel_lookups(&self, ino: u64) -> u64 {
+        self.inodes.kernel_lookups(ino)
+    }
+
+    /// Inodes the kernel holds lookups on.
+    pub fn kernel_held_inodes(&self) -> Vec<u64> {
+        self.inodes.kernel_held_inodes()
+    }
+
     /// Looks `name` up in directory `parent`; on success the inode's lookup
     /// count (FUSE nlookup) is incremented.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
@@ -273,11 +293,11 @@ impl Fs {
             return Err(FsError::Errno(libc::ENAMETOOLONG));
         }
         if name == b"." {
-            // Any inode, not only a directory: file handles (`lifecycle`).
-            return self.lookup_self(parent);
+            // Any inode, not only a directory: file handles (`inode_store`).
+            return self.inodes.lookup_self(parent);
         }
         self.engine.read_op(|| {
-            let p = self.iget(parent)?;
+            let p = self.inodes.iget(parent)?;
             let target = {
                 let pg = p.read();
                 if !pg.d.is_dir() {
@@ -294,14 +314,14 @@ impl Fs {
                     _ => self.lookup_name(&pg, name)?.ok_or(FsError::Errno(libc::ENOENT))?,
                 }
             };
-            let c = self.iget(target)?;
+            let c = self.inodes.iget(target)?;
             // Shared is enough to take a reference (see `inode`).
             let cg = c.read();
             if cg.freed {
                 return Err(FsError::Errno(libc::ENOENT));
             }
-            self.icache.add_lookups(target, 1);
-            Ok(self.attr(&cg))
+            self.inodes.cache().add_lookups(target, 1);
+            Ok(self.inodes.attr(&cg))
         })
     }
 
@@ -328,12 +348,12 @@ impl Fs {
     /// kernel an entry for each listed name: each counts as a lookup).
     pub fn add_lookup(&self, ino: u64) -> Result<()> {
         self.engine.read_op(|| {
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let g = r.read();
             if g.freed {
                 return Err(FsError::Errno(libc::ENOENT));
             }
-            self.icache.add_lookups(ino, 1);
+            self.inodes.cache().add_lookups(ino, 1);
             Ok(())
         })
     }
@@ -351,29 +371,29 @@ impl Fs {
     /// asks for again.
     pub fn listing_entry(&self, ino: u64, counts: bool, add: impl FnOnce(&Attr) -> bool) -> Result<bool> {
         self.engine.read_op(|| {
-            if counts && !self.engine.opts().cache_listed && self.icache.add_lookups_if_uncached(ino, 1) {
+            if counts && !self.engine.opts().cache_listed && self.inodes.cache().add_lookups_if_uncached(ino, 1) {
                 match self.engine.meta().load_inode(ino) {
                     Ok(d) if d.nlink > 0 => {
-                        let taken = add(&self.disk_attr(ino, &d, d.mtime, d.ctime));
+                        let taken = add(&self.inodes.disk_attr(ino, &d, d.mtime, d.ctime));
                         if !taken {
-                            self.forget(ino, 1);
+                            self.inodes.forget(ino, 1);
                         }
                         return Ok(taken);
                     }
                     // Unlinked since the listing: the in-core path below
                     // decides whether it is still a file.
-                    Ok(_) => self.forget(ino, 1),
+                    Ok(_) => self.inodes.forget(ino, 1),
                     Err(e) => {
-                        self.forget(ino, 1);
+                        self.inodes.forget(ino, 1);
                         return Err(e);
                     }
                 }
             }
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let g = r.read();
-            let taken = add(&self.attr(&g));
+            let taken = add(&self.inodes.attr(&g));
             if taken && counts && !g.freed {
-                self.icache.add_lookups(ino, 1);
+                self.inodes.cache().add_lookups(ino, 1);
             }
             Ok(taken)
         })
@@ -382,16 +402,16 @@ impl Fs {
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         self.engine.read_op(|| {
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let g = r.read();
-            Ok(self.attr(&g))
+            Ok(self.inodes.attr(&g))
         })
     }
 
     /// Target of a symbolic link.
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         self.engine.read_op(|| {
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let g = r.read();
             if g.d.file_type() != S_IFLNK {
                 return Err(FsError::Errno(libc::EINVAL));
@@ -407,7 +427,7 @@ impl Fs {
     /// report; adjacent ones are not merged).
     pub fn extents(&self, ino: u64) -> Result<Vec<cairn_format::extent::Extent>> {
         self.engine.read_op(|| {
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let g = r.read();
             if g.d.file_type() != S_IFREG {
                 return Err(FsError::Errno(libc::EINVAL));
@@ -432,7 +452,7 @@ impl Fs {
     /// directory, EINVAL for anything else).
     fn with_regular<T>(&self, ino: u64, f: impl FnOnce(&crate::inode::InodeState) -> Result<T>) -> Result<T> {
         self.engine.read_op(|| {
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let g = r.read();
             match g.d.file_type() {
                 S_IFREG => f(&g),
@@ -445,7 +465,7 @@ impl Fs {
     /// lseek(2) for `SEEK_DATA` / `SEEK_HOLE` (other whences are the kernel's).
     pub fn lseek(&self, ino: u64, off: u64, whence: i32) -> Result<u64> {
         self.engine.read_op(|| {
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let g = r.read();
             match whence {
                 libc::SEEK_DATA | libc::SEEK_HOLE => file::seek(self.engine.meta(), &g, off, whence),
@@ -481,7 +501,7 @@ impl Fs {
         let mut next = offset;
         loop {
             let batch = self.engine.read_op(|| {
-                let r = self.iget(ino)?;
+                let r = self.inodes.iget(ino)?;
                 let g = r.read();
                 if !g.d.is_dir() {
                     return Err(FsError::Errno(libc::ENOTDIR));
@@ -541,12 +561,12 @@ impl Fs {
 
     /// Value of an extended attribute (ENODATA if absent).
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
-        self.engine.read_op(|| xattr::get(self.engine.meta(), &self.iget(ino)?.read(), name))
+        self.engine.read_op(|| xattr::get(self.engine.meta(), &self.inodes.iget(ino)?.read(), name))
     }
 
     /// Names of all extended attributes, each followed by a NUL byte.
     pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
-        self.engine.read_op(|| xattr::list(self.engine.meta(), &self.iget(ino)?.read()))
+        self.engine.read_op(|| xattr::list(self.engine.meta(), &self.inodes.iget(ino)?.read()))
     }
 
     /// Makes the file's data and metadata durable (fsync / fdatasync).
@@ -557,7 +577,8 @@ impl Fs {
         if datasync && !self.engine.mounted_read_only() {
             self.engine.alive()?;
             self.engine.txm().latch.check_commit()?;
-            let stored = self.engine.read_op(|| Ok(self.iget(ino)?.read().stored_seq.load(Ordering::Acquire)))?;
+            let stored =
+                self.engine.read_op(|| Ok(self.inodes.iget(ino)?.read().stored_seq.load(Ordering::Acquire)))?;
             if stored <= self.engine.txm().log.committed_seq() {
                 self.ow.stats.datasync_flush_only.fetch_add(1, Ordering::Relaxed);
                 return self.engine.read_op(|| Ok(self.engine.meta().dev.flush()?));
@@ -598,7 +619,7 @@ impl Fs {
     ) -> Result<()> {
         let parsed = if name == acl::ACCESS || name == acl::DEFAULT { Some(acl::Acl::parse(value)?) } else { None };
         self.engine.change(credits::DEFAULT, |tx| {
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let mut g = r.write();
             crate::inode_flags::refuse_if_protected(&g)?;
             match &parsed {
@@ -627,19 +648,19 @@ impl Fs {
                 _ => xattr::set(tx, &mut g, name, value, flags)?,
             }
             g.d.ctime = now();
-            self.store(tx, &g)
+            self.inodes.store(tx, &g)
         })
     }
 
     /// Removes an extended attribute (ENODATA if absent).
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
         self.engine.change(credits::DEFAULT, |tx| {
-            let r = self.iget(ino)?;
+            let r = self.inodes.iget(ino)?;
             let mut g = r.write();
             crate::inode_flags::refuse_if_protected(&g)?;
             xattr::remove(tx, &mut g, name)?;
             g.d.ctime = now();
-            self.store(tx, &g)
+            self.inodes.store(tx, &g)
         })
     }
 
@@ -651,7 +672,7 @@ impl Fs {
         let mut put = |k: &str, x: u64| v.push((k.to_string(), x));
         self.engine.txm().publish(&mut put);
         self.engine.meta().bufs.publish(&mut put);
-        self.icache.publish(&mut put);
+        self.inodes.cache().publish(&mut put);
         self.dcache.publish(&mut put);
         self.ow.publish(&mut put);
         self.engine.reaper().publish(&mut put);

@@ -19,7 +19,7 @@
 //! * `btree` — the generic B+tree over buffers (extents, directories, orphans).
 //! * `inode`, `dir`, `file`, `xattr` — the objects.
 //! * [`Fs`] (`fs.rs`) — the POSIX-shaped API; its operations live in
-//!   `namespace`, `file_ops`, `lifecycle`, `overwrite` (the overwrite fast
+//!   `namespace`, `file_ops`, `inode_store`, `overwrite` (the overwrite fast
 //!   path: no transaction for writes over written blocks), `chattr`, ...
 //! * [`mkfs`] — formatting, as a library function; [`tune`], [`resize`] —
 //!   changing an unmounted file system.
@@ -58,6 +58,7 @@ mod file;
 mod fs;
 mod inode;
 pub mod inode_flags;
+mod inode_store;
 mod io_locks;
 pub(crate) mod journal;
 mod lru;
@@ -79,7 +80,6 @@ mod deferred_orphans;
 mod discard;
 mod extent_map;
 mod file_ops;
-mod lifecycle;
 mod mbcache;
 mod meta;
 mod mount_options;

@@ -28,7 +28,7 @@ pub struct Meta {
     /// The superblock as the next commit writes it (its counters are
     /// refreshed then, see [`Meta::write_sb_buffer`]).
     pub sb: Mutex<Superblock>,
-    /// The first block of the orphan list (0: empty; see `lifecycle`).
+    /// The first block of the orphan list (0: empty; see `inode_store`).
     pub orphan_root: Mutex<u64>,
     /// Orphan-list inserts the next swap makes (see `deferred_orphans`).
     pub orphans: crate::deferred_orphans::DeferredOrphans,

@@ -5,7 +5,7 @@
 //! its trees' depths are known) it states its worst case with
 //! `Tx::require`: directory-entry insert or remove, the inodes it stores,
 //! inode allocation, orphan-list changes, and for a last link the release of
-//! the inode (`lifecycle`). A large file that loses its last link is freed
+//! the inode (`inode_store`). A large file that loses its last link is freed
 //! in steps after the handle closes, by the reaper (`reaper`).
 //!
 //! Locking: the parent and child inodes are locked in inode-number order
@@ -95,7 +95,7 @@ impl Fs {
         target: Option<&[u8]>,
     ) -> Result<Attr> {
         self.engine.change(credits::DEFAULT, |tx| {
-            let p = self.iget(parent)?;
+            let p = self.inodes.iget(parent)?;
             let mut pg = p.write();
             if !pg.d.is_dir() {
                 return Err(FsError::Errno(libc::ENOTDIR));
@@ -128,8 +128,8 @@ impl Fs {
                     + undo
                     + acls.credits(),
             )?;
-            let (ino, d) = self.new_inode(tx, ctx, &pg, mode, rdev)?;
-            let r = self.icache.insert(ino, d);
+            let (ino, d) = self.inodes.new_inode(tx, ctx, &pg, mode, rdev)?;
+            let r = self.inodes.cache().insert(ino, d);
             let mut st = r.write();
             self.dcache.invalidate(&pg, name);
             let filled = (|| {
@@ -147,27 +147,27 @@ impl Fs {
                     }
                 }
                 acls.apply(tx, &mut st)?;
-                self.store(tx, &st)?;
+                self.inodes.store(tx, &st)?;
                 dir::add(tx, &mut pg, name, ino, dtype_of_mode(mode))
             })();
             if let Err(e) = filled {
                 // Undo: nothing may stay half-created (the caller may retry).
                 st.d.nlink = 0;
-                if let Err(e2) = self.release_unlinked(tx, &mut st) {
+                if let Err(e2) = self.inodes.release_unlinked(tx, &mut st) {
                     tracing::error!(ino, error = %e2, "could not undo a failed create");
                 }
                 return Err(e);
             }
-            self.icache.add_lookups(ino, 1);
+            self.inodes.cache().add_lookups(ino, 1);
             let t = now();
             pg.d.mtime = t;
             pg.d.ctime = t;
             if is_dir {
                 pg.d.nlink += 1;
             }
-            self.store(tx, &pg)?;
+            self.inodes.store(tx, &pg)?;
             self.dcache.insert(&pg, name, Some((ino, dtype_of_mode(mode))));
-            Ok(self.attr(&st))
+            Ok(self.inodes.attr(&st))
         })
     }
 
@@ -201,22 +201,22 @@ impl Fs {
     /// Creates an unnamed regular file (O_TMPFILE): an orphan until linked.
     pub fn tmpfile(&self, ctx: &Ctx, parent: u64, mode: u32) -> Result<Attr> {
         self.engine.change(credits::DEFAULT, |tx| {
-            let p = self.iget(parent)?;
+            let p = self.inodes.iget(parent)?;
             let pg = p.read();
             if !pg.d.is_dir() {
                 return Err(FsError::Errno(libc::ENOTDIR));
             }
             let (mode, acls) = self.inherit(&pg, S_IFREG | (mode & 0o7777), ctx)?;
-            tx.require(credits::ALLOC + credits::INODE + self.orphan_credits()? + acls.credits())?;
-            let (ino, mut d) = self.new_inode(tx, ctx, &pg, mode, 0)?;
+            tx.require(credits::ALLOC + credits::INODE + self.inodes.orphan_credits()? + acls.credits())?;
+            let (ino, mut d) = self.inodes.new_inode(tx, ctx, &pg, mode, 0)?;
             d.nlink = 0;
-            let r = self.icache.insert(ino, d);
+            let r = self.inodes.cache().insert(ino, d);
             let mut st = r.write();
-            self.icache.add_lookups(ino, 1);
-            self.orphan_add(tx, &mut st)?;
+            self.inodes.cache().add_lookups(ino, 1);
+            self.inodes.orphan_add(tx, &mut st)?;
             acls.apply(tx, &mut st)?;
-            self.store(tx, &st)?;
-            Ok(self.attr(&st))
+            self.inodes.store(tx, &st)?;
+            Ok(self.inodes.attr(&st))
         })
     }
 
@@ -230,8 +230,8 @@ impl Fs {
 
     fn link_in(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
         self.engine.change(credits::DEFAULT, |tx| {
-            let p = self.iget(newparent)?;
-            let c = self.iget(ino)?;
+            let p = self.inodes.iget(newparent)?;
+            let c = self.inodes.iget(ino)?;
             let mut gs = lock_many(&[&p, &c]);
             {
                 let pg = find(&mut gs, newparent);
@@ -258,7 +258,7 @@ impl Fs {
                 return Err(FsError::Errno(libc::EMLINK));
             }
             let add = self.entry_add_credits(find(&mut gs, newparent))?;
-            tx.require(add + 2 * credits::INODE + self.orphan_credits()?)?;
+            tx.require(add + 2 * credits::INODE + self.inodes.orphan_credits()?)?;
             let t = now();
             {
                 let pg = find(&mut gs, newparent);
@@ -266,17 +266,17 @@ impl Fs {
                 dir::add(tx, pg, newname, ino, dtype_of_mode(mode))?;
                 pg.d.mtime = t;
                 pg.d.ctime = t;
-                self.store(tx, pg)?;
+                self.inodes.store(tx, pg)?;
             }
             let cg = find(&mut gs, ino);
             cg.d.nlink += 1;
             cg.d.ctime = t;
             if cg.d.nlink == 1 {
-                self.orphan_remove(tx, cg)?;
+                self.inodes.orphan_remove(tx, cg)?;
             }
-            self.icache.add_lookups(ino, 1);
-            self.store(tx, cg)?;
-            let attr = self.attr(cg);
+            self.inodes.cache().add_lookups(ino, 1);
+            self.inodes.store(tx, cg)?;
+            let attr = self.inodes.attr(cg);
             self.dcache.insert(find(&mut gs, newparent), newname, Some((ino, dtype_of_mode(mode))));
             Ok(attr)
         })
@@ -284,7 +284,7 @@ impl Fs {
 
     /// Looks `name` up in `parent` and locks both, re-checking the entry.
     fn lock_entry(&self, parent: u64, name: &[u8]) -> Result<(Vec<InodeGuard>, u64, u64)> {
-        let p = self.iget(parent)?;
+        let p = self.inodes.iget(parent)?;
         for _ in 0..64 {
             let (key, ino, changes) = {
                 let pg = p.read();
@@ -294,7 +294,7 @@ impl Fs {
                 let (k, e) = dir::lookup(self.engine.meta(), &pg, name)?.ok_or(FsError::Errno(libc::ENOENT))?;
                 (k, e.ino, pg.entry_changes)
             };
-            let c = self.iget(ino)?;
+            let c = self.inodes.iget(ino)?;
             let mut gs = lock_many(&[&p, &c]);
             if find(&mut gs, parent).entry_changes == changes {
                 // No entry changed in between: the one found is still there.
@@ -335,13 +335,15 @@ impl Fs {
                 }
             }
             let levels = crate::dir::levels(self.engine.meta(), find(&mut gs, parent))?;
-            tx.require(credits::tree_remove(levels) + credits::INODE + self.drop_link_credits(find(&mut gs, ino))?)?;
+            tx.require(
+                credits::tree_remove(levels) + credits::INODE + self.inodes.drop_link_credits(find(&mut gs, ino))?,
+            )?;
             let t = now();
             // The link first: its last one puts the inode on the orphan
             // list, an insert that may allocate (and fail on a full disk)
             // before anything else has changed; removing the entry
             // allocates nothing.
-            self.drop_link(tx, find(&mut gs, ino), want_dir)?;
+            self.inodes.drop_link(tx, find(&mut gs, ino), want_dir)?;
             {
                 let pg = find(&mut gs, parent);
                 self.dcache.invalidate(pg, name);
@@ -351,7 +353,7 @@ impl Fs {
                 if want_dir {
                     pg.d.nlink = pg.d.nlink.saturating_sub(1);
                 }
-                self.store(tx, pg)?;
+                self.inodes.store(tx, pg)?;
             }
             // Into the name's own slot only: a removal (a whole `rm -rf`)
             // allocates no negative entries.
@@ -363,14 +365,14 @@ impl Fs {
     /// Removes a non-directory entry.
     pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
         self.remove_entry(parent, name, false)?;
-        self.after_unlink();
+        self.inodes.after_unlink();
         self.dirsync(parent)
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
         self.remove_entry(parent, name, true)?;
-        self.after_unlink();
+        self.inodes.after_unlink();
         self.dirsync(parent)
     }
 
@@ -404,7 +406,7 @@ impl Fs {
         self.engine.change(credits::DEFAULT, |tx| {
             crate::rename::rename(self, tx, ctx, parent, name, newparent, newname, flags)
         })?;
-        self.after_unlink();
+        self.inodes.after_unlink();
         self.dirsync(parent)?;
         if newparent != parent {
             self.dirsync(newparent)?;
@@ -415,7 +417,7 @@ impl Fs {
     /// After a change of directory `dir`'s entries: commits it if the
     /// directory is `D` or `S` (chattr; see `inode_flags`).
     fn dirsync(&self, dir: u64) -> Result<()> {
-        if crate::inode::flags_in_use() && crate::inode_flags::is_dirsync(&self.iget(dir)?.read()) {
+        if crate::inode::flags_in_use() && crate::inode_flags::is_dirsync(&self.inodes.iget(dir)?.read()) {
             self.fsync(dir, false)?;
         }
         Ok(())

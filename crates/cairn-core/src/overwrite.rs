@@ -82,8 +82,8 @@ impl Fs {
             return Ok(None);
         }
         self.engine.writable()?;
-        let _io = self.io_locks.shared(ino);
-        let r = self.iget(ino)?;
+        let _io = self.inodes.io_locks().shared(ino);
+        let r = self.inodes.iget(ino)?;
         let g = r.read();
         if g.d.file_type() != S_IFREG {
             return Ok(None);
@@ -161,7 +161,7 @@ impl Fs {
                     let mut g = r.write();
                     if !g.freed && g.lazy_time.get_mut().is_some() {
                         g.fold_lazy_time();
-                        self.store(tx, &g)?;
+                        self.inodes.store(tx, &g)?;
                         self.ow.stats.lazy_times_logged.fetch_add(1, Relaxed);
                     }
                     g.times_queued.store(false, Ordering::Release);
@@ -187,11 +187,11 @@ impl Fs {
         for r in logged {
             let (ino, unused) = {
                 let g = r.read();
-                (g.ino, self.icache.lookups(g.ino) == 0)
+                (g.ino, self.inodes.cache().lookups(g.ino) == 0)
             };
             drop(r);
             if unused {
-                self.icache.evict_if_unused(ino);
+                self.inodes.cache().evict_if_unused(ino);
             }
         }
         result

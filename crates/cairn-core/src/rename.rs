@@ -42,8 +42,8 @@ pub fn rename(
     flags: u32,
 ) -> Result<()> {
     let meta = tx;
-    let p1 = fs.iget(parent)?;
-    let p2 = fs.iget(newparent)?;
+    let p1 = fs.inodes.iget(parent)?;
+    let p2 = fs.inodes.iget(newparent)?;
     for _ in 0..64 {
         let look = |p: &crate::inode::InodeRef, n: &[u8]| -> Result<Option<(u64, u64)>> {
             let g = p.read();
@@ -54,9 +54,9 @@ pub fn rename(
         };
         let (k1, src) = look(&p1, name)?.ok_or(FsError::Errno(libc::ENOENT))?;
         let dst = look(&p2, newname)?;
-        let s = fs.iget(src)?;
+        let s = fs.inodes.iget(src)?;
         let d = match dst {
-            Some((_, ino)) => Some(fs.iget(ino)?),
+            Some((_, ino)) => Some(fs.inodes.iget(ino)?),
             None => None,
         };
         // A directory may not move below itself. The walk up from the
@@ -110,7 +110,7 @@ pub fn rename(
         let levels = crate::dir::levels(meta.meta(), find(&mut gs, parent))?
             .max(crate::dir::levels(meta.meta(), find(&mut gs, newparent))?);
         let target = match dst {
-            Some((_, dino)) => fs.drop_link_credits(find(&mut gs, dino))?,
+            Some((_, dino)) => fs.inodes.drop_link_credits(find(&mut gs, dino))?,
             None => 0,
         };
         let second = credits::tree_insert(levels).max(credits::tree_remove(levels) + target);
@@ -150,7 +150,7 @@ pub fn rename(
             for ino in [src, dino] {
                 let g = find(&mut gs, ino);
                 g.d.ctime = t;
-                fs.store(tx, g)?;
+                fs.inodes.store(tx, g)?;
             }
         } else {
             if let Some((_, dino)) = dst {
@@ -169,9 +169,9 @@ pub fn rename(
             // for want of space, before any entry changes.
             let mut whiteout_ref = None;
             if whiteout {
-                let (ino, d) = fs.new_inode(tx, ctx, find(&mut gs, parent), libc::S_IFCHR, 0)?;
-                let r = fs.icache.insert(ino, d);
-                fs.store(tx, &r.write())?;
+                let (ino, d) = fs.inodes.new_inode(tx, ctx, find(&mut gs, parent), libc::S_IFCHR, 0)?;
+                let r = fs.inodes.cache().insert(ino, d);
+                fs.inodes.store(tx, &r.write())?;
                 whiteout_ino = Some(ino);
                 whiteout_ref = Some(r);
             }
@@ -183,7 +183,7 @@ pub fn rename(
                         let np = find(&mut gs, newparent);
                         np.d.nlink = np.d.nlink.saturating_sub(1);
                     }
-                    fs.drop_link(tx, find(&mut gs, dino), dst_dir)
+                    fs.inodes.drop_link(tx, find(&mut gs, dino), dst_dir)
                 } else {
                     // A new entry may need a new directory block: ENOSPC.
                     dir::add(meta, find(&mut gs, newparent), newname, src, dtype_of_mode(src_mode))
@@ -194,7 +194,7 @@ pub fn rename(
                 if let Some(r) = whiteout_ref {
                     let mut st = r.write();
                     st.d.nlink = 0;
-                    if let Err(e2) = fs.release_unlinked(tx, &mut st) {
+                    if let Err(e2) = fs.inodes.release_unlinked(tx, &mut st) {
                         tracing::error!(ino = st.ino, error = %e2, "could not undo a whiteout");
                     }
                 }
@@ -212,13 +212,13 @@ pub fn rename(
             }
             let sg = find(&mut gs, src);
             sg.d.ctime = t;
-            fs.store(tx, sg)?;
+            fs.inodes.store(tx, sg)?;
         }
         for ino in [parent, newparent] {
             let g = find(&mut gs, ino);
             g.d.mtime = t;
             g.d.ctime = t;
-            fs.store(tx, g)?;
+            fs.inodes.store(tx, g)?;
         }
         let old_name = match (flags & RENAME_EXCHANGE != 0, dst) {
             (true, Some((_, dino))) => Some((dino, dtype_of_mode(find(&mut gs, dino).d.mode))),
@@ -241,7 +241,7 @@ fn below_itself(fs: &Fs, dir: u64, from: u64) -> Result<()> {
         if cur == ROOT_INO {
             return Ok(());
         }
-        cur = fs.iget(cur)?.read().d.parent;
+        cur = fs.inodes.iget(cur)?.read().d.parent;
     }
     Err(FsError::Errno(libc::ELOOP))
 }

@@ -28,7 +28,7 @@
 //! extents) runs in steps, each its own handle that leaves a consistent
 //! state: the inode sits on the orphan list with its target size while a
 //! truncate or delete is in progress, and mount finishes the job (see
-//! `lifecycle`). No record larger than the log can ever be built.
+//! `inode_store`). No record larger than the log can ever be built.
 //!
 //! ## What is durable when
 //! See [`log`]: a checkpoint is durable when its commit block is; `fsync`

@@ -54,18 +54,48 @@
 //! each step's handle, so writes and truncates of the inode wait for them.
 
 use crate::btree::Tree;
+use crate::engine::Engine;
 use crate::error::{FsError, Result};
 use crate::file;
-use crate::fs::Fs;
+use crate::inode::InodeCache;
 use crate::inode::{InodeRef, InodeState};
+use crate::io_locks::IoLocks;
 use crate::journal::credits;
 use crate::tx::Tx;
 use crate::types::*;
 use cairn_format::btree::KIND_ORPHANS;
 use cairn_format::inode::*;
+use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-impl Fs {
+/// The inodes of a mount: the in-core inode cache, the generation
+/// counter, the per-inode I/O locks, and everything that loads, stores,
+/// creates, orphans and frees inodes (see the module essay).
+pub(crate) struct InodeStore {
+    engine: Arc<Engine>,
+    icache: InodeCache,
+    generation: AtomicU32,
+    io_locks: IoLocks,
+}
+
+impl InodeStore {
+    pub(crate) fn new(engine: Arc<Engine>, icache: InodeCache) -> InodeStore {
+        InodeStore { engine, icache, generation: AtomicU32::new(rand::random()), io_locks: IoLocks::new() }
+    }
+
+    /// The in-core inode cache (lookup counts, new inodes, eviction).
+    pub(crate) fn cache(&self) -> &InodeCache {
+        &self.icache
+    }
+
+    /// The per-inode I/O locks.
+    pub(crate) fn io_locks(&self) -> &IoLocks {
+        &self.io_locks
+    }
+}
+
+impl InodeStore {
     /// The in-core inode `ino` (ENOENT once freed).
     pub(crate) fn iget(&self, ino: u64) -> Result<InodeRef> {
         let r = self.icache.get(self.engine.meta(), ino)?;
@@ -463,7 +493,7 @@ impl Fs {
     /// The inode `ino` itself, as a LOOKUP of `.` on it (any type) finds
     /// it, taking one lookup reference: ESTALE unless it is a live, linked
     /// inode (see "By number" above).
-    pub fn lookup_self(&self, ino: u64) -> Result<Attr> {
+    pub(crate) fn lookup_self(&self, ino: u64) -> Result<Attr> {
         let stale = || FsError::Errno(libc::ESTALE);
         self.engine.read_op(|| {
             if !self.engine.meta().geo().valid_ino(ino)
@@ -488,7 +518,7 @@ impl Fs {
     /// group's inode bitmap (the reserved numbers below `FIRST_INO` are set
     /// there too). No inode-table slot is read, so a free number never
     /// looks like corruption (`cairn inspect IMAGE stat '#N'`).
-    pub fn inode_in_use(&self, ino: u64) -> Result<bool> {
+    pub(crate) fn inode_in_use(&self, ino: u64) -> Result<bool> {
         self.engine.read_op(|| {
             Ok(self.engine.meta().geo().valid_ino(ino)
                 && self.engine.meta().alloc.inode_in_use(&self.engine.meta().bufs, ino)?)
@@ -497,18 +527,18 @@ impl Fs {
 
     /// The kernel's lookup references on `ino` now (0: the kernel holds
     /// it no more, nor any page of it).
-    pub fn kernel_lookups(&self, ino: u64) -> u64 {
+    pub(crate) fn kernel_lookups(&self, ino: u64) -> u64 {
         self.icache.lookups(ino)
     }
 
     /// Every inode the kernel holds now (has looked up and not forgotten):
     /// the ones whose cached attributes or pages it may use without asking.
-    pub fn kernel_held_inodes(&self) -> Vec<u64> {
+    pub(crate) fn kernel_held_inodes(&self) -> Vec<u64> {
         self.icache.kernel_held()
     }
 
     /// Drops `n` lookup references; an unlinked inode is freed at zero.
-    pub fn forget(&self, ino: u64, n: u64) {
+    pub(crate) fn forget(&self, ino: u64, n: u64) {
         let mut let_go = false;
         let (free, unused) = match self.icache.forget_uncached(ino, n) {
             // Not in core: it has links (see `inode`), nothing to free.
@@ -535,7 +565,7 @@ impl Fs {
             // The kernel holds the file no more: its stream has ended.
             self.engine.meta().alloc.discard_prealloc(&self.engine.meta().bufs, ino);
         }
-        if free && !self.is_read_only() && self.engine.reaper().deferred {
+        if free && !self.engine.is_read_only() && self.engine.reaper().deferred {
             // On the orphan list since its unlink: the reaper frees it, and
             // FORGET needs no transaction of its own (Tux3's frontend only
             // queues; see `reaper`).
@@ -553,7 +583,7 @@ impl Fs {
                 return;
             }
         }
-        if free && !self.is_read_only() {
+        if free && !self.engine.is_read_only() {
             let res = self.engine.change(credits::DEFAULT, |tx| {
                 let r = self.icache.get(self.engine.meta(), ino)?;
                 let mut g = r.write();
@@ -591,7 +621,7 @@ fn xattr_release(tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
 }
 
 /// The reaper's work (see `reaper`).
-impl Fs {
+impl InodeStore {
     /// Frees every queued inode, in steps (the reaper thread, unmount, and
     /// callers under `-o sync_delete`). Call with no handle held. A failure
     /// leaves the inode on the orphan list (the next mount finishes it).
