@@ -124,6 +124,19 @@ impl Engine {
         self.txm.commit(&self.meta)
     }
 
+    /// Commits everything logged so far, for a caller that must see it
+    /// durable (a `dirsync` directory's change): nothing to do on a
+    /// read-only mount; after an abort, changes since the last commit are
+    /// lost, and this says so.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.alive()?;
+        if self.mounted_read_only() {
+            return Ok(());
+        }
+        self.txm.latch.check_commit()?;
+        self.commit()
+    }
+
     /// Writes every deferred image home and empties the log, so that every
     /// block freed so far may be reused.
     pub(crate) fn checkpoint(&self) -> Result<()> {

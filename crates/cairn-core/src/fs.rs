@@ -21,15 +21,16 @@
 
 use crate::alloc::{AllocOptions, Allocator};
 use crate::buffer::BufferCache;
-use crate::dcache::{Cached, DentryCache};
+use crate::dcache::DentryCache;
 use crate::dev::BlockDevice;
 use crate::engine::Engine;
 use crate::error::{FsError, Result};
-use crate::inode::{InodeCache, InodeGuard, InodeState};
+use crate::inode::InodeCache;
 use crate::inode_store::InodeStore;
 use crate::journal::{credits, ErrorPolicy, Journal, Latch};
 use crate::meta::Meta;
 pub use crate::mount_options::MountOptions;
+use crate::namespace::Namespace;
 use crate::overwrite_state::Overwrite;
 use crate::tx::TxManager;
 use crate::types::*;
@@ -48,30 +49,14 @@ pub struct Fs {
     /// Metadata, transactions, mount state, backend and reaper.
     pub(crate) engine: Arc<Engine>,
     /// The inode cache, I/O locks, orphans and frees.
-    pub(crate) inodes: InodeStore,
-    pub(crate) dcache: DentryCache,
+    pub(crate) inodes: Arc<InodeStore>,
+    /// The dentry cache and the directory operations.
+    names: Namespace,
     unmounted: AtomicBool,
     /// The overwrite fast path and its dirty-times list.
     pub(crate) ow: Overwrite,
-    /// Serialises renames between directories (see `rename`).
-    pub(crate) rename_lock: Mutex<()>,
     /// Serialises [`Fs::make_writable`].
     pub(crate) remount_lock: Mutex<()>,
-}
-
-pub(crate) fn check_name(name: &[u8]) -> Result<()> {
-    if name.len() > NAME_MAX {
-        return Err(FsError::Errno(libc::ENAMETOOLONG));
-    }
-    if name.is_empty() || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
-        return Err(FsError::Errno(libc::EINVAL));
-    }
-    Ok(())
-}
-
-pub(crate) fn find(gs: &mut [InodeGuard], ino: u64) -> &mut InodeState {
-    let i = gs.iter().position(|g| g.ino == ino).expect("inode was locked by the caller");
-    &mut gs[i]
 }
 
 impl Fs {
@@ -158,13 +143,20 @@ impl Fs {
             opts.push_drain,
         );
         let engine = Arc::new(Engine::new(meta, txm, opts.clone()));
+        let inodes = Arc::new(InodeStore::new(
+            engine.clone(),
+            InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes)),
+        ));
         let fs = Arc::new(Fs {
-            inodes: InodeStore::new(engine.clone(), InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes))),
+            names: Namespace::new(
+                engine.clone(),
+                inodes.clone(),
+                DentryCache::new(opts.lru_caches.then_some(opts.dentry_cache_bytes)),
+            ),
+            inodes,
             engine,
-            dcache: DentryCache::new(opts.lru_caches.then_some(opts.dentry_cache_bytes)),
             unmounted: AtomicBool::new(false),
             ow: Overwrite::new(opts.overwrite_fastpath),
-            rename_lock: Mutex::new(()),
             remount_lock: Mutex::new(()),
         });
         fs.inodes.install_orphan_flush();
@@ -265,6 +257,61 @@ impl Fs {
 
     // ---------------------------------------------------------- public API
 
+    /// Creates a regular file, device node, FIFO or socket; `mode` includes
+    /// the `S_IF*` type (umask already applied). Increments the lookup count.
+    pub fn mknod(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32, rdev: u64) -> Result<Attr> {
+        self.names.mknod(ctx, parent, name, mode, rdev)
+    }
+
+    /// Creates a directory. Increments the lookup count.
+    pub fn mkdir(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        self.names.mkdir(ctx, parent, name, mode)
+    }
+
+    /// Creates a symbolic link. Increments the lookup count.
+    pub fn symlink(&self, ctx: &Ctx, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
+        self.names.symlink(ctx, parent, name, target)
+    }
+
+    /// Creates an unnamed regular file (O_TMPFILE): an orphan until linked.
+    pub fn tmpfile(&self, ctx: &Ctx, parent: u64, mode: u32) -> Result<Attr> {
+        self.names.tmpfile(ctx, parent, mode)
+    }
+
+    /// Adds a hard link. Increments the lookup count.
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
+        self.names.link(ino, newparent, newname)
+    }
+
+    /// Removes a non-directory entry.
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.names.unlink(parent, name)
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.names.rmdir(parent, name)
+    }
+
+    /// Renames, with `RENAME_NOREPLACE` / `RENAME_EXCHANGE` / `RENAME_WHITEOUT` flags.
+    pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: u32) -> Result<()> {
+        self.names.rename(parent, name, newparent, newname, flags)
+    }
+
+    /// [`Fs::rename`] on behalf of `ctx`, who owns the whiteout that
+    /// RENAME_WHITEOUT leaves (as the kernel's `vfs_whiteout` does).
+    pub fn rename_as(
+        &self,
+        ctx: &Ctx,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        self.names.rename_as(ctx, parent, name, newparent, newname, flags)
+    }
+
     /// FUSE FORGET: the kernel dropped `n` lookups of `ino` (see
     /// `inode_store`: an unlinked file nobody holds is freed).
     pub fn forget(&self, ino: u64, n: u64) {
@@ -311,7 +358,7 @@ impl Fs {
                             pg.d.parent
                         }
                     }
-                    _ => self.lookup_name(&pg, name)?.ok_or(FsError::Errno(libc::ENOENT))?,
+                    _ => self.names.lookup_name(&pg, name)?.ok_or(FsError::Errno(libc::ENOENT))?,
                 }
             };
             let c = self.inodes.iget(target)?;
@@ -323,25 +370,6 @@ impl Fs {
             self.inodes.cache().add_lookups(target, 1);
             Ok(self.inodes.attr(&cg))
         })
-    }
-
-    /// The inode `name` names in directory `dir` (locked by the caller,
-    /// shared or exclusive), through the dentry cache: a miss reads the
-    /// directory and caches what it found, or that nothing was.
-    pub(crate) fn lookup_name(&self, dir: &InodeState, name: &[u8]) -> Result<Option<u64>> {
-        // After an abort the tree may no longer be what the cache saw.
-        let cached = if self.engine.txm().latch.aborted() { Cached::Miss } else { self.dcache.lookup(dir, name) };
-        match cached {
-            Cached::Found(ino, _) => Ok(Some(ino)),
-            Cached::Negative => Ok(None),
-            Cached::Miss => {
-                let found = dir::lookup(self.engine.meta(), dir, name)?.map(|(_, e)| (e.ino, e.dtype));
-                if !self.engine.txm().latch.aborted() {
-                    self.dcache.insert(dir, name, found);
-                }
-                Ok(found.map(|(ino, _)| ino))
-            }
-        }
     }
 
     /// Takes one lookup reference on `ino` (FUSE readdirplus hands the
@@ -673,7 +701,7 @@ impl Fs {
         self.engine.txm().publish(&mut put);
         self.engine.meta().bufs.publish(&mut put);
         self.inodes.cache().publish(&mut put);
-        self.dcache.publish(&mut put);
+        self.names.dcache().publish(&mut put);
         self.ow.publish(&mut put);
         self.engine.reaper().publish(&mut put);
         self.engine.meta().orphans.publish(&mut put);

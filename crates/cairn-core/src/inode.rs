@@ -565,6 +565,13 @@ impl Publish for InodeCache {
     }
 }
 
+/// The state of inode `ino` among guards the caller locked together
+/// (`lock_many`).
+pub(crate) fn find(gs: &mut [InodeGuard], ino: u64) -> &mut InodeState {
+    let i = gs.iter().position(|g| g.ino == ino).expect("inode was locked by the caller");
+    &mut gs[i]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -88,6 +88,5 @@ mod online_resize;
 mod overwrite;
 mod overwrite_state;
 mod reaper;
-mod rename;
 mod ro_recovery;
 mod shutdown;

@@ -1,5 +1,8 @@
-//! Namespace operations: create (files, directories, symlinks, nodes,
-//! O_TMPFILE), link, unlink, rmdir and rename (`rename.rs`).
+//! [`Namespace`]: the owner of the dentry cache and the rename lock, and
+//! the namespace operations: name lookups, create (files, directories,
+//! symlinks, nodes, O_TMPFILE), link, unlink, rmdir and rename
+//! (`rename.rs`). It works through the engine (transactions) and the inode
+//! store (inodes, orphans, frees), both held by `Arc`; `Fs` routes to it.
 //!
 //! Each runs in one transaction handle. Once its locks are held (and so
 //! its trees' depths are known) it states its worst case with
@@ -19,16 +22,20 @@
 //! link ask the cache first: the kernel's LOOKUP before a create has left a
 //! negative entry there.
 
+use crate::dcache::{Cached, DentryCache};
+use crate::engine::Engine;
 use crate::error::{FsError, Result};
 use crate::file;
-use crate::fs::{check_name, find, Fs};
-use crate::inode::{lock_many, InodeGuard, InodeState};
+use crate::inode::{find, lock_many, InodeGuard, InodeState};
+use crate::inode_store::InodeStore;
 use crate::journal::credits;
 use crate::types::*;
 use crate::{acl, dir, xattr};
 use cairn_format::dirent::dtype_of_mode;
 use cairn_format::inode::*;
 use cairn_format::{NAME_MAX, SYMLINK_MAX};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 /// The ACLs a new inode inherits from its directory's default ACL.
 #[derive(Default)]
@@ -56,7 +63,61 @@ impl Inherited {
     }
 }
 
-impl Fs {
+mod rename;
+
+/// A name a directory entry may have: not empty, `.` or `..`, no `/` or
+/// NUL, at most `NAME_MAX` bytes.
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(FsError::Errno(libc::ENAMETOOLONG));
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+        return Err(FsError::Errno(libc::EINVAL));
+    }
+    Ok(())
+}
+
+/// The namespace of a mount: the dentry cache and the directory operations
+/// (see the module essay).
+pub(crate) struct Namespace {
+    engine: Arc<Engine>,
+    inodes: Arc<InodeStore>,
+    dcache: DentryCache,
+    /// Serialises renames between directories (see `rename`).
+    rename_lock: Mutex<()>,
+}
+
+impl Namespace {
+    pub(crate) fn new(engine: Arc<Engine>, inodes: Arc<InodeStore>, dcache: DentryCache) -> Namespace {
+        Namespace { engine, inodes, dcache, rename_lock: Mutex::new(()) }
+    }
+
+    /// The dentry cache (its counters for `cairn stats`).
+    pub(crate) fn dcache(&self) -> &DentryCache {
+        &self.dcache
+    }
+
+    /// The inode `name` names in directory `dir` (locked by the caller,
+    /// shared or exclusive), through the dentry cache: a miss reads the
+    /// directory and caches what it found, or that nothing was.
+    pub(crate) fn lookup_name(&self, dir: &InodeState, name: &[u8]) -> Result<Option<u64>> {
+        // After an abort the tree may no longer be what the cache saw.
+        let cached = if self.engine.txm().latch.aborted() { Cached::Miss } else { self.dcache.lookup(dir, name) };
+        match cached {
+            Cached::Found(ino, _) => Ok(Some(ino)),
+            Cached::Negative => Ok(None),
+            Cached::Miss => {
+                let found = dir::lookup(self.engine.meta(), dir, name)?.map(|(_, e)| (e.ino, e.dtype));
+                if !self.engine.txm().latch.aborted() {
+                    self.dcache.insert(dir, name, found);
+                }
+                Ok(found.map(|(ino, _)| ino))
+            }
+        }
+    }
+}
+
+impl Namespace {
     /// A new inode's mode and ACLs in directory `parent`: with a default
     /// ACL there, the inode inherits it (masked by `mode`; no umask), and a
     /// directory keeps it as its own default; without one, the umask.
@@ -173,7 +234,7 @@ impl Fs {
 
     /// Creates a regular file, device node, FIFO or socket; `mode` includes
     /// the `S_IF*` type (umask already applied). Increments the lookup count.
-    pub fn mknod(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32, rdev: u64) -> Result<Attr> {
+    pub(crate) fn mknod(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32, rdev: u64) -> Result<Attr> {
         let kind = mode & S_IFMT;
         let mode = if kind == 0 { mode | S_IFREG } else { mode };
         if !matches!(mode & S_IFMT, S_IFREG | S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK) {
@@ -183,12 +244,12 @@ impl Fs {
     }
 
     /// Creates a directory. Increments the lookup count.
-    pub fn mkdir(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+    pub(crate) fn mkdir(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
         self.create(ctx, parent, name, S_IFDIR | (mode & 0o7777), 0, None)
     }
 
     /// Creates a symbolic link. Increments the lookup count.
-    pub fn symlink(&self, ctx: &Ctx, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
+    pub(crate) fn symlink(&self, ctx: &Ctx, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
         if target.len() > SYMLINK_MAX {
             return Err(FsError::Errno(libc::ENAMETOOLONG));
         }
@@ -199,7 +260,7 @@ impl Fs {
     }
 
     /// Creates an unnamed regular file (O_TMPFILE): an orphan until linked.
-    pub fn tmpfile(&self, ctx: &Ctx, parent: u64, mode: u32) -> Result<Attr> {
+    pub(crate) fn tmpfile(&self, ctx: &Ctx, parent: u64, mode: u32) -> Result<Attr> {
         self.engine.change(credits::DEFAULT, |tx| {
             let p = self.inodes.iget(parent)?;
             let pg = p.read();
@@ -221,7 +282,7 @@ impl Fs {
     }
 
     /// Adds a hard link. Increments the lookup count.
-    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
+    pub(crate) fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
         check_name(newname)?;
         let a = self.link_in(ino, newparent, newname)?;
         self.dirsync(newparent)?;
@@ -363,27 +424,27 @@ impl Fs {
     }
 
     /// Removes a non-directory entry.
-    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+    pub(crate) fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
         self.remove_entry(parent, name, false)?;
         self.inodes.after_unlink();
         self.dirsync(parent)
     }
 
     /// Removes an empty directory.
-    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+    pub(crate) fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
         self.remove_entry(parent, name, true)?;
         self.inodes.after_unlink();
         self.dirsync(parent)
     }
 
     /// Renames, with `RENAME_NOREPLACE` / `RENAME_EXCHANGE` / `RENAME_WHITEOUT` flags.
-    pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: u32) -> Result<()> {
+    pub(crate) fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: u32) -> Result<()> {
         self.rename_as(&Ctx::root(), parent, name, newparent, newname, flags)
     }
 
-    /// [`Fs::rename`] on behalf of `ctx`, who owns the whiteout that
+    /// [`Namespace::rename`] on behalf of `ctx`, who owns the whiteout that
     /// RENAME_WHITEOUT leaves (as the kernel's `vfs_whiteout` does).
-    pub fn rename_as(
+    pub(crate) fn rename_as(
         &self,
         ctx: &Ctx,
         parent: u64,
@@ -403,9 +464,8 @@ impl Fs {
         // Moves between directories are serialised (the VFS does the same
         // with s_vfs_rename_mutex): the below-itself check walks ancestors.
         let _cross = (parent != newparent).then(|| self.rename_lock.lock());
-        self.engine.change(credits::DEFAULT, |tx| {
-            crate::rename::rename(self, tx, ctx, parent, name, newparent, newname, flags)
-        })?;
+        self.engine
+            .change(credits::DEFAULT, |tx| rename::rename(self, tx, ctx, parent, name, newparent, newname, flags))?;
         self.inodes.after_unlink();
         self.dirsync(parent)?;
         if newparent != parent {
@@ -418,7 +478,7 @@ impl Fs {
     /// directory is `D` or `S` (chattr; see `inode_flags`).
     fn dirsync(&self, dir: u64) -> Result<()> {
         if crate::inode::flags_in_use() && crate::inode_flags::is_dirsync(&self.inodes.iget(dir)?.read()) {
-            self.fsync(dir, false)?;
+            self.engine.sync()?;
         }
         Ok(())
     }

@@ -18,9 +18,10 @@
 //! before anything else changes, so a full inode table fails the rename
 //! with nothing done.
 
+use super::Namespace;
 use crate::dir;
 use crate::error::{FsError, Result};
-use crate::fs::{find, Fs};
+use crate::inode::find;
 use crate::inode::lock_many;
 use crate::journal::credits;
 use crate::tx::Tx;
@@ -32,7 +33,7 @@ use cairn_format::ROOT_INO;
 /// Renames `parent/name` to `newparent/newname` inside `tx`.
 #[allow(clippy::too_many_arguments)]
 pub fn rename(
-    fs: &Fs,
+    ns: &Namespace,
     tx: &Tx<'_>,
     ctx: &Ctx,
     parent: u64,
@@ -42,8 +43,8 @@ pub fn rename(
     flags: u32,
 ) -> Result<()> {
     let meta = tx;
-    let p1 = fs.inodes.iget(parent)?;
-    let p2 = fs.inodes.iget(newparent)?;
+    let p1 = ns.inodes.iget(parent)?;
+    let p2 = ns.inodes.iget(newparent)?;
     for _ in 0..64 {
         let look = |p: &crate::inode::InodeRef, n: &[u8]| -> Result<Option<(u64, u64)>> {
             let g = p.read();
@@ -54,9 +55,9 @@ pub fn rename(
         };
         let (k1, src) = look(&p1, name)?.ok_or(FsError::Errno(libc::ENOENT))?;
         let dst = look(&p2, newname)?;
-        let s = fs.inodes.iget(src)?;
+        let s = ns.inodes.iget(src)?;
         let d = match dst {
-            Some((_, ino)) => Some(fs.inodes.iget(ino)?),
+            Some((_, ino)) => Some(ns.inodes.iget(ino)?),
             None => None,
         };
         // A directory may not move below itself. The walk up from the
@@ -68,11 +69,11 @@ pub fn rename(
         if parent != newparent {
             let is_dir = |r: &crate::inode::InodeRef| r.read().d.is_dir();
             if is_dir(&s) {
-                below_itself(fs, src, newparent)?;
+                below_itself(ns, src, newparent)?;
             }
             if let (Some(d), Some((_, dino))) = (&d, dst) {
                 if flags & RENAME_EXCHANGE != 0 && is_dir(d) {
-                    below_itself(fs, dino, parent)?;
+                    below_itself(ns, dino, parent)?;
                 }
             }
         }
@@ -110,7 +111,7 @@ pub fn rename(
         let levels = crate::dir::levels(meta.meta(), find(&mut gs, parent))?
             .max(crate::dir::levels(meta.meta(), find(&mut gs, newparent))?);
         let target = match dst {
-            Some((_, dino)) => fs.inodes.drop_link_credits(find(&mut gs, dino))?,
+            Some((_, dino)) => ns.inodes.drop_link_credits(find(&mut gs, dino))?,
             None => 0,
         };
         let second = credits::tree_insert(levels).max(credits::tree_remove(levels) + target);
@@ -126,8 +127,8 @@ pub fn rename(
         }
         let t = now_ts();
         // Both names change (or fail half-way): uncached until done.
-        fs.dcache.invalidate(find(&mut gs, parent), name);
-        fs.dcache.invalidate(find(&mut gs, newparent), newname);
+        ns.dcache.invalidate(find(&mut gs, parent), name);
+        ns.dcache.invalidate(find(&mut gs, newparent), newname);
         let mut whiteout_ino = None;
         if flags & RENAME_EXCHANGE != 0 {
             let Some((k2, dino)) = dst else { return Err(FsError::Errno(libc::ENOENT)) };
@@ -150,7 +151,7 @@ pub fn rename(
             for ino in [src, dino] {
                 let g = find(&mut gs, ino);
                 g.d.ctime = t;
-                fs.inodes.store(tx, g)?;
+                ns.inodes.store(tx, g)?;
             }
         } else {
             if let Some((_, dino)) = dst {
@@ -169,9 +170,9 @@ pub fn rename(
             // for want of space, before any entry changes.
             let mut whiteout_ref = None;
             if whiteout {
-                let (ino, d) = fs.inodes.new_inode(tx, ctx, find(&mut gs, parent), libc::S_IFCHR, 0)?;
-                let r = fs.inodes.cache().insert(ino, d);
-                fs.inodes.store(tx, &r.write())?;
+                let (ino, d) = ns.inodes.new_inode(tx, ctx, find(&mut gs, parent), libc::S_IFCHR, 0)?;
+                let r = ns.inodes.cache().insert(ino, d);
+                ns.inodes.store(tx, &r.write())?;
                 whiteout_ino = Some(ino);
                 whiteout_ref = Some(r);
             }
@@ -183,7 +184,7 @@ pub fn rename(
                         let np = find(&mut gs, newparent);
                         np.d.nlink = np.d.nlink.saturating_sub(1);
                     }
-                    fs.inodes.drop_link(tx, find(&mut gs, dino), dst_dir)
+                    ns.inodes.drop_link(tx, find(&mut gs, dino), dst_dir)
                 } else {
                     // A new entry may need a new directory block: ENOSPC.
                     dir::add(meta, find(&mut gs, newparent), newname, src, dtype_of_mode(src_mode))
@@ -194,7 +195,7 @@ pub fn rename(
                 if let Some(r) = whiteout_ref {
                     let mut st = r.write();
                     st.d.nlink = 0;
-                    if let Err(e2) = fs.inodes.release_unlinked(tx, &mut st) {
+                    if let Err(e2) = ns.inodes.release_unlinked(tx, &mut st) {
                         tracing::error!(ino = st.ino, error = %e2, "could not undo a whiteout");
                     }
                 }
@@ -212,27 +213,27 @@ pub fn rename(
             }
             let sg = find(&mut gs, src);
             sg.d.ctime = t;
-            fs.inodes.store(tx, sg)?;
+            ns.inodes.store(tx, sg)?;
         }
         for ino in [parent, newparent] {
             let g = find(&mut gs, ino);
             g.d.mtime = t;
             g.d.ctime = t;
-            fs.inodes.store(tx, g)?;
+            ns.inodes.store(tx, g)?;
         }
         let old_name = match (flags & RENAME_EXCHANGE != 0, dst) {
             (true, Some((_, dino))) => Some((dino, dtype_of_mode(find(&mut gs, dino).d.mode))),
             _ => whiteout_ino.map(|w| (w, dtype_of_mode(libc::S_IFCHR))),
         };
-        fs.dcache.insert(find(&mut gs, parent), name, old_name);
-        fs.dcache.insert(find(&mut gs, newparent), newname, Some((src, dtype_of_mode(src_mode))));
+        ns.dcache.insert(find(&mut gs, parent), name, old_name);
+        ns.dcache.insert(find(&mut gs, newparent), newname, Some((src, dtype_of_mode(src_mode))));
         return Ok(());
     }
     Err(FsError::Errno(libc::EAGAIN))
 }
 
 /// Fails with EINVAL if `dir` is `from` or one of its ancestors.
-fn below_itself(fs: &Fs, dir: u64, from: u64) -> Result<()> {
+fn below_itself(ns: &Namespace, dir: u64, from: u64) -> Result<()> {
     let mut cur = from;
     for _ in 0..4096 {
         if cur == dir {
@@ -241,7 +242,7 @@ fn below_itself(fs: &Fs, dir: u64, from: u64) -> Result<()> {
         if cur == ROOT_INO {
             return Ok(());
         }
-        cur = fs.inodes.iget(cur)?.read().d.parent;
+        cur = ns.inodes.iget(cur)?.read().d.parent;
     }
     Err(FsError::Errno(libc::ELOOP))
 }
