@@ -41,7 +41,7 @@
 //!   swap's inserts allocate from the orphan list's critical reserve
 //!   (`alloc`), like the direct ones.
 //! * Mount starts with the set empty; unmount frees what it holds with the
-//!   orphan list (`Fs::process_orphans` reads both).
+//!   orphan list (`InodeStore::process_orphans` reads both).
 //!
 //! ## Locking
 //! The set's mutex is a leaf, held for a map operation only (the flush

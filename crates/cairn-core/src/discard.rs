@@ -25,7 +25,7 @@ impl Fs {
         }
         // Deleted files are freed by the reaper thread, after the unlink.
         self.engine.reaper().drain(std::time::Duration::from_secs(300));
-        self.engine.commit_and_checkpoint()?;
+        self.files.commit_and_checkpoint()?;
         let first = start / bs;
         let end = start.saturating_add(len) / bs;
         let blocks = self.engine.read_op(|| {

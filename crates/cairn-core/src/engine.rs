@@ -26,6 +26,8 @@ use crate::meta::Meta;
 pub use crate::mount_options::MountOptions;
 use crate::reaper::Reaper;
 use crate::tx::{Tx, TxManager};
+use crate::types::StatFs;
+use cairn_format::NAME_MAX;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The transaction layer and mount state (see the module essay).
@@ -147,6 +149,27 @@ impl Engine {
     pub(crate) fn commit_and_checkpoint(&self) -> Result<()> {
         self.commit()?;
         self.checkpoint()
+    }
+
+    /// statfs(2).
+    pub(crate) fn statfs(&self) -> Result<StatFs> {
+        self.alive()?;
+        let a = &self.meta.alloc;
+        // Blocks of deleted files the reaper has still to free count as free.
+        let free = (a.disk_free_blocks.load(Ordering::Relaxed) + self.reaper.backlog_blocks())
+            .min(self.meta.geo().total_blocks);
+        Ok(StatFs {
+            block_size: self.meta.geo().block_size,
+            blocks: self.meta.geo().total_blocks,
+            blocks_free: free,
+            // File data cannot take the metadata reserve, nor what is held
+            // for the kernel's write-backs: a program that fallocates what
+            // statfs says is available must get it.
+            blocks_avail: free.saturating_sub(a.reserve_blocks() + a.held_for_write_back()),
+            files: self.meta.geo().total_inodes(),
+            files_free: a.free_inodes.load(Ordering::Relaxed),
+            name_max: NAME_MAX as u32,
+        })
     }
 
     /// Runs a changing operation in a transaction handle of `credits` log

@@ -7,9 +7,12 @@
 //! credits, commit and the error latch); inodes through the
 //! [`InodeStore`] (`inode_store`: the inode cache, loading and storing,
 //! new inodes, the orphan list, deferred and stepwise frees, the per-inode
-//! I/O locks). Namespace operations live in `namespace`, file data changes
-//! in `file_ops`. (The caches and those operations are moving out of `Fs` into
-//! owners of their own: docs/design.md, "Owners".)
+//! I/O locks); names through the [`Namespace`] (`namespace`: the dentry
+//! cache, create, link, unlink, rename); file data through [`FileIo`]
+//! (`file_io`: reads, writes, fallocate, setattr, chattr, the overwrite fast
+//! path and its dirty times, fsync). Each owner holds the engine (and the
+//! inode store) by `Arc`; `Fs` keeps what mounting and unmounting need and
+//! routes the public calls (docs/design.md, "Owners").
 //!
 //! ## Locking order
 //! rename mutex (moves between directories) → inode I/O lock (one per inode,
@@ -25,6 +28,7 @@ use crate::dcache::DentryCache;
 use crate::dev::BlockDevice;
 use crate::engine::Engine;
 use crate::error::{FsError, Result};
+use crate::file_io::FileIo;
 use crate::inode::InodeCache;
 use crate::inode_store::InodeStore;
 use crate::journal::{credits, ErrorPolicy, Journal, Latch};
@@ -53,8 +57,9 @@ pub struct Fs {
     /// The dentry cache and the directory operations.
     names: Namespace,
     unmounted: AtomicBool,
-    /// The overwrite fast path and its dirty-times list.
-    pub(crate) ow: Overwrite,
+    /// File data: reads, writes, fallocate, setattr, chattr, the overwrite
+    /// fast path and its dirty times, fsync.
+    pub(crate) files: FileIo,
     /// Serialises [`Fs::make_writable`].
     pub(crate) remount_lock: Mutex<()>,
 }
@@ -148,6 +153,7 @@ impl Fs {
             InodeCache::new(opts.lru_caches.then_some(opts.inode_cache_bytes)),
         ));
         let fs = Arc::new(Fs {
+            files: FileIo::new(engine.clone(), inodes.clone(), Overwrite::new(opts.overwrite_fastpath)),
             names: Namespace::new(
                 engine.clone(),
                 inodes.clone(),
@@ -156,7 +162,6 @@ impl Fs {
             inodes,
             engine,
             unmounted: AtomicBool::new(false),
-            ow: Overwrite::new(opts.overwrite_fastpath),
             remount_lock: Mutex::new(()),
         });
         fs.inodes.install_orphan_flush();
@@ -182,7 +187,7 @@ impl Fs {
         // The not-clean superblock goes home before anything else is logged:
         // a superblock that says clean then means an empty log (the journal
         // open trusts it to skip its scan for damage).
-        self.engine.commit_and_checkpoint()?;
+        self.files.commit_and_checkpoint()?;
         let fs = self.clone();
         let (interval, nice) = (self.engine.opts().commit_interval, self.engine.opts().backend_nice);
         self.engine.backend().spawn(move || fs.engine.backend().run(interval, nice, &mut || fs.background_commit()))?;
@@ -199,7 +204,7 @@ impl Fs {
     /// rather than when the log next needs room. False stops the thread
     /// (the error is logged).
     fn background_commit(&self) -> bool {
-        if let Err(e) = self.commit() {
+        if let Err(e) = self.files.commit() {
             tracing::error!(error = %e, "background commit failed; the backend stops");
             return false;
         }
@@ -237,18 +242,10 @@ impl Fs {
         self.engine.change(credits::DEFAULT, |tx| self.engine.write_sb_buffer(tx))?;
         // Everything home and the log empty; blocks freed meanwhile are
         // released (and discarded under `-o discard`).
-        self.engine.commit_and_checkpoint()
+        self.files.commit_and_checkpoint()
     }
 
     // --------------------------------------------------------------- commit
-
-    /// Makes everything changed before this call durable; concurrent callers
-    /// share one commit (see `tx::manager`).
-    /// The overwrite path's dirty times are stored first (see `overwrite`).
-    pub(crate) fn commit(&self) -> Result<()> {
-        self.log_dirty_times()?;
-        self.engine.commit()
-    }
 
     /// Whether changes are refused (read-only mount or aborted journal).
     pub fn is_read_only(&self) -> bool {
@@ -256,6 +253,186 @@ impl Fs {
     }
 
     // ---------------------------------------------------------- public API
+
+    /// Writes `data` at `off`; returns the bytes written. Overwrites of
+    /// written blocks inside the file take the fast path (`overwrite`); the
+    /// rest is journaled, in steps. Sets mtime and ctime.
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
+        self.files.write(ino, off, data)
+    }
+
+    /// [`Fs::write`], setting mtime and ctime only if `update_times`. FUSE's
+    /// writeback cache owns a cached file's times: the kernel sends them in
+    /// a SETATTR, and its WRITEs of dirty pages may reach cairn after that
+    /// SETATTR, so they must not move the times again.
+    pub fn write_data(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
+        self.files.write_data(ino, off, data, update_times)
+    }
+
+    /// Dirty pages that the kernel's writeback cache writes back: all of
+    /// `data` or an error, never a short count. The kernel ignores the
+    /// count in a write-back's reply: a short one would leave pages marked
+    /// clean whose bytes never reached the image, and the file's `fsync`
+    /// would return 0 (issue 50: fsync'd appends cut back to a block
+    /// boundary). The error goes to the file's next `fsync` and `close`.
+    ///
+    /// What a refused write-back stored before the space ran out stays; it
+    /// changes no durable byte but to the newer bytes the kernel held for
+    /// it, and the size only grows (`file::write` extends it to what was
+    /// written), so everything an earlier `fsync` covered is intact. The
+    /// kernel owns the file's times (see [`Fs::write_data`]).
+    pub fn write_back(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
+        self.files.write_back(ino, off, data)
+    }
+
+    /// [`Fs::write_data`], whole or an error: for a caller that cannot take
+    /// a short count. Besides write-backs ([`Fs::write_back`]), an O_DIRECT
+    /// write under FUSE's asynchronous direct I/O: the kernel turns a short
+    /// count there into EIO (`fuse_get_res_by_io`), so a full disk must say
+    /// ENOSPC instead.
+    pub fn write_whole(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
+        self.files.write_whole(ino, off, data, update_times)
+    }
+
+    /// The data blocks a write of `len` bytes at `off` would allocate: the
+    /// holes in its range (0: an overwrite of allocated blocks, which needs
+    /// no space).
+    pub fn blocks_to_allocate(&self, ino: u64, off: u64, len: u64) -> Result<u64> {
+        self.files.blocks_to_allocate(ino, off, len)
+    }
+
+    /// Holds `bytes` of the free space for dirty pages the kernel accepted
+    /// and has still to write back (0: none): writes that are not
+    /// write-backs, and fallocate, get ENOSPC rather than take them. The
+    /// FUSE space guard sets it while the disk is nearly full.
+    pub fn hold_for_write_back(&self, bytes: u64) {
+        self.files.hold_for_write_back(bytes)
+    }
+
+    /// Free bytes that file data may take, what is held for write-backs
+    /// included: statfs's available space before the hold.
+    pub fn data_space_free(&self) -> Result<u64> {
+        self.files.data_space_free()
+    }
+
+    /// Waits, once, for the space of deleted files that the reaper is still
+    /// freeing (see `reaper`); false if none was waiting or this thread may
+    /// not wait. For a caller deciding from the free space whether a write
+    /// fits, before it calls in (the FUSE space guard).
+    pub fn wait_for_deleted_space(&self) -> Result<bool> {
+        self.files.wait_for_deleted_space()
+    }
+
+    /// fallocate(2): `mode` is 0 or a combination of `FALLOC_FL_*`. A full
+    /// file system waits once for the reaper (see [`Fs::write`]). Sets ctime,
+    /// and mtime for a punch or zero-range.
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
+        self.files.fallocate(ino, off, len, mode)
+    }
+
+    /// [`Fs::fallocate`], setting the times only if `update_times`: under
+    /// FUSE's writeback cache the kernel owns a cached file's times (see
+    /// [`Fs::write_data`]). It stamps them itself before it sends FALLOCATE
+    /// and sends them in the SETATTR of the inode's write-back, which may
+    /// reach cairn first; times set here would then stay on disk, different
+    /// from what the caller saw.
+    pub fn fallocate_data(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
+        self.files.fallocate_data(ino, off, len, mode, update_times)
+    }
+
+    /// Drops what a write, truncate, chown or fallocate must drop, when the
+    /// kernel leaves it to the file system (FUSE_HANDLE_KILLPRIV_V2): the
+    /// `security.capability` xattr always, and with `suidgid` the set-id
+    /// bits of a non-directory as the kernel's `setattr_should_drop_suidgid`
+    /// does: suid always, sgid of a group-executable file always, and a
+    /// sgid without group execute (a mandatory-locking mark) unless
+    /// `suidgid(gid)` says the caller may keep it: the caller is in the
+    /// file's group `gid` or holds CAP_FSETID. Whether to drop set-id bits
+    /// at all (the caller lacks CAP_FSETID; any chown) is the caller's
+    /// decision. Costs one look at the inode when there is nothing to drop.
+    /// Returns whether the mode changed: the kernel's cached attributes then
+    /// still show the old bits, and the adapter tells it.
+    pub fn kill_privs(&self, ino: u64, suidgid: Option<&dyn Fn(u32) -> bool>) -> Result<bool> {
+        self.files.kill_privs(ino, suidgid)
+    }
+
+    /// Changes attributes (chmod, chown, truncate, utimens). A truncate that
+    /// frees more than one handle covers finishes in steps (see the module
+    /// essay), on the reaper's thread unless `-o sync_delete`.
+    pub fn setattr(&self, _ctx: &Ctx, ino: u64, set: &SetAttr) -> Result<Attr> {
+        self.files.setattr(_ctx, ino, set)
+    }
+
+    /// The inode's chattr flags (Linux's FS_*_FL values).
+    pub fn inode_flags(&self, ino: u64) -> Result<u32> {
+        self.files.inode_flags(ino)
+    }
+
+    /// Sets the inode's chattr flags to `flags` as `ctx` (see the module
+    /// essay for who may); sets ctime.
+    pub fn set_inode_flags(&self, ctx: &Ctx, ino: u64, flags: u32) -> Result<Attr> {
+        self.files.set_inode_flags(ctx, ino, flags)
+    }
+
+    /// Whether an inode of this file system has ever been made immutable or
+    /// append-only (`COMPAT_INODE_FLAGS`): opens must then be checked
+    /// ([`Fs::check_open`]).
+    pub fn has_protected_inodes(&self) -> bool {
+        self.files.has_protected_inodes()
+    }
+
+    /// EPERM for an `open(2)` with `flags` that the inode's chattr flags
+    /// forbid: any write access or O_TRUNC to an immutable file; to an
+    /// append-only one, write access without O_APPEND, or O_TRUNC.
+    pub fn check_open(&self, ino: u64, flags: i32) -> Result<()> {
+        self.files.check_open(ino, flags)
+    }
+
+    /// The extents of file `ino`, in file order (what FIEMAP and filefrag
+    /// report; adjacent ones are not merged).
+    pub fn extents(&self, ino: u64) -> Result<Vec<cairn_format::extent::Extent>> {
+        self.files.extents(ino)
+    }
+
+    /// Reads up to `size` bytes at `off` (short only at end of file).
+    pub fn read(&self, ino: u64, off: u64, size: u32) -> Result<Vec<u8>> {
+        self.files.read(ino, off, size)
+    }
+
+    /// Reads into `buf` at `off` (clipped at end of file): the bytes read,
+    /// every one of them written (see `file::read_into`). For a caller that
+    /// has a buffer already, such as a FUSE reply's.
+    pub fn read_into(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.files.read_into(ino, off, buf)
+    }
+
+    /// lseek(2) for `SEEK_DATA` / `SEEK_HOLE` (other whences are the kernel's).
+    pub fn lseek(&self, ino: u64, off: u64, whence: i32) -> Result<u64> {
+        self.files.lseek(ino, off, whence)
+    }
+
+    /// Makes the file's data and metadata durable (fsync / fdatasync).
+    /// `fdatasync` of a file whose last metadata change is committed already
+    /// (say, after fast-path overwrites) only flushes the device: its dirty
+    /// times wait for the next commit, as fdatasync(2) allows.
+    pub fn fsync(&self, ino: u64, datasync: bool) -> Result<()> {
+        self.files.fsync(ino, datasync)
+    }
+
+    /// Commits everything (syncfs / sync).
+    pub fn sync_fs(&self) -> Result<()> {
+        self.files.sync_fs()
+    }
+
+    /// statfs(2).
+    pub fn statfs(&self) -> Result<StatFs> {
+        self.engine.statfs()
+    }
+
+    /// Attributes of `ino`.
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        self.inodes.getattr(ino)
+    }
 
     /// Creates a regular file, device node, FIFO or socket; `mode` includes
     /// the `S_IF*` type (umask already applied). Increments the lookup count.
@@ -427,15 +604,6 @@ impl Fs {
         })
     }
 
-    /// Attributes of `ino`.
-    pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        self.engine.read_op(|| {
-            let r = self.inodes.iget(ino)?;
-            let g = r.read();
-            Ok(self.inodes.attr(&g))
-        })
-    }
-
     /// Target of a symbolic link.
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         self.engine.read_op(|| {
@@ -447,59 +615,6 @@ impl Fs {
             match &g.d.data {
                 DataArea::Inline(t) => Ok(t.clone()),
                 _ => file::read(self.engine.meta(), &g, 0, g.d.size.min(SYMLINK_MAX as u64) as u32),
-            }
-        })
-    }
-
-    /// The extents of file `ino`, in file order (what FIEMAP and filefrag
-    /// report; adjacent ones are not merged).
-    pub fn extents(&self, ino: u64) -> Result<Vec<cairn_format::extent::Extent>> {
-        self.engine.read_op(|| {
-            let r = self.inodes.iget(ino)?;
-            let g = r.read();
-            if g.d.file_type() != S_IFREG {
-                return Err(FsError::Errno(libc::EINVAL));
-            }
-            crate::extent_map::overlapping(self.engine.meta(), &g, 0, u64::MAX)
-        })
-    }
-
-    /// Reads up to `size` bytes at `off` (short only at end of file).
-    pub fn read(&self, ino: u64, off: u64, size: u32) -> Result<Vec<u8>> {
-        self.with_regular(ino, |st| file::read(self.engine.meta(), st, off, size))
-    }
-
-    /// Reads into `buf` at `off` (clipped at end of file): the bytes read,
-    /// every one of them written (see `file::read_into`). For a caller that
-    /// has a buffer already, such as a FUSE reply's.
-    pub fn read_into(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
-        self.with_regular(ino, |st| file::read_into(self.engine.meta(), st, off, buf))
-    }
-
-    /// Runs `f` on regular file `ino`, locked shared (EISDIR for a
-    /// directory, EINVAL for anything else).
-    fn with_regular<T>(&self, ino: u64, f: impl FnOnce(&crate::inode::InodeState) -> Result<T>) -> Result<T> {
-        self.engine.read_op(|| {
-            let r = self.inodes.iget(ino)?;
-            let g = r.read();
-            match g.d.file_type() {
-                S_IFREG => f(&g),
-                S_IFDIR => Err(FsError::Errno(libc::EISDIR)),
-                _ => Err(FsError::Errno(libc::EINVAL)),
-            }
-        })
-    }
-
-    /// lseek(2) for `SEEK_DATA` / `SEEK_HOLE` (other whences are the kernel's).
-    pub fn lseek(&self, ino: u64, off: u64, whence: i32) -> Result<u64> {
-        self.engine.read_op(|| {
-            let r = self.inodes.iget(ino)?;
-            let g = r.read();
-            match whence {
-                libc::SEEK_DATA | libc::SEEK_HOLE => file::seek(self.engine.meta(), &g, off, whence),
-                libc::SEEK_SET => Ok(off),
-                libc::SEEK_END => Ok(g.d.size.saturating_add(off)),
-                _ => Err(FsError::Errno(libc::EINVAL)),
             }
         })
     }
@@ -566,27 +681,6 @@ impl Fs {
         }
     }
 
-    /// statfs(2).
-    pub fn statfs(&self) -> Result<StatFs> {
-        self.engine.alive()?;
-        let a = &self.engine.meta().alloc;
-        // Blocks of deleted files the reaper has still to free count as free.
-        let free = (a.disk_free_blocks.load(Ordering::Relaxed) + self.engine.reaper().backlog_blocks())
-            .min(self.engine.meta().geo().total_blocks);
-        Ok(StatFs {
-            block_size: self.engine.meta().geo().block_size,
-            blocks: self.engine.meta().geo().total_blocks,
-            blocks_free: free,
-            // File data cannot take the metadata reserve, nor what is held
-            // for the kernel's write-backs: a program that fallocates what
-            // statfs says is available must get it.
-            blocks_avail: free.saturating_sub(a.reserve_blocks() + a.held_for_write_back()),
-            files: self.engine.meta().geo().total_inodes(),
-            files_free: a.free_inodes.load(Ordering::Relaxed),
-            name_max: NAME_MAX as u32,
-        })
-    }
-
     /// Value of an extended attribute (ENODATA if absent).
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
         self.engine.read_op(|| xattr::get(self.engine.meta(), &self.inodes.iget(ino)?.read(), name))
@@ -595,35 +689,6 @@ impl Fs {
     /// Names of all extended attributes, each followed by a NUL byte.
     pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
         self.engine.read_op(|| xattr::list(self.engine.meta(), &self.inodes.iget(ino)?.read()))
-    }
-
-    /// Makes the file's data and metadata durable (fsync / fdatasync).
-    /// `fdatasync` of a file whose last metadata change is committed already
-    /// (say, after fast-path overwrites) only flushes the device: its dirty
-    /// times wait for the next commit, as fdatasync(2) allows.
-    pub fn fsync(&self, ino: u64, datasync: bool) -> Result<()> {
-        if datasync && !self.engine.mounted_read_only() {
-            self.engine.alive()?;
-            self.engine.txm().latch.check_commit()?;
-            let stored =
-                self.engine.read_op(|| Ok(self.inodes.iget(ino)?.read().stored_seq.load(Ordering::Acquire)))?;
-            if stored <= self.engine.txm().log.committed_seq() {
-                self.ow.stats.datasync_flush_only.fetch_add(1, Ordering::Relaxed);
-                return self.engine.read_op(|| Ok(self.engine.meta().dev.flush()?));
-            }
-        }
-        self.sync_fs()
-    }
-
-    /// Commits everything (syncfs / sync).
-    pub fn sync_fs(&self) -> Result<()> {
-        self.engine.alive()?;
-        if self.engine.mounted_read_only() {
-            return Ok(());
-        }
-        // After an abort, changes made since the last commit are lost: say so.
-        self.engine.txm().latch.check_commit()?;
-        self.commit()
     }
 
     /// Sets an extended attribute (`flags`: `XATTR_CREATE` / `XATTR_REPLACE`).
@@ -702,7 +767,7 @@ impl Fs {
         self.engine.meta().bufs.publish(&mut put);
         self.inodes.cache().publish(&mut put);
         self.names.dcache().publish(&mut put);
-        self.ow.publish(&mut put);
+        self.files.overwrite().publish(&mut put);
         self.engine.reaper().publish(&mut put);
         self.engine.meta().orphans.publish(&mut put);
         self.engine.meta().xattrs.cache.publish(&mut put);

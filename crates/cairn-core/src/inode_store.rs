@@ -11,7 +11,7 @@
 //! * a truncate is in progress (links > 0): its size is already the new one
 //!   and the blocks past it are being freed in steps.
 //!
-//! Mount (and unmount) finishes all three ([`Fs::process_orphans`]): a crash
+//! Mount (and unmount) finishes all three ([`InodeStore::process_orphans`]): a crash
 //! in the middle of deleting a file of a million extents leaves a consistent
 //! image whose next mount completes the delete.
 //!
@@ -34,14 +34,14 @@
 //! `sync_delete`). Until the reaper gets to it, the blocks past the size
 //! stay mapped, invisible to reads (which stop at the size); the file's
 //! next write, fallocate or size change finishes the truncate first
-//! ([`Fs::settle_truncate`]), so no old byte comes back.
+//! ([`InodeStore::settle_truncate`]), so no old byte comes back.
 //!
 //! ## By number: file handles
 //! cairn offers FUSE export support, so `name_to_handle_at` handles (and
 //! NFS) hold (inode number, generation). When the kernel has forgotten the
 //! inode, `open_by_handle_at` reconnects it with a LOOKUP of `.` on that
 //! number (`fuse_get_dentry`), whatever its type; the kernel itself then
-//! compares the generation. [`Fs::lookup_self`] answers it from the inode
+//! compares the generation. [`InodeStore::lookup_self`] answers it from the inode
 //! bitmap and the inode, never reading a table slot that is not in use (a
 //! stale or forged handle must not look like corruption): ESTALE for a
 //! number out of range, free, or with no links left (as ext4's
@@ -82,6 +82,15 @@ pub(crate) struct InodeStore {
 impl InodeStore {
     pub(crate) fn new(engine: Arc<Engine>, icache: InodeCache) -> InodeStore {
         InodeStore { engine, icache, generation: AtomicU32::new(rand::random()), io_locks: IoLocks::new() }
+    }
+
+    /// Attributes of `ino`.
+    pub(crate) fn getattr(&self, ino: u64) -> Result<Attr> {
+        self.engine.read_op(|| {
+            let r = self.iget(ino)?;
+            let g = r.read();
+            Ok(self.attr(&g))
+        })
     }
 
     /// The in-core inode cache (lookup counts, new inodes, eviction).
@@ -210,7 +219,7 @@ impl InodeStore {
         !matches!(st.d.data, DataArea::Tree(_)) || st.d.is_dir()
     }
 
-    /// Credits of freeing `st` at once ([`Fs::frees_at_once`]).
+    /// Credits of freeing `st` at once ([`InodeStore::frees_at_once`]).
     pub(crate) fn free_now_credits(&self, st: &InodeState) -> Result<u64> {
         let blocks = match &st.d.data {
             DataArea::Extents(list) => list.len() as u64 * credits::FREE,
@@ -226,7 +235,7 @@ impl InodeStore {
         Ok(blocks + xattr + orphan + credits::ALLOC + credits::INODE)
     }
 
-    /// Credits of dropping a link of `st` ([`Fs::drop_link`]).
+    /// Credits of dropping a link of `st` ([`InodeStore::drop_link`]).
     pub(crate) fn drop_link_credits(&self, st: &InodeState) -> Result<u64> {
         let free = if Self::frees_at_once(st) { self.free_now_credits(st)? } else { 0 };
         Ok(free.max(self.orphan_credits()?) + credits::INODE)
@@ -375,7 +384,7 @@ impl InodeStore {
         Ok(st.d.nlink > 0 && st.d.flags & INODE_FLAG_ORPHAN != 0 && !st.freed)
     }
 
-    /// [`Fs::finish_truncate`] if a truncate of `ino` is still in progress
+    /// [`InodeStore::finish_truncate`] if a truncate of `ino` is still in progress
     /// (the reaper's deferred truncates; a write may have finished it
     /// first). The caller holds the inode's I/O lock.
     pub(crate) fn finish_truncate_if_pending(&self, ino: u64, on_freed: &mut dyn FnMut(u64)) -> Result<()> {

@@ -19,8 +19,8 @@
 //! * `btree` — the generic B+tree over buffers (extents, directories, orphans).
 //! * `inode`, `dir`, `file`, `xattr` — the objects.
 //! * [`Fs`] (`fs.rs`) — the POSIX-shaped API; its operations live in
-//!   `namespace`, `file_ops`, `inode_store`, `overwrite` (the overwrite fast
-//!   path: no transaction for writes over written blocks), `chattr`, ...
+//!   `namespace`, `inode_store`, `file_io` (with the overwrite fast
+//!   path: no transaction for writes over written blocks, and `chattr`), ...
 //! * [`mkfs`] — formatting, as a library function; [`tune`], [`resize`] —
 //!   changing an unmounted file system.
 //!
@@ -49,12 +49,12 @@ mod alloc;
 mod backend;
 mod btree;
 mod buffer;
-mod chattr;
 mod dir;
 mod engine;
 #[cfg(feature = "testing")]
 pub mod faults;
 mod file;
+mod file_io;
 mod fs;
 mod inode;
 pub mod inode_flags;
@@ -79,13 +79,11 @@ mod dcache;
 mod deferred_orphans;
 mod discard;
 mod extent_map;
-mod file_ops;
 mod mbcache;
 mod meta;
 mod mount_options;
 mod namespace;
 mod online_resize;
-mod overwrite;
 mod overwrite_state;
 mod reaper;
 mod ro_recovery;

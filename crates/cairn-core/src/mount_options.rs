@@ -5,7 +5,7 @@ use crate::buffer::BUF_OVERHEAD;
 use crate::journal::ErrorPolicy;
 use std::time::Duration;
 
-/// Options for [`Fs::mount`].
+/// Options for [`crate::fs::Fs::mount`].
 #[derive(Debug, Clone)]
 pub struct MountOptions {
     /// Refuse every change; the journal is not replayed into the image.

@@ -84,7 +84,7 @@ impl Fs {
                 groups * target_geo.blocks_per_group
             };
             let step = Geometry { total_blocks: total, group_count: groups, ..target_geo };
-            self.commit()?;
+            self.files.commit()?;
             let r = self.engine.txm().quiesced_change(self.engine.meta(), STEP_CREDITS, |tx| {
                 self.engine.meta().alloc.grow(tx, &step, zeroed)?;
                 let mut sb = self.engine.meta().sb.lock();
@@ -101,7 +101,7 @@ impl Fs {
             r?;
         }
         // (3) The grown superblock home, then its copies.
-        self.engine.commit_and_checkpoint()?;
+        self.files.commit_and_checkpoint()?;
         let sb = self.engine.meta().sb.lock().clone();
         crate::tune::write_backups(self.engine.meta().dev.as_ref(), &sb, &self.engine.meta().geo())?;
         tracing::info!(

@@ -28,7 +28,7 @@ pub struct Overwrite {
     /// Inodes with dirty times, each once (`times_queued`); the list holds a
     /// reference, so the inode cache keeps them until they are logged.
     pub(crate) dirty: Mutex<Vec<InodeRef>>,
-    /// Held by `Fs::log_dirty_times` from taking the list until the times
+    /// Held by `FileIo::log_dirty_times` from taking the list until the times
     /// are in handles, so that a concurrent commit (an `fsync`) that finds
     /// the list empty waits for them instead of committing without them.
     /// Reentrant: logging may begin a handle that commits to make room.

@@ -7,7 +7,7 @@
 //! unlink, a rename over the file, rmdir, or the kernel's FORGET of an
 //! unlinked open file) only puts the inode on the on-disk orphan list and
 //! queues it here, in its own transaction; the reaper thread frees it in
-//! steps ([`Fs::finish_delete`]), each a bounded transaction, so neither
+//! steps ([`crate::inode_store::InodeStore::finish_delete`]), each a bounded transaction, so neither
 //! the caller nor other requests wait for it. A FORGET of a file already on
 //! the orphan list (its unlink put it there while the kernel held it: the
 //! usual case through FUSE) queues it with no transaction at all, whatever
@@ -17,7 +17,7 @@
 //! A truncate that frees more than one handle covers sets the new size,
 //! puts the inode on the orphan list and queues the rest as a
 //! `Job::Truncate`; the file's next write, fallocate or size change
-//! finishes it first (`Fs::settle_truncate`, `reaper.truncates_settled`).
+//! finishes it first (`InodeStore::settle_truncate`, `reaper.truncates_settled`).
 //!
 //! ## What the user sees
 //! * `statfs` counts the blocks of queued inodes as free (`backlog_blocks`,
@@ -33,7 +33,7 @@
 //!   fallocate right after `rm` of an 80 MiB file on a 256 MiB file system
 //!   failed about one run in six before).
 //! * A crash loses nothing: a queued inode is on the orphan list, and mount
-//!   finishes it (`Fs::process_orphans`); unmount drains the queue.
+//!   finishes it (`InodeStore::process_orphans`); unmount drains the queue.
 //!
 //! ## Batching
 //! The reaper does not wake for every queued inode: most are small files
@@ -120,7 +120,7 @@ pub struct ReaperStats {
     pub forget_waits: AtomicU64,
     pub truncates_queued: AtomicU64,
     /// Deferred truncates finished early by the file's own next write,
-    /// fallocate or size change (`Fs::settle_truncate`).
+    /// fallocate or size change (`InodeStore::settle_truncate`).
     pub truncates_settled: AtomicU64,
     /// Times the thread woke to work a batch.
     pub wakeups: AtomicU64,

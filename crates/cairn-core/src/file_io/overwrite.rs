@@ -6,13 +6,13 @@
 //! (Linux 5.10, "Optimize ext4 file overwrites") stopped starting a jbd2
 //! transaction for such direct-I/O writes and took the inode lock shared:
 //! random overwrites from 16 threads went from 30k to 550k IOPS on pmem.
-//! cairn does the same for every write FUSE hands it ([`Fs::try_overwrite`]):
+//! cairn does the same for every write FUSE hands it ([`FileIo::try_overwrite`]):
 //! no transaction handle (so no gate, no credits, no commit waits), the
 //! file's I/O lock and inode lock taken *shared*, a read-only extent lookup,
 //! and `pwrite` straight to the image. Writes to different files, and to
 //! different blocks of one file, run in parallel.
 //!
-//! Everything else takes the journaled path (`file_ops`): a write that
+//! Everything else takes the journaled path (`file_io::ops`): a write that
 //! extends the file, fills a hole, or lands in an unwritten (fallocated)
 //! extent. The check is all-or-nothing and made before any byte is written,
 //! so a write never goes half one way and half the other.
@@ -29,7 +29,7 @@
 //! ## Times
 //! The fast path records its time in the inode's dirty times
 //! ([`crate::inode::InodeState::lazy_time`], see `inode`) and queues the
-//! inode once on `overwrite_state::Overwrite`'s list. [`Fs::log_dirty_times`] stores every
+//! inode once on `overwrite_state::Overwrite`'s list. [`FileIo::log_dirty_times`] stores every
 //! queued inode in ordinary handles at the start of each commit, so times are
 //! durable after `fsync`/`syncfs` and at the backend's periodic commit (a
 //! commit that starts while another is storing the times it took waits for
@@ -41,7 +41,7 @@
 //! Data written on the fast path is durable after the next device flush:
 //! every commit flushes the device, even with no metadata to log, and
 //! `fdatasync` of a file whose metadata is already committed only flushes
-//! the device ([`Fs::fsync`]). A crash may show part of an overwrite that
+//! the device ([`FileIo::fsync`]). A crash may show part of an overwrite that
 //! was in flight (as data=ordered ext4 does); it never exposes stale data,
 //! since only blocks already written are overwritten.
 //!
@@ -52,9 +52,9 @@
 //! `dirty_times_queued`, `datasync_flush_only`, `enabled`.
 //! `-o overwrite_fastpath=0` sends every write down the journaled path.
 
+use super::FileIo;
 use crate::error::Result;
 use crate::extent_map::{self, Mapping};
-use crate::fs::Fs;
 use crate::inode::InodeRef;
 use crate::journal::credits;
 use crate::types::now;
@@ -72,11 +72,11 @@ struct Piece {
     to: usize,
 }
 
-impl Fs {
+impl FileIo {
     /// Writes `data` at `off` on the fast path if every byte lands inside
     /// the file over written blocks; `Ok(None)` (nothing written) sends the
     /// caller down the journaled path. Dirties the inode's times only if
-    /// `update_times` (see [`Fs::write_data`]).
+    /// `update_times` (see [`FileIo::write_data`]).
     pub(crate) fn try_overwrite(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<Option<u32>> {
         if !self.ow.enabled || data.is_empty() {
             return Ok(None);

@@ -12,8 +12,8 @@
 //! in any file system: neither is atomic); a truncate with the new size and
 //! the inode on the orphan list, which the next mount finishes.
 
+use super::FileIo;
 use crate::error::{FsError, Result};
-use crate::fs::Fs;
 use crate::journal::credits;
 use crate::types::*;
 use crate::{acl, file};
@@ -29,23 +29,23 @@ enum Origin {
     WriteBack,
 }
 
-impl Fs {
+impl FileIo {
     /// Writes `data` at `off`; returns the bytes written. Overwrites of
     /// written blocks inside the file take the fast path (`overwrite`); the
     /// rest is journaled, in steps. Sets mtime and ctime.
-    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
+    pub(crate) fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
         self.write_data(ino, off, data, true)
     }
 
-    /// [`Fs::write`], setting mtime and ctime only if `update_times`. FUSE's
+    /// [`FileIo::write`], setting mtime and ctime only if `update_times`. FUSE's
     /// writeback cache owns a cached file's times: the kernel sends them in
     /// a SETATTR, and its WRITEs of dirty pages may reach cairn after that
     /// SETATTR, so they must not move the times again.
-    pub fn write_data(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
+    pub(crate) fn write_data(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         self.write_from(Origin::Caller, ino, off, data, update_times)
     }
 
-    /// [`Fs::write_data`] for a write from `origin`.
+    /// [`FileIo::write_data`] for a write from `origin`.
     fn write_from(&self, origin: Origin, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         if crate::inode::flags_in_use() {
             let sync = {
@@ -74,24 +74,24 @@ impl Fs {
     /// changes no durable byte but to the newer bytes the kernel held for
     /// it, and the size only grows (`file::write` extends it to what was
     /// written), so everything an earlier `fsync` covered is intact. The
-    /// kernel owns the file's times (see [`Fs::write_data`]).
-    pub fn write_back(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
+    /// kernel owns the file's times (see [`FileIo::write_data`]).
+    pub(crate) fn write_back(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
         Self::whole(data, self.write_from(Origin::WriteBack, ino, off, data, false))
     }
 
-    /// [`Fs::write_data`], whole or an error: for a caller that cannot take
-    /// a short count. Besides write-backs ([`Fs::write_back`]), an O_DIRECT
+    /// [`FileIo::write_data`], whole or an error: for a caller that cannot take
+    /// a short count. Besides write-backs ([`FileIo::write_back`]), an O_DIRECT
     /// write under FUSE's asynchronous direct I/O: the kernel turns a short
     /// count there into EIO (`fuse_get_res_by_io`), so a full disk must say
     /// ENOSPC instead.
-    pub fn write_whole(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
+    pub(crate) fn write_whole(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         Self::whole(data, self.write_data(ino, off, data, update_times))
     }
 
     /// The data blocks a write of `len` bytes at `off` would allocate: the
     /// holes in its range (0: an overwrite of allocated blocks, which needs
     /// no space).
-    pub fn blocks_to_allocate(&self, ino: u64, off: u64, len: u64) -> Result<u64> {
+    pub(crate) fn blocks_to_allocate(&self, ino: u64, off: u64, len: u64) -> Result<u64> {
         let r = self.inodes.iget(ino)?;
         let g = r.read();
         file::hole_blocks(self.engine.meta(), &g, off, len)
@@ -101,15 +101,15 @@ impl Fs {
     /// and has still to write back (0: none): writes that are not
     /// write-backs, and fallocate, get ENOSPC rather than take them. The
     /// FUSE space guard sets it while the disk is nearly full.
-    pub fn hold_for_write_back(&self, bytes: u64) {
+    pub(crate) fn hold_for_write_back(&self, bytes: u64) {
         let bs = u64::from(self.engine.meta().geo().block_size);
         self.engine.meta().alloc.hold_for_write_back(bytes.div_ceil(bs));
     }
 
     /// Free bytes that file data may take, what is held for write-backs
     /// included: statfs's available space before the hold.
-    pub fn data_space_free(&self) -> Result<u64> {
-        let s = self.statfs()?;
+    pub(crate) fn data_space_free(&self) -> Result<u64> {
+        let s = self.engine.statfs()?;
         let unheld = s.blocks_free.saturating_sub(self.engine.meta().alloc.reserve_blocks());
         Ok(unheld * u64::from(s.block_size))
     }
@@ -145,11 +145,11 @@ impl Fs {
     /// freeing (see `reaper`); false if none was waiting or this thread may
     /// not wait. For a caller deciding from the free space whether a write
     /// fits, before it calls in (the FUSE space guard).
-    pub fn wait_for_deleted_space(&self) -> Result<bool> {
+    pub(crate) fn wait_for_deleted_space(&self) -> Result<bool> {
         self.engine.wait_for_reaper()
     }
 
-    /// [`Fs::write_data`] once the inode's flags allow it.
+    /// [`FileIo::write_data`] once the inode's flags allow it.
     fn write_data_checked(&self, origin: Origin, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         if let Some(n) = self.try_overwrite(ino, off, data, update_times)? {
             return Ok(n);
@@ -229,19 +229,19 @@ impl Fs {
     }
 
     /// fallocate(2): `mode` is 0 or a combination of `FALLOC_FL_*`. A full
-    /// file system waits once for the reaper (see [`Fs::write`]). Sets ctime,
+    /// file system waits once for the reaper (see [`FileIo::write`]). Sets ctime,
     /// and mtime for a punch or zero-range.
-    pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
+    pub(crate) fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
         self.fallocate_data(ino, off, len, mode, true)
     }
 
-    /// [`Fs::fallocate`], setting the times only if `update_times`: under
+    /// [`FileIo::fallocate`], setting the times only if `update_times`: under
     /// FUSE's writeback cache the kernel owns a cached file's times (see
-    /// [`Fs::write_data`]). It stamps them itself before it sends FALLOCATE
+    /// [`FileIo::write_data`]). It stamps them itself before it sends FALLOCATE
     /// and sends them in the SETATTR of the inode's write-back, which may
     /// reach cairn first; times set here would then stay on disk, different
     /// from what the caller saw.
-    pub fn fallocate_data(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
+    pub(crate) fn fallocate_data(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
         let mut sync = false;
         if crate::inode::flags_in_use() {
             let r = self.inodes.iget(ino)?;
@@ -322,7 +322,7 @@ impl Fs {
     /// decision. Costs one look at the inode when there is nothing to drop.
     /// Returns whether the mode changed: the kernel's cached attributes then
     /// still show the old bits, and the adapter tells it.
-    pub fn kill_privs(&self, ino: u64, suidgid: Option<&dyn Fn(u32) -> bool>) -> Result<bool> {
+    pub(crate) fn kill_privs(&self, ino: u64, suidgid: Option<&dyn Fn(u32) -> bool>) -> Result<bool> {
         const CAPS: &[u8] = b"security.capability";
         let needs = |st: &crate::inode::InodeState| -> Result<(u32, bool)> {
             let m = st.d.mode;
@@ -369,7 +369,7 @@ impl Fs {
     /// stores it later (its free) stores these times with it.
     fn set_unlinked_times(&self, ino: u64, set: &SetAttr) -> Result<Option<Attr>> {
         let times_only = set.mode.is_none() && set.uid.is_none() && set.gid.is_none() && set.size.is_none();
-        if !times_only || self.is_read_only() {
+        if !times_only || self.engine.is_read_only() {
             return Ok(None);
         }
         let r = self.inodes.iget(ino)?;
@@ -387,7 +387,7 @@ impl Fs {
     /// Changes attributes (chmod, chown, truncate, utimens). A truncate that
     /// frees more than one handle covers finishes in steps (see the module
     /// essay), on the reaper's thread unless `-o sync_delete`.
-    pub fn setattr(&self, _ctx: &Ctx, ino: u64, set: &SetAttr) -> Result<Attr> {
+    pub(crate) fn setattr(&self, _ctx: &Ctx, ino: u64, set: &SetAttr) -> Result<Attr> {
         if let Some(attr) = self.set_unlinked_times(ino, set)? {
             return Ok(attr);
         }
@@ -476,7 +476,7 @@ impl Fs {
                 return Ok(attr);
             }
             self.inodes.finish_truncate(ino, &mut |_| {})?;
-            return self.getattr(ino);
+            return self.inodes.getattr(ino);
         }
         if attr.flags & cairn_format::inode::ATTR_SYNC != 0 {
             self.fsync(ino, false)?;
