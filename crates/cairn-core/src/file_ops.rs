@@ -47,7 +47,7 @@ impl Fs {
 
     /// [`Fs::write_data`] for a write from `origin`.
     fn write_from(&self, origin: Origin, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
-        if crate::inode::flags_in_use() {
+        if self.icache.flags_in_use() {
             let sync = {
                 let r = self.iget(ino)?;
                 let g = r.read();
@@ -273,7 +273,7 @@ impl Fs {
     /// from what the caller saw.
     pub fn fallocate_data(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
         let mut sync = false;
-        if crate::inode::flags_in_use() {
+        if self.icache.flags_in_use() {
             let r = self.iget(ino)?;
             let g = r.read();
             crate::inode_flags::refuse_if_immutable(&g)?;

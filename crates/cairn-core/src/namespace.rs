@@ -415,7 +415,7 @@ impl Fs {
     /// After a change of directory `dir`'s entries: commits it if the
     /// directory is `D` or `S` (chattr; see `inode_flags`).
     fn dirsync(&self, dir: u64) -> Result<()> {
-        if crate::inode::flags_in_use() && crate::inode_flags::is_dirsync(&self.iget(dir)?.read()) {
+        if self.icache.flags_in_use() && crate::inode_flags::is_dirsync(&self.iget(dir)?.read()) {
             self.fsync(dir, false)?;
         }
         Ok(())
