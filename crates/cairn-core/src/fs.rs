@@ -819,6 +819,7 @@ impl Fs {
     /// Checks the engine's in-memory invariants (buffer cache, allocator);
     /// panics with what is wrong. For tests and debugging: it walks every
     /// cached buffer.
+    #[cfg(feature = "testing")]
     pub fn debug_check_consistency(&self) {
         self.txm.quiesced(|| {
             self.meta.bufs.debug_check_consistency();
