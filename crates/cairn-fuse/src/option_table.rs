@@ -250,14 +250,6 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.node_readahead = switch(k, req(v))?;
         Ok(())
     }),
-    spec(&["listing_readahead"], Required("0|1"), Measuring, "1", "read the inode-table blocks of a READDIRPLUS batch ahead, nearby blocks in one read", |p, k, v| {
-        p.s.engine.listing_readahead = switch(k, req(v))?;
-        Ok(())
-    }),
-    spec(&["cache_listed"], Required("0|1"), Measuring, "0", "make an in-core inode of every inode a READDIRPLUS lists (0: read it from its buffer, leave the cache alone)", |p, k, v| {
-        p.s.engine.cache_listed = switch(k, req(v))?;
-        Ok(())
-    }),
     spec(&["overwrite_fastpath"], Required("0|1"), Measuring, "1", "overwrite allocated, written blocks with no journal transaction", |p, k, v| {
         p.s.engine.overwrite_fastpath = switch(k, req(v))?;
         Ok(())
@@ -285,18 +277,6 @@ pub const OPTIONS: &[Spec] = &[
     }),
     spec(&["sync_delete"], Flag, Measuring, "off", "free deleted files on the calling thread, not the reaper thread", |p, _, _| {
         p.s.engine.sync_delete = true;
-        Ok(())
-    }),
-    spec(&["defer_orphans"], Required("0|1"), Measuring, "1", "put a deleted file the kernel still holds on the orphan list at the commit, not in its unlink", |p, k, v| {
-        p.s.engine.defer_orphans = switch(k, req(v))?;
-        Ok(())
-    }),
-    spec(&["dio_coherence"], Required("0|1"), Measuring, "1", "drop the kernel's cached pages of a range written with O_DIRECT before replying", |p, k, v| {
-        p.s.adapter.dio_coherence = switch(k, req(v))?;
-        Ok(())
-    }),
-    spec(&["backend_nice"], Required("N"), Measuring, "10", "nice value (0..19) of the background commit thread", |p, k, v| {
-        p.s.engine.backend_nice = number(k, req(v), 0, 19)? as i32;
         Ok(())
     }),
     spec(&["push_drain_us"], Required("N"), Measuring, "200", "how long (us, up to 100000) a commit's closed gate waits for the operations inside; 0: however long", |p, k, v| {

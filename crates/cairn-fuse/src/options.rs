@@ -236,13 +236,12 @@ mod tests {
     fn journal_options() {
         let s = parse::<&str>(&[]).unwrap();
         assert!(s.engine.journal_compress && s.engine.delaylog);
-        assert_eq!(s.engine.backend_nice, 10);
-        let s = parse(&["journal_compress=0,backend_nice=0"]).unwrap();
+        let s = parse(&["journal_compress=0"]).unwrap();
         assert!(!s.engine.journal_compress);
-        assert_eq!(s.engine.backend_nice, 0);
-        assert_eq!(parse(&["backend_nice=19"]).unwrap().engine.backend_nice, 19);
-        assert!(parse(&["backend_nice=20"]).unwrap_err().contains("between 0 and 19"));
-        assert!(parse(&["backend_nice=-5"]).is_err());
+        // Retired measuring switches (#52) are unknown options now.
+        for gone in ["backend_nice=0", "defer_orphans=0", "listing_readahead=0", "cache_listed=1", "dio_coherence=0"] {
+            assert!(parse(&[gone]).unwrap_err().contains("unknown mount option"), "{gone}");
+        }
         assert_eq!(s.engine.push_drain, Some(std::time::Duration::from_micros(200)));
         // Measuring knobs under `debug.` names, and only those.
         assert_eq!(parse(&["debug.push_drain_us=0"]).unwrap().engine.push_drain, None);
@@ -290,9 +289,9 @@ mod tests {
         assert_eq!(parse::<&str>(&[]).unwrap().engine.inode_readahead_blks, 32);
         assert_eq!(parse(&["inode_readahead_blks=0"]).unwrap().engine.inode_readahead_blks, 0);
         assert!(parse(&["inode_readahead_blks=2048"]).unwrap_err().contains("between 0 and 1024"));
-        assert!(parse::<&str>(&[]).unwrap().engine.listing_readahead);
-        assert!(!parse(&["listing_readahead=0"]).unwrap().engine.listing_readahead);
-        assert!(parse(&["listing_readahead=2"]).is_err());
+        assert!(parse::<&str>(&[]).unwrap().engine.node_readahead);
+        assert!(!parse(&["node_readahead=0"]).unwrap().engine.node_readahead);
+        assert!(parse(&["node_readahead=2"]).is_err());
     }
 
     #[test]
