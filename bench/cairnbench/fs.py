@@ -68,16 +68,12 @@ CAIRN_VARIANTS = {
     # through the host's page cache, READDIRPLUS by the kernel's heuristic,
     # files made with FUSE_CREATE (and a RELEASE at close).
     "cairn-oldopts": ["direct_data=0", "readdirplus=auto", "mknod_create=0"],
-    # Every orphan-list insert made in the unlink itself, none deferred to
-    # the commit (issue #37).
-    "cairn-nodefer": ["defer_orphans=0"],
     # Metadata read one block at a time: no inode-table readahead (on a miss
     # or of a listing's inodes), no tree leaves read ahead of a scan (issue #37).
-    "cairn-nora": ["inode_readahead_blks=0", "node_readahead=0", "listing_readahead=0"],
-    # A READDIRPLUS batch's inodes not read ahead (issue #37).
-    "cairn-nolistra": ["listing_readahead=0"],
-    # Every inode a READDIRPLUS lists made in core, as before (issue #37).
-    "cairn-cachelisted": ["cache_listed=1"],
+    # (cairn-nodefer, cairn-nolistra and cairn-cachelisted measured switches
+    # retired in issue #52: deferred orphan inserts, a listing's readahead and
+    # listings that leave inodes out of the cache won.)
+    "cairn-nora": ["inode_readahead_blks=0", "node_readahead=0"],
     # cairn itself on a loop device over its image even where the experiment
     # serves the image file (`ON_LOOP`): what that layer costs (issue #37).
     "cairn-loop": [],

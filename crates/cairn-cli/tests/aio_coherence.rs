@@ -5,8 +5,8 @@
 //! the test rewrites it with Linux AIO (`io_submit`, O_DIRECT), alternating
 //! two patterns; after each write completes, a buffered read must return
 //! the new pattern. The kernel does not drop pages after an *asynchronous*
-//! direct write, so without cairn's invalidation (`-o dio_coherence=0`)
-//! a stale page shows up within the first few cycles (measured: every run,
+//! direct write, so without cairn's invalidation (the retired `-o
+//! dio_coherence=0` measured it) a stale page shows up within the first few cycles (measured: every run,
 //! in under 0.1 s).
 
 mod common;

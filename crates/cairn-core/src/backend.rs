@@ -6,8 +6,8 @@
 //! which releases and discards them (see `alloc::trim`).
 //!
 //! ## Priority
-//! The thread runs at nice `backend_nice` (default 10, `-o backend_nice=0`
-//! keeps the caller's). Its commits capture, compress and write checkpoints
+//! The thread runs at nice [`NICE`] (10; `-o backend_nice=N` chose it while
+//! it was measured). Its commits capture, compress and write checkpoints
 //! while the request threads go on; on a machine with as many busy threads
 //! as CPUs, an operation woken at a push's reopened gate otherwise sat
 //! runnable behind the capture until the scheduler's next tick (4 ms here).
@@ -21,6 +21,9 @@ use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// The backend thread's nice value (see "Priority").
+pub const NICE: i32 = 10;
 
 /// The backend's wake-up state.
 #[derive(Default)]

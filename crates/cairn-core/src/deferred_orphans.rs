@@ -52,8 +52,9 @@
 //! with no transaction (`Fs::setattr`): nothing of such an inode outlives
 //! a crash.
 //!
-//! `-o defer_orphans=0` turns the deferral off (every insert at once): the
-//! measurement's other side. Counters: `orphans.deferred`,
+//! The deferral is always on: `-o defer_orphans=0`, every insert at once,
+//! measured slower (bench/results/2026-11-28-floor-orphans) and was
+//! retired. Counters: `orphans.deferred`,
 //! `orphans.cancelled` (freed before any commit), `orphans.flushed`
 //! (inserted by a swap), `orphans.direct` (inserted at once), `orphans.times_in_core`.
 
@@ -80,8 +81,8 @@ struct Waiting {
 }
 
 /// The set of deferred orphan-list inserts (see the module essay).
+#[derive(Default)]
 pub struct DeferredOrphans {
-    enabled: bool,
     set: Mutex<Waiting>,
     pub deferred: AtomicU64,
     pub cancelled: AtomicU64,
@@ -95,29 +96,17 @@ pub struct DeferredOrphans {
 }
 
 impl DeferredOrphans {
-    /// A set; `enabled` false (`-o defer_orphans=0`): nothing is deferred.
-    pub fn new(enabled: bool) -> DeferredOrphans {
-        DeferredOrphans {
-            enabled,
-            set: Mutex::new(Default::default()),
-            deferred: AtomicU64::new(0),
-            cancelled: AtomicU64::new(0),
-            flushed: AtomicU64::new(0),
-            direct: AtomicU64::new(0),
-            overruns: AtomicU64::new(0),
-            times_in_core: AtomicU64::new(0),
-        }
+    /// An empty set.
+    pub fn new() -> DeferredOrphans {
+        DeferredOrphans::default()
     }
 
     /// Adds `ino`, setting its credits aside by `reserve` (called under the
     /// set's lock; false: no room in the log): [`CREDITS_EACH`], and `base`
-    /// too when the set was empty. False when the set is off, full
+    /// too when the set was empty. False when the set is full
     /// (`MAX_DEFERRED` entries, or `cap` credits set aside in all), or
     /// `reserve` refused: the caller inserts at once.
     pub fn add(&self, ino: u64, base: u64, cap: u64, reserve: impl FnOnce(u64) -> bool) -> bool {
-        if !self.enabled {
-            return false;
-        }
         let mut w = self.set.lock();
         let credits = if w.inos.is_empty() { base + CREDITS_EACH } else { CREDITS_EACH };
         if w.inos.len() >= MAX_DEFERRED || w.aside + credits > cap || w.inos.contains(&ino) || !reserve(credits) {

@@ -22,7 +22,10 @@ pub enum FsError {
     #[error("file system shut down after an earlier error")]
     Shutdown,
     /// The operation needs a transaction handle of this many log credits
-    /// (internal: the operation is restarted with them, never reported).
+    /// (internal: the operation is restarted with them, never reported, so
+    /// hidden from the documented API; a variant cannot be private, and the
+    /// restart travels through every operation's `Result`).
+    #[doc(hidden)]
     #[error("operation needs {0} log credits")]
     NeedCredits(u64),
 }

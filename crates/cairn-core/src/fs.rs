@@ -115,10 +115,9 @@ impl Fs {
             hash_seed: sb.hash_seed,
             running_seq: journal.next_seq().into(),
             orphan_root: Mutex::new(sb.orphan_root),
-            orphans: crate::deferred_orphans::DeferredOrphans::new(opts.defer_orphans),
+            orphans: crate::deferred_orphans::DeferredOrphans::new(),
             inode_readahead: u64::from(opts.inode_readahead_blks),
             node_readahead: opts.node_readahead,
-            listing_readahead: opts.listing_readahead,
             sb: Mutex::new(sb.clone()),
             xattrs: crate::mbcache::XattrShare::new(
                 opts.mbcache,
@@ -189,7 +188,7 @@ impl Fs {
         // open trusts it to skip its scan for damage).
         self.files.commit_and_checkpoint()?;
         let fs = self.clone();
-        let (interval, nice) = (self.engine.opts().commit_interval, self.engine.opts().backend_nice);
+        let (interval, nice) = (self.engine.opts().commit_interval, crate::backend::NICE);
         self.engine.backend().spawn(move || fs.engine.backend().run(interval, nice, &mut || fs.background_commit()))?;
         self.engine.meta().xattrs.cache.start()?;
         if self.engine.reaper().deferred {
@@ -568,15 +567,14 @@ impl Fs {
     /// reference (the kernel takes one on every entry it was given but `.`
     /// and `..`). Returns what `add` returned.
     ///
-    /// An inode that is not in core is not made so (unless `-o
-    /// cache_listed`): its attributes come from its inode-table buffer, and
+    /// An inode that is not in core is not made so: its attributes come from its inode-table buffer, and
     /// its reference is taken first, under its cache shard's lock (see
     /// "Listings" in `inode`). The kernel holds the attributes from here on,
     /// and a walk of a large tree would fill the cache with inodes nobody
     /// asks for again.
     pub fn listing_entry(&self, ino: u64, counts: bool, add: impl FnOnce(&Attr) -> bool) -> Result<bool> {
         self.engine.read_op(|| {
-            if counts && !self.engine.opts().cache_listed && self.inodes.cache().add_lookups_if_uncached(ino, 1) {
+            if counts && self.inodes.cache().add_lookups_if_uncached(ino, 1) {
                 match self.engine.meta().load_inode(ino) {
                     Ok(d) if d.nlink > 0 => {
                         let taken = add(&self.inodes.disk_attr(ino, &d, d.mtime, d.ctime));
@@ -793,6 +791,7 @@ impl Fs {
     /// Checks the engine's in-memory invariants (buffer cache, allocator);
     /// panics with what is wrong. For tests and debugging: it walks every
     /// cached buffer.
+    #[cfg(feature = "testing")]
     pub fn debug_check_consistency(&self) {
         self.engine.txm().quiesced(|| {
             self.engine.meta().bufs.debug_check_consistency();

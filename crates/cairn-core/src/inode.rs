@@ -38,8 +38,9 @@
 //! reference. For an inode not in core, `Fs::listing_entry` reads the
 //! attributes from its inode-table buffer and makes no in-core inode: the
 //! kernel caches the attributes, and a walk of millions of files would
-//! otherwise fill the cache with inodes nobody asks for again (`-o
-//! cache_listed` makes them in core, as before). The reference is added
+//! otherwise fill the cache with inodes nobody asks for again (making them
+//! in core, as before, measured no faster: bench/results/2026-11-29-floor-listings).
+//! The reference is added
 //! first, under the inode's cache shard lock and only if the inode is not
 //! in core ([`InodeCache::add_lookups_if_uncached`]): a change to an inode
 //! holds it in core from its load to its end (a held `Arc` is never
@@ -128,26 +129,11 @@ pub struct InodeState {
     pub entry_changes: u32,
 }
 
-/// Whether any inode with chattr flags that the engine enforces (`i`, `a`,
-/// `S`, `D`) has been loaded or given them in this process: until then the
-/// hot paths skip the checks (see `inode_flags`).
-static FLAGS_IN_USE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Notes that an inode has enforced chattr flags.
-pub(crate) fn note_protected() {
-    FLAGS_IN_USE.store(true, Ordering::Relaxed);
-}
-
-/// Whether the checks of `inode_flags` can matter.
-pub(crate) fn flags_in_use() -> bool {
-    FLAGS_IN_USE.load(Ordering::Relaxed)
-}
+/// The chattr flags the engine enforces (see `inode_flags`).
+const PROTECTING: u32 = ATTR_IMMUTABLE | ATTR_APPEND | ATTR_SYNC | ATTR_DIRSYNC;
 
 impl InodeState {
     pub(crate) fn new(ino: u64, d: DiskInode) -> InodeState {
-        if d.attr_flags & (ATTR_IMMUTABLE | ATTR_APPEND | ATTR_SYNC | ATTR_DIRSYNC) != 0 {
-            note_protected();
-        }
         InodeState {
             ino,
             d,
@@ -328,6 +314,11 @@ pub struct InodeCache {
     /// The largest `stored_seq` of any inode dropped from the cache: what an
     /// inode read back starts from.
     evicted_seq: AtomicU64,
+    /// Whether any inode of this mount with chattr flags that the engine
+    /// enforces (`i`, `a`, `S`, `D`) has been loaded or given them: until
+    /// then the hot paths skip the checks (see `inode_flags`). Per mount:
+    /// one mount's flags cost another in the same process nothing.
+    flags_in_use: AtomicBool,
 }
 
 impl Default for InodeCache {
@@ -344,6 +335,25 @@ impl InodeCache {
             lru: ShardedLru::new(budget, INODE_BASE_BYTES),
             refs: LookupRefs::default(),
             evicted_seq: AtomicU64::new(0),
+            flags_in_use: AtomicBool::new(false),
+        }
+    }
+
+    /// Notes that an inode of this mount has chattr flags the engine
+    /// enforces.
+    pub(crate) fn note_protected(&self) {
+        self.flags_in_use.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the checks of `inode_flags` can matter on this mount.
+    pub(crate) fn flags_in_use(&self) -> bool {
+        self.flags_in_use.load(Ordering::Relaxed)
+    }
+
+    /// Notes `d`'s flags as it comes into the cache.
+    fn note_flags(&self, d: &DiskInode) {
+        if d.attr_flags & PROTECTING != 0 {
+            self.note_protected();
         }
     }
 
@@ -401,6 +411,7 @@ impl InodeCache {
                 continue;
             }
             let bytes = inode_bytes(&d);
+            self.note_flags(&d);
             let st = InodeState::new(ino, d);
             // Read under the shard lock: an eviction of this inode before
             // it (same lock) has folded its `stored_seq` in.
@@ -416,6 +427,7 @@ impl InodeCache {
     /// Inserts a freshly created inode.
     pub fn insert(&self, ino: u64, d: DiskInode) -> InodeRef {
         let bytes = inode_bytes(&d);
+        self.note_flags(&d);
         let r = Arc::new(RwLock::new(InodeState::new(ino, d)));
         let mut sh = self.lru.lock(&ino);
         let gone = self.insert_locked(&mut sh, ino, r.clone(), bytes);

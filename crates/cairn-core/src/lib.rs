@@ -67,11 +67,15 @@ mod thread_index;
 pub(crate) mod tx;
 mod xattr;
 
-pub use buffer::{BufState, BUF_OVERHEAD};
+/// Tests: the most deleted files whose orphan-list insert waits for the
+/// commit (see `deferred_orphans`).
+#[cfg(feature = "testing")]
 pub use deferred_orphans::MAX_DEFERRED as MAX_DEFERRED_ORPHANS;
 pub use error::{FsError, Result};
 pub use fs::{Fs, MountOptions};
 pub use journal::ErrorPolicy;
+/// Tests: the queued deletes that wake the reaper at once (see `reaper`).
+#[cfg(feature = "testing")]
 pub use reaper::BATCH_INODES as REAPER_BATCH_INODES;
 pub use stats::Histogram;
 pub use types::*;

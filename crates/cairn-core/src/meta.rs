@@ -39,9 +39,6 @@ pub struct Meta {
     /// Read a scan's next tree leaves ahead, a run at a time (`-o
     /// node_readahead=0|1`; see [`Meta::prefetch_nodes`]).
     pub node_readahead: bool,
-    /// Read a listing's inodes ahead (`-o listing_readahead=0|1`; see
-    /// [`Meta::prefetch_inodes`]).
-    pub listing_readahead: bool,
 }
 
 /// Most blocks one read of tree leaves ahead of a scan spans.
@@ -149,7 +146,7 @@ impl Meta {
     /// table) reads the window after it, and the ones before it each miss
     /// again. A number out of range is left for its load to report.
     pub fn prefetch_inodes(&self, inos: impl Iterator<Item = u64>) {
-        if self.inode_readahead < 2 || !self.listing_readahead {
+        if self.inode_readahead < 2 {
             return;
         }
         let geo = self.geo();

@@ -52,10 +52,6 @@ pub struct MountOptions {
     /// Free deleted files on the caller's thread instead of the reaper's
     /// (`-o sync_delete`, see `reaper`).
     pub sync_delete: bool,
-    /// Put unlinked files on the orphan list at the commit, not in their
-    /// unlink, so that one freed before the commit never touches the list
-    /// (`-o defer_orphans=0` inserts at once; see `deferred_orphans`).
-    pub defer_orphans: bool,
     /// Delayed logging: log only the changed chunks of each block and defer
     /// home writes until the log needs the room (`-o delaylog=0`: whole
     /// blocks, home at every commit; see `buffer::cil` and `journal::ail`).
@@ -64,9 +60,6 @@ pub struct MountOptions {
     /// `INCOMPAT_JOURNAL_ZSTD` (`-o journal_compress=0` logs them as they
     /// are; see `journal::log`).
     pub journal_compress: bool,
-    /// Nice value of the backend thread (`-o backend_nice=N`, 0–19; 0 keeps
-    /// the mounting thread's; see `backend`).
-    pub backend_nice: i32,
     /// How long a push's close of the transaction gate waits for the
     /// operations inside before it reopens and tries again
     /// (`-o push_drain_us=N`; 0: never, the close waits however long; see
@@ -80,18 +73,12 @@ pub struct MountOptions {
     /// Inode-table blocks read in one device read when an inode's block is
     /// not cached: it and the ones after it in the group's table (`-o
     /// inode_readahead_blks=N`, ext4's knob and default; 0 reads only the
-    /// block; see `buffer::readahead`).
+    /// block, and no READDIRPLUS batch is read ahead either; see
+    /// `buffer::readahead`).
     pub inode_readahead_blks: u32,
     /// Read a tree scan's next leaves ahead, a run of nearby blocks in one
     /// read (`-o node_readahead=0|1`; see `Meta::prefetch_nodes`).
     pub node_readahead: bool,
-    /// Read a READDIRPLUS batch's inode-table blocks ahead, nearby ones in
-    /// one read (`-o listing_readahead=0|1`; see `Meta::prefetch_inodes`).
-    pub listing_readahead: bool,
-    /// Make an in-core inode of every inode a READDIRPLUS lists (`-o
-    /// cache_listed`); by default one not in core is read from its buffer
-    /// and left out of the cache (see "Listings" in `inode`).
-    pub cache_listed: bool,
 }
 
 impl Default for MountOptions {
@@ -111,16 +98,12 @@ impl Default for MountOptions {
             overwrite_fastpath: true,
             mbcache: true,
             sync_delete: false,
-            defer_orphans: true,
             delaylog: true,
             journal_compress: true,
-            backend_nice: 10,
             push_drain: Some(crate::tx::gate::DRAIN),
             push_patience: Some(crate::tx::gate::PATIENCE),
             inode_readahead_blks: crate::buffer::DEFAULT_INODE_READAHEAD,
             node_readahead: true,
-            listing_readahead: true,
-            cache_listed: false,
         }
     }
 }

@@ -93,9 +93,6 @@ pub struct AdapterOptions {
     /// over io_uring, else `threads`): whether a direct write may drop the
     /// kernel's pages inline (see `coherence`). Set by the mount.
     pub serving_threads: usize,
-    /// Drop the kernel's pages over each direct write before replying
-    /// (`-o dio_coherence`, default 1; see `coherence`).
-    pub dio_coherence: bool,
     /// READDIRPLUS for every listing (`-o readdirplus=always`, default), or
     /// only where the kernel's heuristic asks for it (`auto`: the first
     /// batch of a listing, and later ones after a LOOKUP in the directory).
@@ -124,7 +121,6 @@ impl Default for AdapterOptions {
             parallel_dio: false,
             space_reserve: 0,
             serving_threads: 2,
-            dio_coherence: true,
             readdirplus_always: true,
             mknod_create: true,
         }
@@ -628,9 +624,7 @@ impl Filesystem for CairnFuse {
         reply: ReplyData,
     ) {
         let mut t = self.metrics.timer(Op::Read);
-        if self.opts.dio_coherence {
-            self.dio.note_read(ino.0, flags.0);
-        }
+        self.dio.note_read(ino.0, flags.0);
         // Straight into the reply's buffer: no buffer of our own to zero,
         // fill and copy.
         reply.data_with(size as usize, |buf| t.call(|| self.fs.read_into(ino.0, offset, buf)).map_err(|e| errno(&e)));
@@ -681,7 +675,7 @@ impl Filesystem for CairnFuse {
                 self.space.size_event(ino.0, req.pid());
             }
         }
-        if res.is_ok() && self.opts.dio_coherence && DirectWriteCoherence::is_direct(flags.0, from_cache) {
+        if res.is_ok() && DirectWriteCoherence::is_direct(flags.0, from_cache) {
             self.dio.after_direct_write(ino.0);
         }
         match res {

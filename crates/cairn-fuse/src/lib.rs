@@ -60,6 +60,10 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+/// The mount type's subtype (`fuse.cairn`, `fuseblk.cairn`) unless
+/// `-o subtype=` names another.
+pub const SUBTYPE: &str = "cairn";
+
 /// The fuser session configuration for `settings`.
 pub fn session_config(settings: &Settings, fsname: &str) -> Config {
     let mut cfg = Config::default();
@@ -68,7 +72,7 @@ pub fn session_config(settings: &Settings, fsname: &str) -> Config {
         None => settings.fsname.clone().unwrap_or_else(|| fsname.to_string()),
     };
     let mut mo =
-        vec![MountOption::FSName(source), MountOption::Subtype("cairn".into()), MountOption::DefaultPermissions];
+        vec![MountOption::FSName(source), MountOption::Subtype(SUBTYPE.into()), MountOption::DefaultPermissions];
     // `subtype=` given by the user replaces ours.
     if settings.fuse.iter().any(|o| matches!(o, MountOption::Subtype(_))) {
         mo.retain(|o| !matches!(o, MountOption::Subtype(_)));

@@ -1,7 +1,19 @@
-//! Every `-o` option in one table: its names, its value, its default, what
-//! it does and who it is for. [`crate::options::parse`] applies the table,
-//! and `cairn mount --help` prints it ([`help`]): an option is added here,
-//! once, with its effect.
+//! Every `-o` option in one table: its names, the kind of its value, its
+//! default, what it does and who it is for. [`crate::options::parse`]
+//! applies the table, and `cairn mount --help` prints it ([`help`]): an
+//! option is added here, once, with its effect.
+//!
+//! A value's [`Kind`] is what parses and checks it (a switch is `0|1`, a
+//! count lies in its range, a choice is one of its words) and what `--help`
+//! shows (`name=0|1`, `name=N` with its range, `name=auto|always`); the
+//! row's `apply` receives the value already parsed ([`Val`]). A default is
+//! written once, in Rust (`MountOptions::default()`, the adapter's and the
+//! session's defaults): a row names the setting it changes ([`Shown::Of`])
+//! and `--help` prints what an empty `-o` leaves there, so the text cannot
+//! drift from the code; only defaults decided at mount time (a share of the
+//! machine's memory, root or not) are described in words ([`Shown::Text`]).
+//! A test parses every row with its shown default and checks that it
+//! changes nothing.
 
 use crate::options::Parsing;
 use cairn_core::ErrorPolicy;
@@ -23,63 +35,182 @@ pub enum Audience {
     Ignored,
 }
 
-/// An option's value.
+/// The kind of an option's value: how it is parsed and checked, and how
+/// `--help` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Value {
-    /// A flag: `name`.
+pub enum Kind {
+    /// No value: `name`.
+    Flag,
+    /// `name=0|1`.
+    Bool,
+    /// `name` (on) or `name=0|1`.
+    OptBool,
+    /// `name=UNIT`: a whole number from `min` to `max`.
+    Count { unit: &'static str, min: u64, max: u64 },
+    /// `name=SECONDS`: fractions allowed, up to a year.
+    Seconds,
+    /// `name=WORD`: one of these words.
+    Choice(&'static [&'static str]),
+    /// `name=FILE`.
+    Path,
+    /// `name=NAME`: any text.
+    Name,
+    /// Anything or nothing (mount(8)'s and fstab's words).
+    Any,
+}
+
+/// A value parsed by its [`Kind`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Val<'a> {
+    /// A flag, or an ignored option.
     None,
-    /// `name=PLACEHOLDER`, required.
-    Required(&'static str),
-    /// `name` or `name=PLACEHOLDER`.
-    Optional(&'static str),
+    Bool(bool),
+    Count(u64),
+    Seconds(Duration),
+    /// A choice's word, a path or a name.
+    Text(&'a str),
+}
+
+impl<'a> Val<'a> {
+    /// The value of a `Bool` or `OptBool` row (the table's test parses
+    /// every row, so a row reading the wrong kind fails it).
+    pub fn bool(self) -> bool {
+        matches!(self, Val::Bool(true))
+    }
+
+    /// The value of a `Count` row.
+    pub fn count(self) -> u64 {
+        if let Val::Count(n) = self {
+            n
+        } else {
+            0
+        }
+    }
+
+    /// The value of a `Seconds` row.
+    pub fn seconds(self) -> Duration {
+        if let Val::Seconds(d) = self {
+            d
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// The text of a `Choice`, `Path` or `Name` row.
+    pub fn text(self) -> &'a str {
+        if let Val::Text(t) = self {
+            t
+        } else {
+            ""
+        }
+    }
+}
+
+/// An option's default as `--help` shows it.
+pub enum Shown {
+    /// None shown (the other half of a pair such as `acl`/`noacl`, a kernel
+    /// flag).
+    None,
+    /// The setting the option changes, read from what an empty `-o` leaves
+    /// ([`Parsing::initial`]), shown in the option's own syntax (a flag:
+    /// on or off).
+    Of(fn(&Parsing) -> Val<'static>),
+    /// A default decided at mount time, in words.
+    Text(&'static str),
 }
 
 /// One option.
 pub struct Spec {
     /// Its names (aliases after the first).
     pub names: &'static [&'static str],
-    pub value: Value,
+    pub kind: Kind,
     pub audience: Audience,
-    /// The default, as users read it ("" for none).
-    pub default: &'static str,
+    pub default: Shown,
     pub help: &'static str,
-    /// Applies `key` (one of `names`) with its value.
-    pub apply: fn(&mut Parsing, &str, Option<&str>) -> Result<(), String>,
+    /// Applies `key` (one of `names`) with its parsed value.
+    pub apply: fn(&mut Parsing, &str, Val) -> Result<(), String>,
 }
 
-fn seconds(key: &str, v: &str) -> Result<Duration, String> {
-    let s: f64 = v.parse().map_err(|_| format!("option {key}={v}: not a number of seconds"))?;
-    if !(0.0..=86_400.0 * 365.0).contains(&s) {
-        return Err(format!("option {key}={v}: out of range"));
+impl Kind {
+    /// Whether `name` alone is accepted.
+    pub fn bare_ok(self) -> bool {
+        matches!(self, Kind::Flag | Kind::OptBool | Kind::Any)
     }
-    Ok(Duration::from_secs_f64(s))
-}
 
-fn number(key: &str, v: &str, min: u64, max: u64) -> Result<u64, String> {
-    let n: u64 = v.parse().map_err(|_| format!("option {key}={v}: not a whole number"))?;
-    if n < min || n > max {
-        return Err(format!("option {key}={v}: must be between {min} and {max}"));
+    /// Whether `name=VALUE` is accepted.
+    pub fn takes_value(self) -> bool {
+        self != Kind::Flag
     }
-    Ok(n)
-}
 
-/// A `0|1` option.
-fn switch(key: &str, v: &str) -> Result<bool, String> {
-    match v {
-        "1" => Ok(true),
-        "0" => Ok(false),
-        _ => Err(format!("option {key}={v}: expected 0 or 1")),
+    /// Parses option `key`'s value `v` (`None`: given bare, which the
+    /// caller has checked is allowed).
+    pub fn parse<'a>(self, key: &str, v: Option<&'a str>) -> Result<Val<'a>, String> {
+        let Some(v) = v else {
+            return Ok(if self == Kind::OptBool { Val::Bool(true) } else { Val::None });
+        };
+        match self {
+            Kind::Flag | Kind::Any => Ok(Val::None),
+            Kind::Bool | Kind::OptBool => match v {
+                "1" => Ok(Val::Bool(true)),
+                "0" => Ok(Val::Bool(false)),
+                _ => Err(format!("option {key}={v}: expected 0 or 1")),
+            },
+            Kind::Count { min, max, .. } => {
+                let n: u64 = v.parse().map_err(|_| format!("option {key}={v}: not a whole number"))?;
+                if n < min || n > max {
+                    return Err(format!("option {key}={v}: must be between {min} and {max}"));
+                }
+                Ok(Val::Count(n))
+            }
+            Kind::Seconds => {
+                let s: f64 = v.parse().map_err(|_| format!("option {key}={v}: not a number of seconds"))?;
+                if !(0.0..=86_400.0 * 365.0).contains(&s) {
+                    return Err(format!("option {key}={v}: out of range"));
+                }
+                Ok(Val::Seconds(Duration::from_secs_f64(s)))
+            }
+            Kind::Choice(words) => match words.iter().find(|w| **w == v) {
+                Some(_) => Ok(Val::Text(v)),
+                None => Err(format!("option {key}={v}: expected {}", words.join(", "))),
+            },
+            Kind::Path | Kind::Name => Ok(Val::Text(v)),
+        }
     }
-}
 
-/// The value of an option whose value is required (the parser checked).
-fn req(v: Option<&str>) -> &str {
-    v.unwrap_or_default()
-}
+    /// `name` with its value's placeholder, as `--help` shows it.
+    fn usage(self, names: &str) -> String {
+        match self {
+            Kind::Flag => names.to_string(),
+            Kind::Bool => format!("{names}=0|1"),
+            Kind::OptBool => format!("{names}[=0|1]"),
+            Kind::Count { unit, .. } => format!("{names}={unit}"),
+            Kind::Seconds => format!("{names}=SECONDS"),
+            Kind::Choice(words) => format!("{names}={}", words.join("|")),
+            Kind::Path => format!("{names}=FILE"),
+            Kind::Name => format!("{names}=NAME"),
+            Kind::Any => format!("{names}[=...]"),
+        }
+    }
 
-fn micros(key: &str, v: Option<&str>) -> Result<Option<Duration>, String> {
-    let us = number(key, req(v), 0, 100_000)?;
-    Ok((us > 0).then(|| Duration::from_micros(us)))
+    /// Value `v` as it would be written after `name=` (a flag's: on or
+    /// off).
+    pub fn show(self, v: Val) -> String {
+        match (self, v) {
+            (Kind::Flag, Val::Bool(b)) => (if b { "on" } else { "off" }).to_string(),
+            (_, Val::Bool(b)) => u8::from(b).to_string(),
+            (_, Val::Count(n)) => n.to_string(),
+            (_, Val::Seconds(d)) => {
+                let s = d.as_secs_f64();
+                if s.fract() == 0.0 {
+                    format!("{}", d.as_secs())
+                } else {
+                    format!("{s}")
+                }
+            }
+            (_, Val::Text(t)) => t.to_string(),
+            (_, Val::None) => String::new(),
+        }
+    }
 }
 
 fn fuse(p: &mut Parsing, o: MountOption) -> Result<(), String> {
@@ -87,266 +218,255 @@ fn fuse(p: &mut Parsing, o: MountOption) -> Result<(), String> {
     Ok(())
 }
 
+/// Microseconds, 0 for none (the gate's tuning).
+fn micros(v: Val) -> Option<Duration> {
+    let us = v.count();
+    (us > 0).then(|| Duration::from_micros(us))
+}
+
+/// `Some(d)` as microseconds, `None` as 0.
+fn as_micros(d: Option<Duration>) -> Val<'static> {
+    Val::Count(d.map_or(0, |d| d.as_micros() as u64))
+}
+
 const fn spec(
     names: &'static [&'static str],
-    value: Value,
+    kind: Kind,
     audience: Audience,
-    default: &'static str,
+    default: Shown,
     help: &'static str,
-    apply: fn(&mut Parsing, &str, Option<&str>) -> Result<(), String>,
+    apply: fn(&mut Parsing, &str, Val) -> Result<(), String>,
 ) -> Spec {
-    Spec { names, value, audience, default, help, apply }
+    Spec { names, kind, audience, default, help, apply }
+}
+
+const fn count(unit: &'static str, min: u64, max: u64) -> Kind {
+    Kind::Count { unit, min, max }
 }
 
 use Audience::*;
-use Value::{None as Flag, Optional, Required};
+use Kind::{Any, Bool, Choice, Flag, Name, OptBool, Path, Seconds};
+use Shown::{None as NoDefault, Of, Text};
 
 /// The table (see the module essay).
 pub const OPTIONS: &[Spec] = &[
-    spec(&["commit"], Required("SECONDS"), Cairn, "5", "journal commit interval (fractions allowed; above 0)", |p, k, v| {
-        let d = seconds(k, req(v))?;
-        if d.is_zero() {
+    spec(&["commit"], Seconds, Cairn, Of(|p| Val::Seconds(p.s.engine.commit_interval)), "journal commit interval (fractions allowed; above 0)", |p, _, v| {
+        if v.seconds().is_zero() {
             return Err("option commit=0: the commit interval must be above 0".into());
         }
-        p.s.engine.commit_interval = d;
+        p.s.engine.commit_interval = v.seconds();
         Ok(())
     }),
-    spec(&["log"], Required("FILE"), Cairn, "syslog, else a file (see `cairn mount --help`)",
+    spec(&["log"], Path, Cairn, Text("syslog, else a file (see `cairn mount --help`)"),
         "append the background daemon's log to FILE (as --log FILE; for fstab)", |p, _, v| {
-            p.s.log_file = Some(std::path::PathBuf::from(req(v)));
+            p.s.log_file = Some(std::path::PathBuf::from(v.text()));
             Ok(())
         }),
-    spec(&["cache_mb"], Required("N"), Cairn, "1/16 of RAM, 64..1024",
+    spec(&["cache_mb"], count("N", 4, 1 << 20), Cairn, Text("1/16 of RAM, 64..1024"),
         "memory for the engine's caches, MiB: 15/32 to the metadata buffer cache (which sizes the images awaiting their home write, loaded buddies and a checkpoint's copies), 1/8 each to the inode and dentry caches",
-        |p, k, v| {
-            p.cache_mb = number(k, req(v), 4, 1 << 20)?;
+        |p, _, v| {
+            p.cache_mb = v.count();
             Ok(())
         }),
-    spec(&["errors"], Required("continue|remount-ro|shutdown"), Cairn, "remount-ro",
+    spec(&["errors"], Choice(&["continue", "remount-ro", "shutdown"]), Cairn, Of(|p| Val::Text(p.s.engine.errors.name())),
         "what corruption or an I/O error does (ext4's names)", |p, _, v| {
-            let v = req(v);
-            p.s.engine.errors =
-                ErrorPolicy::parse(v).ok_or_else(|| format!("option errors={v}: expected continue, remount-ro or shutdown"))?;
+            p.s.engine.errors = ErrorPolicy::parse(v.text()).unwrap_or_default();
             Ok(())
         }),
-    spec(&["discard"], Flag, Cairn, "off", "discard blocks (punch holes in the image file) once the checkpoint that frees them is durable; `fstrim` does it on demand", |p, _, _| {
+    spec(&["discard"], Flag, Cairn, Of(|p| Val::Bool(p.s.engine.discard)), "discard blocks (punch holes in the image file) once the checkpoint that frees them is durable; `fstrim` does it on demand", |p, _, _| {
         p.s.engine.discard = true;
         Ok(())
     }),
-    spec(&["nodiscard"], Flag, Cairn, "", "no online discard", |p, _, _| {
+    spec(&["nodiscard"], Flag, Cairn, NoDefault, "no online discard", |p, _, _| {
         p.s.engine.discard = false;
         Ok(())
     }),
-    spec(&["acl"], Flag, Cairn, "on", "POSIX ACLs (setfacl/getfacl, enforced by the kernel, inherited from default ACLs)", |p, _, _| {
+    spec(&["acl"], Flag, Cairn, Of(|p| Val::Bool(p.s.adapter.acl)), "POSIX ACLs (setfacl/getfacl, enforced by the kernel, inherited from default ACLs)", |p, _, _| {
         p.s.adapter.acl = true;
         Ok(())
     }),
-    spec(&["noacl"], Flag, Cairn, "", "no POSIX ACLs", |p, _, _| {
+    spec(&["noacl"], Flag, Cairn, NoDefault, "no POSIX ACLs", |p, _, _| {
         p.s.adapter.acl = false;
         Ok(())
     }),
-    spec(&["entry_timeout"], Required("SECONDS"), Cairn, "60", "how long the kernel caches a name", |p, k, v| {
-        p.timeouts.entry = seconds(k, req(v))?;
+    spec(&["entry_timeout"], Seconds, Cairn, Of(|p| Val::Seconds(p.timeouts.entry)), "how long the kernel caches a name", |p, _, v| {
+        p.timeouts.entry = v.seconds();
         Ok(())
     }),
-    spec(&["attr_timeout"], Required("SECONDS"), Cairn, "60", "how long the kernel caches attributes", |p, k, v| {
-        p.timeouts.attr = seconds(k, req(v))?;
+    spec(&["attr_timeout"], Seconds, Cairn, Of(|p| Val::Seconds(p.timeouts.attr)), "how long the kernel caches attributes", |p, _, v| {
+        p.timeouts.attr = v.seconds();
         Ok(())
     }),
-    spec(&["negative_timeout"], Required("SECONDS"), Cairn, "60", "how long the kernel caches a name's absence", |p, k, v| {
-        p.timeouts.negative = seconds(k, req(v))?;
+    spec(&["negative_timeout"], Seconds, Cairn, Of(|p| Val::Seconds(p.timeouts.negative)), "how long the kernel caches a name's absence", |p, _, v| {
+        p.timeouts.negative = v.seconds();
         Ok(())
     }),
-    spec(&["writeback_cache"], Optional("0|1"), Cairn, "1",
-        "the kernel's writeback cache: buffered writes reach cairn in large requests; 0 makes SEEK_HOLE see holes", |p, k, v| {
-            p.s.adapter.writeback_cache = v.map_or(Ok(true), |v| switch(k, v))?;
+    spec(&["writeback_cache"], OptBool, Cairn, Of(|p| Val::Bool(p.s.adapter.writeback_cache)),
+        "the kernel's writeback cache: buffered writes reach cairn in large requests; 0 makes SEEK_HOLE see holes", |p, _, v| {
+            p.s.adapter.writeback_cache = v.bool();
             Ok(())
         }),
-    spec(&["no_writeback_cache"], Flag, Cairn, "", "writeback_cache=0", |p, _, _| {
+    spec(&["no_writeback_cache"], Flag, Cairn, NoDefault, "writeback_cache=0", |p, _, _| {
         p.s.adapter.writeback_cache = false;
         Ok(())
     }),
-    spec(&["dirty_limit_mb"], Required("N"), Cairn, "1/16 of the file system, 8..64",
+    spec(&["dirty_limit_mb"], count("N", 0, 1 << 20), Cairn, Text("1/16 of the file system, 8..64"),
         "bound on the kernel's dirty pages for this mount (root only); the space guard keeps 4x that free and makes buffered writes say ENOSPC on a full disk; 0 leaves the dirty pages unbounded (the guard stays, with the default reserve)",
-        |p, k, v| {
-            p.s.dirty_limit_mb = Some(number(k, req(v), 0, 1 << 20)?);
+        |p, _, v| {
+            p.s.dirty_limit_mb = Some(v.count());
             Ok(())
         }),
-    spec(&["readahead_kb"], Required("N"), Cairn, "1024", "the connection's readahead window (root only; 0 keeps the kernel's 128)", |p, k, v| {
-        p.s.readahead_kb = number(k, req(v), 0, 1 << 20)? as u32;
+    spec(&["readahead_kb"], count("N", 0, 1 << 20), Cairn, Of(|p| Val::Count(p.s.readahead_kb.into())), "the connection's readahead window (root only; 0 keeps the kernel's 128)", |p, _, v| {
+        p.s.readahead_kb = v.count() as u32;
         Ok(())
     }),
-    spec(&["max_write"], Required("BYTES"), Cairn, "1048576", "largest WRITE request", |p, k, v| {
-        p.s.adapter.max_write = number(k, req(v), 4096, 16 << 20)? as u32;
+    spec(&["max_write"], count("BYTES", 4096, 16 << 20), Cairn, Of(|p| Val::Count(p.s.adapter.max_write.into())), "largest WRITE request", |p, _, v| {
+        p.s.adapter.max_write = v.count() as u32;
         Ok(())
     }),
-    spec(&["parallel_dio"], Required("0|1"), Cairn, "0",
+    spec(&["parallel_dio"], Bool, Cairn, Of(|p| Val::Bool(p.s.adapter.parallel_dio)),
         "answer OPEN, so O_DIRECT writers to one file overlap (FOPEN_PARALLEL_DIRECT_WRITES); costs an OPEN and a RELEASE per open (dbench 10-16% slower)",
-        |p, k, v| {
-            p.s.adapter.parallel_dio = switch(k, req(v))?;
+        |p, _, v| {
+            p.s.adapter.parallel_dio = v.bool();
             Ok(())
         }),
-    spec(&["readdirplus"], Required("auto|always"), Cairn, "always",
-        "list directories with READDIRPLUS (names with attributes) always, or where the kernel's heuristic asks (auto: cheaper names-only listings, a LOOKUP per entry for rm -rf and find)", |p, k, v| {
-            p.s.adapter.readdirplus_always = match req(v) {
-                "auto" => false,
-                "always" => true,
-                other => return Err(format!("{k}={other}: expected auto or always")),
-            };
+    spec(&["readdirplus"], Choice(&["auto", "always"]), Cairn, Of(|p| Val::Text(if p.s.adapter.readdirplus_always { "always" } else { "auto" })),
+        "list directories with READDIRPLUS (names with attributes) always, or where the kernel's heuristic asks (auto: cheaper names-only listings, a LOOKUP per entry for rm -rf and find)", |p, _, v| {
+            p.s.adapter.readdirplus_always = v.text() == "always";
             Ok(())
         }),
-    spec(&["mknod_create"], Required("0|1"), Cairn, "1",
-        "make files with MKNOD (CREATE answered ENOSYS), which spares each created file its RELEASE; 0: FUSE_CREATE", |p, k, v| {
-            p.s.adapter.mknod_create = switch(k, req(v))?;
+    spec(&["mknod_create"], Bool, Cairn, Of(|p| Val::Bool(p.s.adapter.mknod_create)),
+        "make files with MKNOD (CREATE answered ENOSYS), which spares each created file its RELEASE; 0: FUSE_CREATE", |p, _, v| {
+            p.s.adapter.mknod_create = v.bool();
             Ok(())
         }),
-    spec(&["threads"], Required("N"), Cairn, "2", "worker threads reading /dev/fuse (1..64)", |p, k, v| {
-        p.s.threads = number(k, req(v), 1, 64)? as usize;
+    spec(&["direct_data"], Bool, Cairn, Of(|p| Val::Bool(p.s.direct_data)),
+        "read and write file data in the image with O_DIRECT, so the host caches each byte once (0: through the host's page cache, where the host refuses O_DIRECT)", |p, _, v| {
+            p.s.direct_data = v.bool();
+            Ok(())
+        }),
+    spec(&["threads"], count("N", 1, 64), Cairn, Of(|p| Val::Count(p.s.threads as u64)), "worker threads reading /dev/fuse", |p, _, v| {
+        p.s.threads = v.count() as usize;
         Ok(())
     }),
-    spec(&["io_uring"], Required("0|1"), Cairn, "1", "serve requests through FUSE over io_uring, a queue per CPU (where the kernel offers it)", |p, k, v| {
-        p.s.adapter.io_uring = switch(k, req(v))?;
+    spec(&["io_uring"], Bool, Cairn, Of(|p| Val::Bool(p.s.adapter.io_uring)), "serve requests through FUSE over io_uring, a queue per CPU (where the kernel offers it)", |p, _, v| {
+        p.s.adapter.io_uring = v.bool();
         Ok(())
     }),
-    spec(&["ring_threads"], Required("N"), Cairn, "2", "threads per CPU queue under io_uring (1..16)", |p, k, v| {
-        p.s.ring_threads = number(k, req(v), 1, 16)? as usize;
+    spec(&["ring_threads"], count("N", 1, 16), Cairn, Of(|p| Val::Count(p.s.ring_threads as u64)), "threads per CPU queue under io_uring", |p, _, v| {
+        p.s.ring_threads = v.count() as usize;
         Ok(())
     }),
-    spec(&["ring_idle"], Required("0|1"), Cairn, "0",
-        "run the io_uring queue threads as SCHED_IDLE (a lone O_DIRECT writer gains; a CPU-bound task on the same CPU starves the queue)", |p, k, v| {
-            p.s.ring_idle = switch(k, req(v))?;
+    spec(&["ring_idle"], Bool, Cairn, Of(|p| Val::Bool(p.s.ring_idle)),
+        "run the io_uring queue threads as SCHED_IDLE (a lone O_DIRECT writer gains; a CPU-bound task on the same CPU starves the queue)", |p, _, v| {
+            p.s.ring_idle = v.bool();
             Ok(())
         }),
-    spec(&["fuseblk"], Flag, Cairn, "on for root", "mount as fuseblk over a loop device, so that sync(1) reaches cairn (root only)", |p, _, _| {
+    spec(&["fuseblk"], Flag, Cairn, Text("on for root"), "mount as fuseblk over a loop device, so that sync(1) reaches cairn (root only)", |p, _, _| {
         p.s.fuseblk = Some(true);
         Ok(())
     }),
-    spec(&["nofuseblk"], Flag, Cairn, "", "a plain fuse mount", |p, _, _| {
+    spec(&["nofuseblk"], Flag, Cairn, NoDefault, "a plain fuse mount", |p, _, _| {
         p.s.fuseblk = Some(false);
         Ok(())
     }),
-    spec(&["norecovery", "noload"], Flag, Cairn, "", "with ro: mount without replaying the journal", |p, _, _| {
+    spec(&["norecovery", "noload"], Flag, Cairn, NoDefault, "with ro: mount without replaying the journal", |p, _, _| {
         p.norecovery = true;
         Ok(())
     }),
     // Measuring: each mechanism's off-switch and tuning knobs.
-    spec(&["lru_caches"], Required("0|1"), Measuring, "1", "bounded inode and dentry caches (0: keep every inode the kernel holds, no dentry cache)", |p, k, v| {
-        p.s.engine.lru_caches = switch(k, req(v))?;
+    spec(&["lru_caches"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.lru_caches)), "bounded inode and dentry caches (0: keep every inode the kernel holds, no dentry cache)", |p, _, v| {
+        p.s.engine.lru_caches = v.bool();
         Ok(())
     }),
-    spec(&["mb_optimize_scan"], Required("0|1"), Measuring, "1", "find block groups through order lists and fragment buckets (ext4's option)", |p, k, v| {
-        p.s.engine.mb_optimize_scan = switch(k, req(v))?;
+    spec(&["mb_optimize_scan"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.mb_optimize_scan)), "find block groups through order lists and fragment buckets (ext4's option)", |p, _, v| {
+        p.s.engine.mb_optimize_scan = v.bool();
         Ok(())
     }),
-    spec(&["mb_group_prealloc"], Required("N"), Measuring, "512", "blocks a locality group's run for small files (ext4's knob; 0 turns locality groups off)", |p, k, v| {
-        p.s.engine.mb_group_prealloc = number(k, req(v), 0, 8192)? as u32;
+    spec(&["mb_group_prealloc"], count("N", 0, 8192), Measuring, Of(|p| Val::Count(p.s.engine.mb_group_prealloc.into())), "blocks a locality group's run for small files (ext4's knob; 0 turns locality groups off)", |p, _, v| {
+        p.s.engine.mb_group_prealloc = v.count() as u32;
         Ok(())
     }),
-    spec(&["inode_readahead_blks"], Required("N"), Measuring, "32", "inode-table blocks read in one read when an inode is not cached (ext4's knob; 0 reads one block)", |p, k, v| {
-        p.s.engine.inode_readahead_blks = number(k, req(v), 0, 1024)? as u32;
+    spec(&["inode_readahead_blks"], count("N", 0, 1024), Measuring, Of(|p| Val::Count(p.s.engine.inode_readahead_blks.into())), "inode-table blocks read in one read when an inode is not cached, and a READDIRPLUS batch's read ahead (ext4's knob; 0 reads one block)", |p, _, v| {
+        p.s.engine.inode_readahead_blks = v.count() as u32;
         Ok(())
     }),
-    spec(&["node_readahead"], Required("0|1"), Measuring, "1", "read a directory or extent scan's next tree leaves ahead, nearby blocks in one read", |p, k, v| {
-        p.s.engine.node_readahead = switch(k, req(v))?;
+    spec(&["node_readahead"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.node_readahead)), "read a directory or extent scan's next tree leaves ahead, nearby blocks in one read", |p, _, v| {
+        p.s.engine.node_readahead = v.bool();
         Ok(())
     }),
-    spec(&["listing_readahead"], Required("0|1"), Measuring, "1", "read the inode-table blocks of a READDIRPLUS batch ahead, nearby blocks in one read", |p, k, v| {
-        p.s.engine.listing_readahead = switch(k, req(v))?;
+    spec(&["overwrite_fastpath"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.overwrite_fastpath)), "overwrite allocated, written blocks with no journal transaction", |p, _, v| {
+        p.s.engine.overwrite_fastpath = v.bool();
         Ok(())
     }),
-    spec(&["cache_listed"], Required("0|1"), Measuring, "0", "make an in-core inode of every inode a READDIRPLUS lists (0: read it from its buffer, leave the cache alone)", |p, k, v| {
-        p.s.engine.cache_listed = switch(k, req(v))?;
+    spec(&["delaylog"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.delaylog)), "log only changed chunks and defer home writes (XFS's delayed logging)", |p, _, v| {
+        p.s.engine.delaylog = v.bool();
         Ok(())
     }),
-    spec(&["overwrite_fastpath"], Required("0|1"), Measuring, "1", "overwrite allocated, written blocks with no journal transaction", |p, k, v| {
-        p.s.engine.overwrite_fastpath = switch(k, req(v))?;
+    spec(&["journal_compress"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.journal_compress)), "compress each checkpoint's logged chunks (zstd)", |p, _, v| {
+        p.s.engine.journal_compress = v.bool();
         Ok(())
     }),
-    spec(&["direct_data"], Required("0|1"), Measuring, "1",
-        "read and write file data in the image with O_DIRECT, so the host caches each byte once (0: through the host's page cache)", |p, k, v| {
-            p.s.direct_data = switch(k, req(v))?;
-            Ok(())
-        }),
-    spec(&["delaylog"], Required("0|1"), Measuring, "1", "log only changed chunks and defer home writes (XFS's delayed logging)", |p, k, v| {
-        p.s.engine.delaylog = switch(k, req(v))?;
-        Ok(())
-    }),
-    spec(&["journal_compress"], Required("0|1"), Measuring, "1", "compress each checkpoint's logged chunks (zstd)", |p, k, v| {
-        p.s.engine.journal_compress = switch(k, req(v))?;
-        Ok(())
-    }),
-    spec(&["mbcache"], Flag, Measuring, "on", "share identical xattr blocks through the dedup cache", |p, _, _| {
+    spec(&["mbcache"], Flag, Measuring, Of(|p| Val::Bool(p.s.engine.mbcache)), "share identical xattr blocks through the dedup cache", |p, _, _| {
         p.s.engine.mbcache = true;
         Ok(())
     }),
-    spec(&["nombcache", "no_mbcache"], Flag, Measuring, "", "every inode its own xattr block (ext4's option)", |p, _, _| {
+    spec(&["nombcache", "no_mbcache"], Flag, Measuring, NoDefault, "every inode its own xattr block (ext4's option)", |p, _, _| {
         p.s.engine.mbcache = false;
         Ok(())
     }),
-    spec(&["sync_delete"], Flag, Measuring, "off", "free deleted files on the calling thread, not the reaper thread", |p, _, _| {
+    spec(&["sync_delete"], Flag, Measuring, Of(|p| Val::Bool(p.s.engine.sync_delete)), "free deleted files on the calling thread, not the reaper thread", |p, _, _| {
         p.s.engine.sync_delete = true;
         Ok(())
     }),
-    spec(&["defer_orphans"], Required("0|1"), Measuring, "1", "put a deleted file the kernel still holds on the orphan list at the commit, not in its unlink", |p, k, v| {
-        p.s.engine.defer_orphans = switch(k, req(v))?;
+    spec(&["push_drain_us"], count("N", 0, 100_000), Measuring, Of(|p| as_micros(p.s.engine.push_drain)), "how long (us) a commit's closed gate waits for the operations inside; 0: however long", |p, _, v| {
+        p.s.engine.push_drain = micros(v);
         Ok(())
     }),
-    spec(&["dio_coherence"], Required("0|1"), Measuring, "1", "drop the kernel's cached pages of a range written with O_DIRECT before replying", |p, k, v| {
-        p.s.adapter.dio_coherence = switch(k, req(v))?;
-        Ok(())
-    }),
-    spec(&["backend_nice"], Required("N"), Measuring, "10", "nice value (0..19) of the background commit thread", |p, k, v| {
-        p.s.engine.backend_nice = number(k, req(v), 0, 19)? as i32;
-        Ok(())
-    }),
-    spec(&["push_drain_us"], Required("N"), Measuring, "200", "how long (us, up to 100000) a commit's closed gate waits for the operations inside; 0: however long", |p, k, v| {
-        p.s.engine.push_drain = micros(k, v)?;
-        Ok(())
-    }),
-    spec(&["push_patience_us"], Required("N"), Measuring, "5000", "how long (us, up to 100000) a commit waits for an empty gate before closing it; 0: closes at once", |p, k, v| {
-        p.s.engine.push_patience = micros(k, v)?;
+    spec(&["push_patience_us"], count("N", 0, 100_000), Measuring, Of(|p| as_micros(p.s.engine.push_patience)), "how long (us) a commit waits for an empty gate before closing it; 0: closes at once", |p, _, v| {
+        p.s.engine.push_patience = micros(v);
         Ok(())
     }),
     // FUSE and the kernel's mount flags.
-    spec(&["allow_other"], Flag, Fuse, "root's mounts", "let other users see the file system (the kernel checks the mode bits, as on ext4)", |p, _, _| {
+    spec(&["allow_other"], Flag, Fuse, Text("root's mounts"), "let other users see the file system (the kernel checks the mode bits, as on ext4)", |p, _, _| {
         p.s.allow_other = Some(true);
         Ok(())
     }),
-    spec(&["noallow_other"], Flag, Fuse, "", "only the mounting user (and with allow_root root) sees the file system", |p, _, _| {
+    spec(&["noallow_other"], Flag, Fuse, NoDefault, "only the mounting user (and with allow_root root) sees the file system", |p, _, _| {
         p.s.allow_other = Some(false);
         Ok(())
     }),
-    spec(&["allow_root"], Flag, Fuse, "", "let root see it too", |p, _, _| {
+    spec(&["allow_root"], Flag, Fuse, NoDefault, "let root see it too", |p, _, _| {
         p.s.allow_root = true;
         Ok(())
     }),
-    spec(&["default_permissions"], Flag, Fuse, "always", "the kernel checks permissions from the mode bits", |_, _, _| Ok(())),
-    spec(&["ro"], Flag, Fuse, "", "read-only", |p, _, _| {
+    spec(&["default_permissions"], Flag, Fuse, Text("always"), "the kernel checks permissions from the mode bits", |_, _, _| Ok(())),
+    spec(&["ro"], Flag, Fuse, NoDefault, "read-only", |p, _, _| {
         p.s.engine.read_only = true;
         fuse(p, MountOption::RO)
     }),
-    spec(&["rw"], Flag, Fuse, "rw", "read-write (the last of ro and rw wins)", |p, _, _| {
+    spec(&["rw"], Flag, Fuse, Of(|p| Val::Bool(!p.s.engine.read_only)), "read-write (the last of ro and rw wins)", |p, _, _| {
         p.s.engine.read_only = false;
         p.s.fuse.retain(|o| *o != MountOption::RO);
         Ok(())
     }),
-    spec(&["dev"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::Dev)),
-    spec(&["nodev"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::NoDev)),
-    spec(&["suid"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::Suid)),
-    spec(&["nosuid"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::NoSuid)),
-    spec(&["exec"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::Exec)),
-    spec(&["noexec"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::NoExec)),
-    spec(&["atime"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::Atime)),
-    spec(&["noatime"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::NoAtime)),
-    spec(&["sync"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::Sync)),
-    spec(&["async"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::Async)),
-    spec(&["dirsync"], Flag, Fuse, "", "", |p, _, _| fuse(p, MountOption::DirSync)),
-    spec(&["auto_unmount"], Flag, Fuse, "", "unmount when the daemon exits", |p, _, _| fuse(p, MountOption::AutoUnmount)),
-    spec(&["fsname"], Required("NAME"), Fuse, "the image; root: the loop device", "the source df and the mount table show; a fuseblk mount (root's default; -o nofuseblk for a plain one) shows its block device (/dev/loopN for an image file) and ignores fsname=", |p, _, v| {
-        p.s.fsname = Some(req(v).to_string());
+    spec(&["dev"], Flag, Fuse, NoDefault, "", |p, _, _| fuse(p, MountOption::Dev)),
+    spec(&["nodev"], Flag, Fuse, NoDefault, "", |p, _, _| fuse(p, MountOption::NoDev)),
+    spec(&["suid"], Flag, Fuse, NoDefault, "", |p, _, _| fuse(p, MountOption::Suid)),
+    spec(&["nosuid"], Flag, Fuse, NoDefault, "", |p, _, _| fuse(p, MountOption::NoSuid)),
+    spec(&["exec"], Flag, Fuse, NoDefault, "", |p, _, _| fuse(p, MountOption::Exec)),
+    spec(&["noexec"], Flag, Fuse, NoDefault, "", |p, _, _| fuse(p, MountOption::NoExec)),
+    spec(&["atime"], Flag, Fuse, NoDefault, "", |p, _, _| fuse(p, MountOption::Atime)),
+    spec(&["noatime"], Flag, Fuse, NoDefault, "", |p, _, _| fuse(p, MountOption::NoAtime)),
+    spec(&["sync"], Flag, Fuse, NoDefault, "", |p, _, _| fuse(p, MountOption::Sync)),
+    spec(&["async"], Flag, Fuse, NoDefault, "", |p, _, _| fuse(p, MountOption::Async)),
+    spec(&["dirsync"], Flag, Fuse, NoDefault, "", |p, _, _| fuse(p, MountOption::DirSync)),
+    spec(&["auto_unmount"], Flag, Fuse, NoDefault, "unmount when the daemon exits", |p, _, _| fuse(p, MountOption::AutoUnmount)),
+    spec(&["fsname"], Name, Fuse, Text("the image; root: the loop device"), "the source df and the mount table show; a fuseblk mount (root's default; -o nofuseblk for a plain one) shows its block device (/dev/loopN for an image file) and ignores fsname=", |p, _, v| {
+        p.s.fsname = Some(v.text().to_string());
         Ok(())
     }),
-    spec(&["subtype"], Required("NAME"), Fuse, "cairn", "the mount type's subtype", |p, _, v| fuse(p, MountOption::Subtype(req(v).to_string()))),
+    spec(&["subtype"], Name, Fuse, Text(crate::SUBTYPE), "the mount type's subtype", |p, _, v| fuse(p, MountOption::Subtype(v.text().to_string()))),
     // fstab's and mount(8)'s own words, and the access-time policies: the
     // kernel never updates a FUSE inode's atime and cairn only on request
     // (utimensat), so every mount behaves as noatime.
@@ -356,9 +476,9 @@ pub const OPTIONS: &[Spec] = &[
             "norelatime", "strictatime", "nostrictatime", "lazytime", "nolazytime", "diratime", "nodiratime",
             "iversion", "noiversion",
         ],
-        Optional("..."),
+        Any,
         Ignored,
-        "",
+        NoDefault,
         "mount(8)'s and fstab's options, and the access-time policies (cairn never updates atime on a read); also x-*",
         |_, _, _| Ok(()),
     ),
@@ -380,8 +500,10 @@ pub fn find(key: &str) -> Option<&'static Spec> {
 /// are ext4's: `mb_optimize_scan`, `nombcache`, `delaylog`).
 pub const DEBUG_PREFIX: &str = "debug.";
 
-/// The options as `cairn mount --help` prints them, grouped by audience.
+/// The options as `cairn mount --help` prints them, grouped by audience,
+/// each with its default (read from an empty `-o`: see [`Shown`]).
 pub fn help() -> String {
+    let initial = Parsing::initial();
     let mut out = String::from("Mount options, comma-separated (several -o may be given):\n");
     for (aud, title) in [
         (Cairn, "cairn's options"),
@@ -393,16 +515,19 @@ pub fn help() -> String {
         for s in OPTIONS.iter().filter(|s| s.audience == aud) {
             let prefix = if aud == Measuring { DEBUG_PREFIX } else { "" };
             let names: Vec<String> = s.names.iter().map(|n| format!("{prefix}{n}")).collect();
-            let names = names.join(" | ");
-            let name = match s.value {
-                Value::None => names,
-                Value::Required(v) => format!("{names}={v}"),
-                Value::Optional(v) => format!("{names}[={v}]"),
-            };
-            let default = if s.default.is_empty() { String::new() } else { format!(" [default: {}]", s.default) };
-            out.push_str(&format!("  {name}\n"));
-            if !s.help.is_empty() || !default.is_empty() {
-                out.push_str(&format!("      {}{default}\n", s.help));
+            out.push_str(&format!("  {}\n", s.kind.usage(&names.join(" | "))));
+            let mut notes = Vec::new();
+            match s.default {
+                Shown::None => {}
+                Shown::Of(get) => notes.push(format!("default: {}", s.kind.show(get(&initial)))),
+                Shown::Text(t) => notes.push(format!("default: {t}")),
+            }
+            if let Kind::Count { min, max, .. } = s.kind {
+                notes.push(format!("range {min}..{max}"));
+            }
+            let notes: String = notes.iter().map(|n| format!(" [{n}]")).collect();
+            if !s.help.is_empty() || !notes.is_empty() {
+                out.push_str(&format!("      {}{notes}\n", s.help));
             }
         }
     }

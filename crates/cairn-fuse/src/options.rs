@@ -135,16 +135,24 @@ pub struct Parsing {
     pub norecovery: bool,
 }
 
+impl Parsing {
+    /// Where parsing starts: every default (what `--help` shows, see
+    /// `option_table::Shown`).
+    pub fn initial() -> Parsing {
+        Parsing {
+            s: Settings::default(),
+            timeouts: Timeouts::default(),
+            cache_mb: default_cache_mb(),
+            norecovery: false,
+        }
+    }
+}
+
 /// Parses comma-separated `-o` option strings (several `-o` may be given)
 /// through the option table.
 pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
-    use crate::option_table::{find, Value};
-    let mut p = Parsing {
-        s: Settings::default(),
-        timeouts: Timeouts::default(),
-        cache_mb: default_cache_mb(),
-        norecovery: false,
-    };
+    use crate::option_table::find;
+    let mut p = Parsing::initial();
     for group in groups {
         for opt in group.as_ref().split(',').map(str::trim).filter(|o| !o.is_empty()) {
             let (key, val) = match opt.split_once('=') {
@@ -152,12 +160,13 @@ pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
                 None => (opt, None),
             };
             let spec = find(key).ok_or_else(|| format!("unknown mount option '{opt}' (see `cairn mount --help`)"))?;
-            match (spec.value, val) {
-                (Value::Required(_), None) => return Err(format!("option {key} needs a value ({key}=...)")),
-                (Value::None, Some(_)) => return Err(format!("option {key} takes no value")),
+            match val {
+                None if !spec.kind.bare_ok() => return Err(format!("option {key} needs a value ({key}=...)")),
+                Some(_) if !spec.kind.takes_value() => return Err(format!("option {key} takes no value")),
                 _ => {}
             }
-            (spec.apply)(&mut p, key, val)?;
+            let v = spec.kind.parse(key, val)?;
+            (spec.apply)(&mut p, key, v)?;
         }
     }
     let Parsing { mut s, timeouts, cache_mb, norecovery } = p;
@@ -236,13 +245,12 @@ mod tests {
     fn journal_options() {
         let s = parse::<&str>(&[]).unwrap();
         assert!(s.engine.journal_compress && s.engine.delaylog);
-        assert_eq!(s.engine.backend_nice, 10);
-        let s = parse(&["journal_compress=0,backend_nice=0"]).unwrap();
+        let s = parse(&["journal_compress=0"]).unwrap();
         assert!(!s.engine.journal_compress);
-        assert_eq!(s.engine.backend_nice, 0);
-        assert_eq!(parse(&["backend_nice=19"]).unwrap().engine.backend_nice, 19);
-        assert!(parse(&["backend_nice=20"]).unwrap_err().contains("between 0 and 19"));
-        assert!(parse(&["backend_nice=-5"]).is_err());
+        // Retired measuring switches (#52) are unknown options now.
+        for gone in ["backend_nice=0", "defer_orphans=0", "listing_readahead=0", "cache_listed=1", "dio_coherence=0"] {
+            assert!(parse(&[gone]).unwrap_err().contains("unknown mount option"), "{gone}");
+        }
         assert_eq!(s.engine.push_drain, Some(std::time::Duration::from_micros(200)));
         // Measuring knobs under `debug.` names, and only those.
         assert_eq!(parse(&["debug.push_drain_us=0"]).unwrap().engine.push_drain, None);
@@ -290,9 +298,9 @@ mod tests {
         assert_eq!(parse::<&str>(&[]).unwrap().engine.inode_readahead_blks, 32);
         assert_eq!(parse(&["inode_readahead_blks=0"]).unwrap().engine.inode_readahead_blks, 0);
         assert!(parse(&["inode_readahead_blks=2048"]).unwrap_err().contains("between 0 and 1024"));
-        assert!(parse::<&str>(&[]).unwrap().engine.listing_readahead);
-        assert!(!parse(&["listing_readahead=0"]).unwrap().engine.listing_readahead);
-        assert!(parse(&["listing_readahead=2"]).is_err());
+        assert!(parse::<&str>(&[]).unwrap().engine.node_readahead);
+        assert!(!parse(&["node_readahead=0"]).unwrap().engine.node_readahead);
+        assert!(parse(&["node_readahead=2"]).is_err());
     }
 
     #[test]
@@ -307,38 +315,78 @@ mod tests {
 
     /// Every row of the table parses with a value of its kind, and its
     /// help names it; a flag given a value and a valued option given none
-    /// are refused.
+    /// are refused; a value of the wrong kind is refused.
     #[test]
     fn every_option_in_the_table_parses_and_is_in_the_help() {
-        use crate::option_table::{help, Value, OPTIONS};
+        use crate::option_table::{help, Kind, OPTIONS};
         let text = help();
         for spec in OPTIONS {
+            let sample = match spec.kind {
+                Kind::Flag | Kind::OptBool | Kind::Any => None,
+                Kind::Bool => Some("1".to_string()),
+                Kind::Count { min, max, .. } => Some(((min + max) / 2).to_string()),
+                Kind::Seconds => Some("2.5".to_string()),
+                Kind::Choice(words) => Some(words[0].to_string()),
+                Kind::Path | Kind::Name => Some("x".to_string()),
+            };
             for name in spec.names {
-                let opt = match spec.value {
-                    Value::None => name.to_string(),
-                    Value::Optional(_) => name.to_string(),
-                    Value::Required(kind) => {
-                        let v = match kind {
-                            "0|1" => "1",
-                            "continue|remount-ro|shutdown" => "continue",
-                            "auto|always" => "auto",
-                            "NAME" => "x",
-                            "BYTES" => "65536",
-                            _ => "5",
-                        };
-                        format!("{name}={v}")
-                    }
-                };
+                let opt = sample.as_ref().map_or(name.to_string(), |v| format!("{name}={v}"));
                 let with = if *name == "norecovery" || *name == "noload" { format!("ro,{opt}") } else { opt.clone() };
                 assert!(parse(&[with.as_str()]).is_ok(), "{opt}: {:?}", parse(&[with.as_str()]).err());
                 assert!(text.contains(name), "--help does not name {name}");
-                match spec.value {
-                    Value::None => assert!(parse(&[format!("{name}=1")]).unwrap_err().contains("takes no value")),
-                    Value::Required(_) => assert!(parse(&[*name]).unwrap_err().contains("needs a value")),
-                    Value::Optional(_) => {}
+                if !spec.kind.takes_value() {
+                    assert!(parse(&[format!("{name}=1")]).unwrap_err().contains("takes no value"));
+                }
+                if !spec.kind.bare_ok() {
+                    assert!(parse(&[*name]).unwrap_err().contains("needs a value"));
+                }
+                match spec.kind {
+                    Kind::Bool | Kind::OptBool | Kind::Count { .. } | Kind::Seconds | Kind::Choice(_) => {
+                        assert!(parse(&[format!("{name}=nonsense")]).is_err(), "{name}=nonsense accepted");
+                    }
+                    _ => {}
+                }
+                if let Kind::Count { max, .. } = spec.kind {
+                    let e = parse(&[format!("{name}={}", max + 1)]).unwrap_err();
+                    assert!(e.contains("must be between"), "{name}: {e}");
                 }
             }
         }
+    }
+
+    /// The default `--help` shows for a row is the setting an empty `-o`
+    /// leaves (the Rust defaults): giving it explicitly changes nothing,
+    /// and a flag shown "on" is what the setting already is.
+    #[test]
+    fn every_shown_default_is_the_default_the_code_applies() {
+        use crate::option_table::{Kind, Shown, OPTIONS};
+        let initial = Parsing::initial();
+        for spec in OPTIONS {
+            let Shown::Of(get) = spec.default else { continue };
+            let before = get(&initial);
+            let shown = spec.kind.show(before);
+            let name = spec.names[0];
+            let opt = match spec.kind {
+                Kind::Flag => {
+                    assert!(shown == "on" || shown == "off", "{name}: a flag's default is on or off, not {shown:?}");
+                    if shown == "off" {
+                        continue;
+                    }
+                    name.to_string()
+                }
+                _ => format!("{name}={shown}"),
+            };
+            let mut p = Parsing::initial();
+            let v = spec.kind.parse(name, opt.split_once('=').map(|(_, v)| v)).unwrap();
+            (spec.apply)(&mut p, name, v).unwrap_or_else(|e| panic!("{opt}: {e}"));
+            assert_eq!(get(&p), before, "{opt} (the shown default) changes the setting");
+        }
+        // What the help says, for a few, against the Rust defaults.
+        let text = crate::option_table::help();
+        let d = cairn_core::MountOptions::default();
+        assert!(text.contains(&format!("[default: {}]", d.commit_interval.as_secs())));
+        assert!(text.contains(&format!("[default: {}]", d.mb_group_prealloc)));
+        assert!(text.contains("[default: remount-ro]"));
     }
 
     #[test]

@@ -46,7 +46,7 @@
 //! between still finds it there and marks it.
 
 use super::groups::GroupState;
-use super::prealloc::Held;
+use super::prealloc::{run_count, runs_in_range, Held, Runs};
 use super::request::AllocRequest;
 use super::Allocator;
 use crate::buffer::BufferCache;
@@ -89,18 +89,17 @@ impl LocalityGroups {
 
     /// Runs in blocks `[start, end)`: (offset from `start`, len).
     pub fn in_range(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
-        let mut v = Vec::new();
-        for lg in &self.groups {
-            let runs = lg.lock();
-            v.extend(
-                runs.iter().filter(|r| r.pblk >= start && r.pblk < end).map(|r| (r.pblk - start, u64::from(r.len))),
-            );
-        }
-        v
+        runs_in_range(&self.groups, start, end)
     }
 
     pub fn count(&self) -> usize {
-        self.groups.iter().map(|lg| lg.lock().len()).sum()
+        run_count(&self.groups)
+    }
+}
+
+impl Runs for Vec<Run> {
+    fn runs(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.iter().map(|r| (r.pblk, r.len))
     }
 }
 

@@ -90,19 +90,45 @@ impl Preallocs {
 
     /// Preallocations in group blocks `[start, end)`: (offset from `start`, len).
     pub fn in_range(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
-        let mut v = Vec::new();
-        for shard in &self.shards {
-            let map = shard.lock();
-            v.extend(
-                map.values().filter(|p| p.pblk >= start && p.pblk < end).map(|p| (p.pblk - start, u64::from(p.len))),
-            );
-        }
-        v
+        runs_in_range(&self.shards, start, end)
     }
 
     pub fn count(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        run_count(&self.shards)
     }
+}
+
+/// What a lock of either kind of preallocation guards: runs of held blocks
+/// (`(pblk, len)`), one per inode here, a locality group's list in
+/// `group_prealloc`.
+pub(super) trait Runs {
+    fn runs(&self) -> impl Iterator<Item = (u64, u32)> + '_;
+}
+
+impl Runs for HashMap<u64, Prealloc> {
+    fn runs(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.values().map(|p| (p.pblk, p.len))
+    }
+}
+
+/// The runs under `locks` that start in blocks `[start, end)`: (offset from
+/// `start`, len), for a buddy loaded from disk to mark.
+pub(super) fn runs_in_range<R: Runs>(locks: &[Mutex<R>], start: u64, end: u64) -> Vec<(u64, u64)> {
+    let mut v = Vec::new();
+    for lock in locks {
+        let runs = lock.lock();
+        v.extend(
+            runs.runs()
+                .filter(|&(pblk, _)| pblk >= start && pblk < end)
+                .map(|(pblk, len)| (pblk - start, u64::from(len))),
+        );
+    }
+    v
+}
+
+/// How many runs are held under `locks` (`cairn stats`).
+pub(super) fn run_count<R: Runs>(locks: &[Mutex<R>]) -> usize {
+    locks.iter().map(|l| l.lock().runs().count()).sum()
 }
 
 impl Allocator {

@@ -112,7 +112,7 @@ const EVICT_LOOKS: usize = 256;
 /// factor's slack, and the clock's entry. `-o cache_mb` counts a block of
 /// the buffer cache as its size plus this (test
 /// `buf_overhead_covers_the_bookkeeping`).
-pub const BUF_OVERHEAD: usize = 208;
+pub(crate) const BUF_OVERHEAD: usize = 208;
 
 /// One cached metadata block.
 pub struct Buf {
@@ -148,7 +148,7 @@ pub(crate) struct LogState {
 
 /// What a buffer's contents are relative to its home block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BufState {
+pub(crate) enum BufState {
     Clean,
     Dirty,
     /// Captured by checkpoint `seq`, home write pending.

@@ -13,8 +13,8 @@
 //! default (`-o inode_readahead_blks=N`, 0 turns it off).
 //!
 //! A READDIRPLUS knows the inodes it is about to load: `Meta::prefetch_inodes`
-//! reads the batch's table blocks first, nearby ones together (`-o
-//! listing_readahead=0` turns it off). Without it, the batch's first inode
+//! reads the batch's table blocks first, nearby ones together (always, with
+//! inode readahead on; bench/results/2026-11-29-floor-listings). Without it, the batch's first inode
 //! (in hash order, so anywhere in the directory's part of the table) reads
 //! the window after it, and the inodes before it miss again.
 //!

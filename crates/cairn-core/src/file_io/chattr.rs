@@ -39,7 +39,7 @@ impl FileIo {
                 g.d.ctime = now();
                 self.inodes.store(tx, &g)?;
                 if flags & (ATTR_IMMUTABLE | ATTR_APPEND | ATTR_SYNC | ATTR_DIRSYNC) != 0 {
-                    crate::inode::note_protected();
+                    self.inodes.cache().note_protected();
                 }
                 if flags & (ATTR_IMMUTABLE | ATTR_APPEND) != 0 {
                     // Written with the superblock at the commit.

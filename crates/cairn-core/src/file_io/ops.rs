@@ -47,7 +47,7 @@ impl FileIo {
 
     /// [`FileIo::write_data`] for a write from `origin`.
     fn write_from(&self, origin: Origin, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
-        if crate::inode::flags_in_use() {
+        if self.inodes.cache().flags_in_use() {
             let sync = {
                 let r = self.inodes.iget(ino)?;
                 let g = r.read();
@@ -243,7 +243,7 @@ impl FileIo {
     /// from what the caller saw.
     pub(crate) fn fallocate_data(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
         let mut sync = false;
-        if crate::inode::flags_in_use() {
+        if self.inodes.cache().flags_in_use() {
             let r = self.inodes.iget(ino)?;
             let g = r.read();
             crate::inode_flags::refuse_if_immutable(&g)?;

@@ -477,7 +477,7 @@ impl Namespace {
     /// After a change of directory `dir`'s entries: commits it if the
     /// directory is `D` or `S` (chattr; see `inode_flags`).
     fn dirsync(&self, dir: u64) -> Result<()> {
-        if crate::inode::flags_in_use() && crate::inode_flags::is_dirsync(&self.inodes.iget(dir)?.read()) {
+        if self.inodes.cache().flags_in_use() && crate::inode_flags::is_dirsync(&self.inodes.iget(dir)?.read()) {
             self.engine.sync()?;
         }
         Ok(())

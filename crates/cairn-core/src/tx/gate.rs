@@ -6,8 +6,8 @@
 //! jbd2's: a count of operations inside, a closed flag, and a wait queue,
 //! in one atomic word plus one mutex and two condition variables. Two
 //! refinements, each measured to pay on this two-core machine (see
-//! `bench/results/2026-11-26-fsmark-scale-1m-empty` and the essay's
-//! history in `docs/design.md`):
+//! `bench/results/2026-11-26-fsmark-scale-1m-empty` and the history under
+//! "Writer waits at a push" in `docs/performance.md`):
 //!
 //! * **The last one out swaps.** A thread that has to be woken runs only at
 //!   the next scheduler tick when both cores are busy (4 ms here), so a

@@ -3,7 +3,7 @@
 //!
 //! ## Limits
 //! One checkpoint is one log record, and a record may fill at most a third
-//! of the ring (`log`); it also holds at most a quarter of the buffer cache
+//! of the ring (`log`); it also holds at most an eighth of the buffer cache
 //! (its dirty buffers stay in memory until the push, and a change after the
 //! capture copies them). The manager keeps the invariant
 //! `dirty buffers + outstanding reservations <= limit`, with

@@ -2,7 +2,7 @@
 //! the kernel holds it goes on the orphan list at the commit, so one freed
 //! before the commit never touches the list; every durable checkpoint still
 //! lists every unlinked-but-allocated inode (a crash frees them at mount);
-//! unmount frees those still waiting; `-o defer_orphans=0`; a SETATTR of
+//! unmount frees those still waiting; a SETATTR of
 //! times on an unlinked file takes no transaction.
 
 use crate::common::*;
@@ -17,8 +17,8 @@ fn image() -> Arc<MemDevice> {
     new_image_with(128, &cairn_core::mkfs::MkfsOptions { journal_blocks: Some(16384), ..Default::default() })
 }
 
-fn opts(defer: bool) -> MountOptions {
-    MountOptions { commit_interval: Duration::from_secs(3600), defer_orphans: defer, ..Default::default() }
+fn opts() -> MountOptions {
+    MountOptions { commit_interval: Duration::from_secs(3600), ..Default::default() }
 }
 
 /// `n` empty files in the root, each held by the kernel (one lookup).
@@ -37,7 +37,7 @@ fn unlink_all(fs: &Fs, n: usize) {
 #[test]
 fn a_held_file_reaches_the_orphan_list_in_the_commit_of_its_unlink_and_a_crash_then_frees_it() {
     let dev = image();
-    let fs = mount_with(&dev, opts(true));
+    let fs = mount_with(&dev, opts());
     let free0 = fs.statfs().unwrap().files_free;
     held_files(&fs, 40);
     fs.sync_fs().unwrap();
@@ -55,7 +55,7 @@ fn a_held_file_reaches_the_orphan_list_in_the_commit_of_its_unlink_and_a_crash_t
     // checkpoint must name every one on its orphan list.
     let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
     fsck_clean_mem(crashed.as_ref(), "crash after the commit of the unlinks");
-    let fs2 = mount_with(&crashed, opts(true));
+    let fs2 = mount_with(&crashed, opts());
     assert_eq!(fs2.statfs().unwrap().files_free, free0, "the next mount did not free the orphans");
     fs2.unmount().unwrap();
     fsck_clean_mem(crashed.as_ref(), "after the next mount freed them");
@@ -65,7 +65,7 @@ fn a_held_file_reaches_the_orphan_list_in_the_commit_of_its_unlink_and_a_crash_t
 #[test]
 fn a_file_freed_before_the_commit_never_touches_the_orphan_tree() {
     let dev = image();
-    let fs = mount_with(&dev, opts(true));
+    let fs = mount_with(&dev, opts());
     let free0 = fs.statfs().unwrap().files_free;
     let inos = held_files(&fs, 30);
     fs.sync_fs().unwrap();
@@ -91,14 +91,14 @@ fn a_file_freed_before_the_commit_never_touches_the_orphan_tree() {
 #[test]
 fn a_crash_before_the_commit_keeps_the_files_and_a_later_one_finds_them_listed() {
     let dev = image();
-    let fs = mount_with(&dev, opts(true));
+    let fs = mount_with(&dev, opts());
     held_files(&fs, 10);
     fs.sync_fs().unwrap();
     unlink_all(&fs, 10);
     // Nothing committed since the creates: the crash image has the files.
     let early = Arc::new(MemDevice::from_bytes(dev.snapshot()));
     fsck_clean_mem(early.as_ref(), "crash before the commit of the unlinks");
-    let fs2 = mount_with(&early, opts(true));
+    let fs2 = mount_with(&early, opts());
     for i in 0..10 {
         fs2.lookup(1, format!("f{i}").as_bytes()).unwrap();
     }
@@ -113,7 +113,7 @@ fn a_crash_before_the_commit_keeps_the_files_and_a_later_one_finds_them_listed()
     fs.sync_fs().unwrap();
     let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
     fsck_clean_mem(crashed.as_ref(), "crash with eleven orphans listed");
-    let fs3 = mount_with(&crashed, opts(true));
+    let fs3 = mount_with(&crashed, opts());
     assert!(fs3.getattr(late).is_err(), "the orphan {late} survived the next mount");
     fs3.unmount().unwrap();
     fsck_clean_mem(crashed.as_ref(), "after the next mount");
@@ -123,36 +123,22 @@ fn a_crash_before_the_commit_keeps_the_files_and_a_later_one_finds_them_listed()
 #[test]
 fn unmount_frees_the_orphans_still_waiting_for_a_commit() {
     let dev = image();
-    let fs = mount_with(&dev, opts(true));
+    let fs = mount_with(&dev, opts());
     let free0 = fs.statfs().unwrap().files_free;
     held_files(&fs, 20);
     unlink_all(&fs, 20);
     assert_eq!(stat(&fs, "orphans.waiting"), 20);
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after unmount with orphans waiting");
-    let fs = mount_with(&dev, opts(true));
+    let fs = mount_with(&dev, opts());
     assert_eq!(fs.statfs().unwrap().files_free, free0);
-    fs.unmount().unwrap();
-}
-
-#[test]
-fn with_defer_orphans_off_every_insert_is_made_at_once() {
-    let dev = image();
-    let fs = mount_with(&dev, opts(false));
-    held_files(&fs, 15);
-    unlink_all(&fs, 15);
-    assert_eq!(stat(&fs, "orphans.deferred"), 0);
-    assert_eq!(stat(&fs, "orphans.direct"), 15);
-    fs.sync_fs().unwrap();
-    let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
-    fsck_clean_mem(crashed.as_ref(), "crash with fifteen orphans listed at once");
     fs.unmount().unwrap();
 }
 
 #[test]
 fn the_set_stops_at_its_share_of_the_log_and_inserts_the_rest_at_once() {
     let dev = image();
-    let fs = mount_with(&dev, opts(true));
+    let fs = mount_with(&dev, opts());
     held_files(&fs, 600);
     fs.sync_fs().unwrap();
     unlink_all(&fs, 600);
@@ -167,7 +153,7 @@ fn the_set_stops_at_its_share_of_the_log_and_inserts_the_rest_at_once() {
     assert_eq!(stat(&fs, "orphans.flush_overruns"), 0, "the inserts outgrew the credits set aside");
     let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
     fsck_clean_mem(crashed.as_ref(), "crash with 600 orphans, some deferred");
-    let fs2 = mount_with(&crashed, opts(true));
+    let fs2 = mount_with(&crashed, opts());
     assert_eq!(stat(&fs2, "orphans.waiting"), 0);
     for i in 0..600 {
         assert!(fs2.lookup(1, format!("f{i}").as_bytes()).is_err());
@@ -180,7 +166,7 @@ fn the_set_stops_at_its_share_of_the_log_and_inserts_the_rest_at_once() {
 #[test]
 fn times_set_on_an_unlinked_file_take_no_transaction() {
     let dev = image();
-    let fs = mount_with(&dev, opts(true));
+    let fs = mount_with(&dev, opts());
     let ino = held_files(&fs, 1)[0];
     unlink_all(&fs, 1);
     let handles = stat(&fs, "tx.handles");

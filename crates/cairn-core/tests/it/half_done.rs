@@ -3,7 +3,7 @@
 //! Each operation below runs once on a prepared image to count the block
 //! and inode allocations it makes; then, from the same image, once per
 //! allocation with that one failing (ENOSPC, as a full disk fails it at
-//! that point: the `fault-injection` feature). After each run the tree as
+//! that point: the `testing` feature's `faults`). After each run the tree as
 //! the engine shows it — names, types, modes, owners, sizes, link counts,
 //! contents, xattrs, symlink targets — is either exactly as before (the
 //! operation said ENOSPC) or exactly as after the run that did not fail

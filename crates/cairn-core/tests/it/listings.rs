@@ -2,7 +2,7 @@
 //! in `inode`): the attributes come from the inode table and no in-core
 //! inode is made, the kernel's reference is counted, an unlink after the
 //! listing keeps the file until the kernel's FORGET, an entry that did not
-//! fit gives its reference back, and `-o cache_listed` makes them in core.
+//! fit gives its reference back.
 
 use crate::common::*;
 use cairn_core::{Ctx, FsError, MountOptions};
@@ -99,29 +99,14 @@ fn an_entry_freed_since_the_listing_began_is_not_given() {
     fsck_clean_mem(dev.as_ref(), "after the listing");
 }
 
-#[test]
-fn cache_listed_makes_every_listed_inode_in_core() {
-    let (fs, dev, _, files) = remounted(20, MountOptions { cache_listed: true, ..Default::default() });
-    let cached = stat(&fs, "icache.entries");
-    for &f in &files {
-        assert!(fs.listing_entry(f, true, |_| true).unwrap());
-    }
-    assert_eq!(stat(&fs, "icache.entries"), cached + 20);
-    for &f in &files {
-        fs.forget(f, 1);
-    }
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after listing");
-}
-
 /// Two threads list a directory over and over (every third entry "does not
 /// fit in the reply") while the main thread unlinks and makes its files
 /// again on a small image, whose inode numbers come back quickly.
-fn listings_racing_with_unlinks(cache_listed: bool) {
+fn listings_racing_with_unlinks() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let dev = new_image(16);
-    let fs = mount_with(&dev, MountOptions { cache_listed, ..Default::default() });
+    let fs = mount_with(&dev, MountOptions::default());
     let c = Ctx::root();
     let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap().ino;
     let refs0 = stat(&fs, "icache.lookup_refs");
@@ -189,10 +174,5 @@ fn listings_racing_with_unlinks(cache_listed: bool) {
 /// use", and the journal aborted. Both listing paths.
 #[test]
 fn listings_racing_with_unlinks_and_creates_leave_no_reference_behind() {
-    listings_racing_with_unlinks(false);
-}
-
-#[test]
-fn listings_that_make_inodes_in_core_race_with_unlinks_too() {
-    listings_racing_with_unlinks(true);
+    listings_racing_with_unlinks();
 }

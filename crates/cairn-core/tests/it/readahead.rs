@@ -145,10 +145,12 @@ fn a_cold_readdir_reads_the_next_leaves_ahead_and_misses_no_name() {
 /// every entry's attributes, as a READDIRPLUS does (`readdir_ahead`);
 /// returns the cache misses of the listing, the readahead reads, and each
 /// name with its size.
-fn cold_listing(n: u64, listing_readahead: bool) -> (u64, u64, Vec<(Vec<u8>, u64)>) {
+fn cold_listing(n: u64, readahead: bool) -> (u64, u64, Vec<(Vec<u8>, u64)>) {
     let (dev, a) = files_in_dirs(64, 2, n, |i| format!("f{i}"), |i| i % 97);
     // Tree leaves read ahead are left out of the count.
-    let fs = mount_with(&dev, MountOptions { node_readahead: false, listing_readahead, ..Default::default() });
+    // Without readahead: `inode_readahead_blks=0` turns the listing's off too.
+    let inode_readahead_blks = if readahead { MountOptions::default().inode_readahead_blks } else { 0 };
+    let fs = mount_with(&dev, MountOptions { node_readahead: false, inode_readahead_blks, ..Default::default() });
     let (misses0, reads0) = (stat(&fs, "cache.misses"), stat(&fs, "cache.readahead_reads"));
     let mut seen = Vec::new();
     fs.readdir_ahead(a, 0, true, &mut |e| {
