@@ -14,7 +14,8 @@
 //! With `INCOMPAT_BACKUP_SUPERBLOCKS`, the groups of ext4's sparse_super set
 //! (1 and the powers of 3, 5 and 7) that the journal does not fill begin
 //! with a backup copy of the superblock, one block, and their metadata
-//! follows it (see [`crate::backup`]).
+//! follows it (see [`crate::sparse`]; the copies themselves are
+//! `crate::backup`'s).
 
 use crate::error::{FormatError, Result};
 use crate::inode::INODE_SIZE;
@@ -98,12 +99,12 @@ impl Geometry {
         self.backup_superblocks
             && g < self.group_count
             && !self.is_journal_group(g)
-            && crate::backup::is_sparse_group(g)
+            && crate::sparse::is_sparse_group(g)
     }
 
     /// The groups that hold a backup superblock, in increasing order.
     pub fn backup_groups(&self) -> impl Iterator<Item = u64> + '_ {
-        crate::backup::sparse_groups(self.group_count).filter(|&g| self.has_backup_superblock(g))
+        crate::sparse::sparse_groups(self.group_count).filter(|&g| self.has_backup_superblock(g))
     }
 
     /// Block bitmap location.
