@@ -40,10 +40,10 @@
 
 use crate::blocks::claim_live;
 use crate::ctx::Ctx;
+use crate::error::FsckError;
 use crate::groups;
 use crate::problems::Code;
 use crate::report::{block_range, num};
-use crate::FsckError;
 use cairn_format::bitmap::{bit, set_bit, set_range, synth_block_bitmap, synth_inode_bitmap};
 use cairn_format::checksum::crc;
 use cairn_format::group_desc::{GD_BLOCK_UNINIT, GD_INODE_UNINIT};

@@ -31,9 +31,9 @@
 
 use crate::clone::Outcome;
 use crate::ctx::{Claim, Ctx, Owner};
-use crate::problems::Code;
-use crate::report::{num, Pass};
-use crate::FsckError;
+use crate::error::FsckError;
+use crate::problems::{Code, Pass};
+use crate::report::num;
 use cairn_format::btree::KIND_EXTENTS;
 use cairn_format::extent::Extent;
 use cairn_format::inode::DataArea;

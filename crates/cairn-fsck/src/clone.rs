@@ -34,8 +34,8 @@
 
 use crate::blocks::{give_up_claims, tree_extents};
 use crate::ctx::{Ctx, Owner};
+use crate::error::FsckError;
 use crate::salvage::FreeBlocks;
-use crate::FsckError;
 use cairn_format::extent::Extent;
 use cairn_format::inode::{DataArea, INLINE_EXTENTS};
 

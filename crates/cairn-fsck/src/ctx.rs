@@ -239,7 +239,7 @@ pub struct Ctx<'a> {
     /// Orphan-list keys to remove: (leaf, ino).
     pub orphan_removals: Vec<(u64, u64)>,
     /// The caller's progress callback (`Options::progress`).
-    pub progress: Option<crate::ProgressHook>,
+    pub progress: Option<crate::progress::ProgressHook>,
 }
 
 impl Ctx<'_> {

@@ -36,9 +36,9 @@
 //! for rewriting).
 
 use crate::ctx::Ctx;
+use crate::error::FsckError;
 use crate::problems::Code;
 use crate::report::Report;
-use crate::FsckError;
 use cairn_format::checksum::crc;
 use cairn_format::codec::get_u32;
 use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_INODE_UNINIT, GD_SIZE};

@@ -46,10 +46,10 @@
 
 use crate::btree;
 use crate::ctx::{Ctx, DirentRec, InodeInfo, Owner, XattrInfo};
+use crate::error::FsckError;
 use crate::groups;
-use crate::problems::Code;
-use crate::report::{block_range, Pass};
-use crate::FsckError;
+use crate::problems::{Code, Pass};
+use crate::report::block_range;
 use cairn_format::btree::{KIND_DIRENTS, KIND_EXTENTS};
 use cairn_format::extent::{Extent, EXTENT_VALUE_SIZE, MAX_EXTENT_LEN};
 use cairn_format::inode::*;

@@ -41,8 +41,8 @@
 use crate::btree;
 use crate::ctx::{Ctx, Owner};
 use crate::inodes::type_name;
-use crate::problems::Code;
-use crate::report::{entries_point, Pass};
+use crate::problems::{Code, Pass};
+use crate::report::entries_point;
 use cairn_format::btree::KIND_ORPHANS;
 use cairn_format::inode::INODE_FLAG_ORPHAN;
 use cairn_format::ROOT_INO;
