@@ -31,11 +31,11 @@
 //! them. Descriptor locations come from `cairn_format::group_desc::gd_loc`.
 //!
 //! ## What it concludes
-//! A [`Group`] per group: the descriptor as decoded (or, when its checksum
-//! fails, as reconstructed from the layout and the surviving fields, marked
-//! for rewriting).
+//! A [`Group`] (kept in `ctx`, the shared state) per group: the
+//! descriptor as decoded (or, when its checksum fails, as reconstructed
+//! from the layout and the surviving fields, marked for rewriting).
 
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, Group};
 use crate::error::FsckError;
 use crate::problems::Code;
 use crate::report::Report;
@@ -44,26 +44,6 @@ use cairn_format::codec::get_u32;
 use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_INODE_UNINIT, GD_SIZE};
 use cairn_format::layout::Geometry;
 use cairn_format::superblock::COMPAT_ITABLES_ZEROED;
-
-/// One group's descriptor and what pass 0 concluded about it.
-#[derive(Debug, Clone, Default)]
-pub struct Group {
-    pub gd: GroupDesc,
-    /// The descriptor must be rewritten (bad checksum or fields).
-    pub gd_dirty: bool,
-}
-
-impl Group {
-    /// The block bitmap was never written.
-    pub fn block_uninit(&self) -> bool {
-        self.gd.flags & GD_BLOCK_UNINIT != 0
-    }
-
-    /// The inode bitmap was never written.
-    pub fn inode_uninit(&self) -> bool {
-        self.gd.flags & GD_INODE_UNINIT != 0
-    }
-}
 
 /// Checks group `g`'s descriptor bytes `raw`; returns what pass 0 keeps of
 /// it and whether it was damaged (rebuilt from the layout and its bytes).
