@@ -19,6 +19,7 @@
 //! dirs        pass 2: entries, hashes, targets, types, parents, reachability
 //! blocks      pass 1b: blocks claimed twice (after pass 2, which may add claims)
 //! clone       its repair: the second claimant of data blocks gets a copy
+//! release     or, without room for a copy, gives up the blocks it shares
 //! links       passes 3/4: link counts, orphans, xattr refcounts
 //! repair      write the object repairs decided so far
 //! bitmaps     pass 5: bitmaps, descriptor and superblock counters
@@ -58,6 +59,7 @@ mod journal;
 mod links;
 mod problems;
 mod progress;
+mod release;
 mod repair;
 mod report;
 mod salvage;
