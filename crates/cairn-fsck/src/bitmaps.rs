@@ -274,22 +274,12 @@ fn unowned_blocks(ctx: &mut Ctx, g: u64, actual: &[u8], expected: Vec<u8>, unatt
 
 /// The descriptor's free block count against the bitmap's.
 fn check_free_blocks(ctx: &mut Ctx, g: u64, free: u64) {
-    let gd_free = ctx.groups[g as usize].gd.free_blocks;
-    if u64::from(gd_free) != free {
-        ctx.report.push(
-            Code::GdFreeBlocks,
-            format!(
-                "group {g}: descriptor counts {} free blocks, but the bitmap has {}",
-                num(u64::from(gd_free)),
-                num(free)
-            ),
-            ctx.repair,
-        );
-        if ctx.repair {
-            let grp = &mut ctx.groups[g as usize];
-            grp.gd.free_blocks = free as u32;
-            grp.gd_dirty = true;
-        }
+    let stored = ctx.groups[g as usize].gd.free_blocks;
+    let says = |d, b| format!("group {g}: descriptor counts {d} free blocks, but the bitmap has {b}");
+    if counter_differs(ctx, Code::GdFreeBlocks, stored.into(), free, says) && ctx.repair {
+        let grp = &mut ctx.groups[g as usize];
+        grp.gd.free_blocks = free as u32;
+        grp.gd_dirty = true;
     }
 }
 
@@ -360,20 +350,10 @@ fn inode_bitmap(ctx: &mut Ctx, g: u64, ginodes: &[LiveInode]) -> Result<u64, Fsc
 /// (directories only when every inode of the group could be decoded).
 fn check_inode_counts(ctx: &mut Ctx, g: u64, free_inodes: u64, ginodes: &[LiveInode]) {
     let gd = ctx.groups[g as usize].gd;
-    if u64::from(gd.free_inodes) != free_inodes {
-        ctx.report.push(
-            Code::GdFreeInodes,
-            format!(
-                "group {g}: descriptor counts {} free inodes, but the bitmap has {}",
-                num(u64::from(gd.free_inodes)),
-                num(free_inodes)
-            ),
-            ctx.repair,
-        );
-        if ctx.repair {
-            ctx.groups[g as usize].gd.free_inodes = free_inodes as u32;
-            ctx.groups[g as usize].gd_dirty = true;
-        }
+    let says = |d, b| format!("group {g}: descriptor counts {d} free inodes, but the bitmap has {b}");
+    if counter_differs(ctx, Code::GdFreeInodes, gd.free_inodes.into(), free_inodes, says) && ctx.repair {
+        ctx.groups[g as usize].gd.free_inodes = free_inodes as u32;
+        ctx.groups[g as usize].gd_dirty = true;
     }
     let dirs = ginodes.iter().filter(|x| x.is_dir).count() as u64;
     let any_bad = ginodes.iter().any(|x| x.bad);
@@ -400,32 +380,33 @@ fn check_totals(ctx: &mut Ctx, totals: &Totals) {
             num(totals.unattributed)
         ));
     }
-    if ctx.sb.free_blocks != totals.free_blocks {
-        ctx.report.push(
-            Code::SbFreeBlocks,
-            format!(
-                "superblock: free block count is {}, but the bitmaps have {} free blocks",
-                num(ctx.sb.free_blocks),
-                num(totals.free_blocks)
-            ),
-            ctx.repair,
-        );
+    let says = |s, b| format!("superblock: free block count is {s}, but the bitmaps have {b} free blocks");
+    if counter_differs(ctx, Code::SbFreeBlocks, ctx.sb.free_blocks, totals.free_blocks, says) {
         ctx.sb.free_blocks = totals.free_blocks;
         ctx.sb_dirty = true;
     }
-    if ctx.sb.free_inodes != totals.free_inodes {
-        ctx.report.push(
-            Code::SbFreeInodes,
-            format!(
-                "superblock: free inode count is {}, but the bitmaps have {} free inodes",
-                num(ctx.sb.free_inodes),
-                num(totals.free_inodes)
-            ),
-            ctx.repair,
-        );
+    let says = |s, b| format!("superblock: free inode count is {s}, but the bitmaps have {b} free inodes");
+    if counter_differs(ctx, Code::SbFreeInodes, ctx.sb.free_inodes, totals.free_inodes, says) {
         ctx.sb.free_inodes = totals.free_inodes;
         ctx.sb_dirty = true;
     }
     ctx.report.blocks_used = geo.total_blocks - totals.free_blocks.min(geo.total_blocks);
     ctx.report.inodes_used = geo.total_inodes() - totals.free_inodes.min(geo.total_inodes());
+}
+
+/// Reports a counter kept on disk (`stored`) that differs from what this
+/// pass `counted`; `says(stored, counted)` words it, both written with
+/// thousands separators. True if they differ: the caller rewrites it.
+fn counter_differs(
+    ctx: &mut Ctx,
+    code: Code,
+    stored: u64,
+    counted: u64,
+    says: impl FnOnce(String, String) -> String,
+) -> bool {
+    if stored == counted {
+        return false;
+    }
+    ctx.report.push(code, says(num(stored), num(counted)), ctx.repair);
+    true
 }

@@ -145,23 +145,23 @@ pub fn load(ctx: &mut Ctx) -> Result<(), FsckError> {
 /// whether its checksum matches the descriptor.
 pub fn read_inode_bitmap(ctx: &mut Ctx, g: u64) -> Result<Option<(Vec<u8>, bool)>, FsckError> {
     let grp = &ctx.groups[g as usize];
-    if grp.inode_uninit() {
-        return Ok(None);
-    }
-    let (blk, want) = (ctx.geo.inode_bitmap(g), grp.gd.inode_bitmap_csum);
-    let b = ctx.img.read_block(blk)?;
-    let ok = crc(ctx.seed, &b) == want;
-    Ok(Some((b, ok)))
+    let at = (!grp.inode_uninit()).then(|| (ctx.geo.inode_bitmap(g), grp.gd.inode_bitmap_csum));
+    read_bitmap(ctx, at)
 }
 
 /// Group `g`'s block bitmap as stored (`None` when uninitialised), and
 /// whether its checksum matches the descriptor.
 pub fn read_block_bitmap(ctx: &mut Ctx, g: u64) -> Result<Option<(Vec<u8>, bool)>, FsckError> {
     let grp = &ctx.groups[g as usize];
-    if grp.block_uninit() {
-        return Ok(None);
-    }
-    let (blk, want) = (ctx.geo.block_bitmap(g), grp.gd.block_bitmap_csum);
+    let at = (!grp.block_uninit()).then(|| (ctx.geo.block_bitmap(g), grp.gd.block_bitmap_csum));
+    read_bitmap(ctx, at)
+}
+
+/// The bitmap block `at` names (its block and the checksum its descriptor
+/// keeps for it; `None` when uninitialised), and whether the checksum
+/// matches.
+fn read_bitmap(ctx: &mut Ctx, at: Option<(u64, u32)>) -> Result<Option<(Vec<u8>, bool)>, FsckError> {
+    let Some((blk, want)) = at else { return Ok(None) };
     let b = ctx.img.read_block(blk)?;
     let ok = crc(ctx.seed, &b) == want;
     Ok(Some((b, ok)))
