@@ -184,6 +184,22 @@ mod layout_tests {
     }
 
     #[test]
+    fn a_never_used_groups_descriptor_is_its_layout() {
+        use crate::group_desc::{GD_BLOCK_UNINIT, GD_INODE_UNINIT};
+        let geo = Geometry::new(&sb(INCOMPAT_BACKUP_SUPERBLOCKS, 0)).unwrap();
+        for g in [2, 3] {
+            let gd = geo.unused_group_desc(g);
+            assert_eq!(
+                (gd.block_bitmap, gd.inode_bitmap, gd.inode_table),
+                (geo.block_bitmap(g), geo.inode_bitmap(g), geo.inode_table(g))
+            );
+            assert_eq!(u64::from(gd.free_blocks), 1024 - geo.initially_used(g));
+            assert_eq!((gd.free_inodes, gd.used_dirs, gd.flags), (64, 0, GD_BLOCK_UNINIT | GD_INODE_UNINIT));
+            assert_eq!((gd.block_bitmap_csum, gd.inode_bitmap_csum, gd.itable_unused), (0, 0, 0));
+        }
+    }
+
+    #[test]
     fn the_journals_groups_hold_no_backup() {
         let geo = Geometry::new(&sb(INCOMPAT_BACKUP_SUPERBLOCKS | INCOMPAT_JOURNAL_GROUPS, 3)).unwrap();
         assert_eq!(geo.backup_groups().collect::<Vec<_>>(), [5, 7, 9]);
