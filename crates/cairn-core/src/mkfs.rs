@@ -319,15 +319,7 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
             if g >= sb.group_count {
                 break;
             }
-            let mut gd = GroupDesc {
-                block_bitmap: geo.block_bitmap(g),
-                inode_bitmap: geo.inode_bitmap(g),
-                inode_table: geo.inode_table(g),
-                free_blocks: (geo.group_len(g) - geo.initially_used(g)) as u32,
-                free_inodes: sb.inodes_per_group,
-                flags: GD_BLOCK_UNINIT | GD_INODE_UNINIT,
-                ..Default::default()
-            };
+            let mut gd = geo.unused_group_desc(g);
             if g == 0 {
                 gd.flags = GD_BLOCK_UNINIT;
                 gd.free_inodes -= (FIRST_INO - 1) as u32;
@@ -372,15 +364,7 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
     // Every other group's inode table reads as zeros if the device can make
     // it so without writing it (holes in an image file): then the engine
     // need not read a table block before it takes the block's first inode.
-    let table_bytes = geo.itable_blocks * bs as u64;
-    let mut zeroed = true;
-    for g in 1..sb.group_count {
-        if !dev.zero_range(geo.inode_table(g) * bs as u64, table_bytes)? {
-            zeroed = false;
-            break;
-        }
-    }
-    if zeroed {
+    if zero_inode_tables(dev, &geo, 1..sb.group_count)? {
         sb.feature_compat |= cairn_format::superblock::COMPAT_ITABLES_ZEROED;
     }
     // The backup superblocks, then the primary last.
@@ -406,6 +390,23 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
 
 /// The directory e2fsck-style repair reconnects lost files to.
 pub const LOST_FOUND: &[u8] = b"lost+found";
+
+/// Makes the inode tables of `groups` read as zeros without writing them,
+/// if the device can (holes in an image file, see
+/// [`BlockDevice::zero_range`]); stops at the first it cannot and returns
+/// false. A file system whose every table reads as zeros says so
+/// (`COMPAT_ITABLES_ZEROED`), so the engine need not read a table block
+/// before it takes the block's first inode: mkfs and both resizes keep that
+/// true for the groups they make.
+pub(crate) fn zero_inode_tables(dev: &dyn BlockDevice, geo: &Geometry, groups: std::ops::Range<u64>) -> Result<bool> {
+    let bs = u64::from(geo.block_size);
+    for g in groups {
+        if !dev.zero_range(geo.inode_table(g) * bs, geo.itable_blocks * bs)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
 
 /// Creates `/lost+found` (mode 0700, owned by the root directory's owner,
 /// [`MkfsOptions::root_uid`]) on a freshly formatted image, as mke2fs does,

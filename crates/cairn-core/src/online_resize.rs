@@ -62,13 +62,12 @@ impl Fs {
         })?;
         let old = self.engine.meta().geo();
         // (1) Inode tables, past the old end.
-        let mut zeroed = sb0.feature_compat & COMPAT_ITABLES_ZEROED != 0;
-        for g in old.group_count..target_geo.group_count {
-            let table = target_geo.itable_blocks * bs;
-            if zeroed && !self.engine.meta().dev.zero_range(target_geo.inode_table(g) * bs, table)? {
-                zeroed = false;
-            }
-        }
+        let zeroed = sb0.feature_compat & COMPAT_ITABLES_ZEROED != 0
+            && crate::mkfs::zero_inode_tables(
+                &*self.engine.meta().dev,
+                &target_geo,
+                old.group_count..target_geo.group_count,
+            )?;
         self.engine.meta().dev.flush()?;
         // (2) Steps of at most one descriptor block's worth of groups.
         let per_step = bs / GD_SIZE as u64;

@@ -36,7 +36,7 @@
 use crate::dev::BlockDevice;
 use crate::error::{FsError, Result};
 use cairn_format::checksum::crc;
-use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_INODE_UNINIT, GD_SIZE};
+use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_SIZE};
 use cairn_format::layout::Geometry;
 use cairn_format::superblock::{Superblock, COMPAT_ITABLES_ZEROED, STATE_CLEAN, STATE_ERRORS};
 
@@ -144,7 +144,6 @@ pub fn grow(dev: &dyn BlockDevice, new_bytes: u64) -> Result<Grown> {
     let added_to_last = geo.group_len(last) - old_geo.group_len(last);
 
     // (1) The new groups: descriptors and zeroed inode tables.
-    let mut zeroed = true;
     let mut new_free = 0u64;
     let mut gdt: Option<(u64, Vec<u8>)> = None;
     let flush_gdt = |gdt: &mut Option<(u64, Vec<u8>)>| -> Result<()> {
@@ -159,25 +158,12 @@ pub fn grow(dev: &dyn BlockDevice, new_bytes: u64) -> Result<Grown> {
             flush_gdt(&mut gdt)?;
             gdt = Some((blk, read_block(dev, bs, blk)?));
         }
-        let free = geo.group_len(g) - geo.initially_used(g);
-        new_free += free;
-        let gd = GroupDesc {
-            block_bitmap: geo.block_bitmap(g),
-            inode_bitmap: geo.inode_bitmap(g),
-            inode_table: geo.inode_table(g),
-            free_blocks: free as u32,
-            free_inodes: sb.inodes_per_group,
-            flags: GD_BLOCK_UNINIT | GD_INODE_UNINIT,
-            ..Default::default()
-        };
+        let gd = geo.unused_group_desc(g);
+        new_free += u64::from(gd.free_blocks);
         gd.encode(seed, g, &mut gdt.as_mut().expect("read above").1[off..off + GD_SIZE]);
-        let table = geo.itable_blocks * bs as u64;
-        if zeroed && !dev.zero_range(geo.inode_table(g) * bs as u64, table)? {
-            zeroed = false;
-        }
     }
     flush_gdt(&mut gdt)?;
-    if !zeroed {
+    if !crate::mkfs::zero_inode_tables(dev, &geo, sb.group_count..new_sb.group_count)? {
         // A device that cannot zero: the engine reads new tables first.
         new_sb.feature_compat &= !COMPAT_ITABLES_ZEROED;
     }

@@ -30,41 +30,6 @@
 
 use crate::superblock::{Superblock, SB_SIZE, STATE_CLEAN};
 
-/// True if group `g` is in ext4's sparse_super set: 0, 1, and the powers of
-/// 3, 5 and 7.
-pub fn is_sparse_group(g: u64) -> bool {
-    if g <= 1 {
-        return true;
-    }
-    [3u64, 5, 7].iter().any(|&base| {
-        let mut p = base;
-        while p < g {
-            match p.checked_mul(base) {
-                Some(next) => p = next,
-                None => return false,
-            }
-        }
-        p == g
-    })
-}
-
-/// The sparse groups from 1 up to (not including) `group_count`, in
-/// increasing order.
-pub fn sparse_groups(group_count: u64) -> impl Iterator<Item = u64> {
-    let mut v: Vec<u64> = vec![1];
-    for base in [3u64, 5, 7] {
-        let mut p = Some(base);
-        while let Some(q) = p.filter(|&q| q < group_count) {
-            v.push(q);
-            p = q.checked_mul(base);
-        }
-    }
-    v.retain(|&g| g < group_count);
-    v.sort_unstable();
-    v.dedup();
-    v.into_iter()
-}
-
 /// The copy of `primary` to store in group `g`.
 pub fn copy_for_group(primary: &Superblock, g: u64) -> Superblock {
     Superblock { backup_group: g as u32, orphan_root: 0, state: STATE_CLEAN, ..primary.clone() }
@@ -150,17 +115,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_sparse_groups_are_ext4s() {
-        let want = [0u64, 1, 3, 5, 7, 9, 25, 27, 49, 81, 125, 243, 343];
-        let got: Vec<u64> = (0..400).filter(|&g| is_sparse_group(g)).collect();
-        assert_eq!(got, want);
-        assert_eq!(sparse_groups(400).collect::<Vec<_>>(), want[1..]);
-        assert_eq!(sparse_groups(1).count(), 0);
-        assert_eq!(sparse_groups(4).collect::<Vec<_>>(), [1, 3]);
-        assert!(is_sparse_group(3u64.pow(40)) && !is_sparse_group(u64::MAX));
-    }
-
-    #[test]
     fn the_search_tries_the_hint_first_and_stays_inside_the_image() {
         let offs = search_offsets(Some((4096, 2048)), 1 << 30);
         assert_eq!(offs[0], 2048 * 4096, "group 1 under the hint first");
@@ -227,6 +181,22 @@ mod layout_tests {
         // Without the feature nothing moves.
         let plain = Geometry::new(&sb(0, 0)).unwrap();
         assert_eq!((plain.backup_groups().count(), plain.block_bitmap(1)), (0, 1024));
+    }
+
+    #[test]
+    fn a_never_used_groups_descriptor_is_its_layout() {
+        use crate::group_desc::{GD_BLOCK_UNINIT, GD_INODE_UNINIT};
+        let geo = Geometry::new(&sb(INCOMPAT_BACKUP_SUPERBLOCKS, 0)).unwrap();
+        for g in [2, 3] {
+            let gd = geo.unused_group_desc(g);
+            assert_eq!(
+                (gd.block_bitmap, gd.inode_bitmap, gd.inode_table),
+                (geo.block_bitmap(g), geo.inode_bitmap(g), geo.inode_table(g))
+            );
+            assert_eq!(u64::from(gd.free_blocks), 1024 - geo.initially_used(g));
+            assert_eq!((gd.free_inodes, gd.used_dirs, gd.flags), (64, 0, GD_BLOCK_UNINIT | GD_INODE_UNINIT));
+            assert_eq!((gd.block_bitmap_csum, gd.inode_bitmap_csum, gd.itable_unused), (0, 0, 0));
+        }
     }
 
     #[test]

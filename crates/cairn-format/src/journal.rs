@@ -51,8 +51,9 @@ use crate::codec::*;
 use crate::error::{FormatError, Result};
 use crate::superblock::Superblock;
 
-/// Smallest journal region accepted.
-pub const MIN_JOURNAL_BLOCKS: u64 = 64;
+/// Smallest journal region accepted (a bound of the superblock's, which
+/// validates `journal_blocks` against it).
+pub use crate::superblock::MIN_JOURNAL_BLOCKS;
 /// Magic of the journal superblock.
 pub const JSB_MAGIC: u32 = 0x4253_4a43;
 /// Magic of a whole-block descriptor (the first format; still replayed).

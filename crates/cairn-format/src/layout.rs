@@ -14,9 +14,11 @@
 //! With `INCOMPAT_BACKUP_SUPERBLOCKS`, the groups of ext4's sparse_super set
 //! (1 and the powers of 3, 5 and 7) that the journal does not fill begin
 //! with a backup copy of the superblock, one block, and their metadata
-//! follows it (see [`crate::backup`]).
+//! follows it (see [`crate::sparse`]; the copies themselves are
+//! `crate::backup`'s).
 
 use crate::error::{FormatError, Result};
+use crate::group_desc::{GroupDesc, GD_BLOCK_UNINIT, GD_INODE_UNINIT};
 use crate::inode::INODE_SIZE;
 use crate::superblock::Superblock;
 
@@ -98,12 +100,12 @@ impl Geometry {
         self.backup_superblocks
             && g < self.group_count
             && !self.is_journal_group(g)
-            && crate::backup::is_sparse_group(g)
+            && crate::sparse::is_sparse_group(g)
     }
 
     /// The groups that hold a backup superblock, in increasing order.
     pub fn backup_groups(&self) -> impl Iterator<Item = u64> + '_ {
-        crate::backup::sparse_groups(self.group_count).filter(|&g| self.has_backup_superblock(g))
+        crate::sparse::sparse_groups(self.group_count).filter(|&g| self.has_backup_superblock(g))
     }
 
     /// Block bitmap location.
@@ -129,6 +131,24 @@ impl Geometry {
             return self.group_len(g);
         }
         self.meta_start(g) + self.meta_blocks() - self.group_start(g)
+    }
+
+    /// The descriptor of group `g` as it is before anything is allocated
+    /// in it: both bitmaps uninitialised (`GD_*_UNINIT`: implied by this
+    /// layout, see the `bitmap` module), every block past the group's fixed
+    /// metadata and every inode free, no directory, no checksums (an
+    /// uninitialised bitmap has none). mkfs writes it for every group but
+    /// the first, a resize for every group it adds.
+    pub fn unused_group_desc(&self, g: u64) -> GroupDesc {
+        GroupDesc {
+            block_bitmap: self.block_bitmap(g),
+            inode_bitmap: self.inode_bitmap(g),
+            inode_table: self.inode_table(g),
+            free_blocks: (self.group_len(g) - self.initially_used(g)) as u32,
+            free_inodes: self.inodes_per_group as u32,
+            flags: GD_BLOCK_UNINIT | GD_INODE_UNINIT,
+            ..Default::default()
+        }
     }
 
     /// True if the journal fills group `g` past its metadata.

@@ -71,6 +71,7 @@ pub mod journal;
 pub mod journal_damage;
 pub mod layout;
 pub mod leaf_edit;
+pub mod sparse;
 pub mod superblock;
 pub mod xattr;
 

@@ -105,6 +105,9 @@ pub const ERRORS_REMOUNT_RO: u32 = 2;
 pub const ERRORS_SHUTDOWN: u32 = 3;
 /// Bytes of `mount_opts`.
 pub const MOUNT_OPTS_LEN: usize = 64;
+/// Smallest journal region a superblock may name (`journal_blocks`); the
+/// journal module hands it on as `journal::MIN_JOURNAL_BLOCKS`.
+pub const MIN_JOURNAL_BLOCKS: u64 = 64;
 
 /// The most descriptor-table blocks beyond what the groups need that a file
 /// system of block size `bs` may reserve for growth (ext4's cap on
@@ -389,7 +392,7 @@ impl Superblock {
         }
         let in_group0 = self.journal_blocks.checked_sub(k.saturating_mul(self.journal_segment_blocks()));
         if self.journal_start != self.gdt_start + self.gdt_blocks
-            || self.journal_blocks < crate::journal::MIN_JOURNAL_BLOCKS
+            || self.journal_blocks < MIN_JOURNAL_BLOCKS
             || in_group0.is_none_or(|j0| j0 == 0 || self.journal_start.saturating_add(j0) > bpg.min(self.total_blocks))
         {
             return bad(format!(
@@ -399,7 +402,7 @@ impl Superblock {
         }
         let backups = self.feature_incompat & INCOMPAT_BACKUP_SUPERBLOCKS != 0;
         let bg = u64::from(self.backup_group);
-        if bg != 0 && (!backups || bg >= groups || !crate::backup::is_sparse_group(bg) || bg <= k) {
+        if bg != 0 && (!backups || bg >= groups || !crate::sparse::is_sparse_group(bg) || bg <= k) {
             return bad(format!("a backup copy claims to sit in group {bg}, which holds none"));
         }
         if self.free_blocks > self.total_blocks || self.free_inodes > self.total_inodes() {

@@ -31,8 +31,8 @@
 //! 5000: ...").
 
 use crate::image::Image;
-use crate::problems::Code;
-use crate::report::{Pass, Report};
+use crate::problems::{Code, Pass};
+use crate::report::Report;
 use cairn_format::btree::KIND_DIRENTS;
 use cairn_format::btree::{Node, NodeBody, MAX_LEVEL};
 use cairn_format::layout::Geometry;

@@ -32,10 +32,10 @@
 //! ## What it concludes
 //! Nothing: it only carries out the repair pass 1b decided.
 
-use crate::blocks::{give_up_claims, tree_extents};
 use crate::ctx::{Ctx, Owner};
+use crate::error::FsckError;
+use crate::release::{give_up_claims, tree_extents};
 use crate::salvage::FreeBlocks;
-use crate::FsckError;
 use cairn_format::extent::Extent;
 use cairn_format::inode::{DataArea, INLINE_EXTENTS};
 

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! Each pass reads the image through [`Ctx::img`] and leaves its conclusions
-//! here for the later ones: the in-use inodes and what is known of each
+//! here for the later ones: each group's descriptor ([`Group`], loaded and
+//! checked by `groups`), the in-use inodes and what is known of each
 //! ([`InodeInfo`]), every claim of a block by an owner ([`Claim`]), the
 //! directory entries found in directory trees ([`DirentRec`]), the xattr
 //! blocks and who points at them ([`XattrInfo`]), the orphan list, and the
@@ -32,9 +33,9 @@
 //!   marked used that nobody claims may belong to the damaged object, so
 //!   pass 5 never frees such blocks.
 
-use crate::groups::Group;
 use crate::image::Image;
 use crate::report::Report;
+use cairn_format::group_desc::{GroupDesc, GD_BLOCK_UNINIT, GD_INODE_UNINIT};
 use cairn_format::layout::Geometry;
 use cairn_format::superblock::Superblock;
 use std::collections::{BTreeMap, HashMap};
@@ -76,6 +77,26 @@ impl std::fmt::Display for Owner {
             Owner::XattrValue(b) => write!(f, "xattr block {b} (external values)"),
             Owner::Orphans => write!(f, "the orphan list"),
         }
+    }
+}
+
+/// One group's descriptor and what pass 0 concluded about it.
+#[derive(Debug, Clone, Default)]
+pub struct Group {
+    pub gd: GroupDesc,
+    /// The descriptor must be rewritten (bad checksum or fields).
+    pub gd_dirty: bool,
+}
+
+impl Group {
+    /// The block bitmap was never written.
+    pub fn block_uninit(&self) -> bool {
+        self.gd.flags & GD_BLOCK_UNINIT != 0
+    }
+
+    /// The inode bitmap was never written.
+    pub fn inode_uninit(&self) -> bool {
+        self.gd.flags & GD_INODE_UNINIT != 0
     }
 }
 
@@ -239,7 +260,7 @@ pub struct Ctx<'a> {
     /// Orphan-list keys to remove: (leaf, ino).
     pub orphan_removals: Vec<(u64, u64)>,
     /// The caller's progress callback (`Options::progress`).
-    pub progress: Option<crate::ProgressHook>,
+    pub progress: Option<crate::progress::ProgressHook>,
 }
 
 impl Ctx<'_> {

@@ -29,10 +29,10 @@
 //! in use (removed from their leaf when the leaf keeps other entries).
 
 use crate::ctx::{Ctx, DirentFix, InodeInfo};
+use crate::error::FsckError;
 use crate::inodes;
 use crate::problems::Code;
 use crate::report::name;
-use crate::FsckError;
 use cairn_format::dirent::*;
 use cairn_format::{FIRST_INO, ROOT_INO};
 use std::collections::{HashMap, VecDeque};

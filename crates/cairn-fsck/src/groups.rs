@@ -31,39 +31,19 @@
 //! them. Descriptor locations come from `cairn_format::group_desc::gd_loc`.
 //!
 //! ## What it concludes
-//! A [`Group`] per group: the descriptor as decoded (or, when its checksum
-//! fails, as reconstructed from the layout and the surviving fields, marked
-//! for rewriting).
+//! A [`Group`] (kept in `ctx`, the shared state) per group: the
+//! descriptor as decoded (or, when its checksum fails, as reconstructed
+//! from the layout and the surviving fields, marked for rewriting).
 
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, Group};
+use crate::error::FsckError;
 use crate::problems::Code;
 use crate::report::Report;
-use crate::FsckError;
 use cairn_format::checksum::crc;
 use cairn_format::codec::get_u32;
 use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_INODE_UNINIT, GD_SIZE};
 use cairn_format::layout::Geometry;
 use cairn_format::superblock::COMPAT_ITABLES_ZEROED;
-
-/// One group's descriptor and what pass 0 concluded about it.
-#[derive(Debug, Clone, Default)]
-pub struct Group {
-    pub gd: GroupDesc,
-    /// The descriptor must be rewritten (bad checksum or fields).
-    pub gd_dirty: bool,
-}
-
-impl Group {
-    /// The block bitmap was never written.
-    pub fn block_uninit(&self) -> bool {
-        self.gd.flags & GD_BLOCK_UNINIT != 0
-    }
-
-    /// The inode bitmap was never written.
-    pub fn inode_uninit(&self) -> bool {
-        self.gd.flags & GD_INODE_UNINIT != 0
-    }
-}
 
 /// Checks group `g`'s descriptor bytes `raw`; returns what pass 0 keeps of
 /// it and whether it was damaged (rebuilt from the layout and its bytes).
@@ -165,23 +145,23 @@ pub fn load(ctx: &mut Ctx) -> Result<(), FsckError> {
 /// whether its checksum matches the descriptor.
 pub fn read_inode_bitmap(ctx: &mut Ctx, g: u64) -> Result<Option<(Vec<u8>, bool)>, FsckError> {
     let grp = &ctx.groups[g as usize];
-    if grp.inode_uninit() {
-        return Ok(None);
-    }
-    let (blk, want) = (ctx.geo.inode_bitmap(g), grp.gd.inode_bitmap_csum);
-    let b = ctx.img.read_block(blk)?;
-    let ok = crc(ctx.seed, &b) == want;
-    Ok(Some((b, ok)))
+    let at = (!grp.inode_uninit()).then(|| (ctx.geo.inode_bitmap(g), grp.gd.inode_bitmap_csum));
+    read_bitmap(ctx, at)
 }
 
 /// Group `g`'s block bitmap as stored (`None` when uninitialised), and
 /// whether its checksum matches the descriptor.
 pub fn read_block_bitmap(ctx: &mut Ctx, g: u64) -> Result<Option<(Vec<u8>, bool)>, FsckError> {
     let grp = &ctx.groups[g as usize];
-    if grp.block_uninit() {
-        return Ok(None);
-    }
-    let (blk, want) = (ctx.geo.block_bitmap(g), grp.gd.block_bitmap_csum);
+    let at = (!grp.block_uninit()).then(|| (ctx.geo.block_bitmap(g), grp.gd.block_bitmap_csum));
+    read_bitmap(ctx, at)
+}
+
+/// The bitmap block `at` names (its block and the checksum its descriptor
+/// keeps for it; `None` when uninitialised), and whether the checksum
+/// matches.
+fn read_bitmap(ctx: &mut Ctx, at: Option<(u64, u32)>) -> Result<Option<(Vec<u8>, bool)>, FsckError> {
+    let Some((blk, want)) = at else { return Ok(None) };
     let b = ctx.img.read_block(blk)?;
     let ok = crc(ctx.seed, &b) == want;
     Ok(Some((b, ok)))

@@ -37,7 +37,7 @@
 //! ## What it concludes
 //! Nothing about consistency: it only moves bytes and reports I/O failures.
 
-use crate::FsckError;
+use crate::error::FsckError;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;

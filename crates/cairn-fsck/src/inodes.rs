@@ -46,10 +46,10 @@
 
 use crate::btree;
 use crate::ctx::{Ctx, DirentRec, InodeInfo, Owner, XattrInfo};
+use crate::error::FsckError;
 use crate::groups;
-use crate::problems::Code;
-use crate::report::{block_range, Pass};
-use crate::FsckError;
+use crate::problems::{Code, Pass};
+use crate::report::block_range;
 use cairn_format::btree::{KIND_DIRENTS, KIND_EXTENTS};
 use cairn_format::extent::{Extent, EXTENT_VALUE_SIZE, MAX_EXTENT_LEN};
 use cairn_format::inode::*;
@@ -341,130 +341,15 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
         xattr_block: d.xattr_block,
         ..Default::default()
     };
-    let kind = d.file_type();
-    let known = INODE_FLAG_INLINE_DATA | INODE_FLAG_TREE | INODE_FLAG_ORPHAN;
-    if d.flags & !known != 0 {
-        // Bits no build sets: a repair drops them (the rest of the inode
-        // is judged on its own).
-        let msg = format!("inode {ino}: unknown flags {:#x}", d.flags & !known);
-        if ctx.repair {
-            ctx.report.push(Code::InodeUnknownFlags, format!("{msg}: cleared"), true);
-            ctx.fix(ino).clear_flags |= d.flags & !known;
-        } else {
-            ctx.report.problem(Code::InodeUnknownFlags, msg);
-            info.damaged = true;
-        }
-    }
-    let mut counted = 0u64;
-    match &d.data {
-        DataArea::Extents(list) => {
-            // A bad inline extent is dropped by a repair, as e2fsck clears
-            // an invalid extent: the rest of the file stays.
-            let (n, kept) = check_extents_keeping(ctx, ino, list, "inline", true);
-            counted += n;
-            if kept.len() != list.len() {
-                if ctx.repair {
-                    ctx.fix(ino).inline_extents = Some(kept);
-                } else {
-                    info.damaged = true;
-                }
-            }
-        }
-        DataArea::Tree(0) => {}
-        DataArea::Tree(root) => {
-            let (tkind, label, owner) = if kind == S_IFDIR {
-                (KIND_DIRENTS, format!("directory {ino}'s entry tree"), Owner::DirNode(ino))
-            } else {
-                (KIND_EXTENTS, format!("inode {ino}'s extent tree"), Owner::ExtentNode(ino))
-            };
-            let w =
-                btree::walk(&mut ctx.img, &mut ctx.report, &ctx.geo, ctx.seed, tkind, ino, *root, &label, Pass::Inodes);
-            for &b in &w.nodes {
-                ctx.claim(b, 1, owner);
-            }
-            counted += w.nodes.len() as u64;
-            info.tree_nodes = w.nodes.len() as u64;
-            if !w.complete {
-                // A repair may rebuild it from what could be read.
-                info.tree_damaged = true;
-                ctx.incomplete_trees.insert(ino);
-                if tkind == KIND_EXTENTS {
-                    info.tree_entries = w.entries.iter().map(|(_, k, v)| (*k, v.clone())).collect();
-                }
-            }
-            if tkind == KIND_DIRENTS {
-                info.dirents_found = w.entries.len() as u64;
-                for (leaf, key, value) in w.entries {
-                    ctx.dirents.push(DirentRec { dir: ino, leaf, key, value, salvaged: false });
-                }
-                if ctx.repair {
-                    // A damaged leaf's entries, for the rebuild: pass 2
-                    // keeps those that pass every check.
-                    let have: std::collections::HashSet<u64> =
-                        ctx.dirents.iter().filter(|r| r.dir == ino).map(|r| r.key).collect();
-                    for (leaf, key, value) in w.salvageable {
-                        if !have.contains(&key) {
-                            info.dirents_found += 1;
-                            ctx.dirents.push(DirentRec { dir: ino, leaf, key, value, salvaged: true });
-                        }
-                    }
-                }
-            } else {
-                let mut list = Vec::with_capacity(w.entries.len());
-                for (leaf, key, value) in &w.entries {
-                    if value.len() != EXTENT_VALUE_SIZE {
-                        ctx.report.problem(
-                            Code::ExtentValueSize,
-                            format!("{label}: leaf {leaf}: extent at key {key} has a {}-byte value", value.len()),
-                        );
-                        info.damaged = true;
-                        continue;
-                    }
-                    list.push(Extent::decode_value(*key, value));
-                }
-                let (n, ok) = check_extents(ctx, ino, &list, "tree");
-                counted += n;
-                info.damaged |= !ok;
-            }
-        }
-        DataArea::Inline(_) => {}
-    }
-    match kind {
-        // As e2fsck: a symlink that cannot be read and a special file that
-        // owns blocks are cleared by a repair (entries naming them go in
-        // pass 2, their blocks in pass 5).
-        S_IFLNK if d.size == 0 || d.size > SYMLINK_MAX as u64 => {
-            let msg = format!("inode {ino}: symlink target length {} is invalid", d.size);
-            clear_or_report(ctx, &mut info, Code::SymlinkLength, msg);
-        }
-        S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK if counted > 0 => {
-            let msg = format!("inode {ino}: {} owns data blocks", type_name(d.mode));
-            clear_or_report(ctx, &mut info, Code::SpecialOwnsBlocks, msg);
-        }
-        _ => {}
-    }
-    if d.xattr_block != 0 {
-        if !ctx.geo.valid_data_range(d.xattr_block, 1) {
-            let msg = format!("inode {ino}: xattr block {} lies outside the data area", d.xattr_block);
-            if ctx.repair {
-                ctx.report.push(Code::XattrPointerRange, format!("{msg}: dropped"), true);
-                ctx.fix(ino).xattr_block = Some(0);
-            } else {
-                ctx.report.problem(Code::XattrPointerRange, msg);
-                info.damaged = true;
-            }
-            info.xattr_block = 0;
-        } else {
-            match check_xattr_block(ctx, ino, d.xattr_block) {
-                XattrOutcome::Counted(Some(n)) => counted += n,
-                XattrOutcome::Counted(None) => info.damaged = true,
-                XattrOutcome::Dropped => {
-                    ctx.fix(ino).xattr_block = Some(0);
-                    info.xattr_block = 0;
-                }
-            }
-        }
-    }
+    check_flags(ctx, ino, &d, &mut info);
+    let mut counted = match &d.data {
+        DataArea::Extents(list) => check_inline_extents(ctx, ino, list, &mut info),
+        DataArea::Tree(0) | DataArea::Inline(_) => 0,
+        DataArea::Tree(root) if d.file_type() == S_IFDIR => check_dirent_tree(ctx, ino, *root, &mut info),
+        DataArea::Tree(root) => check_extent_tree(ctx, ino, *root, &mut info),
+    };
+    check_kind(ctx, ino, &d, counted, &mut info);
+    counted += check_xattr_pointer(ctx, ino, &d, &mut info);
     info.counted = counted;
     if !info.damaged && !info.tree_damaged && d.blocks != counted {
         let msg = format!("inode {ino}: block count is {}, but it owns {counted} blocks", d.blocks);
@@ -474,6 +359,158 @@ pub fn check_inode(ctx: &mut Ctx, ino: u64, raw: &[u8]) -> InodeInfo {
         }
     }
     info
+}
+
+/// Flag bits no build sets: a repair drops them (the rest of the inode is
+/// judged on its own).
+fn check_flags(ctx: &mut Ctx, ino: u64, d: &DiskInode, info: &mut InodeInfo) {
+    let known = INODE_FLAG_INLINE_DATA | INODE_FLAG_TREE | INODE_FLAG_ORPHAN;
+    if d.flags & !known != 0 {
+        let msg = format!("inode {ino}: unknown flags {:#x}", d.flags & !known);
+        if ctx.repair {
+            ctx.report.push(Code::InodeUnknownFlags, format!("{msg}: cleared"), true);
+            ctx.fix(ino).clear_flags |= d.flags & !known;
+        } else {
+            ctx.report.problem(Code::InodeUnknownFlags, msg);
+            info.damaged = true;
+        }
+    }
+}
+
+/// The extents kept in the inode itself; returns the blocks they count.
+/// A bad inline extent is dropped by a repair, as e2fsck clears an invalid
+/// extent: the rest of the file stays.
+fn check_inline_extents(ctx: &mut Ctx, ino: u64, list: &[Extent], info: &mut InodeInfo) -> u64 {
+    let (n, kept) = check_extents_keeping(ctx, ino, list, "inline", true);
+    if kept.len() != list.len() {
+        if ctx.repair {
+            ctx.fix(ino).inline_extents = Some(kept);
+        } else {
+            info.damaged = true;
+        }
+    }
+    n
+}
+
+/// Walks an inode's tree rooted at `root`, claiming its nodes as `owner`'s;
+/// an incomplete walk marks the tree damaged (a repair may rebuild it from
+/// what could be read).
+fn walk_tree(
+    ctx: &mut Ctx,
+    ino: u64,
+    root: u64,
+    kind: u8,
+    label: &str,
+    owner: Owner,
+    info: &mut InodeInfo,
+) -> btree::TreeWalk {
+    let w = btree::walk(&mut ctx.img, &mut ctx.report, &ctx.geo, ctx.seed, kind, ino, root, label, Pass::Inodes);
+    for &b in &w.nodes {
+        ctx.claim(b, 1, owner);
+    }
+    info.tree_nodes = w.nodes.len() as u64;
+    if !w.complete {
+        info.tree_damaged = true;
+        ctx.incomplete_trees.insert(ino);
+    }
+    w
+}
+
+/// A directory's entry tree: its nodes are claimed and its entries kept
+/// for pass 2; returns the blocks it counts (its nodes).
+fn check_dirent_tree(ctx: &mut Ctx, ino: u64, root: u64, info: &mut InodeInfo) -> u64 {
+    let label = format!("directory {ino}'s entry tree");
+    let w = walk_tree(ctx, ino, root, KIND_DIRENTS, &label, Owner::DirNode(ino), info);
+    info.dirents_found = w.entries.len() as u64;
+    for (leaf, key, value) in w.entries {
+        ctx.dirents.push(DirentRec { dir: ino, leaf, key, value, salvaged: false });
+    }
+    if ctx.repair {
+        // A damaged leaf's entries, for the rebuild: pass 2 keeps those
+        // that pass every check.
+        let have: std::collections::HashSet<u64> = ctx.dirents.iter().filter(|r| r.dir == ino).map(|r| r.key).collect();
+        for (leaf, key, value) in w.salvageable {
+            if !have.contains(&key) {
+                info.dirents_found += 1;
+                ctx.dirents.push(DirentRec { dir: ino, leaf, key, value, salvaged: true });
+            }
+        }
+    }
+    info.tree_nodes
+}
+
+/// A file's extent tree: its nodes are claimed and its extents checked;
+/// returns the blocks it counts (nodes and data).
+fn check_extent_tree(ctx: &mut Ctx, ino: u64, root: u64, info: &mut InodeInfo) -> u64 {
+    let label = format!("inode {ino}'s extent tree");
+    let w = walk_tree(ctx, ino, root, KIND_EXTENTS, &label, Owner::ExtentNode(ino), info);
+    if !w.complete {
+        info.tree_entries = w.entries.iter().map(|(_, k, v)| (*k, v.clone())).collect();
+    }
+    let mut list = Vec::with_capacity(w.entries.len());
+    for (leaf, key, value) in &w.entries {
+        if value.len() != EXTENT_VALUE_SIZE {
+            ctx.report.problem(
+                Code::ExtentValueSize,
+                format!("{label}: leaf {leaf}: extent at key {key} has a {}-byte value", value.len()),
+            );
+            info.damaged = true;
+            continue;
+        }
+        list.push(Extent::decode_value(*key, value));
+    }
+    let (n, ok) = check_extents(ctx, ino, &list, "tree");
+    info.damaged |= !ok;
+    info.tree_nodes + n
+}
+
+/// As e2fsck: a symlink that cannot be read and a special file that owns
+/// blocks (`counted` of them) are cleared by a repair (entries naming them
+/// go in pass 2, their blocks in pass 5).
+fn check_kind(ctx: &mut Ctx, ino: u64, d: &DiskInode, counted: u64, info: &mut InodeInfo) {
+    match d.file_type() {
+        S_IFLNK if d.size == 0 || d.size > SYMLINK_MAX as u64 => {
+            let msg = format!("inode {ino}: symlink target length {} is invalid", d.size);
+            clear_or_report(ctx, info, Code::SymlinkLength, msg);
+        }
+        S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK if counted > 0 => {
+            let msg = format!("inode {ino}: {} owns data blocks", type_name(d.mode));
+            clear_or_report(ctx, info, Code::SpecialOwnsBlocks, msg);
+        }
+        _ => {}
+    }
+}
+
+/// The inode's xattr block, if it has one: in range, and sound (see
+/// [`check_xattr_block`]); returns the blocks the inode counts for it.
+fn check_xattr_pointer(ctx: &mut Ctx, ino: u64, d: &DiskInode, info: &mut InodeInfo) -> u64 {
+    if d.xattr_block == 0 {
+        return 0;
+    }
+    if !ctx.geo.valid_data_range(d.xattr_block, 1) {
+        let msg = format!("inode {ino}: xattr block {} lies outside the data area", d.xattr_block);
+        if ctx.repair {
+            ctx.report.push(Code::XattrPointerRange, format!("{msg}: dropped"), true);
+            ctx.fix(ino).xattr_block = Some(0);
+        } else {
+            ctx.report.problem(Code::XattrPointerRange, msg);
+            info.damaged = true;
+        }
+        info.xattr_block = 0;
+        return 0;
+    }
+    match check_xattr_block(ctx, ino, d.xattr_block) {
+        XattrOutcome::Counted(Some(n)) => n,
+        XattrOutcome::Counted(None) => {
+            info.damaged = true;
+            0
+        }
+        XattrOutcome::Dropped => {
+            ctx.fix(ino).xattr_block = Some(0);
+            info.xattr_block = 0;
+            0
+        }
+    }
 }
 
 /// What an inode's xattr block comes to.

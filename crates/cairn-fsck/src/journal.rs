@@ -47,10 +47,10 @@
 //! number is past every record still in the ring, so no stale record can ever
 //! be replayed.
 
+use crate::error::FsckError;
 use crate::image::Image;
 use crate::problems::Code;
 use crate::report::{num, Report};
-use crate::FsckError;
 use cairn_format::journal::{claimed_seq, read_record, JournalRegion, JournalSuper, LogEnd, LogPos, Patch, Walk};
 use cairn_format::journal_damage::{damage_message, find_later_records, restart_seq};
 use cairn_format::superblock::Superblock;

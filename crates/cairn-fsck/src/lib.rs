@@ -19,11 +19,17 @@
 //! dirs        pass 2: entries, hashes, targets, types, parents, reachability
 //! blocks      pass 1b: blocks claimed twice (after pass 2, which may add claims)
 //! clone       its repair: the second claimant of data blocks gets a copy
+//! release     or, without room for a copy, gives up the blocks it shares
 //! links       passes 3/4: link counts, orphans, xattr refcounts
 //! repair      write the object repairs decided so far
 //! bitmaps     pass 5: bitmaps, descriptor and superblock counters
 //! ```
-//! Shared state lives in `ctx::Ctx`; findings in [`Report`].
+//! Shared state lives in `ctx::Ctx`; findings in [`Report`], each under a
+//! [`Code`] of the problem table (`problems`, which also names the
+//! [`Pass`]). Why a check could not run at all is a [`FsckError`] (`error`);
+//! the caller's [`ProgressHook`] lives in `progress`. The passes import
+//! those modules, never this root: the root only runs the passes in order
+//! and writes the report.
 //!
 //! ## Robustness
 //! Nothing on disk is trusted before it is checked: every decoder of the
@@ -45,24 +51,30 @@ mod btree;
 mod clone;
 mod ctx;
 mod dirs;
+mod error;
 mod groups;
 mod image;
 mod inodes;
 mod journal;
 mod links;
 mod problems;
+mod progress;
+mod release;
 mod repair;
 mod report;
 mod salvage;
 mod superblock;
 
+pub use error::FsckError;
 pub use image::{ImageFile, ImageSource};
-pub use problems::Code;
-pub use report::{num, Pass, Problem, Report};
+pub use problems::{Code, Pass};
+pub use progress::{ProgressFn, ProgressHook};
+pub use report::{num, Problem, Report};
 
 use ctx::Ctx;
+use report::bytes;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Most repair rounds one `--repair` runs (see [`check_image`]).
 const MAX_REPAIR_ROUNDS: u32 = 3;
@@ -82,92 +94,6 @@ pub struct Options {
     pub preen: bool,
     /// Told how each long pass goes on (`cairn fsck`'s progress bar).
     pub progress: Option<ProgressHook>,
-}
-
-/// A callback `(what, done, total)` called as the inode and bitmap passes
-/// go through the groups; `total == 0` once the whole check has ended.
-#[derive(Clone)]
-pub struct ProgressHook(pub std::sync::Arc<ProgressFn>);
-
-/// What a [`ProgressHook`] calls.
-pub type ProgressFn = dyn Fn(&str, u64, u64) + Send + Sync;
-
-impl std::fmt::Debug for ProgressHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ProgressHook")
-    }
-}
-
-impl ProgressHook {
-    pub(crate) fn tell(&self, what: &str, done: u64, total: u64) {
-        (self.0)(what, done, total)
-    }
-}
-
-/// Why a check could not be carried out (or could not get past the superblock).
-#[derive(Debug, thiserror::Error)]
-pub enum FsckError {
-    /// The image could not be opened.
-    #[error("cannot open {path}: {source}")]
-    Open {
-        /// The image.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Another process holds the image's lock.
-    #[error("{0} is in use (it appears to be mounted, or another fsck is running); unmount it first")]
-    Mounted(PathBuf),
-    /// No cairn superblock.
-    #[error("not a cairn file system: {0}")]
-    NotCairn(String),
-    /// The path names a directory (or another file that holds no image).
-    #[error("{} is {what}, not an image file or block device", path.display())]
-    NotAnImage {
-        /// The path.
-        path: PathBuf,
-        /// What it is ("a directory").
-        what: &'static str,
-    },
-    /// The image is shorter than the superblock says.
-    #[error("image is truncated: {0}")]
-    Truncated(String),
-    /// The image file or device is shorter than the file system it holds
-    /// (whose superblock is otherwise sound).
-    #[error("{}", short_message(*fs_bytes, *image_bytes, *block_device))]
-    Short {
-        /// The file system's size (from the superblock).
-        fs_bytes: u64,
-        /// The image's size.
-        image_bytes: u64,
-        /// A block device (which fsck cannot grow), not an image file.
-        block_device: bool,
-    },
-    /// A version or feature this build does not know.
-    #[error("incompatible image: {0}")]
-    Incompatible(String),
-    /// A cairn superblock that fails its checks.
-    #[error("superblock is corrupt: {0}")]
-    CorruptSuperblock(String),
-    /// `-b` named a block that holds no backup superblock.
-    #[error("{0}")]
-    NoBackup(String),
-    /// Geometry beyond fsck's limits.
-    #[error("file system too large for this fsck: {0}")]
-    TooLarge(String),
-    /// Reading or writing the image failed.
-    #[error("I/O error on the image: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-impl FsckError {
-    /// The fsck(8) exit code for this error.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            FsckError::CorruptSuperblock(_) => 4,
-            _ => 8,
-        }
-    }
 }
 
 /// Checks (and with `opts.repair`, repairs) the image at `path`.
@@ -207,37 +133,6 @@ pub fn check(path: &Path, opts: &Options) -> Result<Report, FsckError> {
             Ok(report)
         }
         r => r,
-    }
-}
-
-/// `n` bytes in words: "1,048,576 bytes (1 MiB)".
-fn bytes(n: u64) -> String {
-    const MIB: u64 = 1 << 20;
-    if n >= MIB {
-        format!("{} bytes ({:.1} MiB)", num(n), n as f64 / MIB as f64).replace(".0 MiB", " MiB")
-    } else {
-        format!("{} bytes", num(n))
-    }
-}
-
-/// [`FsckError::Short`]'s message.
-fn short_message(fs_bytes: u64, image_bytes: u64, block_device: bool) -> String {
-    let short = bytes(fs_bytes.saturating_sub(image_bytes));
-    if block_device {
-        format!(
-            "image is truncated: the block device holds {}, {short} less than the file system on it needs ({} \
-             bytes); fsck cannot grow a device: copy it (dd) to an image file or a device of at least that size \
-             and check the copy",
-            bytes(image_bytes),
-            num(fs_bytes)
-        )
-    } else {
-        format!(
-            "image is truncated: the file is {}, {short} shorter than the file system it holds ({} bytes); \
-             `cairn fsck --repair` extends it to the file system's size and checks it",
-            bytes(image_bytes),
-            num(fs_bytes)
-        )
     }
 }
 

@@ -41,8 +41,8 @@
 use crate::btree;
 use crate::ctx::{Ctx, Owner};
 use crate::inodes::type_name;
-use crate::problems::Code;
-use crate::report::{entries_point, Pass};
+use crate::problems::{Code, Pass};
+use crate::report::entries_point;
 use cairn_format::btree::KIND_ORPHANS;
 use cairn_format::inode::INODE_FLAG_ORPHAN;
 use cairn_format::ROOT_INO;
@@ -153,25 +153,7 @@ pub fn run(ctx: &mut Ctx) {
                 ctx.fix(ino).nlink = Some(expected.min(u64::from(u32::MAX)) as u32);
             }
         }
-        if listed && !flagged {
-            ctx.report.push(
-                Code::OrphanFlagMissing,
-                format!("inode {ino} is on the orphan list but lacks the orphan flag"),
-                repair,
-            );
-            if repair {
-                ctx.fix(ino).set_flags |= INODE_FLAG_ORPHAN;
-            }
-        } else if flagged && !listed {
-            ctx.report.push(
-                Code::OrphanFlagStray,
-                format!("inode {ino} has the orphan flag but is not on the orphan list"),
-                repair,
-            );
-            if repair {
-                ctx.fix(ino).clear_flags |= INODE_FLAG_ORPHAN;
-            }
-        }
+        check_orphan_flag(ctx, ino, listed, flagged);
     }
     let listed: Vec<(u64, u64)> = ctx.orphans.iter().map(|(i, l)| (*i, *l)).collect();
     let mut live_orphans = 0;
@@ -191,6 +173,26 @@ pub fn run(ctx: &mut Ctx) {
     }
     ctx.report.orphans = live_orphans;
     check_xattr_refcounts(ctx);
+}
+
+/// An inode's orphan flag against the orphan list: set on every inode the
+/// list holds, on no other; a repair sets or clears the flag to match the
+/// list.
+fn check_orphan_flag(ctx: &mut Ctx, ino: u64, listed: bool, flagged: bool) {
+    let (code, msg) = match (listed, flagged) {
+        (true, false) => (Code::OrphanFlagMissing, "is on the orphan list but lacks the orphan flag"),
+        (false, true) => (Code::OrphanFlagStray, "has the orphan flag but is not on the orphan list"),
+        _ => return,
+    };
+    ctx.report.push(code, format!("inode {ino} {msg}"), ctx.repair);
+    if ctx.repair {
+        let fix = ctx.fix(ino);
+        if listed {
+            fix.set_flags |= INODE_FLAG_ORPHAN;
+        } else {
+            fix.clear_flags |= INODE_FLAG_ORPHAN;
+        }
+    }
 }
 
 fn check_xattr_refcounts(ctx: &mut Ctx) {

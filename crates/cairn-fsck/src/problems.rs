@@ -11,8 +11,44 @@
 //! ownership (1b), D directories (2), L connectivity, link counts and the
 //! orphan list (3/4), M bitmaps and summary counters (5).
 
-use crate::report::Pass;
 use serde::Serialize;
+use std::fmt;
+
+/// The pass that found a problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Pass {
+    /// Superblock and geometry.
+    Superblock,
+    /// Journal replay.
+    Journal,
+    /// Group descriptors.
+    Groups,
+    /// Inodes, extents, trees, xattr blocks (pass 1).
+    Inodes,
+    /// Block ownership: duplicates (pass 1b).
+    Blocks,
+    /// Directory structure (pass 2).
+    Directories,
+    /// Connectivity, link counts and the orphan list (passes 3 and 4).
+    Links,
+    /// Bitmaps and summary counters (pass 5).
+    Bitmaps,
+}
+
+impl fmt::Display for Pass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Pass::Superblock => "superblock",
+            Pass::Journal => "journal",
+            Pass::Groups => "group descriptors",
+            Pass::Inodes => "inodes",
+            Pass::Blocks => "block ownership",
+            Pass::Directories => "directories",
+            Pass::Links => "link counts",
+            Pass::Bitmaps => "bitmaps and counters",
+        })
+    }
+}
 
 macro_rules! problems {
     ($($name:ident = $id:literal, $pass:ident, $preen:literal, $what:literal;)*) => {

@@ -33,8 +33,8 @@
 
 use crate::btree::rewrite_leaf;
 use crate::ctx::{Ctx, DirentFix, Owner};
+use crate::error::FsckError;
 use crate::problems::Code;
-use crate::FsckError;
 use cairn_format::dirent::Dirent;
 use cairn_format::inode::{DataArea, DiskInode, INODE_FLAG_ORPHAN, INODE_SIZE};
 use cairn_format::xattr::XattrBlock;

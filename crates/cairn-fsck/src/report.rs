@@ -18,48 +18,11 @@
 //! [`Report::errors_left`] and [`Report::fixed`] decide the fsck(8) exit code
 //! (see `run` in the crate root).
 
-use crate::problems::Code;
+use crate::problems::{Code, Pass};
 use serde::Serialize;
-use std::fmt;
 
 /// Problems kept in full; later ones are only counted.
 pub const MAX_PROBLEMS: usize = 10_000;
-
-/// The pass that found a problem.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Pass {
-    /// Superblock and geometry.
-    Superblock,
-    /// Journal replay.
-    Journal,
-    /// Group descriptors.
-    Groups,
-    /// Inodes, extents, trees, xattr blocks (pass 1).
-    Inodes,
-    /// Block ownership: duplicates (pass 1b).
-    Blocks,
-    /// Directory structure (pass 2).
-    Directories,
-    /// Connectivity, link counts and the orphan list (passes 3 and 4).
-    Links,
-    /// Bitmaps and summary counters (pass 5).
-    Bitmaps,
-}
-
-impl fmt::Display for Pass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Pass::Superblock => "superblock",
-            Pass::Journal => "journal",
-            Pass::Groups => "group descriptors",
-            Pass::Inodes => "inodes",
-            Pass::Blocks => "block ownership",
-            Pass::Directories => "directories",
-            Pass::Links => "link counts",
-            Pass::Bitmaps => "bitmaps and counters",
-        })
-    }
-}
 
 /// One inconsistency.
 #[derive(Debug, Clone, Serialize)]
@@ -211,6 +174,16 @@ pub fn num(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+/// `n` bytes in words: "1,048,576 bytes (1 MiB)".
+pub fn bytes(n: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    if n >= MIB {
+        format!("{} bytes ({:.1} MiB)", num(n), n as f64 / MIB as f64).replace(".0 MiB", " MiB")
+    } else {
+        format!("{} bytes", num(n))
+    }
 }
 
 /// The end of a message whose repair is known: what was `done` when

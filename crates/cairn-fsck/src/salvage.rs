@@ -44,12 +44,11 @@
 //! were, so readdir cookies of surviving entries do not change).
 
 use crate::ctx::{Ctx, DirentFix, DirentRec, InodeInfo, Owner};
+use crate::error::FsckError;
 use crate::groups;
 use crate::inodes::type_name;
 use crate::inodes::{check_extents, write_empty_dir};
-use crate::problems::Code;
-use crate::report::Pass;
-use crate::FsckError;
+use crate::problems::{Code, Pass};
 use cairn_format::btree::{Node, NodeBody, INTERNAL_ENTRY, KIND_DIRENTS, KIND_EXTENTS, NODE_HEADER, NODE_MAGIC};
 use cairn_format::codec::get_u32;
 use cairn_format::dirent::{dtype_of_mode, hash_key_base, hash_key_end, name_hash, Dirent};

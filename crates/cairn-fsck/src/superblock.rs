@@ -28,10 +28,10 @@
 //! (orphan-list root out of range, the engine's "errors" state) are reported
 //! by [`check_fields`].
 
+use crate::error::FsckError;
 use crate::image::Image;
 use crate::problems::Code;
 use crate::report::{num, Report};
-use crate::FsckError;
 use cairn_format::backup;
 use cairn_format::codec::get_u32;
 use cairn_format::layout::Geometry;

@@ -31,7 +31,7 @@ use super::groups::{Group, GroupState, NOT_LISTED, ORDER_NONE, ORDER_UNKNOWN};
 use super::Allocator;
 use crate::buffer::Change;
 use crate::error::Result;
-use cairn_format::group_desc::{GroupDesc, GD_BLOCK_UNINIT, GD_INODE_UNINIT, GD_SIZE};
+use cairn_format::group_desc::{GD_BLOCK_UNINIT, GD_SIZE};
 use cairn_format::layout::Geometry;
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -136,15 +136,7 @@ impl Allocator {
         // On disk first (what can fail), in the handle: the new descriptors...
         let mut descs = Vec::new();
         for g in old.group_count..new_geo.group_count {
-            let gd = GroupDesc {
-                block_bitmap: new_geo.block_bitmap(g),
-                inode_bitmap: new_geo.inode_bitmap(g),
-                inode_table: new_geo.inode_table(g),
-                free_blocks: (new_geo.group_len(g) - new_geo.initially_used(g)) as u32,
-                free_inodes: new_geo.inodes_per_group as u32,
-                flags: GD_BLOCK_UNINIT | GD_INODE_UNINIT,
-                ..Default::default()
-            };
+            let gd = new_geo.unused_group_desc(g);
             let (blk, off) = self.gd_loc(g);
             let buf = tx.bufs().get(blk, |_, _| Ok(()))?;
             tx.bufs().modify(tx, &buf, off..off + GD_SIZE, |d| gd.encode(self.seed, g, d));
