@@ -217,6 +217,11 @@ pub const OPTIONS: &[Spec] = &[
             p.s.ring_idle = switch(k, req(v))?;
             Ok(())
         }),
+    spec(&["ring_pin"], Required("0|1"), Measuring, "1",
+        "pin each io_uring queue thread to its queue's CPU (0: the scheduler places them, so a lone reader's queue may run beside it)", |p, k, v| {
+            p.s.ring_pin = switch(k, req(v))?;
+            Ok(())
+        }),
     spec(&["fuseblk"], Flag, Cairn, "on for root", "mount as fuseblk over a loop device, so that sync(1) reaches cairn (root only)", |p, _, _| {
         p.s.fuseblk = Some(true);
         Ok(())
