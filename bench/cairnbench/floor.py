@@ -106,7 +106,8 @@ class Floor(Experiment):
         "for r in range(rounds):\n"
         "    for i, p in enumerate(names):\n"
         "        if op == 'set': os.setxattr(p, b'user.bench', vals[(i + r) % 10])\n"
-        "        elif libc.getxattr(p, b'user.bench', buf, 4096) != 200: sys.exit('getxattr: %d' % ctypes.get_errno())\n"
+        "        elif libc.getxattr(p, b'user.bench', buf, 4096) != 200:\n"
+        "            sys.exit('getxattr: %d' % ctypes.get_errno())\n"
         "print(t0, time.time())\n"
     )
 
@@ -141,8 +142,8 @@ class Floor(Experiment):
             f"count={v['big_mib']} conv=fsync`), read back cold (`dd bs=1M` after a remount and drop_caches); three "
             "more written alike (untimed), then all four read cold at once by four `dd bs=1M` (MB/s: the bytes of "
             f"all four over the time until the last ends); then {v['xfiles']:,} empty files in two directories "
-            f"(untimed), one process per directory (process k pinned to CPU k) setting `user.bench` (200 bytes, one of 10 values) on each of its "
-            f"files in turn, {v['xrounds']} rounds (`os.setxattr`: a SETXATTR and, the kernel's ctime update under "
+            "(untimed), one process per directory (process k pinned to CPU k) setting `user.bench` (200 bytes, one of "
+            f"10 values) on each of its files in turn, {v['xrounds']} rounds (`os.setxattr`: a SETXATTR and, the kernel's ctime update under "
             "the writeback cache, a SETATTR), then reading it back as often (libc `getxattr` with a 4 KiB buffer, "
             "one GETXATTR): "
             "calls per second from the two processes' shared start to the last one's end. The null server keeps "
