@@ -58,6 +58,9 @@ CAIRN_VARIANTS = {
     # A push closes the transaction gate at once instead of first waiting for
     # a moment with no operation inside (issue #12).
     "cairn-impatient": ["push_patience_us=0"],
+    # The io_uring queue threads not pinned to their queue's CPU: a lone
+    # reader's READs may be served beside it instead of on its CPU (issue #53).
+    "cairn-unpinned": ["ring_pin=0"],
     # File data through the host's page cache instead of O_DIRECT: each byte
     # read is cached twice (issue #37).
     "cairn-nodirect": ["direct_data=0"],

@@ -12,7 +12,9 @@
 //! (OPEN, OPENDIR and FLUSH with ENOSYS, so no request per open or close),
 //! the same readahead, and the same request counters ([`cairn_fuse::Metrics`]:
 //! the root's extended attribute `user.nullfs.counters` reads them as JSON
-//! while mounted, and `--counters FILE` gets them at unmount). What cairn does on top
+//! while mounted, and `--counters FILE` gets them at unmount). Extended
+//! attributes are kept, in memory, as given (issue #53: setxattr and
+//! getxattr are measured against this floor). What cairn does on top
 //! of this is cairn's cost; what this costs is the transport's: the floor
 //! `bench/run floor` puts cairn beside.
 //!
@@ -59,6 +61,8 @@ struct Node {
     lookups: u64,
     dir: Option<Dir>,
     target: Option<Box<[u8]>>,
+    /// Extended attributes, name → value.
+    xattrs: BTreeMap<Box<[u8]>, Box<[u8]>>,
 }
 
 /// The null server.
@@ -118,7 +122,10 @@ impl NullFs {
             blksize: 4096,
             flags: 0,
         };
-        fs.shard(ROOT).lock().insert(ROOT, Node { attr: root, lookups: 1, dir: Some(Dir::default()), target: None });
+        fs.shard(ROOT).lock().insert(
+            ROOT,
+            Node { attr: root, lookups: 1, dir: Some(Dir::default()), target: None, xattrs: BTreeMap::new() },
+        );
         fs
     }
 
@@ -172,6 +179,7 @@ impl NullFs {
             lookups: 1,
             dir: (kind == FileType::Directory).then(Dir::default),
             target: target.map(Into::into),
+            xattrs: BTreeMap::new(),
         };
         self.shard(ino).lock().insert(ino, node);
         let named = self.with(parent, |p| {
@@ -602,48 +610,89 @@ impl Filesystem for NullFs {
     fn setxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
         let _t = self.metrics.timer(Op::Setxattr);
-        reply.ok();
-    }
-
-    /// `user.nullfs.counters` of the root: the request counters, as JSON
-    /// (those not zero), which `bench/` reads as it reads `cairn stats`.
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _t = self.metrics.timer(Op::Getxattr);
-        if ino.0 != ROOT || name.as_bytes() != COUNTERS_XATTR {
-            reply.error(Errno::ENODATA);
+        let name = name.as_bytes();
+        if name.len() > 255 || value.len() > 65536 {
+            reply.error(if name.len() > 255 { Errno::ERANGE } else { Errno::E2BIG });
             return;
         }
-        let doc = counters_json(&self.metrics);
-        if size == 0 {
+        let r = self.with(ino.0, |n| {
+            let has = n.xattrs.contains_key(name);
+            if flags & libc::XATTR_CREATE != 0 && has {
+                return Err(Errno::EEXIST);
+            }
+            if flags & libc::XATTR_REPLACE != 0 && !has {
+                return Err(Errno::ENODATA);
+            }
+            n.xattrs.insert(name.into(), value.into());
+            n.attr.ctime = SystemTime::now();
+            Ok(())
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// The value given to SETXATTR; and `user.nullfs.counters` of the root:
+    /// the request counters, as JSON (those not zero), which `bench/` reads
+    /// as it reads `cairn stats`.
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _t = self.metrics.timer(Op::Getxattr);
+        let (value, slack) = if ino.0 == ROOT && name.as_bytes() == COUNTERS_XATTR {
             // Room for what the counters may grow by before the read.
-            reply.size(doc.len() as u32 + 512);
-        } else if doc.len() > size as usize {
+            (counters_json(&self.metrics).into_bytes().into_boxed_slice(), 512)
+        } else {
+            match self.with(ino.0, |n| n.xattrs.get(name.as_bytes()).cloned().ok_or(Errno::ENODATA)) {
+                Ok(v) => (v, 0),
+                Err(e) => return reply.error(e),
+            }
+        };
+        if size == 0 {
+            reply.size(value.len() as u32 + slack);
+        } else if value.len() > size as usize {
             reply.error(Errno::ERANGE);
         } else {
-            reply.data(doc.as_bytes());
+            reply.data(&value);
         }
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _t = self.metrics.timer(Op::Listxattr);
-        if size == 0 {
-            reply.size(0);
-        } else {
-            reply.data(&[]);
+        let r = self.with(ino.0, |n| {
+            let mut names = Vec::new();
+            for k in n.xattrs.keys() {
+                names.extend_from_slice(k);
+                names.push(0);
+            }
+            Ok(names)
+        });
+        match r {
+            Ok(names) if size == 0 => reply.size(names.len() as u32),
+            Ok(names) if names.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(names) => reply.data(&names),
+            Err(e) => reply.error(e),
         }
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _t = self.metrics.timer(Op::Removexattr);
-        reply.error(Errno::ENODATA);
+        let r = self.with(ino.0, |n| {
+            n.xattrs.remove(name.as_bytes()).ok_or(Errno::ENODATA)?;
+            n.attr.ctime = SystemTime::now();
+            Ok(())
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {

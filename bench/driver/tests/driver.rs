@@ -315,9 +315,9 @@ fn fsmark_creates_walks_and_removes_what_it_says() {
 
 /// `nullfs`, the FUSE floor, through a real mount: files and directories
 /// come and go as in a file system (create, write, read of zeros up to the
-/// size, rename, symlink, rm -rf), a refused operation says why, the request
-/// counters are readable while mounted (the root's `user.nullfs.counters`)
-/// and written at unmount.
+/// size, rename, symlink, rm -rf), a refused operation says why, extended
+/// attributes are kept as given, the request counters are readable while
+/// mounted (the root's `user.nullfs.counters`) and written at unmount.
 #[test]
 fn nullfs_serves_a_tree_and_counts_its_requests() {
     let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
@@ -352,6 +352,14 @@ fn nullfs_serves_a_tree_and_counts_its_requests() {
         std::fs::File::create(mp.join("sized"))?.set_len(10_000)?;
         assert_eq!(std::fs::read(mp.join("sized"))?, vec![0u8; 10_000], "reads answer zeros up to the size");
         std::fs::remove_file(mp.join("sized"))?;
+        // Extended attributes are kept, in memory, as given.
+        let f0 = mp.join("a/b/f0");
+        set_xattr(&f0, "user.a", &[7u8; 200]);
+        set_xattr(&f0, "user.b", b"x");
+        assert_eq!(xattr_of(&f0, "user.a"), vec![7u8; 200]);
+        set_xattr(&f0, "user.a", b"again");
+        assert_eq!(xattr_of(&f0, "user.a"), b"again");
+        assert_eq!(xattr_of(&f0, "user.b"), b"x");
         std::fs::rename(mp.join("a/b/f1"), mp.join("a/moved"))?;
         assert!(mp.join("a/moved").exists() && !mp.join("a/b/f1").exists());
         std::os::unix::fs::symlink("target", mp.join("s"))?;
@@ -381,6 +389,17 @@ fn nullfs_serves_a_tree_and_counts_its_requests() {
     assert!(status.success(), "nullfs exited {status}");
     let done: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&counters).unwrap()).unwrap();
     assert!(done["fuse.unlink.requests"].as_u64().unwrap() >= 49, "{done}");
+}
+
+/// Sets extended attribute `name` of `path` to `value`.
+fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let c_name = std::ffi::CString::new(name).unwrap();
+    // SAFETY: both strings are NUL-terminated and live; the value is as long as said.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::setxattr(c_path.as_ptr(), c_name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(r, 0, "setxattr {name}: {}", std::io::Error::last_os_error());
 }
 
 /// The value of extended attribute `name` of `path`.

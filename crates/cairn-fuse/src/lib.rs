@@ -95,6 +95,7 @@ pub fn session_config(settings: &Settings, fsname: &str) -> Config {
     cfg.io_uring = settings.adapter.io_uring;
     cfg.io_uring_threads_per_queue = settings.ring_threads;
     cfg.io_uring_idle_priority = settings.ring_idle;
+    cfg.io_uring_unpinned = !settings.ring_pin;
     cfg
 }
 

@@ -362,6 +362,11 @@ pub const OPTIONS: &[Spec] = &[
             p.s.ring_idle = v.bool();
             Ok(())
         }),
+    spec(&["ring_pin"], Bool, Measuring, Of(|p| Val::Bool(p.s.ring_pin)),
+        "pin each io_uring queue thread to its queue's CPU (0: the scheduler places them, so a lone reader's queue may run beside it)", |p, _, v| {
+            p.s.ring_pin = v.bool();
+            Ok(())
+        }),
     spec(&["fuseblk"], Flag, Cairn, Text("on for root"), "mount as fuseblk over a loop device, so that sync(1) reaches cairn (root only)", |p, _, _| {
         p.s.fuseblk = Some(true);
         Ok(())

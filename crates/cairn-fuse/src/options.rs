@@ -63,6 +63,8 @@ pub struct Settings {
     pub ring_threads: usize,
     /// Run those threads as SCHED_IDLE (`ring_idle=1`).
     pub ring_idle: bool,
+    /// Pin each of those threads to its queue's CPU (`ring_pin=1`, the default).
+    pub ring_pin: bool,
     /// Let other users see the file system (`None`: when mounted by root,
     /// as a kernel file system is; see [`Settings::others_allowed`]).
     pub allow_other: Option<bool>,
@@ -113,6 +115,7 @@ impl Default for Settings {
             threads: 2,
             ring_threads: 2,
             ring_idle: false,
+            ring_pin: true,
             direct_data: true,
             allow_other: None,
             allow_root: false,

@@ -525,6 +525,7 @@ impl<FS: Filesystem> Session<FS> {
                     payload_size: pages.max(config.max_write as usize).max(8192),
                     threads_per_queue: self.config.io_uring_threads_per_queue,
                     idle_priority: self.config.io_uring_idle_priority,
+                    unpinned: self.config.io_uring_unpinned,
                 });
             }
 

@@ -88,6 +88,12 @@ pub(crate) struct UringParams {
     /// cross-CPU wake-up each time. The price: a CPU-bound task on the same
     /// CPU starves the queue thread.
     pub(crate) idle_priority: bool,
+    /// Leave the queue threads unpinned. The kernel puts a request on the
+    /// queue of the CPU its task runs on, so a lone reader's readahead all
+    /// lands on one queue; pinned, that queue's threads share the reader's
+    /// CPU while the other CPUs idle. Unpinned, the scheduler may run them
+    /// beside the reader.
+    pub(crate) unpinned: bool,
 }
 
 #[derive(Debug)]
@@ -353,7 +359,9 @@ pub(crate) fn queue_thread<FS: Filesystem>(
     qid: u16,
     params: UringParams,
 ) -> io::Result<()> {
-    pin_to_cpu(qid as usize);
+    if !params.unpinned {
+        pin_to_cpu(qid as usize);
+    }
     if params.idle_priority {
         make_idle(qid);
     }

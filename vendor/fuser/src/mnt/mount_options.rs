@@ -25,6 +25,9 @@ pub struct Config {
     pub io_uring_threads_per_queue: usize,
     /// cairn patch: run the io_uring queue threads as SCHED_IDLE.
     pub io_uring_idle_priority: bool,
+    /// cairn patch: leave the io_uring queue threads free to run on any CPU
+    /// (by default each is pinned to its queue's CPU).
+    pub io_uring_unpinned: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
