@@ -364,7 +364,7 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
     // Every other group's inode table reads as zeros if the device can make
     // it so without writing it (holes in an image file): then the engine
     // need not read a table block before it takes the block's first inode.
-    if zero_inode_tables(dev, &geo, 1..sb.group_count)? {
+    if crate::resize::zero_inode_tables(dev, &geo, 1..sb.group_count)? {
         sb.feature_compat |= cairn_format::superblock::COMPAT_ITABLES_ZEROED;
     }
     // The backup superblocks, then the primary last.
@@ -391,23 +391,6 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions, progress: &mut dyn FnMu
 /// The directory e2fsck-style repair reconnects lost files to.
 pub const LOST_FOUND: &[u8] = b"lost+found";
 
-/// Makes the inode tables of `groups` read as zeros without writing them,
-/// if the device can (holes in an image file, see
-/// [`BlockDevice::zero_range`]); stops at the first it cannot and returns
-/// false. A file system whose every table reads as zeros says so
-/// (`COMPAT_ITABLES_ZEROED`), so the engine need not read a table block
-/// before it takes the block's first inode: mkfs and both resizes keep that
-/// true for the groups they make.
-pub(crate) fn zero_inode_tables(dev: &dyn BlockDevice, geo: &Geometry, groups: std::ops::Range<u64>) -> Result<bool> {
-    let bs = u64::from(geo.block_size);
-    for g in groups {
-        if !dev.zero_range(geo.inode_table(g) * bs, geo.itable_blocks * bs)? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
 /// Creates `/lost+found` (mode 0700, owned by the root directory's owner,
 /// [`MkfsOptions::root_uid`]) on a freshly formatted image, as mke2fs does,
 /// so that a repair finds it in place instead of having to create it on a
@@ -420,12 +403,7 @@ pub fn create_lost_found(dev: Arc<dyn BlockDevice>) -> Result<u64> {
         let owner = Ctx { uid: root.uid, gid: root.gid, ..Ctx::root() };
         fs.mkdir(&owner, ROOT_INO, LOST_FOUND, S_IFDIR | 0o700)
     });
-    {
-        let mut sb = fs.engine.meta().sb.lock();
-        sb.mount_count = 0;
-        sb.last_mount_time = 0;
-    }
-    let unmounted = fs.unmount();
+    let unmounted = fs.unmount_unrecorded();
     let attr = made?;
     unmounted?;
     Ok(attr.ino)

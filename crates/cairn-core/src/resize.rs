@@ -119,6 +119,23 @@ fn read_block(dev: &dyn BlockDevice, bs: usize, b: u64) -> Result<Vec<u8>> {
     Ok(v)
 }
 
+/// Makes the inode tables of `groups` read as zeros without writing them,
+/// if the device can (holes in an image file, see
+/// [`BlockDevice::zero_range`]); stops at the first it cannot and returns
+/// false. A file system whose every table reads as zeros says so
+/// (`COMPAT_ITABLES_ZEROED`), so the engine need not read a table block
+/// before it takes the block's first inode: mkfs and both resizes keep that
+/// true for the groups they make.
+pub(crate) fn zero_inode_tables(dev: &dyn BlockDevice, geo: &Geometry, groups: std::ops::Range<u64>) -> Result<bool> {
+    let bs = u64::from(geo.block_size);
+    for g in groups {
+        if !dev.zero_range(geo.inode_table(g) * bs, geo.itable_blocks * bs)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Grows the unmounted file system on `dev` (already at least `new_bytes`
 /// long) to about `new_bytes`; see the module essay. The caller holds the
 /// image's exclusive lock.
@@ -163,7 +180,7 @@ pub fn grow(dev: &dyn BlockDevice, new_bytes: u64) -> Result<Grown> {
         gd.encode(seed, g, &mut gdt.as_mut().expect("read above").1[off..off + GD_SIZE]);
     }
     flush_gdt(&mut gdt)?;
-    if !crate::mkfs::zero_inode_tables(dev, &geo, sb.group_count..new_sb.group_count)? {
+    if !zero_inode_tables(dev, &geo, sb.group_count..new_sb.group_count)? {
         // A device that cannot zero: the engine reads new tables first.
         new_sb.feature_compat &= !COMPAT_ITABLES_ZEROED;
     }

@@ -6,7 +6,7 @@
 //! that one, and checks that the failed operation left nothing half-done
 //! (`tests/it/half_done.rs`).
 
-use crate::fs::Fs;
+use super::Fs;
 
 impl Fs {
     /// Makes the `nth` allocation from now (1: the next) fail with ENOSPC;

@@ -15,8 +15,8 @@
 //! not written first: a shutdown loses it, as an unflushed page cache is
 //! lost in a crash; what `fsync` covered is durable either way.
 
+use super::Fs;
 use crate::error::Result;
-use crate::fs::Fs;
 
 impl Fs {
     /// Shuts the file system down (see the module essay). A second shutdown

@@ -25,9 +25,9 @@
 //! is refused with EROFS, as before; an engine that latched an error stays
 //! read-only.
 
+use super::Fs;
 use crate::dev::BlockDevice;
 use crate::error::Result;
-use crate::fs::Fs;
 use crate::journal::Journal;
 use cairn_format::superblock::Superblock;
 use std::sync::Arc;

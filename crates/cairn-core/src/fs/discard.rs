@@ -8,8 +8,8 @@
 //! group's lock (`alloc::trim`). On an image file that punches holes, and
 //! the image's size on the host shrinks to what is in use.
 
+use super::Fs;
 use crate::error::{FsError, Result};
-use crate::fs::Fs;
 
 impl Fs {
     /// Discards the free space in bytes `[start, start + len)` in extents of

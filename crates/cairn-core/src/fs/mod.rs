@@ -22,6 +22,13 @@
 //! shards: taken under inode locks, leaves otherwise (reclaim only tries an
 //! inode's lock; see `inode`, `dcache`, `lru`).
 
+mod discard;
+#[cfg(feature = "testing")]
+mod faults;
+mod online_resize;
+mod ro_recovery;
+mod shutdown;
+
 use crate::alloc::{AllocOptions, Allocator};
 use crate::buffer::BufferCache;
 use crate::dcache::DentryCache;
@@ -51,17 +58,17 @@ use std::sync::Arc;
 /// A mounted file system.
 pub struct Fs {
     /// Metadata, transactions, mount state, backend and reaper.
-    pub(crate) engine: Arc<Engine>,
+    engine: Arc<Engine>,
     /// The inode cache, I/O locks, orphans and frees.
-    pub(crate) inodes: Arc<InodeStore>,
+    inodes: Arc<InodeStore>,
     /// The dentry cache and the directory operations.
     names: Namespace,
     unmounted: AtomicBool,
     /// File data: reads, writes, fallocate, setattr, chattr, the overwrite
     /// fast path and its dirty times, fsync.
-    pub(crate) files: FileIo,
+    files: FileIo,
     /// Serialises [`Fs::make_writable`].
-    pub(crate) remount_lock: Mutex<()>,
+    remount_lock: Mutex<()>,
 }
 
 impl Fs {
@@ -228,6 +235,17 @@ impl Fs {
         let r = self.unmount_commit();
         self.engine.close();
         r
+    }
+
+    /// [`Fs::unmount`] that leaves no trace of this mount in the superblock
+    /// (its count and time): mkfs's own mount, which makes `/lost+found`.
+    pub(crate) fn unmount_unrecorded(&self) -> Result<()> {
+        {
+            let mut sb = self.engine.meta().sb.lock();
+            sb.mount_count = 0;
+            sb.last_mount_time = 0;
+        }
+        self.unmount()
     }
 
     fn unmount_commit(&self) -> Result<()> {

@@ -32,8 +32,8 @@
 //! reserve mkfs leaves, 1,024 times the groups) can describe; a file
 //! system with recorded errors or mounted read-only is refused.
 
+use super::Fs;
 use crate::error::{FsError, Result};
-use crate::fs::Fs;
 use crate::resize::Grown;
 use cairn_format::group_desc::GD_SIZE;
 use cairn_format::layout::Geometry;
@@ -63,7 +63,7 @@ impl Fs {
         let old = self.engine.meta().geo();
         // (1) Inode tables, past the old end.
         let zeroed = sb0.feature_compat & COMPAT_ITABLES_ZEROED != 0
-            && crate::mkfs::zero_inode_tables(
+            && crate::resize::zero_inode_tables(
                 &*self.engine.meta().dev,
                 &target_geo,
                 old.group_count..target_geo.group_count,
