@@ -65,10 +65,10 @@ fn main() {
         let opts = MountOptions { journal_compress: compress, ..cairn_fuzz::quiet() };
         let fs = Fs::mount(dev.clone(), opts).unwrap();
         let c = Ctx::root();
-        let f = fs.mknod(&c, 1, b"journaled", libc::S_IFREG | 0o644, 0).unwrap().ino;
-        fs.write(f, 0, &[5u8; 3000]).unwrap();
+        let f = fs.names().mknod(&c, 1, b"journaled", libc::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.files().write(f, 0, &[5u8; 3000]).unwrap();
         fs.setxattr(f, b"user.x", b"y", 0).unwrap();
-        fs.sync_fs().unwrap();
+        fs.files().sync_fs().unwrap();
         let img = dev.snapshot();
         drop(fs);
         let jsb_block = &img[sb.journal_start as usize * bs..(sb.journal_start as usize + 1) * bs];

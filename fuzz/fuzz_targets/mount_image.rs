@@ -27,13 +27,13 @@ fuzz_target!(|data: &[u8]| {
                 continue;
             }
             let _ = fs.lookup(dir, &name);
-            let Ok(a) = fs.getattr(ino) else { continue };
+            let Ok(a) = fs.inodes().getattr(ino) else { continue };
             let _ = fs.listxattr(ino);
             let _ = fs.getxattr(ino, b"user.tag");
             match a.mode & libc::S_IFMT {
                 libc::S_IFDIR => queue.push(ino),
                 libc::S_IFREG => {
-                    let _ = fs.read(ino, 0, 65536);
+                    let _ = fs.files().read(ino, 0, 65536);
                 }
                 libc::S_IFLNK => {
                     let _ = fs.readlink(ino);
@@ -43,13 +43,13 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     // Changes: each may fail on damaged metadata, none may panic.
-    if let Ok(f) = fs.mknod(&c, 1, b"new", libc::S_IFREG | 0o644, 0) {
-        let _ = fs.write(f.ino, 0, &[1u8; 5000]);
+    if let Ok(f) = fs.names().mknod(&c, 1, b"new", libc::S_IFREG | 0o644, 0) {
+        let _ = fs.files().write(f.ino, 0, &[1u8; 5000]);
         let _ = fs.setxattr(f.ino, b"user.tag", b"shared value", 0);
     }
-    let _ = fs.mkdir(&c, 1, b"newdir", 0o755);
-    let _ = fs.rename(1, b"frag", 1, b"frag2", 0);
-    let _ = fs.unlink(1, b"null");
-    let _ = fs.sync_fs();
+    let _ = fs.names().mkdir(&c, 1, b"newdir", 0o755);
+    let _ = fs.names().rename(1, b"frag", 1, b"frag2", 0);
+    let _ = fs.names().unlink(1, b"null");
+    let _ = fs.files().sync_fs();
     let _ = fs.unmount();
 });

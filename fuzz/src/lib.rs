@@ -75,20 +75,20 @@ pub fn golden() -> &'static Golden {
         format(dev.as_ref(), &opts, &mut |_, _| {}).expect("mkfs");
         let fs = Fs::mount(dev.clone(), quiet()).expect("mount");
         let c = Ctx::root();
-        let a = fs.mkdir(&c, 1, b"a", 0o755).unwrap().ino;
-        let b = fs.mkdir(&c, a, b"b", 0o700).unwrap().ino;
-        let f = fs.mknod(&c, a, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
-        fs.write(f, 0, &vec![3u8; 20_000]).unwrap();
-        fs.link(f, b, b"hard").unwrap();
-        let frag = fs.mknod(&c, 1, b"frag", libc::S_IFREG | 0o600, 0).unwrap().ino;
+        let a = fs.names().mkdir(&c, 1, b"a", 0o755).unwrap().ino;
+        let b = fs.names().mkdir(&c, a, b"b", 0o700).unwrap().ino;
+        let f = fs.names().mknod(&c, a, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.files().write(f, 0, &vec![3u8; 20_000]).unwrap();
+        fs.names().link(f, b, b"hard").unwrap();
+        let frag = fs.names().mknod(&c, 1, b"frag", libc::S_IFREG | 0o600, 0).unwrap().ino;
         for i in 0..40u64 {
-            fs.write(frag, i * 2048, &[i as u8; 100]).unwrap();
+            fs.files().write(frag, i * 2048, &[i as u8; 100]).unwrap();
         }
-        fs.symlink(&c, b, b"link", b"../f").unwrap();
-        fs.mknod(&c, 1, b"null", libc::S_IFCHR | 0o666, 0x103).unwrap();
+        fs.names().symlink(&c, b, b"link", b"../f").unwrap();
+        fs.names().mknod(&c, 1, b"null", libc::S_IFCHR | 0o666, 0x103).unwrap();
         for i in 0..60 {
             let name = format!("entry-{i:03}");
-            let ino = fs.mknod(&c, b, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+            let ino = fs.names().mknod(&c, b, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
             fs.setxattr(ino, b"user.tag", b"shared value", 0).unwrap();
         }
         fs.setxattr(f, b"user.big", &vec![9u8; 3000], 0).unwrap();

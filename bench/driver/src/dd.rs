@@ -119,11 +119,11 @@ fn create_or_truncate(fs: &Fs, name: &[u8]) -> Result<u64, FsError> {
     let ctx = Ctx::root();
     match fs.lookup(cairn_format::ROOT_INO, name) {
         Ok(a) => {
-            fs.setattr(&ctx, a.ino, &SetAttr { size: Some(0), ..Default::default() })?;
+            fs.files().setattr(&ctx, a.ino, &SetAttr { size: Some(0), ..Default::default() })?;
             Ok(a.ino)
         }
         Err(FsError::Errno(libc::ENOENT)) => {
-            Ok(fs.mknod(&ctx, cairn_format::ROOT_INO, name, libc::S_IFREG | 0o644, 0)?.ino)
+            Ok(fs.names().mknod(&ctx, cairn_format::ROOT_INO, name, libc::S_IFREG | 0o644, 0)?.ino)
         }
         Err(e) => Err(e),
     }
@@ -147,7 +147,7 @@ fn one_run(fs: &Fs, a: &DdArgs<'_>, rng: &mut XorShift, buf: &mut [u8]) -> Resul
         let t = Instant::now();
         let mut done = 0usize;
         while done < buf.len() {
-            let n = fs.write(ino, i * a.bs + done as u64, &buf[done..]).map_err(|e| err("write", e))?;
+            let n = fs.files().write(ino, i * a.bs + done as u64, &buf[done..]).map_err(|e| err("write", e))?;
             if n == 0 {
                 return Err(format!("write /{}: no progress (file system full?)", a.name));
             }
@@ -158,10 +158,10 @@ fn one_run(fs: &Fs, a: &DdArgs<'_>, rng: &mut XorShift, buf: &mut [u8]) -> Resul
     }
     let t = Instant::now();
     if a.fsync {
-        fs.fsync(ino, false).map_err(|e| err("fsync", e))?;
+        fs.files().fsync(ino, false).map_err(|e| err("fsync", e))?;
     }
     let fsync = t.elapsed();
-    fs.forget(ino, 1);
+    fs.inodes().forget(ino, 1);
     Ok(RunResult { write, fsync, bytes })
 }
 

@@ -11,7 +11,7 @@
 //!    `--files` empty files in them, `--per-dir` files in one subdirectory
 //!    before moving on to the next, round robin (fs_mark's `-d /t -D DIRS
 //!    -N PER_DIR`), with fs_mark's 40-byte names (8 hex digits, 8 `~`, 24
-//!    random characters). Each create is `Fs::mknod` followed by `forget` of
+//!    random characters). Each create is `Namespace::mknod` followed by `forget` of
 //!    its lookup reference (a kernel would drop it when the inode leaves its
 //!    cache). Then a commit (`sync_fs`), timed apart, and an unmount.
 //! 2. **walk**, cold: the image is mounted again by a new `Fs` (nothing
@@ -166,21 +166,23 @@ fn subdir_name(i: u32) -> Vec<u8> {
 /// One create thread: `/t`, its subdirectories, and `n` files in them.
 fn create_tree(fs: &Fs, dirs: u32, t: u32, n: u64, per_dir: u64, done: &AtomicU64) -> Result<(), String> {
     let ctx = Ctx::root();
-    let top = fs.mkdir(&ctx, ROOT_INO, t.to_string().as_bytes(), 0o755).map_err(|e| err("mkdir", e))?.ino;
+    let top = fs.names().mkdir(&ctx, ROOT_INO, t.to_string().as_bytes(), 0o755).map_err(|e| err("mkdir", e))?.ino;
     let mut subs = Vec::with_capacity(dirs as usize);
     for d in 0..dirs {
-        let ino = fs.mkdir(&ctx, top, &subdir_name(d), 0o755).map_err(|e| err("mkdir", e))?.ino;
-        fs.forget(ino, 1);
+        let ino = fs.names().mkdir(&ctx, top, &subdir_name(d), 0o755).map_err(|e| err("mkdir", e))?.ino;
+        fs.inodes().forget(ino, 1);
         subs.push(ino);
     }
-    fs.forget(top, 1);
+    fs.inodes().forget(top, 1);
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ (u64::from(t) + 1).wrapping_mul(0x1000_0000_01b3));
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as u32);
     for i in 0..n {
         let dir = subs[((i / per_dir) % subs.len() as u64) as usize];
-        let attr =
-            fs.mknod(&ctx, dir, &name(&mut rng, stamp), libc::S_IFREG | 0o644, 0).map_err(|e| err("create", e))?;
-        fs.forget(attr.ino, 1);
+        let attr = fs
+            .names()
+            .mknod(&ctx, dir, &name(&mut rng, stamp), libc::S_IFREG | 0o644, 0)
+            .map_err(|e| err("create", e))?;
+        fs.inodes().forget(attr.ino, 1);
         done.fetch_add(1, Relaxed);
     }
     Ok(())
@@ -221,7 +223,7 @@ fn join_and_commit(
     let seconds = t0.elapsed().as_secs_f64();
     let r = res.and_then(|()| {
         let t = Instant::now();
-        fs.sync_fs().map_err(|e| err("commit", e))?;
+        fs.files().sync_fs().map_err(|e| err("commit", e))?;
         Ok(t.elapsed().as_secs_f64())
     });
     (seconds, r)
@@ -338,7 +340,7 @@ fn walk(fs: &Fs) -> Result<(u64, u64), String> {
             } else {
                 files += 1;
             }
-            fs.forget(a.ino, 1);
+            fs.inodes().forget(a.ino, 1);
         }
     }
     Ok((files, dirs))
@@ -353,20 +355,20 @@ fn remove_tree(fs: &Fs, t: u32, removed: &AtomicU64) -> Result<(), String> {
             let sub = fs.lookup(top, &sub_name).map_err(|e| err("lookup", e))?.ino;
             let r = (|| {
                 for (name, _) in entries(fs, sub)? {
-                    fs.unlink(sub, &name).map_err(|e| err("unlink", e))?;
+                    fs.names().unlink(sub, &name).map_err(|e| err("unlink", e))?;
                     removed.fetch_add(1, Relaxed);
                 }
                 Ok::<(), String>(())
             })();
-            fs.forget(sub, 1);
+            fs.inodes().forget(sub, 1);
             r?;
-            fs.rmdir(top, &sub_name).map_err(|e| err("rmdir", e))?;
+            fs.names().rmdir(top, &sub_name).map_err(|e| err("rmdir", e))?;
         }
         Ok::<(), String>(())
     })();
-    fs.forget(top, 1);
+    fs.inodes().forget(top, 1);
     r?;
-    fs.rmdir(ROOT_INO, top_name.as_bytes()).map_err(|e| err("rmdir", e))
+    fs.names().rmdir(ROOT_INO, top_name.as_bytes()).map_err(|e| err("rmdir", e))
 }
 
 /// Phases 2 and 3 in one cold mount.

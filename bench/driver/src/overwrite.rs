@@ -10,7 +10,7 @@
 //! (so every later write is an overwrite), commits, then for each job count
 //! of `--jobs` runs that many threads for `--seconds`: each picks a file at
 //! random (fio's `file_service_type=random`) and a 4 KiB-aligned block at
-//! random (`norandommap`) and writes `--bs` bytes there with `Fs::write`.
+//! random (`norandommap`) and writes `--bs` bytes there with `FileIo::write`.
 //! A ramp of `--ramp` seconds runs first and is not counted.
 //!
 //! Output: JSON on stdout, `{options, files, size, bs, runs: [{jobs, writes,
@@ -57,7 +57,7 @@ fn prepare(fs: &Fs, a: &OverwriteArgs<'_>) -> Result<Vec<u64>, String> {
     let dir = match fs.lookup(root, b"overwrite") {
         Ok(d) => d.ino,
         Err(FsError::Errno(libc::ENOENT)) => {
-            fs.mkdir(&ctx, root, b"overwrite", 0o755).map_err(|e| err("mkdir", e))?.ino
+            fs.names().mkdir(&ctx, root, b"overwrite", 0o755).map_err(|e| err("mkdir", e))?.ino
         }
         Err(e) => return Err(err("lookup /overwrite", e)),
     };
@@ -69,13 +69,18 @@ fn prepare(fs: &Fs, a: &OverwriteArgs<'_>) -> Result<Vec<u64>, String> {
         let name = format!("f.{i}");
         let ino = match fs.lookup(dir, name.as_bytes()) {
             Ok(x) => x.ino,
-            Err(_) => fs.mknod(&ctx, dir, name.as_bytes(), libc::S_IFREG | 0o644, 0).map_err(|e| err("create", e))?.ino,
+            Err(_) => {
+                fs.names()
+                    .mknod(&ctx, dir, name.as_bytes(), libc::S_IFREG | 0o644, 0)
+                    .map_err(|e| err("create", e))?
+                    .ino
+            }
         };
         let mut off = 0;
         while off < per_file {
             let n = (per_file - off).min(buf.len() as u64) as usize;
             rng.fill(&mut buf[..n]);
-            let w = fs.write(ino, off, &buf[..n]).map_err(|e| err("write", e))?;
+            let w = fs.files().write(ino, off, &buf[..n]).map_err(|e| err("write", e))?;
             if w == 0 {
                 return Err("write: no progress (file system full?)".into());
             }
@@ -83,7 +88,7 @@ fn prepare(fs: &Fs, a: &OverwriteArgs<'_>) -> Result<Vec<u64>, String> {
         }
         inos.push(ino);
     }
-    fs.sync_fs().map_err(|e| err("sync", e))?;
+    fs.files().sync_fs().map_err(|e| err("sync", e))?;
     Ok(inos)
 }
 
@@ -107,7 +112,7 @@ fn run_jobs(fs: &Arc<Fs>, inos: &Arc<Vec<u64>>, a: &OverwriteArgs<'_>, jobs: u32
                 rng.fill(&mut pick);
                 let f = u64::from_le_bytes(pick[..8].try_into().unwrap()) % inos.len() as u64;
                 let b = u64::from_le_bytes(pick[8..].try_into().unwrap()) % blocks;
-                fs.write(inos[f as usize], b * bs, &buf).map_err(|e| err("write", e))?;
+                fs.files().write(inos[f as usize], b * bs, &buf).map_err(|e| err("write", e))?;
                 if counting.load(Ordering::Relaxed) {
                     writes.fetch_add(1, Ordering::Relaxed);
                 }

@@ -287,7 +287,7 @@ fn resolve(fs: &Fs, file: &str) -> Result<u64, String> {
         // Asked of the inode bitmap first: a free slot holds no inode (its
         // bytes need not even verify) and is no corruption.
         let reserved = (2..cairn_format::FIRST_INO).contains(&n);
-        if reserved || !fs.inode_in_use(n).map_err(|e| format!("inode {n}: {e}"))? {
+        if reserved || !fs.inodes().inode_in_use(n).map_err(|e| format!("inode {n}: {e}"))? {
             let why = if reserved {
                 format!(" (inodes 2 to {} are reserved)", cairn_format::FIRST_INO - 1)
             } else if n == 0 || n > fs.statfs().map_or(u64::MAX, |s| s.files) {
@@ -297,7 +297,7 @@ fn resolve(fs: &Fs, file: &str) -> Result<u64, String> {
             };
             return Err(format!("inode {n}: not in use{why}"));
         }
-        return fs.getattr(n).map(|a| a.ino).map_err(|e| format!("inode {n}: {e}"));
+        return fs.inodes().getattr(n).map(|a| a.ino).map_err(|e| format!("inode {n}: {e}"));
     }
     if !file.starts_with('/') {
         return Err(format!("{file:?}: give a path from the root (/a/b) or an inode number (#12)"));
@@ -310,7 +310,7 @@ fn resolve(fs: &Fs, file: &str) -> Result<u64, String> {
 }
 
 fn print_stat(fs: &Fs, img: &Image, ino: u64, out: &mut dyn Write) -> Result<(), String> {
-    let a = fs.getattr(ino).map_err(|e| format!("inode {ino}: {e}"))?;
+    let a = fs.inodes().getattr(ino).map_err(|e| format!("inode {ino}: {e}"))?;
     let (blk, off) = img.geo.inode_location(ino);
     let raw = img.block(blk).map_err(|e| format!("reading block {blk}: {e}"))?;
     let d = cairn_format::inode::DiskInode::decode(
@@ -375,14 +375,14 @@ fn ls(fs: &Fs, ino: u64, out: &mut dyn Write) -> Result<(), String> {
 }
 
 fn cat(fs: &Fs, ino: u64, out: &mut dyn Write) -> Result<(), String> {
-    let a = fs.getattr(ino).map_err(|e| format!("inode {ino}: {e}"))?;
+    let a = fs.inodes().getattr(ino).map_err(|e| format!("inode {ino}: {e}"))?;
     if a.mode & libc::S_IFMT == libc::S_IFDIR {
         return Err(format!("inode {ino} is a directory: use `ls`"));
     }
     let mut off = 0u64;
     while off < a.size {
         let n = (a.size - off).min(1 << 20) as u32;
-        let buf = fs.read(ino, off, n).map_err(|e| format!("inode {ino} at byte {off}: {e}"))?;
+        let buf = fs.files().read(ino, off, n).map_err(|e| format!("inode {ino} at byte {off}: {e}"))?;
         if buf.is_empty() {
             break;
         }

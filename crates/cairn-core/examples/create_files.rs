@@ -24,12 +24,14 @@ fn main() {
     format(dev.as_ref(), &MkfsOptions::default(), &mut |_, _| {}).expect("mkfs");
     let fs = Fs::mount(dev, MountOptions::default()).expect("mount");
     let c = Ctx::root();
-    let ds: Vec<u64> = (0..dirs).map(|d| fs.mkdir(&c, 1, format!("d{d}").as_bytes(), 0o755).unwrap().ino).collect();
+    let ds: Vec<u64> =
+        (0..dirs).map(|d| fs.names().mkdir(&c, 1, format!("d{d}").as_bytes(), 0o755).unwrap().ino).collect();
     let get = |fs: &Fs, k: &str| fs.stats().into_iter().find(|(n, _)| n == k).map_or(0, |(_, v)| v);
     let before = get(&fs, "journal.bytes_logged");
     let t = Instant::now();
     for i in 0..n {
         let a = fs
+            .names()
             .mknod(
                 &c,
                 ds[(i % dirs) as usize],
@@ -38,9 +40,9 @@ fn main() {
                 0,
             )
             .unwrap();
-        fs.forget(a.ino, 1);
+        fs.inodes().forget(a.ino, 1);
     }
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let secs = t.elapsed().as_secs_f64();
     let logged = get(&fs, "journal.bytes_logged") - before;
     println!(

@@ -49,7 +49,7 @@
 //!
 //! A SETATTR of times alone on an unlinked file (the kernel's write-back
 //! cache sends its new ctime after every unlink) is likewise set in core
-//! with no transaction (`Fs::setattr`): nothing of such an inode outlives
+//! with no transaction (`FileIo::setattr`): nothing of such an inode outlives
 //! a crash.
 //!
 //! The deferral is always on: `-o defer_orphans=0`, every insert at once,
@@ -91,7 +91,7 @@ pub struct DeferredOrphans {
     /// Flushes that dirtied more buffers than their credits (a bug if > 0).
     pub overruns: AtomicU64,
     /// SETATTRs of times alone on unlinked files, set in core with no
-    /// transaction (`Fs::setattr`).
+    /// transaction (`FileIo::setattr`).
     pub times_in_core: AtomicU64,
 }
 

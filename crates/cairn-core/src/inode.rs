@@ -48,7 +48,7 @@
 //! buffer, and the listing sees no links — or comes after and sees the
 //! reference (the file goes to the orphan list, freed at the kernel's
 //! FORGET). A listing that then finds no links, or whose entry does not fit
-//! in the reply, gives its reference back through `Fs::forget`, as the
+//! in the reply, gives its reference back through `InodeStore::forget`, as the
 //! kernel would.
 //!
 //! ## The cache (`-o lru_caches=1`, the default)

@@ -72,7 +72,7 @@ use std::sync::Arc;
 /// The inodes of a mount: the in-core inode cache, the generation
 /// counter, the per-inode I/O locks, and everything that loads, stores,
 /// creates, orphans and frees inodes (see the module essay).
-pub(crate) struct InodeStore {
+pub struct InodeStore {
     engine: Arc<Engine>,
     icache: InodeCache,
     generation: AtomicU32,
@@ -85,7 +85,7 @@ impl InodeStore {
     }
 
     /// Attributes of `ino`.
-    pub(crate) fn getattr(&self, ino: u64) -> Result<Attr> {
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
         self.engine.read_op(|| {
             let r = self.iget(ino)?;
             let g = r.read();
@@ -527,7 +527,7 @@ impl InodeStore {
     /// group's inode bitmap (the reserved numbers below `FIRST_INO` are set
     /// there too). No inode-table slot is read, so a free number never
     /// looks like corruption (`cairn inspect IMAGE stat '#N'`).
-    pub(crate) fn inode_in_use(&self, ino: u64) -> Result<bool> {
+    pub fn inode_in_use(&self, ino: u64) -> Result<bool> {
         self.engine.read_op(|| {
             Ok(self.engine.meta().geo().valid_ino(ino)
                 && self.engine.meta().alloc.inode_in_use(&self.engine.meta().bufs, ino)?)
@@ -536,18 +536,18 @@ impl InodeStore {
 
     /// The kernel's lookup references on `ino` now (0: the kernel holds
     /// it no more, nor any page of it).
-    pub(crate) fn kernel_lookups(&self, ino: u64) -> u64 {
+    pub fn kernel_lookups(&self, ino: u64) -> u64 {
         self.icache.lookups(ino)
     }
 
     /// Every inode the kernel holds now (has looked up and not forgotten):
     /// the ones whose cached attributes or pages it may use without asking.
-    pub(crate) fn kernel_held_inodes(&self) -> Vec<u64> {
+    pub fn kernel_held_inodes(&self) -> Vec<u64> {
         self.icache.kernel_held()
     }
 
     /// Drops `n` lookup references; an unlinked inode is freed at zero.
-    pub(crate) fn forget(&self, ino: u64, n: u64) {
+    pub fn forget(&self, ino: u64, n: u64) {
         let mut let_go = false;
         let (free, unused) = match self.icache.forget_uncached(ino, n) {
             // Not in core: it has links (see `inode`), nothing to free.

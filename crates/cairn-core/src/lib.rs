@@ -70,8 +70,11 @@ mod xattr;
 #[cfg(feature = "testing")]
 pub use deferred_orphans::MAX_DEFERRED as MAX_DEFERRED_ORPHANS;
 pub use error::{FsError, Result};
+pub use file_io::FileIo;
 pub use fs::{Fs, MountOptions};
+pub use inode_store::InodeStore;
 pub use journal::ErrorPolicy;
+pub use namespace::Namespace;
 /// Tests: the queued deletes that wake the reaper at once (see `reaper`).
 #[cfg(feature = "testing")]
 pub use reaper::BATCH_INODES as REAPER_BATCH_INODES;

@@ -399,9 +399,9 @@ pub const LOST_FOUND: &[u8] = b"lost+found";
 /// image still reads as never mounted.
 pub fn create_lost_found(dev: Arc<dyn BlockDevice>) -> Result<u64> {
     let fs = Fs::mount(dev, MountOptions::default())?;
-    let made = fs.getattr(ROOT_INO).and_then(|root| {
+    let made = fs.inodes().getattr(ROOT_INO).and_then(|root| {
         let owner = Ctx { uid: root.uid, gid: root.gid, ..Ctx::root() };
-        fs.mkdir(&owner, ROOT_INO, LOST_FOUND, S_IFDIR | 0o700)
+        fs.names().mkdir(&owner, ROOT_INO, LOST_FOUND, S_IFDIR | 0o700)
     });
     let unmounted = fs.unmount_unrecorded();
     let attr = made?;

@@ -24,7 +24,7 @@
 //!   lowered as each step frees its share).
 //! * An allocation that finds the file system full while the backlog is not
 //!   empty waits for the reaper to drain it and tries again (see
-//!   `Fs::write`, `Fs::fallocate` and `Engine::change`), so deleting a large file
+//!   `FileIo::write`, `FileIo::fallocate` and `Engine::change`), so deleting a large file
 //!   and at once writing one as large does not fail.
 //! * Through FUSE an unlink returns before the kernel lets go of the file:
 //!   its FORGET follows the inode's eviction, a moment later. Such files are

@@ -266,7 +266,7 @@ impl CairnFuse {
             opts.timeouts.attr,
         );
         let dio = DirectWriteCoherence::start(notify.clone(), metrics.dio.clone(), opts.serving_threads);
-        let serve_open = opts.parallel_dio || fs.has_protected_inodes();
+        let serve_open = opts.parallel_dio || fs.files().has_protected_inodes();
         CairnFuse {
             fs,
             opts,
@@ -414,14 +414,14 @@ impl Filesystem for CairnFuse {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let mut t = self.metrics.timer(Op::Forget);
-        t.engine(|| self.fs.forget(ino.0, nlookup));
-        self.dio.forgotten(ino.0, || self.fs.kernel_lookups(ino.0));
+        t.engine(|| self.fs.inodes().forget(ino.0, nlookup));
+        self.dio.forgotten(ino.0, || self.fs.inodes().kernel_lookups(ino.0));
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let asked = Asked::now(req.pid());
         let mut t = self.metrics.timer(Op::Getattr);
-        match t.call(|| self.fs.getattr(ino.0)) {
+        match t.call(|| self.fs.inodes().getattr(ino.0)) {
             Ok(a) => {
                 // A GETATTR naming a file handle is what a buffered write
                 // sends before it fills the page cache: the space guard may
@@ -450,7 +450,7 @@ impl Filesystem for CairnFuse {
     ) {
         let asked = Asked::now(req.pid());
         let mut t = self.metrics.timer(Op::Statx);
-        match t.call(|| self.fs.getattr(ino.0)) {
+        match t.call(|| self.fs.inodes().getattr(ino.0)) {
             Ok(a) => {
                 if let Some(e) = self.refusal(req, fh, &a) {
                     reply.error(e);
@@ -498,9 +498,9 @@ impl Filesystem for CairnFuse {
             // it to cairn under HANDLE_KILLPRIV_V2; suid/sgid come through
             // `setattr_kill_suidgid`).
             if self.killpriv_v2 && (uid.is_some() || gid.is_some() || size.is_some()) {
-                self.fs.kill_privs(ino.0, None)?;
+                self.fs.files().kill_privs(ino.0, None)?;
             }
-            self.fs.setattr(&ctx(req), ino.0, &set)
+            self.fs.files().setattr(&ctx(req), ino.0, &set)
         });
         match res {
             Ok(a) => {
@@ -537,24 +537,28 @@ impl Filesystem for CairnFuse {
         self.entry(
             Asked::now(req.pid()),
             reply,
-            t.call(|| self.fs.mknod(&c, parent.0, name_bytes(name), mode, u64::from(rdev))),
+            t.call(|| self.fs.names().mknod(&c, parent.0, name_bytes(name), mode, u64::from(rdev))),
         );
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let mut t = self.metrics.timer(Op::Mkdir);
         let c = self.create_ctx(req, umask);
-        self.entry(Asked::now(req.pid()), reply, t.call(|| self.fs.mkdir(&c, parent.0, name_bytes(name), mode)));
+        self.entry(
+            Asked::now(req.pid()),
+            reply,
+            t.call(|| self.fs.names().mkdir(&c, parent.0, name_bytes(name), mode)),
+        );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let mut t = self.metrics.timer(Op::Unlink);
-        Self::empty(reply, t.call(|| self.fs.unlink(parent.0, name_bytes(name))));
+        Self::empty(reply, t.call(|| self.fs.names().unlink(parent.0, name_bytes(name))));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let mut t = self.metrics.timer(Op::Rmdir);
-        Self::empty(reply, t.call(|| self.fs.rmdir(parent.0, name_bytes(name))));
+        Self::empty(reply, t.call(|| self.fs.names().rmdir(parent.0, name_bytes(name))));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -562,7 +566,9 @@ impl Filesystem for CairnFuse {
         self.entry(
             Asked::now(req.pid()),
             reply,
-            t.call(|| self.fs.symlink(&ctx(req), parent.0, name_bytes(link_name), target.as_os_str().as_bytes())),
+            t.call(|| {
+                self.fs.names().symlink(&ctx(req), parent.0, name_bytes(link_name), target.as_os_str().as_bytes())
+            }),
         );
     }
 
@@ -581,14 +587,25 @@ impl Filesystem for CairnFuse {
         Self::empty(
             reply,
             t.call(|| {
-                self.fs.rename_as(&c, parent.0, name_bytes(name), newparent.0, name_bytes(newname), flags.bits())
+                self.fs.names().rename_as(
+                    &c,
+                    parent.0,
+                    name_bytes(name),
+                    newparent.0,
+                    name_bytes(newname),
+                    flags.bits(),
+                )
             }),
         );
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let mut t = self.metrics.timer(Op::Link);
-        self.entry(Asked::now(req.pid()), reply, t.call(|| self.fs.link(ino.0, newparent.0, name_bytes(newname))));
+        self.entry(
+            Asked::now(req.pid()),
+            reply,
+            t.call(|| self.fs.names().link(ino.0, newparent.0, name_bytes(newname))),
+        );
     }
 
     /// With `parallel_dio` OPEN is answered with the flags
@@ -602,7 +619,7 @@ impl Filesystem for CairnFuse {
         let _t = self.metrics.timer(Op::Open);
         if self.serve_open {
             // chattr's i and a (see `chattr`).
-            if let Err(e) = self.fs.check_open(ino.0, flags.0) {
+            if let Err(e) = self.fs.files().check_open(ino.0, flags.0) {
                 reply.error(errno(&e));
                 return;
             }
@@ -627,7 +644,9 @@ impl Filesystem for CairnFuse {
         self.dio.note_read(ino.0, flags.0);
         // Straight into the reply's buffer: no buffer of our own to zero,
         // fill and copy.
-        reply.data_with(size as usize, |buf| t.call(|| self.fs.read_into(ino.0, offset, buf)).map_err(|e| errno(&e)));
+        reply.data_with(size as usize, |buf| {
+            t.call(|| self.fs.files().read_into(ino.0, offset, buf)).map_err(|e| errno(&e))
+        });
     }
 
     fn write(
@@ -653,19 +672,19 @@ impl Filesystem for CairnFuse {
             if from_cache {
                 // The kernel's dirty pages: whole or an error, never short
                 // (the kernel would drop the rest unreported).
-                self.fs.write_back(ino.0, offset, data)
+                self.fs.files().write_back(ino.0, offset, data)
             } else if flags.0 & libc::O_DIRECT != 0 {
                 // Direct I/O: the kernel makes a short count EIO. It must
                 // leave the kernel's dirty pages their space.
                 if !self.space.leaves_room_for_dirty(ino.0, offset, data.len() as u64) {
                     return Err(cairn_core::FsError::Errno(libc::ENOSPC));
                 }
-                self.fs.write_whole(ino.0, offset, data, !self.writeback)
+                self.fs.files().write_whole(ino.0, offset, data, !self.writeback)
             } else {
                 // Under the writeback cache the kernel owns mtime and ctime
                 // and sends them in a SETATTR, possibly before these pages
                 // arrive.
-                self.fs.write_data(ino.0, offset, data, !self.writeback)
+                self.fs.files().write_data(ino.0, offset, data, !self.writeback)
             }
         });
         if self.writeback {
@@ -717,7 +736,7 @@ impl Filesystem for CairnFuse {
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         let mut t = self.metrics.timer(Op::Fsync);
-        Self::empty(reply, t.call(|| self.fs.fsync(ino.0, datasync)));
+        Self::empty(reply, t.call(|| self.fs.files().fsync(ino.0, datasync)));
     }
 
     /// OPENDIR is answered ENOSYS too (`no_opendir`: directories open as if
@@ -780,7 +799,7 @@ impl Filesystem for CairnFuse {
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         let mut t = self.metrics.timer(Op::Fsyncdir);
-        Self::empty(reply, t.call(|| self.fs.fsync(ino.0, datasync)));
+        Self::empty(reply, t.call(|| self.fs.files().fsync(ino.0, datasync)));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -848,7 +867,7 @@ impl Filesystem for CairnFuse {
         // Permission checks are the kernel's (cairn always mounts with
         // `default_permissions`); this only answers whether the inode exists.
         let mut t = self.metrics.timer(Op::Access);
-        Self::empty(reply, t.call(|| self.fs.getattr(ino.0).map(|_| ())));
+        Self::empty(reply, t.call(|| self.fs.inodes().getattr(ino.0).map(|_| ())));
     }
 
     fn create(
@@ -874,7 +893,7 @@ impl Filesystem for CairnFuse {
             Asked::now(req.pid()),
             reply,
             flags,
-            t.call(|| self.fs.mknod(&c, parent.0, name_bytes(name), mode, 0)),
+            t.call(|| self.fs.names().mknod(&c, parent.0, name_bytes(name), mode, 0)),
         );
     }
 
@@ -973,7 +992,7 @@ impl Filesystem for CairnFuse {
             if self.killpriv_v2 {
                 dropped = privs::on_fallocate(&self.fs, req, ino.0)?;
             }
-            self.fs.fallocate_data(ino.0, offset, length, mode, !self.writeback)
+            self.fs.files().fallocate_data(ino.0, offset, length, mode, !self.writeback)
         });
         Self::empty(reply, res);
         // The kernel's size moves (see `arming`).
@@ -998,7 +1017,7 @@ impl Filesystem for CairnFuse {
             reply.error(Errno::ENXIO);
             return;
         }
-        match t.call(|| self.fs.lseek(ino.0, offset as u64, whence)) {
+        match t.call(|| self.fs.files().lseek(ino.0, offset as u64, whence)) {
             Ok(o) => match i64::try_from(o) {
                 Ok(o) => reply.offset(o),
                 Err(_) => reply.error(Errno::EOVERFLOW),
@@ -1009,12 +1028,12 @@ impl Filesystem for CairnFuse {
 
     fn syncfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyEmpty) {
         let mut t = self.metrics.timer(Op::Syncfs);
-        Self::empty(reply, t.call(|| self.fs.sync_fs()));
+        Self::empty(reply, t.call(|| self.fs.files().sync_fs()));
     }
 
     fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let mut t = self.metrics.timer(Op::Tmpfile);
         let c = self.create_ctx(req, umask);
-        self.created(Asked::now(req.pid()), reply, flags, t.call(|| self.fs.tmpfile(&c, parent.0, mode)));
+        self.created(Asked::now(req.pid()), reply, flags, t.call(|| self.fs.names().tmpfile(&c, parent.0, mode)));
     }
 }

@@ -65,7 +65,7 @@
 //! * Under the fallback, the invalidation follows the reply: a write that
 //!   starts in the microseconds between the two is not asked about, nor is
 //!   one after an unsure reply. What it leaves dirty is still written back whole or
-//!   refused (`Fs::write_back`), and a refusal reaches the file's `fsync`
+//!   refused (`FileIo::write_back`), and a refusal reaches the file's `fsync`
 //!   and `close`.
 //! * An event the kernel makes on its own that cairn does not see drops a
 //!   reply unnoticed; the size-changing ones come as requests (SETATTR with

@@ -9,8 +9,8 @@
 //! to open an immutable file for writing. By default cairn answers OPEN
 //! with ENOSYS and the kernel never asks again (`adapter::open`); so a
 //! mount of an image in which some inode was ever made immutable or
-//! append-only (`Fs::has_protected_inodes`) answers OPEN and checks each
-//! (`Fs::check_open`), at the price of an OPEN and a RELEASE per open. A
+//! append-only (`FileIo::has_protected_inodes`) answers OPEN and checks each
+//! (`FileIo::check_open`), at the price of an OPEN and a RELEASE per open. A
 //! mount in which the first such flag is set has stopped asking already:
 //! there an `open(O_WRONLY)` succeeds, and the writes are refused instead.
 //! A buffered `write(2)` to an immutable file fails with EPERM at the call:
@@ -66,11 +66,12 @@ fn host_bytes(v: u32) -> [u8; 4] {
 pub fn ioctl(fs: &Fs, ctx: &Ctx, ino: u64, cmd: u32, input: &[u8], opens_checked: bool) -> Result<Vec<u8>, Errno> {
     let err = |e: cairn_core::FsError| Errno::from_i32(e.errno());
     match cmd {
-        FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(host_bytes(fs.inode_flags(ino).map_err(err)?).to_vec()),
+        FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(host_bytes(fs.files().inode_flags(ino).map_err(err)?).to_vec()),
         FS_IOC_FSGETXATTR => {
             let mut out = vec![0u8; FSXATTR_SIZE];
-            out[..4]
-                .copy_from_slice(&host_bytes(cairn_core::inode_flags::to_xflags(fs.inode_flags(ino).map_err(err)?)));
+            out[..4].copy_from_slice(&host_bytes(cairn_core::inode_flags::to_xflags(
+                fs.files().inode_flags(ino).map_err(err)?,
+            )));
             Ok(out)
         }
         FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
@@ -86,7 +87,7 @@ pub fn ioctl(fs: &Fs, ctx: &Ctx, ino: u64, cmd: u32, input: &[u8], opens_checked
             if field(1) != 0 || field(3) != 0 || field(4) != 0 {
                 return Err(Errno::EOPNOTSUPP);
             }
-            let current = fs.inode_flags(ino).map_err(err)?;
+            let current = fs.files().inode_flags(ino).map_err(err)?;
             let flags = cairn_core::inode_flags::from_xflags(field(0), current).map_err(err)?;
             set(fs, ctx, ino, flags, opens_checked)
         }
@@ -95,7 +96,7 @@ pub fn ioctl(fs: &Fs, ctx: &Ctx, ino: u64, cmd: u32, input: &[u8], opens_checked
 }
 
 fn set(fs: &Fs, ctx: &Ctx, ino: u64, flags: u32, opens_checked: bool) -> Result<Vec<u8>, Errno> {
-    fs.set_inode_flags(ctx, ino, flags).map_err(|e| Errno::from_i32(e.errno()))?;
+    fs.files().set_inode_flags(ctx, ino, flags).map_err(|e| Errno::from_i32(e.errno()))?;
     static WARNED: AtomicBool = AtomicBool::new(false);
     if flags & (ATTR_IMMUTABLE | ATTR_APPEND) != 0 && !opens_checked && !WARNED.swap(true, Ordering::Relaxed) {
         tracing::warn!(

@@ -120,7 +120,7 @@ impl<'a> LazyCaller<'a> {
 pub fn on_write(fs: &Fs, req: &Request, ino: u64, kill: bool) -> cairn_core::Result<bool> {
     let caller = LazyCaller::new(req);
     let keep = |gid| caller.may_keep_sgid(gid);
-    fs.kill_privs(ino, kill.then_some(&keep as &dyn Fn(u32) -> bool))
+    fs.files().kill_privs(ino, kill.then_some(&keep as &dyn Fn(u32) -> bool))
 }
 
 /// Drops privileges for a fallocate (any mode) by `req`'s caller: the
@@ -128,11 +128,11 @@ pub fn on_write(fs: &Fs, req: &Request, ino: u64, kill: bool) -> cairn_core::Res
 /// CAP_FSETID, looked up only when the file has one. Returns whether the
 /// mode changed.
 pub fn on_fallocate(fs: &Fs, req: &Request, ino: u64) -> cairn_core::Result<bool> {
-    let setid = fs.getattr(ino)?.mode & (libc::S_ISUID | libc::S_ISGID) != 0;
+    let setid = fs.inodes().getattr(ino)?.mode & (libc::S_ISUID | libc::S_ISGID) != 0;
     let caller = LazyCaller::new(req);
     let keep = |gid| caller.may_keep_sgid(gid);
     let kill = setid && !caller.get().fsetid;
-    fs.kill_privs(ino, kill.then_some(&keep as &dyn Fn(u32) -> bool))
+    fs.files().kill_privs(ino, kill.then_some(&keep as &dyn Fn(u32) -> bool))
 }
 
 /// The session's notifier, set once the session exists (requests are served

@@ -47,7 +47,7 @@
 //!    reported. Reads are never refused.
 //! 4. **What the kernel holds stays free for it.** While tight, the space
 //!    that dirty pages may still need (2.5 times the limit) and the gate's
-//!    floor are held (`Fs::hold_for_write_back`; statfs leaves them out of
+//!    floor are held (`FileIo::hold_for_write_back`; statfs leaves them out of
 //!    the available blocks): an O_DIRECT write or a fallocate that would
 //!    take them gets ENOSPC instead, so a writer's accepted pages are not
 //!    left without space by another kind of writer, and `df` shows about
@@ -60,7 +60,7 @@
 //!    free space had left a moment's accepted buffered writes none
 //!    (xfstests generic/299). The kernel tells no server how much it holds
 //!    dirty for one mount (the per-bdi counts are in debugfs only).
-//! 5. **Write-backs are whole or refused** (`Fs::write_back`): one that
+//! 5. **Write-backs are whole or refused** (`FileIo::write_back`): one that
 //!    finds no space anyway stores nothing short of what it was given
 //!    without saying so; the kernel reports the ENOSPC at the file's
 //!    `fsync` and `close`, and nothing an earlier `fsync` covered changes.
@@ -279,7 +279,7 @@ impl SpaceGuard {
     /// Free bytes that file data may take, what is held for write-backs
     /// included (statfs leaves it out of the available blocks).
     fn free_bytes(&self) -> u64 {
-        self.fs.data_space_free().unwrap_or(u64::MAX)
+        self.fs.files().data_space_free().unwrap_or(u64::MAX)
     }
 
     /// Whether the free space is below the reserve; notes a change, and
@@ -309,7 +309,7 @@ impl SpaceGuard {
         // What the kernel may hold dirty, and the gate's floor (room for a
         // write that started before its file was armed), stay free for
         // write-backs: O_DIRECT writes and fallocate leave them alone.
-        self.fs.hold_for_write_back(if tight { self.held() + GATE_FLOOR } else { 0 });
+        self.fs.files().hold_for_write_back(if tight { self.held() + GATE_FLOOR } else { 0 });
         tight
     }
 
@@ -320,7 +320,7 @@ impl SpaceGuard {
 
     /// Whether an O_DIRECT write or a fallocate of `len` bytes at `off` of
     /// file `ino` leaves room for the kernel's dirty pages. In tight mode
-    /// the engine's hold answers (`Fs::hold_for_write_back`). Outside it,
+    /// the engine's hold answers (`FileIo::hold_for_write_back`). Outside it,
     /// one that would take the free space down into the reserve first has
     /// the kernel write this mount's dirty pages back (`sync -f`, waited for
     /// at most [`FLUSH_WAIT`]) and the reaper free deleted files' space:
@@ -335,12 +335,12 @@ impl SpaceGuard {
             return true;
         }
         let block = u64::from(self.fs.statfs().map_or(4096, |s| s.block_size));
-        let need = || self.fs.blocks_to_allocate(ino, off, len).map_or(len, |b| b * block);
+        let need = || self.fs.files().blocks_to_allocate(ino, off, len).map_or(len, |b| b * block);
         if need() == 0 {
             return true;
         }
         let flushed = self.flush_kernel_dirty();
-        let _ = self.fs.wait_for_deleted_space();
+        let _ = self.fs.files().wait_for_deleted_space();
         let (need, free) = (need(), self.free_bytes());
         if flushed && need <= free {
             return true;
@@ -392,7 +392,7 @@ impl SpaceGuard {
             );
         }
         if let Some(tx) = self.jobs.lock().as_ref() {
-            let _ = tx.send(self.fs.kernel_held_inodes());
+            let _ = tx.send(self.fs.inodes().kernel_held_inodes());
         }
     }
 
@@ -499,7 +499,7 @@ impl SpaceGuard {
         let overwrite = || match (count, pos) {
             // An overwrite of allocated blocks needs no space: answered,
             // as ext4 takes it on a full disk.
-            (Some(count), Some(pos)) => self.fs.blocks_to_allocate(a.ino, pos, count).is_ok_and(|n| n == 0),
+            (Some(count), Some(pos)) => self.fs.files().blocks_to_allocate(a.ino, pos, count).is_ok_and(|n| n == 0),
             _ => false,
         };
         // A write whose size the caller's call tells needs room for itself;

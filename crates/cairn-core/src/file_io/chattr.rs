@@ -11,13 +11,13 @@ use crate::types::{now, Attr, Ctx};
 
 impl FileIo {
     /// The inode's chattr flags (Linux's FS_*_FL values).
-    pub(crate) fn inode_flags(&self, ino: u64) -> Result<u32> {
+    pub fn inode_flags(&self, ino: u64) -> Result<u32> {
         self.engine.read_op(|| Ok(self.inodes.iget(ino)?.read().d.attr_flags & SETTABLE))
     }
 
     /// Sets the inode's chattr flags to `flags` as `ctx` (see the module
     /// essay for who may); sets ctime.
-    pub(crate) fn set_inode_flags(&self, ctx: &Ctx, ino: u64, flags: u32) -> Result<Attr> {
+    pub fn set_inode_flags(&self, ctx: &Ctx, ino: u64, flags: u32) -> Result<Attr> {
         if flags & !SETTABLE != 0 {
             return Err(FsError::Errno(libc::EOPNOTSUPP));
         }
@@ -53,14 +53,14 @@ impl FileIo {
     /// Whether an inode of this file system has ever been made immutable or
     /// append-only (`COMPAT_INODE_FLAGS`): opens must then be checked
     /// ([`FileIo::check_open`]).
-    pub(crate) fn has_protected_inodes(&self) -> bool {
+    pub fn has_protected_inodes(&self) -> bool {
         self.engine.meta().sb.lock().feature_compat & cairn_format::superblock::COMPAT_INODE_FLAGS != 0
     }
 
     /// EPERM for an `open(2)` with `flags` that the inode's chattr flags
     /// forbid: any write access or O_TRUNC to an immutable file; to an
     /// append-only one, write access without O_APPEND, or O_TRUNC.
-    pub(crate) fn check_open(&self, ino: u64, flags: i32) -> Result<()> {
+    pub fn check_open(&self, ino: u64, flags: i32) -> Result<()> {
         let f = self.engine.read_op(|| Ok(self.inodes.iget(ino)?.read().d.attr_flags))?;
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         if !writing || f & (ATTR_IMMUTABLE | ATTR_APPEND) == 0 {

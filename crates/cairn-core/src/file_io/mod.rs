@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// File data and its operations (see the module essay).
-pub(crate) struct FileIo {
+pub struct FileIo {
     engine: Arc<Engine>,
     inodes: Arc<InodeStore>,
     /// The overwrite fast path and its dirty-times list.
@@ -59,7 +59,7 @@ impl FileIo {
 
     /// The extents of file `ino`, in file order (what FIEMAP and filefrag
     /// report; adjacent ones are not merged).
-    pub(crate) fn extents(&self, ino: u64) -> Result<Vec<cairn_format::extent::Extent>> {
+    pub fn extents(&self, ino: u64) -> Result<Vec<cairn_format::extent::Extent>> {
         self.engine.read_op(|| {
             let r = self.inodes.iget(ino)?;
             let g = r.read();
@@ -71,14 +71,14 @@ impl FileIo {
     }
 
     /// Reads up to `size` bytes at `off` (short only at end of file).
-    pub(crate) fn read(&self, ino: u64, off: u64, size: u32) -> Result<Vec<u8>> {
+    pub fn read(&self, ino: u64, off: u64, size: u32) -> Result<Vec<u8>> {
         self.with_regular(ino, |st| file::read(self.engine.meta(), st, off, size))
     }
 
     /// Reads into `buf` at `off` (clipped at end of file): the bytes read,
     /// every one of them written (see `file::read_into`). For a caller that
     /// has a buffer already, such as a FUSE reply's.
-    pub(crate) fn read_into(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+    pub fn read_into(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
         self.with_regular(ino, |st| file::read_into(self.engine.meta(), st, off, buf))
     }
 
@@ -97,7 +97,7 @@ impl FileIo {
     }
 
     /// lseek(2) for `SEEK_DATA` / `SEEK_HOLE` (other whences are the kernel's).
-    pub(crate) fn lseek(&self, ino: u64, off: u64, whence: i32) -> Result<u64> {
+    pub fn lseek(&self, ino: u64, off: u64, whence: i32) -> Result<u64> {
         self.engine.read_op(|| {
             let r = self.inodes.iget(ino)?;
             let g = r.read();
@@ -114,7 +114,7 @@ impl FileIo {
     /// `fdatasync` of a file whose last metadata change is committed already
     /// (say, after fast-path overwrites) only flushes the device: its dirty
     /// times wait for the next commit, as fdatasync(2) allows.
-    pub(crate) fn fsync(&self, ino: u64, datasync: bool) -> Result<()> {
+    pub fn fsync(&self, ino: u64, datasync: bool) -> Result<()> {
         if datasync && !self.engine.mounted_read_only() {
             self.engine.alive()?;
             self.engine.txm().latch.check_commit()?;
@@ -129,7 +129,7 @@ impl FileIo {
     }
 
     /// Commits everything (syncfs / sync).
-    pub(crate) fn sync_fs(&self) -> Result<()> {
+    pub fn sync_fs(&self) -> Result<()> {
         self.engine.alive()?;
         if self.engine.mounted_read_only() {
             return Ok(());

@@ -33,7 +33,7 @@ impl FileIo {
     /// Writes `data` at `off`; returns the bytes written. Overwrites of
     /// written blocks inside the file take the fast path (`overwrite`); the
     /// rest is journaled, in steps. Sets mtime and ctime.
-    pub(crate) fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
         self.write_data(ino, off, data, true)
     }
 
@@ -41,7 +41,7 @@ impl FileIo {
     /// writeback cache owns a cached file's times: the kernel sends them in
     /// a SETATTR, and its WRITEs of dirty pages may reach cairn after that
     /// SETATTR, so they must not move the times again.
-    pub(crate) fn write_data(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
+    pub fn write_data(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         self.write_from(Origin::Caller, ino, off, data, update_times)
     }
 
@@ -75,7 +75,7 @@ impl FileIo {
     /// it, and the size only grows (`file::write` extends it to what was
     /// written), so everything an earlier `fsync` covered is intact. The
     /// kernel owns the file's times (see [`FileIo::write_data`]).
-    pub(crate) fn write_back(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
+    pub fn write_back(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
         Self::whole(data, self.write_from(Origin::WriteBack, ino, off, data, false))
     }
 
@@ -84,14 +84,14 @@ impl FileIo {
     /// write under FUSE's asynchronous direct I/O: the kernel turns a short
     /// count there into EIO (`fuse_get_res_by_io`), so a full disk must say
     /// ENOSPC instead.
-    pub(crate) fn write_whole(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
+    pub fn write_whole(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         Self::whole(data, self.write_data(ino, off, data, update_times))
     }
 
     /// The data blocks a write of `len` bytes at `off` would allocate: the
     /// holes in its range (0: an overwrite of allocated blocks, which needs
     /// no space).
-    pub(crate) fn blocks_to_allocate(&self, ino: u64, off: u64, len: u64) -> Result<u64> {
+    pub fn blocks_to_allocate(&self, ino: u64, off: u64, len: u64) -> Result<u64> {
         let r = self.inodes.iget(ino)?;
         let g = r.read();
         file::hole_blocks(self.engine.meta(), &g, off, len)
@@ -101,14 +101,14 @@ impl FileIo {
     /// and has still to write back (0: none): writes that are not
     /// write-backs, and fallocate, get ENOSPC rather than take them. The
     /// FUSE space guard sets it while the disk is nearly full.
-    pub(crate) fn hold_for_write_back(&self, bytes: u64) {
+    pub fn hold_for_write_back(&self, bytes: u64) {
         let bs = u64::from(self.engine.meta().geo().block_size);
         self.engine.meta().alloc.hold_for_write_back(bytes.div_ceil(bs));
     }
 
     /// Free bytes that file data may take, what is held for write-backs
     /// included: statfs's available space before the hold.
-    pub(crate) fn data_space_free(&self) -> Result<u64> {
+    pub fn data_space_free(&self) -> Result<u64> {
         let s = self.engine.statfs()?;
         let unheld = s.blocks_free.saturating_sub(self.engine.meta().alloc.reserve_blocks());
         Ok(unheld * u64::from(s.block_size))
@@ -145,7 +145,7 @@ impl FileIo {
     /// freeing (see `reaper`); false if none was waiting or this thread may
     /// not wait. For a caller deciding from the free space whether a write
     /// fits, before it calls in (the FUSE space guard).
-    pub(crate) fn wait_for_deleted_space(&self) -> Result<bool> {
+    pub fn wait_for_deleted_space(&self) -> Result<bool> {
         self.engine.wait_for_reaper()
     }
 
@@ -231,7 +231,7 @@ impl FileIo {
     /// fallocate(2): `mode` is 0 or a combination of `FALLOC_FL_*`. A full
     /// file system waits once for the reaper (see [`FileIo::write`]). Sets ctime,
     /// and mtime for a punch or zero-range.
-    pub(crate) fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
         self.fallocate_data(ino, off, len, mode, true)
     }
 
@@ -241,7 +241,7 @@ impl FileIo {
     /// and sends them in the SETATTR of the inode's write-back, which may
     /// reach cairn first; times set here would then stay on disk, different
     /// from what the caller saw.
-    pub(crate) fn fallocate_data(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
+    pub fn fallocate_data(&self, ino: u64, off: u64, len: u64, mode: i32, update_times: bool) -> Result<()> {
         let mut sync = false;
         if self.inodes.cache().flags_in_use() {
             let r = self.inodes.iget(ino)?;
@@ -322,7 +322,7 @@ impl FileIo {
     /// decision. Costs one look at the inode when there is nothing to drop.
     /// Returns whether the mode changed: the kernel's cached attributes then
     /// still show the old bits, and the adapter tells it.
-    pub(crate) fn kill_privs(&self, ino: u64, suidgid: Option<&dyn Fn(u32) -> bool>) -> Result<bool> {
+    pub fn kill_privs(&self, ino: u64, suidgid: Option<&dyn Fn(u32) -> bool>) -> Result<bool> {
         const CAPS: &[u8] = b"security.capability";
         let needs = |st: &crate::inode::InodeState| -> Result<(u32, bool)> {
             let m = st.d.mode;
@@ -387,7 +387,7 @@ impl FileIo {
     /// Changes attributes (chmod, chown, truncate, utimens). A truncate that
     /// frees more than one handle covers finishes in steps (see the module
     /// essay), on the reaper's thread unless `-o sync_delete`.
-    pub(crate) fn setattr(&self, _ctx: &Ctx, ino: u64, set: &SetAttr) -> Result<Attr> {
+    pub fn setattr(&self, _ctx: &Ctx, ino: u64, set: &SetAttr) -> Result<Attr> {
         if let Some(attr) = self.set_unlinked_times(ino, set)? {
             return Ok(attr);
         }

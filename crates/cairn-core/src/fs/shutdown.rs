@@ -26,7 +26,7 @@ impl Fs {
             return Ok(());
         }
         if flush {
-            if let Err(e) = self.sync_fs() {
+            if let Err(e) = self.files().sync_fs() {
                 tracing::warn!(error = %e, "shutdown: the commit before it failed");
             }
         }

@@ -79,7 +79,7 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
 
 /// The namespace of a mount: the dentry cache and the directory operations
 /// (see the module essay).
-pub(crate) struct Namespace {
+pub struct Namespace {
     engine: Arc<Engine>,
     inodes: Arc<InodeStore>,
     dcache: DentryCache,
@@ -234,7 +234,7 @@ impl Namespace {
 
     /// Creates a regular file, device node, FIFO or socket; `mode` includes
     /// the `S_IF*` type (umask already applied). Increments the lookup count.
-    pub(crate) fn mknod(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32, rdev: u64) -> Result<Attr> {
+    pub fn mknod(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32, rdev: u64) -> Result<Attr> {
         let kind = mode & S_IFMT;
         let mode = if kind == 0 { mode | S_IFREG } else { mode };
         if !matches!(mode & S_IFMT, S_IFREG | S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK) {
@@ -244,12 +244,12 @@ impl Namespace {
     }
 
     /// Creates a directory. Increments the lookup count.
-    pub(crate) fn mkdir(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+    pub fn mkdir(&self, ctx: &Ctx, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
         self.create(ctx, parent, name, S_IFDIR | (mode & 0o7777), 0, None)
     }
 
     /// Creates a symbolic link. Increments the lookup count.
-    pub(crate) fn symlink(&self, ctx: &Ctx, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
+    pub fn symlink(&self, ctx: &Ctx, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
         if target.len() > SYMLINK_MAX {
             return Err(FsError::Errno(libc::ENAMETOOLONG));
         }
@@ -260,7 +260,7 @@ impl Namespace {
     }
 
     /// Creates an unnamed regular file (O_TMPFILE): an orphan until linked.
-    pub(crate) fn tmpfile(&self, ctx: &Ctx, parent: u64, mode: u32) -> Result<Attr> {
+    pub fn tmpfile(&self, ctx: &Ctx, parent: u64, mode: u32) -> Result<Attr> {
         self.engine.change(credits::DEFAULT, |tx| {
             let p = self.inodes.iget(parent)?;
             let pg = p.read();
@@ -282,7 +282,7 @@ impl Namespace {
     }
 
     /// Adds a hard link. Increments the lookup count.
-    pub(crate) fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
         check_name(newname)?;
         let a = self.link_in(ino, newparent, newname)?;
         self.dirsync(newparent)?;
@@ -424,27 +424,27 @@ impl Namespace {
     }
 
     /// Removes a non-directory entry.
-    pub(crate) fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
         self.remove_entry(parent, name, false)?;
         self.inodes.after_unlink();
         self.dirsync(parent)
     }
 
     /// Removes an empty directory.
-    pub(crate) fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
         self.remove_entry(parent, name, true)?;
         self.inodes.after_unlink();
         self.dirsync(parent)
     }
 
     /// Renames, with `RENAME_NOREPLACE` / `RENAME_EXCHANGE` / `RENAME_WHITEOUT` flags.
-    pub(crate) fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: u32) -> Result<()> {
+    pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: u32) -> Result<()> {
         self.rename_as(&Ctx::root(), parent, name, newparent, newname, flags)
     }
 
     /// [`Namespace::rename`] on behalf of `ctx`, who owns the whiteout that
     /// RENAME_WHITEOUT leaves (as the kernel's `vfs_whiteout` does).
-    pub(crate) fn rename_as(
+    pub fn rename_as(
         &self,
         ctx: &Ctx,
         parent: u64,

@@ -21,15 +21,15 @@ fn files_dirs_links_survive_remount() {
     let c = Ctx::root();
     {
         let fs = mount(&dev);
-        let d = fs.mkdir(&c, ROOT, b"dir", 0o755).unwrap();
-        let f = fs.mknod(&c, d.ino, b"file", libc::S_IFREG | 0o644, 0).unwrap();
+        let d = fs.names().mkdir(&c, ROOT, b"dir", 0o755).unwrap();
+        let f = fs.names().mknod(&c, d.ino, b"file", libc::S_IFREG | 0o644, 0).unwrap();
         let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        assert_eq!(fs.write(f.ino, 0, &data).unwrap() as usize, data.len());
-        assert_eq!(fs.write(f.ino, 10 << 20, b"tail").unwrap(), 4);
-        fs.symlink(&c, ROOT, b"short", b"dir/file").unwrap();
+        assert_eq!(fs.files().write(f.ino, 0, &data).unwrap() as usize, data.len());
+        assert_eq!(fs.files().write(f.ino, 10 << 20, b"tail").unwrap(), 4);
+        fs.names().symlink(&c, ROOT, b"short", b"dir/file").unwrap();
         let long = vec![b'x'; 3000];
-        fs.symlink(&c, ROOT, b"long", &long).unwrap();
-        fs.link(f.ino, ROOT, b"hard").unwrap();
+        fs.names().symlink(&c, ROOT, b"long", &long).unwrap();
+        fs.names().link(f.ino, ROOT, b"hard").unwrap();
         fs.setxattr(f.ino, b"user.k", b"v1", 0).unwrap();
         fs.unmount().unwrap();
     }
@@ -38,10 +38,10 @@ fn files_dirs_links_survive_remount() {
     let f = fs.lookup(d.ino, b"file").unwrap();
     assert_eq!(f.nlink, 2);
     assert_eq!(f.size, (10 << 20) + 4);
-    let back = fs.read(f.ino, 0, 300_000).unwrap();
+    let back = fs.files().read(f.ino, 0, 300_000).unwrap();
     assert!(back.iter().enumerate().all(|(i, b)| *b == (i as u32 * 7 % 251) as u8));
-    assert_eq!(fs.read(f.ino, 5 << 20, 10).unwrap(), vec![0u8; 10], "hole must read as zeros");
-    assert_eq!(fs.read(f.ino, 10 << 20, 100).unwrap(), b"tail");
+    assert_eq!(fs.files().read(f.ino, 5 << 20, 10).unwrap(), vec![0u8; 10], "hole must read as zeros");
+    assert_eq!(fs.files().read(f.ino, 10 << 20, 100).unwrap(), b"tail");
     let s = fs.lookup(ROOT, b"short").unwrap();
     assert_eq!(fs.readlink(s.ino).unwrap(), b"dir/file");
     let l = fs.lookup(ROOT, b"long").unwrap();
@@ -58,23 +58,23 @@ fn unlink_rmdir_rename_semantics() {
     let dev = new_image(32);
     let c = Ctx::root();
     let fs = mount(&dev);
-    let a = fs.mkdir(&c, ROOT, b"a", 0o755).unwrap();
-    let b = fs.mkdir(&c, ROOT, b"b", 0o755).unwrap();
-    fs.mknod(&c, a.ino, b"x", libc::S_IFREG | 0o600, 0).unwrap();
-    fs.mknod(&c, b.ino, b"y", libc::S_IFREG | 0o600, 0).unwrap();
-    assert_eq!(fs.rmdir(ROOT, b"a").unwrap_err().errno(), libc::ENOTEMPTY);
-    assert_eq!(fs.unlink(ROOT, b"a").unwrap_err().errno(), libc::EISDIR);
-    assert_eq!(fs.rename(a.ino, b"x", b.ino, b"y", RENAME_NOREPLACE).unwrap_err().errno(), libc::EEXIST);
-    fs.rename(a.ino, b"x", b.ino, b"y", RENAME_EXCHANGE).unwrap();
-    fs.rename(b.ino, b"y", ROOT, b"z", 0).unwrap();
-    assert_eq!(fs.rename(ROOT, b"a", a.ino, b"sub", 0).unwrap_err().errno(), libc::EINVAL);
-    fs.rename(ROOT, b"a", b.ino, b"a2", 0).unwrap();
-    assert_eq!(fs.getattr(b.ino).unwrap().nlink, 3);
-    assert_eq!(fs.getattr(ROOT).unwrap().nlink, 3);
+    let a = fs.names().mkdir(&c, ROOT, b"a", 0o755).unwrap();
+    let b = fs.names().mkdir(&c, ROOT, b"b", 0o755).unwrap();
+    fs.names().mknod(&c, a.ino, b"x", libc::S_IFREG | 0o600, 0).unwrap();
+    fs.names().mknod(&c, b.ino, b"y", libc::S_IFREG | 0o600, 0).unwrap();
+    assert_eq!(fs.names().rmdir(ROOT, b"a").unwrap_err().errno(), libc::ENOTEMPTY);
+    assert_eq!(fs.names().unlink(ROOT, b"a").unwrap_err().errno(), libc::EISDIR);
+    assert_eq!(fs.names().rename(a.ino, b"x", b.ino, b"y", RENAME_NOREPLACE).unwrap_err().errno(), libc::EEXIST);
+    fs.names().rename(a.ino, b"x", b.ino, b"y", RENAME_EXCHANGE).unwrap();
+    fs.names().rename(b.ino, b"y", ROOT, b"z", 0).unwrap();
+    assert_eq!(fs.names().rename(ROOT, b"a", a.ino, b"sub", 0).unwrap_err().errno(), libc::EINVAL);
+    fs.names().rename(ROOT, b"a", b.ino, b"a2", 0).unwrap();
+    assert_eq!(fs.inodes().getattr(b.ino).unwrap().nlink, 3);
+    assert_eq!(fs.inodes().getattr(ROOT).unwrap().nlink, 3);
     assert_eq!(fs.lookup(a.ino, b"..").unwrap().ino, b.ino);
-    fs.unlink(a.ino, b"x").unwrap();
-    fs.unlink(ROOT, b"z").unwrap();
-    fs.rmdir(b.ino, b"a2").unwrap();
+    fs.names().unlink(a.ino, b"x").unwrap();
+    fs.names().unlink(ROOT, b"z").unwrap();
+    fs.names().rmdir(b.ino, b"a2").unwrap();
     assert_eq!(fs.lookup(b.ino, b"a2").unwrap_err().errno(), libc::ENOENT);
     assert_eq!(fs.lookup(ROOT, &[b'n'; 256]).unwrap_err().errno(), libc::ENAMETOOLONG);
     fs.unmount().unwrap();
@@ -85,21 +85,21 @@ fn truncate_fallocate_seek() {
     let dev = new_image(32);
     let c = Ctx::root();
     let fs = mount(&dev);
-    let f = fs.mknod(&c, ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap();
-    fs.write(f.ino, 0, &vec![1u8; 20000]).unwrap();
-    fs.setattr(&c, f.ino, &SetAttr { size: Some(5000), ..Default::default() }).unwrap();
-    fs.setattr(&c, f.ino, &SetAttr { size: Some(9000), ..Default::default() }).unwrap();
-    let r = fs.read(f.ino, 0, 9000).unwrap();
+    let f = fs.names().mknod(&c, ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap();
+    fs.files().write(f.ino, 0, &vec![1u8; 20000]).unwrap();
+    fs.files().setattr(&c, f.ino, &SetAttr { size: Some(5000), ..Default::default() }).unwrap();
+    fs.files().setattr(&c, f.ino, &SetAttr { size: Some(9000), ..Default::default() }).unwrap();
+    let r = fs.files().read(f.ino, 0, 9000).unwrap();
     assert!(r[..5000].iter().all(|b| *b == 1) && r[5000..].iter().all(|b| *b == 0));
-    fs.fallocate(f.ino, 1 << 20, 1 << 20, FALLOC_FL_KEEP_SIZE).unwrap();
-    assert_eq!(fs.getattr(f.ino).unwrap().size, 9000);
-    fs.fallocate(f.ino, 0, 8192, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).unwrap();
-    assert_eq!(fs.read(f.ino, 0, 8192).unwrap(), vec![0u8; 8192]);
-    assert_eq!(fs.lseek(f.ino, 0, libc::SEEK_DATA).unwrap_err().errno(), libc::ENXIO);
-    fs.write(f.ino, 8192, &[9u8; 100]).unwrap();
-    assert_eq!(fs.lseek(f.ino, 0, libc::SEEK_HOLE).unwrap(), 0);
-    assert_eq!(fs.lseek(f.ino, 0, libc::SEEK_DATA).unwrap(), 8192);
-    assert_eq!(fs.lseek(f.ino, 8192, libc::SEEK_HOLE).unwrap(), 9000);
+    fs.files().fallocate(f.ino, 1 << 20, 1 << 20, FALLOC_FL_KEEP_SIZE).unwrap();
+    assert_eq!(fs.inodes().getattr(f.ino).unwrap().size, 9000);
+    fs.files().fallocate(f.ino, 0, 8192, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).unwrap();
+    assert_eq!(fs.files().read(f.ino, 0, 8192).unwrap(), vec![0u8; 8192]);
+    assert_eq!(fs.files().lseek(f.ino, 0, libc::SEEK_DATA).unwrap_err().errno(), libc::ENXIO);
+    fs.files().write(f.ino, 8192, &[9u8; 100]).unwrap();
+    assert_eq!(fs.files().lseek(f.ino, 0, libc::SEEK_HOLE).unwrap(), 0);
+    assert_eq!(fs.files().lseek(f.ino, 0, libc::SEEK_DATA).unwrap(), 8192);
+    assert_eq!(fs.files().lseek(f.ino, 8192, libc::SEEK_HOLE).unwrap(), 9000);
     fs.unmount().unwrap();
 }
 
@@ -110,21 +110,21 @@ fn read_into_a_dirty_buffer_zeroes_holes_and_unwritten_blocks() {
     let dev = new_image(32);
     let c = Ctx::root();
     let fs = mount(&dev);
-    let f = fs.mknod(&c, ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    fs.write(f, 0, &[3u8; 5000]).unwrap();
-    fs.write(f, 20000, &[4u8; 100]).unwrap(); // a hole from 8192 to 16384
-    fs.fallocate(f, 32768, 8192, 0).unwrap(); // unwritten, the new end
+    let f = fs.names().mknod(&c, ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.files().write(f, 0, &[3u8; 5000]).unwrap();
+    fs.files().write(f, 20000, &[4u8; 100]).unwrap(); // a hole from 8192 to 16384
+    fs.files().fallocate(f, 32768, 8192, 0).unwrap(); // unwritten, the new end
     let size = 32768 + 8192;
     for (off, len) in [(0u64, 65536usize), (4000, 20000), (30000, 4096), (40000, 4096), (size, 10)] {
         let mut buf = vec![0xeeu8; len];
-        let n = fs.read_into(f, off, &mut buf).unwrap();
-        let want = fs.read(f, off, len as u32).unwrap();
+        let n = fs.files().read_into(f, off, &mut buf).unwrap();
+        let want = fs.files().read(f, off, len as u32).unwrap();
         assert_eq!(n, want.len(), "count at {off}+{len}");
         assert_eq!(&buf[..n], &want[..], "bytes at {off}+{len}");
         assert!(buf[n..].iter().all(|&b| b == 0xee), "bytes past the count at {off}+{len} changed");
     }
     let mut buf = vec![0xeeu8; 65536];
-    assert_eq!(fs.read_into(f, 0, &mut buf).unwrap(), size as usize);
+    assert_eq!(fs.files().read_into(f, 0, &mut buf).unwrap(), size as usize);
     assert!(buf[5000..20000].iter().all(|&b| b == 0) && buf[20100..size as usize].iter().all(|&b| b == 0));
     fs.unmount().unwrap();
 }
@@ -134,14 +134,14 @@ fn big_directory_and_many_extents() {
     let dev = new_image(128);
     let c = Ctx::root();
     let fs = mount(&dev);
-    let d = fs.mkdir(&c, ROOT, b"big", 0o755).unwrap();
+    let d = fs.names().mkdir(&c, ROOT, b"big", 0o755).unwrap();
     for i in 0..5000 {
-        fs.mknod(&c, d.ino, format!("file-{i:05}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        fs.names().mknod(&c, d.ino, format!("file-{i:05}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
     }
-    let f = fs.mknod(&c, ROOT, b"frag", libc::S_IFREG | 0o644, 0).unwrap();
+    let f = fs.names().mknod(&c, ROOT, b"frag", libc::S_IFREG | 0o644, 0).unwrap();
     // Every other block: many extents, forcing an extent tree.
     for i in 0..2000u64 {
-        fs.write(f.ino, i * 8192, &[i as u8; 10]).unwrap();
+        fs.files().write(f.ino, i * 8192, &[i as u8; 10]).unwrap();
     }
     fs.unmount().unwrap();
     let fs = mount(&dev);
@@ -150,12 +150,12 @@ fn big_directory_and_many_extents() {
         fs.lookup(d.ino, format!("file-{i:05}").as_bytes()).unwrap();
     }
     for i in (0..2000u64).step_by(37) {
-        assert_eq!(fs.read(f.ino, i * 8192, 10).unwrap(), vec![i as u8; 10]);
+        assert_eq!(fs.files().read(f.ino, i * 8192, 10).unwrap(), vec![i as u8; 10]);
     }
     for i in 0..5000 {
-        fs.unlink(d.ino, format!("file-{i:05}").as_bytes()).unwrap();
+        fs.names().unlink(d.ino, format!("file-{i:05}").as_bytes()).unwrap();
     }
-    fs.rmdir(ROOT, b"big").unwrap();
+    fs.names().rmdir(ROOT, b"big").unwrap();
     fs.unmount().unwrap();
 }
 
@@ -213,8 +213,8 @@ fn a_mounted_image_says_not_clean_at_home_until_it_is_unmounted() {
     assert_ne!(home_superblock(&dev).state & STATE_CLEAN, 0, "a new image is clean");
     let fs = mount(&dev);
     assert_eq!(home_superblock(&dev).state & STATE_CLEAN, 0, "mounted, before any operation");
-    fs.mknod(&Ctx::root(), ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap();
-    fs.sync_fs().unwrap();
+    fs.names().mknod(&Ctx::root(), ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap();
+    fs.files().sync_fs().unwrap();
     assert_eq!(home_superblock(&dev).state & STATE_CLEAN, 0, "after a commit");
     fs.unmount().unwrap();
     assert_ne!(home_superblock(&dev).state & STATE_CLEAN, 0, "after unmount");
@@ -244,39 +244,39 @@ fn rename_whiteout_leaves_a_whiteout_owned_by_the_caller_in_one_transaction() {
     let fs = mount(&dev);
     let root = Ctx::root();
     let user = Ctx { uid: 1000, gid: 1000, ..Ctx::root() };
-    let a = fs.mknod(&root, ROOT, b"a", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    fs.write(a, 0, b"moved").unwrap();
-    fs.mknod(&root, ROOT, b"there", libc::S_IFREG | 0o644, 0).unwrap();
+    let a = fs.names().mknod(&root, ROOT, b"a", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.files().write(a, 0, b"moved").unwrap();
+    fs.names().mknod(&root, ROOT, b"there", libc::S_IFREG | 0o644, 0).unwrap();
     // Invalid combinations change nothing.
     for bad in [RENAME_WHITEOUT | RENAME_EXCHANGE, RENAME_WHITEOUT | RENAME_NOREPLACE | RENAME_EXCHANGE] {
-        let e = fs.rename_as(&user, ROOT, b"a", ROOT, b"there", bad).unwrap_err();
+        let e = fs.names().rename_as(&user, ROOT, b"a", ROOT, b"there", bad).unwrap_err();
         assert!(matches!(e, cairn_core::FsError::Errno(libc::EINVAL)), "{e:?}");
     }
-    let e = fs.rename_as(&user, ROOT, b"a", ROOT, b"there", RENAME_WHITEOUT | RENAME_NOREPLACE).unwrap_err();
+    let e = fs.names().rename_as(&user, ROOT, b"a", ROOT, b"there", RENAME_WHITEOUT | RENAME_NOREPLACE).unwrap_err();
     assert!(matches!(e, cairn_core::FsError::Errno(libc::EEXIST)), "{e:?}");
     let used = fs.statfs().unwrap().files_free;
     assert_eq!(fs.lookup(ROOT, b"a").unwrap().ino, a, "a refused rename left no whiteout");
 
-    fs.rename_as(&user, ROOT, b"a", ROOT, b"b", RENAME_WHITEOUT).unwrap();
+    fs.names().rename_as(&user, ROOT, b"a", ROOT, b"b", RENAME_WHITEOUT).unwrap();
     assert_eq!(fs.lookup(ROOT, b"b").unwrap().ino, a);
     let w = fs.lookup(ROOT, b"a").unwrap();
     assert_ne!(w.ino, a);
     assert_eq!((w.mode, w.rdev, w.uid, w.gid, w.nlink), (libc::S_IFCHR, 0, 1000, 1000, 1));
     assert_eq!(fs.statfs().unwrap().files_free, used - 1);
     // Over an existing target, which goes.
-    fs.rename_as(&user, ROOT, b"b", ROOT, b"there", RENAME_WHITEOUT).unwrap();
-    assert_eq!(fs.read(fs.lookup(ROOT, b"there").unwrap().ino, 0, 10).unwrap(), b"moved");
+    fs.names().rename_as(&user, ROOT, b"b", ROOT, b"there", RENAME_WHITEOUT).unwrap();
+    assert_eq!(fs.files().read(fs.lookup(ROOT, b"there").unwrap().ino, 0, 10).unwrap(), b"moved");
     assert_eq!(fs.lookup(ROOT, b"b").unwrap().mode, libc::S_IFCHR);
     // A directory, into another directory; its whiteout takes a set-gid
     // parent's group.
-    let sg = fs.mkdir(&root, ROOT, b"sg", 0o2777).unwrap().ino;
-    fs.setattr(&root, sg, &SetAttr { gid: Some(50), ..Default::default() }).unwrap();
-    fs.setattr(&root, sg, &SetAttr { mode: Some(0o2777), ..Default::default() }).unwrap();
-    fs.mkdir(&user, sg, b"dir", 0o755).unwrap();
-    fs.rename_as(&user, sg, b"dir", ROOT, b"dir", RENAME_WHITEOUT).unwrap();
+    let sg = fs.names().mkdir(&root, ROOT, b"sg", 0o2777).unwrap().ino;
+    fs.files().setattr(&root, sg, &SetAttr { gid: Some(50), ..Default::default() }).unwrap();
+    fs.files().setattr(&root, sg, &SetAttr { mode: Some(0o2777), ..Default::default() }).unwrap();
+    fs.names().mkdir(&user, sg, b"dir", 0o755).unwrap();
+    fs.names().rename_as(&user, sg, b"dir", ROOT, b"dir", RENAME_WHITEOUT).unwrap();
     let w = fs.lookup(sg, b"dir").unwrap();
     assert_eq!((w.mode, w.uid, w.gid), (libc::S_IFCHR, 1000, 50));
-    assert_eq!(fs.getattr(sg).unwrap().nlink, 2, "the set-gid directory lost its subdirectory");
+    assert_eq!(fs.inodes().getattr(sg).unwrap().nlink, 2, "the set-gid directory lost its subdirectory");
     let mut n = names(&fs, ROOT);
     n.sort();
     assert_eq!(n, [".", "..", "a", "b", "dir", "sg", "there"]);

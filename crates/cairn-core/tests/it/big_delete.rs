@@ -29,9 +29,9 @@ fn opts_sync_delete() -> MountOptions {
 
 /// Maps every other block of `blocks` blocks of a new file `name`.
 fn map_every_other_block(fs: &Fs, name: &[u8], blocks: u64, bs: u64) -> u64 {
-    let f = fs.mknod(&Ctx::root(), ROOT, name, libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let f = fs.names().mknod(&Ctx::root(), ROOT, name, libc::S_IFREG | 0o644, 0).unwrap().ino;
     for i in (0..blocks).step_by(2) {
-        fs.fallocate(f, i * bs, bs, 0).unwrap();
+        fs.files().fallocate(f, i * bs, bs, 0).unwrap();
     }
     f
 }
@@ -49,14 +49,14 @@ fn deleting_a_10_gib_file_of_1_3_million_extents_with_a_1_mib_journal() {
     let t0 = Instant::now();
     let blocks = (10u64 << 30) / 4096;
     let f = map_every_other_block(&fs, b"huge", blocks, 4096);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let mapped = t0.elapsed();
     assert!(free0 - stat(&fs, "alloc.free_blocks") >= blocks / 2);
     // The unlink and the last FORGET return at once (the reaper frees the
     // file in steps), and statfs counts the space as free meanwhile.
     let t1 = Instant::now();
-    fs.unlink(ROOT, b"huge").unwrap();
-    fs.forget(f, 1);
+    fs.names().unlink(ROOT, b"huge").unwrap();
+    fs.inodes().forget(f, 1);
     let returned = t1.elapsed();
     assert!(fs.statfs().unwrap().blocks_free >= free0 - 16, "statfs does not count the queued file as free");
     while stat(&fs, "reaper.backlog_inodes") > 0 {
@@ -64,9 +64,9 @@ fn deleting_a_10_gib_file_of_1_3_million_extents_with_a_1_mib_journal() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let freed = t1.elapsed();
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     assert_eq!(stat(&fs, "tx.credit_overruns"), 0);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     assert_eq!(stat(&fs, "alloc.free_blocks"), free0);
     eprintln!(
         "10 GiB / {} extents / 1 MiB journal: mapped in {mapped:?}; unlink + last forget returned in {returned:?}, \
@@ -92,7 +92,7 @@ fn a_crash_anywhere_in_a_large_delete_is_finished_at_mount() {
         let fs = Fs::mount(d.clone(), opts()).unwrap();
         let free0 = stat(&fs, "alloc.free_blocks");
         map_every_other_block(&fs, b"big", 12_000, 4096);
-        fs.sync_fs().unwrap();
+        fs.files().sync_fs().unwrap();
         let with = stat(&fs, "alloc.free_blocks");
         fs.unmount().unwrap();
         let bytes = {
@@ -107,9 +107,9 @@ fn a_crash_anywhere_in_a_large_delete_is_finished_at_mount() {
     let fs = Fs::mount(rec.clone(), opts_sync_delete()).unwrap();
     let f = fs.lookup(ROOT, b"big").unwrap();
     let start = rec.ops().len();
-    fs.unlink(ROOT, b"big").unwrap();
-    fs.forget(f.ino, 2);
-    fs.sync_fs().unwrap();
+    fs.names().unlink(ROOT, b"big").unwrap();
+    fs.inodes().forget(f.ino, 2);
+    fs.files().sync_fs().unwrap();
     assert!(stat(&fs, "tx.steps") > 5, "the delete ran in {} steps", stat(&fs, "tx.steps"));
     assert_eq!(stat(&fs, "tx.credit_overruns"), 0);
     fs.unmount().unwrap();
@@ -141,7 +141,7 @@ fn a_crash_anywhere_in_a_large_delete_is_finished_at_mount() {
                     present += 1;
                 }
                 Err(_) => {
-                    fs.sync_fs().unwrap();
+                    fs.files().sync_fs().unwrap();
                     assert_eq!(stat(&fs, "alloc.free_blocks"), free0, "{what}: mount finished the delete");
                     gone += 1;
                 }

@@ -34,8 +34,8 @@ fn a_tiny_budget_keeps_every_name_and_attribute_right() {
     let dev = new_image(256);
     let fs = mount_with(&dev, tiny(100, 100));
     let c = Ctx::root();
-    let a = fs.mkdir(&c, 1, b"a", 0o755).unwrap().ino;
-    let b = fs.mkdir(&c, 1, b"b", 0o755).unwrap().ino;
+    let a = fs.names().mkdir(&c, 1, b"a", 0o755).unwrap().ino;
+    let b = fs.names().mkdir(&c, 1, b"b", 0o755).unwrap().ino;
     const THREADS: u64 = 4;
     const PER: u64 = 5000;
     let threads: Vec<_> = (0..THREADS)
@@ -48,19 +48,19 @@ fn a_tiny_budget_keeps_every_name_and_attribute_right() {
                     let n = name.as_bytes();
                     // Each create's negative lookup first, as the kernel does.
                     assert!(enoent(fs.lookup(a, n)), "{name} before create");
-                    let f = fs.mknod(&c, a, n, libc::S_IFREG | 0o644, 0).unwrap().ino;
-                    fs.write(f, 0, &vec![t as u8; (i % 97) as usize]).unwrap();
+                    let f = fs.names().mknod(&c, a, n, libc::S_IFREG | 0o644, 0).unwrap().ino;
+                    fs.files().write(f, 0, &vec![t as u8; (i % 97) as usize]).unwrap();
                     let set = SetAttr { mode: Some(0o600 | (i % 8) as u32), ..Default::default() };
-                    fs.setattr(&c, f, &set).unwrap();
+                    fs.files().setattr(&c, f, &set).unwrap();
                     assert_eq!(fs.lookup(a, n).unwrap().ino, f, "{name} after create");
                     // The kernel forgets most of them (create + lookup).
                     if i % 4 != 0 {
-                        fs.forget(f, 2);
+                        fs.inodes().forget(f, 2);
                     }
                     let fate = i % 3;
                     match fate {
-                        0 => fs.rename(a, n, b, n, 0).unwrap(),
-                        1 => fs.unlink(a, n).unwrap(),
+                        0 => fs.names().rename(a, n, b, n, 0).unwrap(),
+                        1 => fs.names().unlink(a, n).unwrap(),
                         _ => {}
                     }
                     out.push((name, f, fate, i));
@@ -110,34 +110,34 @@ fn an_open_unlinked_file_survives_reclaim_and_is_freed_at_its_last_forget() {
     let dev = new_image(64);
     let fs = mount_with(&dev, tiny(50, 50));
     let c = Ctx::root();
-    let f = fs.mknod(&c, 1, b"open", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let f = fs.names().mknod(&c, 1, b"open", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let data: Vec<u8> = (0..20_000u32).map(|i| (i * 7) as u8).collect();
-    fs.write(f, 0, &data).unwrap();
-    fs.unlink(1, b"open").unwrap();
+    fs.files().write(f, 0, &data).unwrap();
+    fs.names().unlink(1, b"open").unwrap();
     let free_before = fs.statfs().unwrap().files_free;
     // Far more inodes than fit go through the cache, before and after the
     // file is used again (the last forget must find it in core too).
     let pressure = |from: u64| {
         for i in from..from + 3000 {
             let n = format!("x{i}");
-            let x = fs.mknod(&c, 1, n.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
-            fs.forget(x, 1);
+            let x = fs.names().mknod(&c, 1, n.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+            fs.inodes().forget(x, 1);
         }
     };
     pressure(0);
     assert!(stat(&fs, "icache.reclaimed") > 2000);
-    let at = fs.getattr(f).unwrap();
+    let at = fs.inodes().getattr(f).unwrap();
     assert_eq!((at.nlink, at.size), (0, 20_000));
-    assert_eq!(fs.read(f, 0, 30_000).unwrap(), data);
+    assert_eq!(fs.files().read(f, 0, 30_000).unwrap(), data);
     pressure(3000);
     assert_eq!(fs.statfs().unwrap().files_free, free_before - 6000, "the unlinked file was freed while open");
-    fs.forget(f, 1); // queues it on the reaper (see `reaper`)
+    fs.inodes().forget(f, 1); // queues it on the reaper (see `reaper`)
     let t0 = std::time::Instant::now();
     while stat(&fs, "reaper.backlog_inodes") > 0 && t0.elapsed() < std::time::Duration::from_secs(60) {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     assert_eq!(fs.statfs().unwrap().files_free, free_before - 6000 + 1, "not freed after its last forget");
-    assert!(fs.getattr(f).is_err());
+    assert!(fs.inodes().getattr(f).is_err());
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the open unlinked file");
 }
@@ -147,32 +147,32 @@ fn negative_entries_go_when_the_name_appears() {
     let dev = new_image(64);
     let fs = mount(&dev);
     let c = Ctx::root();
-    let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap().ino;
-    let other = fs.mknod(&c, 1, b"other", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    let src = fs.mknod(&c, 1, b"src", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let d = fs.names().mkdir(&c, 1, b"d", 0o755).unwrap().ino;
+    let other = fs.names().mknod(&c, 1, b"other", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let src = fs.names().mknod(&c, 1, b"src", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let names: [&[u8]; 5] = [b"file", b"dir", b"sym", b"link", b"moved"];
     for n in names {
         assert!(enoent(fs.lookup(d, n)));
         assert!(enoent(fs.lookup(d, n)));
     }
     assert!(stat(&fs, "dcache.negative_hits") >= 5, "negative entries are not cached");
-    let file = fs.mknod(&c, d, b"file", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    let dir = fs.mkdir(&c, d, b"dir", 0o755).unwrap().ino;
-    let sym = fs.symlink(&c, d, b"sym", b"/x").unwrap().ino;
-    fs.link(other, d, b"link").unwrap();
-    fs.rename(1, b"src", d, b"moved", 0).unwrap();
+    let file = fs.names().mknod(&c, d, b"file", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let dir = fs.names().mkdir(&c, d, b"dir", 0o755).unwrap().ino;
+    let sym = fs.names().symlink(&c, d, b"sym", b"/x").unwrap().ino;
+    fs.names().link(other, d, b"link").unwrap();
+    fs.names().rename(1, b"src", d, b"moved", 0).unwrap();
     for (n, ino) in names.iter().zip([file, dir, sym, other, src]) {
         assert_eq!(fs.lookup(d, n).unwrap().ino, ino, "{}", String::from_utf8_lossy(n));
     }
     // And the other way: gone names are gone, created again are the new ones.
-    fs.unlink(d, b"file").unwrap();
-    fs.rmdir(d, b"dir").unwrap();
-    fs.rename(d, b"moved", 1, b"src", 0).unwrap();
+    fs.names().unlink(d, b"file").unwrap();
+    fs.names().rmdir(d, b"dir").unwrap();
+    fs.names().rename(d, b"moved", 1, b"src", 0).unwrap();
     for n in [&b"file"[..], b"dir", b"moved"] {
         assert!(enoent(fs.lookup(d, n)));
     }
     assert_eq!(fs.lookup(1, b"src").unwrap().ino, src);
-    let file2 = fs.mknod(&c, d, b"file", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let file2 = fs.names().mknod(&c, d, b"file", libc::S_IFREG | 0o644, 0).unwrap().ino;
     assert_eq!(fs.lookup(d, b"file").unwrap().ino, file2);
     fs.unmount().unwrap();
 }
@@ -185,10 +185,10 @@ fn a_lookup_never_finds_a_name_a_finished_rename_moved_away() {
     let dev = new_image(128);
     let fs = mount_with(&dev, tiny(64, 64));
     let c = Ctx::root();
-    let d1 = fs.mkdir(&c, 1, b"d1", 0o755).unwrap().ino;
-    let d2 = fs.mkdir(&c, 1, b"d2", 0o755).unwrap().ino;
-    let x = fs.mknod(&c, d1, b"a", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    let y = fs.mknod(&c, d1, b"y", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let d1 = fs.names().mkdir(&c, 1, b"d1", 0o755).unwrap().ino;
+    let d2 = fs.names().mkdir(&c, 1, b"d2", 0o755).unwrap().ino;
+    let x = fs.names().mknod(&c, d1, b"a", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let y = fs.names().mknod(&c, d1, b"y", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let seq = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     // State k (seq = 2k), cycling through 4:
@@ -221,7 +221,7 @@ fn a_lookup_never_finds_a_name_a_finished_rename_moved_away() {
                     let r = fs.lookup(dir, name);
                     let s2 = seq.load(Ordering::SeqCst);
                     if let Ok(a) = &r {
-                        fs.forget(a.ino, 1);
+                        fs.inodes().forget(a.ino, 1);
                     }
                     if s1 != s2 || s1 % 2 == 1 {
                         continue;
@@ -248,9 +248,9 @@ fn a_lookup_never_finds_a_name_a_finished_rename_moved_away() {
             while !stop.load(Ordering::Relaxed) {
                 let n = format!("c{}", i % 500);
                 let dir = if i.is_multiple_of(2) { d1 } else { d2 };
-                match fs.mknod(&c, dir, n.as_bytes(), libc::S_IFREG | 0o644, 0) {
-                    Ok(a) => fs.forget(a.ino, 1),
-                    Err(_) => fs.unlink(dir, n.as_bytes()).unwrap(),
+                match fs.names().mknod(&c, dir, n.as_bytes(), libc::S_IFREG | 0o644, 0) {
+                    Ok(a) => fs.inodes().forget(a.ino, 1),
+                    Err(_) => fs.names().unlink(dir, n.as_bytes()).unwrap(),
                 }
                 i += 1;
             }
@@ -265,7 +265,7 @@ fn a_lookup_never_finds_a_name_a_finished_rename_moved_away() {
         for (dir, name) in probes {
             let got = fs.lookup(dir, name).ok().map(|a| a.ino);
             if let Some(ino) = got {
-                fs.forget(ino, 1);
+                fs.inodes().forget(ino, 1);
             }
             assert_eq!(
                 got,
@@ -279,13 +279,13 @@ fn a_lookup_never_finds_a_name_a_finished_rename_moved_away() {
         std::thread::sleep(std::time::Duration::from_micros(100));
     };
     for _ in 0..1500 {
-        step(&|| fs.rename(d1, b"a", d1, b"b", 0).unwrap());
-        step(&|| fs.rename(d1, b"b", d1, b"y", RENAME_EXCHANGE).unwrap());
+        step(&|| fs.names().rename(d1, b"a", d1, b"b", 0).unwrap());
+        step(&|| fs.names().rename(d1, b"b", d1, b"y", RENAME_EXCHANGE).unwrap());
         step(&|| {
-            fs.rename(d1, b"b", d1, b"y", RENAME_EXCHANGE).unwrap();
-            fs.rename(d1, b"b", d2, b"a", 0).unwrap();
+            fs.names().rename(d1, b"b", d1, b"y", RENAME_EXCHANGE).unwrap();
+            fs.names().rename(d1, b"b", d2, b"a", 0).unwrap();
         });
-        step(&|| fs.rename(d2, b"a", d1, b"a", 0).unwrap());
+        step(&|| fs.names().rename(d2, b"a", d1, b"a", 0).unwrap());
     }
     stop.store(true, Ordering::Relaxed);
     churn.join().unwrap();
@@ -300,12 +300,16 @@ fn hold_many(opts: MountOptions, n: u64) -> (u64, u64, u64) {
     let dev = new_image_with(256, &MkfsOptions { bytes_per_inode: 4096, ..Default::default() });
     let fs = mount_with(&dev, opts);
     let c = Ctx::root();
-    let dirs: Vec<u64> = (0..10).map(|i| fs.mkdir(&c, 1, format!("d{i}").as_bytes(), 0o755).unwrap().ino).collect();
+    let dirs: Vec<u64> =
+        (0..10).map(|i| fs.names().mkdir(&c, 1, format!("d{i}").as_bytes(), 0o755).unwrap().ino).collect();
     let mut most = 0;
     let mut inos = Vec::new();
     for i in 0..n {
         // The create's lookup reference is kept: the kernel holds them all.
-        let f = fs.mknod(&c, dirs[(i % 10) as usize], format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        let f = fs
+            .names()
+            .mknod(&c, dirs[(i % 10) as usize], format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0)
+            .unwrap();
         inos.push(f.ino);
         if i % 1000 == 0 {
             most = most.max(stat(&fs, "icache.entries"));
@@ -315,14 +319,14 @@ fn hold_many(opts: MountOptions, n: u64) -> (u64, u64, u64) {
     for (i, f) in inos.iter().enumerate() {
         let a = fs.lookup(dirs[i % 10], format!("f{i}").as_bytes()).unwrap();
         assert_eq!(a.ino, *f);
-        assert_eq!(fs.getattr(*f).unwrap().mode, libc::S_IFREG | 0o644);
+        assert_eq!(fs.inodes().getattr(*f).unwrap().mode, libc::S_IFREG | 0o644);
         if i % 1000 == 0 {
             most = most.max(stat(&fs, "icache.entries"));
         }
     }
     let bytes = stat(&fs, "icache.bytes");
     for f in &inos {
-        fs.forget(*f, 2);
+        fs.inodes().forget(*f, 2);
     }
     assert_eq!(stat(&fs, "icache.lookup_refs"), 10, "the directories' references are left");
     fs.unmount().unwrap();
@@ -359,21 +363,21 @@ fn fdatasync_of_an_inode_read_back_before_its_commit_still_commits() {
     let opts = MountOptions { commit_interval: std::time::Duration::from_secs(3600), ..tiny(50, 50) };
     let fs = mount_with(&dev, opts);
     let c = Ctx::root();
-    let f = fs.mknod(&c, 1, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    fs.forget(f, 1);
-    fs.sync_fs().unwrap();
+    let f = fs.names().mknod(&c, 1, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.inodes().forget(f, 1);
+    fs.files().sync_fs().unwrap();
     let set = SetAttr { mode: Some(0o600), ..Default::default() };
-    fs.setattr(&c, f, &set).unwrap();
+    fs.files().setattr(&c, f, &set).unwrap();
     // Far more inodes than fit: it is dropped from the cache.
     let before = stat(&fs, "icache.reclaimed");
     for i in 0..2000 {
-        let x = fs.mknod(&c, 1, format!("x{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
-        fs.forget(x, 1);
+        let x = fs.names().mknod(&c, 1, format!("x{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.inodes().forget(x, 1);
     }
     assert!(stat(&fs, "icache.reclaimed") > before + 1000);
     let commits = stat(&fs, "journal.commits");
     let flush_only = stat(&fs, "overwrite.datasync_flush_only");
-    fs.fsync(f, true).unwrap();
+    fs.files().fsync(f, true).unwrap();
     assert_eq!(stat(&fs, "overwrite.datasync_flush_only"), flush_only, "fdatasync only flushed");
     assert!(stat(&fs, "journal.commits") > commits, "fdatasync did not commit the mode change");
     fs.unmount().unwrap();
@@ -398,11 +402,12 @@ fn rss_per_in_core_inode() {
     let opts = MountOptions { lru_caches: lru, ..tiny(100, 100) };
     let fs = mount_with(&dev, opts);
     let c = Ctx::root();
-    let dirs: Vec<u64> = (0..10).map(|i| fs.mkdir(&c, 1, format!("d{i}").as_bytes(), 0o755).unwrap().ino).collect();
+    let dirs: Vec<u64> =
+        (0..10).map(|i| fs.names().mkdir(&c, 1, format!("d{i}").as_bytes(), 0o755).unwrap().ino).collect();
     let n = 200_000u64;
     let before = rss_kib();
     for i in 0..n {
-        fs.mknod(&c, dirs[(i % 10) as usize], format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        fs.names().mknod(&c, dirs[(i % 10) as usize], format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
     }
     let after = rss_kib();
     println!(

@@ -44,14 +44,14 @@ fn pushes_racing_writers_leave_whole_operations_in_order() {
     fs.debug_slow_capture(std::time::Duration::from_micros(200));
     let c = Ctx::root();
     let dirs: Vec<u64> =
-        (0..THREADS).map(|t| fs.mkdir(&c, 1, format!("t{t}").as_bytes(), 0o755).unwrap().ino).collect();
-    fs.sync_fs().unwrap();
+        (0..THREADS).map(|t| fs.names().mkdir(&c, 1, format!("t{t}").as_bytes(), 0o755).unwrap().ino).collect();
+    fs.files().sync_fs().unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let committer = {
         let (fs, done) = (fs.clone(), done.clone());
         std::thread::spawn(move || {
             while !done.load(Ordering::Acquire) {
-                fs.sync_fs().unwrap();
+                fs.files().sync_fs().unwrap();
             }
         })
     };
@@ -61,8 +61,8 @@ fn pushes_racing_writers_leave_whole_operations_in_order() {
             std::thread::spawn(move || {
                 for i in 0..FILES {
                     let tmp = format!("tmp{i}");
-                    fs.mknod(&c, dir, tmp.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
-                    fs.rename(dir, tmp.as_bytes(), dir, format!("f{i}").as_bytes(), 0).unwrap();
+                    fs.names().mknod(&c, dir, tmp.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+                    fs.names().rename(dir, tmp.as_bytes(), dir, format!("f{i}").as_bytes(), 0).unwrap();
                 }
             })
         })
@@ -110,11 +110,13 @@ fn pushes_racing_writers_leave_whole_operations_in_order() {
 fn crash_after_creates(dev: &std::sync::Arc<cairn_core::dev::MemDevice>, opts: MountOptions) -> (Vec<u8>, u64, u64) {
     let fs = mount_with(dev, opts);
     let c = Ctx::root();
-    let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap().ino;
+    let d = fs.names().mkdir(&c, 1, b"d", 0o755).unwrap().ino;
     for i in 0..1500 {
-        fs.mknod(&c, d, format!("file-{i:05}-with-a-longer-name").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        fs.names()
+            .mknod(&c, d, format!("file-{i:05}-with-a-longer-name").as_bytes(), libc::S_IFREG | 0o644, 0)
+            .unwrap();
     }
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let crashed = dev.snapshot();
     let counters = (stat(&fs, "journal.chunk_bytes"), stat(&fs, "journal.body_bytes"));
     fs.unmount().unwrap();

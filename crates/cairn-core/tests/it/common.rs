@@ -80,11 +80,11 @@ pub fn fsck_clean_mem(dev: &dyn BlockDevice, what: &str) -> cairn_fsck::Report {
 /// system is full (a write that writes nothing or fails with ENOSPC; any
 /// other error fails the test); forgets it and returns the bytes written.
 pub fn fill_up(fs: &Fs, name: &[u8]) -> u64 {
-    let f = fs.mknod(&cairn_core::Ctx::root(), 1, name, libc::S_IFREG | 0o644, 0).unwrap();
+    let f = fs.names().mknod(&cairn_core::Ctx::root(), 1, name, libc::S_IFREG | 0o644, 0).unwrap();
     let chunk = vec![7u8; 1 << 20];
     let mut off = 0u64;
     loop {
-        match fs.write(f.ino, off, &chunk) {
+        match fs.files().write(f.ino, off, &chunk) {
             Ok(n) if n > 0 => off += u64::from(n),
             Ok(_) => break,
             Err(e) => {
@@ -93,7 +93,7 @@ pub fn fill_up(fs: &Fs, name: &[u8]) -> u64 {
             }
         }
     }
-    fs.forget(f.ino, 1);
+    fs.inodes().forget(f.ino, 1);
     off
 }
 

@@ -11,28 +11,28 @@ fn parallel_namespace_and_data_ops() {
     let dev = new_image(128);
     let fs = mount(&dev);
     let c = Ctx::root();
-    let shared = fs.mkdir(&c, 1, b"shared", 0o755).unwrap().ino;
-    let other = fs.mkdir(&c, 1, b"other", 0o755).unwrap().ino;
+    let shared = fs.names().mkdir(&c, 1, b"shared", 0o755).unwrap().ino;
+    let other = fs.names().mkdir(&c, 1, b"other", 0o755).unwrap().ino;
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
             let fs = Arc::clone(&fs);
             std::thread::spawn(move || {
-                let own = fs.mkdir(&c, 1, format!("t{t}").as_bytes(), 0o755).unwrap().ino;
+                let own = fs.names().mkdir(&c, 1, format!("t{t}").as_bytes(), 0o755).unwrap().ino;
                 for i in 0..400u64 {
                     let name = format!("f{t}-{i}");
-                    let f = fs.mknod(&c, shared, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
-                    fs.write(f.ino, 0, &vec![(t * 31 + i) as u8; (i as usize % 7) * 1500 + 1]).unwrap();
+                    let f = fs.names().mknod(&c, shared, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+                    fs.files().write(f.ino, 0, &vec![(t * 31 + i) as u8; (i as usize % 7) * 1500 + 1]).unwrap();
                     if i % 3 == 0 {
-                        fs.rename(shared, name.as_bytes(), own, name.as_bytes(), 0).unwrap();
+                        fs.names().rename(shared, name.as_bytes(), own, name.as_bytes(), 0).unwrap();
                     } else if i % 3 == 1 {
                         // Cross-directory renames in both directions race with the other threads.
-                        fs.rename(shared, name.as_bytes(), other, name.as_bytes(), 0).unwrap();
-                        fs.rename(other, name.as_bytes(), shared, name.as_bytes(), 0).unwrap();
+                        fs.names().rename(shared, name.as_bytes(), other, name.as_bytes(), 0).unwrap();
+                        fs.names().rename(other, name.as_bytes(), shared, name.as_bytes(), 0).unwrap();
                     } else {
-                        fs.unlink(shared, name.as_bytes()).unwrap();
+                        fs.names().unlink(shared, name.as_bytes()).unwrap();
                     }
                     if i % 50 == 0 {
-                        fs.sync_fs().unwrap();
+                        fs.files().sync_fs().unwrap();
                     }
                 }
             })
@@ -57,7 +57,7 @@ fn parallel_namespace_and_data_ops() {
             };
             let a = fs.lookup(dir, name.as_bytes()).unwrap();
             let want = vec![(t * 31 + i) as u8; (i as usize % 7) * 1500 + 1];
-            assert_eq!(fs.read(a.ino, 0, 20000).unwrap(), want, "{name}");
+            assert_eq!(fs.files().read(a.ino, 0, 20000).unwrap(), want, "{name}");
         }
     }
     fs.unmount().unwrap();

@@ -23,14 +23,14 @@ fn mount(size: u64, optimize: bool) -> (Arc<SparseDevice>, Arc<Fs>) {
 
 /// Extents of `ino` as filefrag counts them.
 fn fragments(fs: &Fs, ino: u64) -> usize {
-    let ext = fs.extents(ino).unwrap();
+    let ext = fs.files().extents(ino).unwrap();
     1 + ext.windows(2).filter(|w| w[0].pblk + u64::from(w[0].len) != w[1].pblk).count()
 }
 
 fn write_file(fs: &Fs, ino: u64, size: u64, chunk: &[u8]) {
     let mut off = 0;
     while off < size {
-        assert_eq!(fs.write(ino, off, chunk).unwrap() as usize, chunk.len());
+        assert_eq!(fs.files().write(ino, off, chunk).unwrap() as usize, chunk.len());
         off += chunk.len() as u64;
     }
 }
@@ -39,7 +39,7 @@ fn write_file(fs: &Fs, ino: u64, size: u64, chunk: &[u8]) {
 fn a_file_written_sequentially_is_one_extent_per_group_it_crosses() {
     for optimize in [true, false] {
         let (dev, fs) = mount(3 << 30, optimize);
-        let f = fs.mknod(&Ctx::root(), ROOT, b"seq", libc::S_IFREG | 0o644, 0).unwrap().ino;
+        let f = fs.names().mknod(&Ctx::root(), ROOT, b"seq", libc::S_IFREG | 0o644, 0).unwrap().ino;
         let chunk = vec![0x5au8; MIB as usize];
         write_file(&fs, f, 1 << 30, &chunk);
         let n = fragments(&fs, f);
@@ -56,7 +56,9 @@ fn a_file_written_sequentially_is_one_extent_per_group_it_crosses() {
 fn sixteen_files_written_at_once_stay_in_few_extents() {
     let (dev, fs) = mount(2 << 30, true);
     let files: Vec<u64> = (0..16)
-        .map(|i| fs.mknod(&Ctx::root(), ROOT, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino)
+        .map(|i| {
+            fs.names().mknod(&Ctx::root(), ROOT, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino
+        })
         .collect();
     std::thread::scope(|s| {
         for &f in &files {
@@ -75,14 +77,14 @@ fn sixteen_files_written_at_once_stay_in_few_extents() {
     // per file); the goal and the size classes keep files in runs.
     assert!(total <= 16 * 16, "16 files of 64 MiB are in {total} extents ({counts:?})");
     for (&f, _) in files.iter().zip(&counts) {
-        assert_eq!(fs.read(f, 63 * MIB, 1).unwrap(), vec![f as u8]);
+        assert_eq!(fs.files().read(f, 63 * MIB, 1).unwrap(), vec![f as u8]);
     }
     // The streams were served from their preallocations, and what was left
     // of them goes back when the kernel forgets the files.
     assert!(stat(&fs, "alloc.mb.prealloc_used") > 0, "no preallocation was used");
     assert!(stat(&fs, "alloc.mb.prealloc_held") > 0, "no preallocation is held while the files are open");
     for &f in &files {
-        fs.forget(f, 1);
+        fs.inodes().forget(f, 1);
     }
     assert_eq!(stat(&fs, "alloc.mb.prealloc_held"), 0, "preallocations outlive their files");
     fs.debug_check_consistency();

@@ -165,8 +165,8 @@ fn journal_usable(block_size: u32, journal_blocks: u64) -> bool {
     let Ok(fs) = Fs::mount(d, opts(&NORMAL)) else { return false };
     let c = Ctx::root();
     let file = |name: &[u8]| -> cairn_core::Result<u64> {
-        let a = fs.mknod(&c, 1, name, libc::S_IFREG | 0o644, 0)?;
-        fs.write(a.ino, 0, &[1u8; 20_000])?;
+        let a = fs.names().mknod(&c, 1, name, libc::S_IFREG | 0o644, 0)?;
+        fs.files().write(a.ino, 0, &[1u8; 20_000])?;
         Ok(a.ino)
     };
     let ok = (|| -> cairn_core::Result<()> {
@@ -174,11 +174,11 @@ fn journal_usable(block_size: u32, journal_blocks: u64) -> bool {
         fs.setxattr(a, b"user.x", &[2u8; 200], 0)?;
         let b = file(b"b")?;
         fs.setxattr(b, b"user.y", &[3u8; 200], 0)?;
-        fs.rename(1, b"b", 1, b"a", 0)?;
-        fs.link(b, 1, b"c")?;
-        fs.setattr(&c, b, &cairn_core::SetAttr { size: Some(100), ..Default::default() })?;
-        fs.unlink(1, b"c")?;
-        fs.unlink(1, b"a")
+        fs.names().rename(1, b"b", 1, b"a", 0)?;
+        fs.names().link(b, 1, b"c")?;
+        fs.files().setattr(&c, b, &cairn_core::SetAttr { size: Some(100), ..Default::default() })?;
+        fs.names().unlink(1, b"c")?;
+        fs.names().unlink(1, b"a")
     })()
     .is_ok();
     fs.unmount().unwrap();
@@ -328,7 +328,7 @@ fn snapshot(fs: &Fs) -> Snapshot {
             let p = format!("{path}/{}", String::from_utf8_lossy(&e.name));
             let a = fs.lookup(dir, &e.name).expect("lookup of a listed name");
             let body = match a.mode & libc::S_IFMT {
-                libc::S_IFREG => fs.read(a.ino, 0, a.size as u32).expect("read"),
+                libc::S_IFREG => fs.files().read(a.ino, 0, a.size as u32).expect("read"),
                 libc::S_IFLNK => fs.readlink(a.ino).expect("readlink"),
                 libc::S_IFDIR => {
                     stack.push((a.ino, p.clone()));
@@ -425,9 +425,9 @@ fn record(cfg: &Config, label: &str, steps: &[Step]) -> Recording {
         // configurations above say.
         let fs = Fs::mount(d, MountOptions { journal_compress: false, ..opts(&NORMAL) }).unwrap();
         let c = Ctx::root();
-        let bulk = fs.mkdir(&c, 1, b"bulk", 0o755).unwrap().ino;
+        let bulk = fs.names().mkdir(&c, 1, b"bulk", 0o755).unwrap().ino;
         for i in 0..cfg.preload {
-            fs.mknod(&c, bulk, format!("b{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+            fs.names().mknod(&c, bulk, format!("b{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
         }
         fs.unmount().unwrap();
         if cfg.blocks_per_group.is_some() {
@@ -438,7 +438,7 @@ fn record(cfg: &Config, label: &str, steps: &[Step]) -> Recording {
             while head + 8 < region.first {
                 let d: Arc<dyn BlockDevice> = mem.clone();
                 let fs = Fs::mount(d, MountOptions { journal_compress: false, ..opts(&NORMAL) }).unwrap();
-                fs.mknod(&c, bulk, format!("b{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+                fs.names().mknod(&c, bulk, format!("b{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
                 fs.unmount().unwrap();
                 i += 1;
                 head = log_head(&mem).1;
@@ -471,7 +471,7 @@ fn record(cfg: &Config, label: &str, steps: &[Step]) -> Recording {
                 r.synced.push(false);
             }
         }
-        fs.sync_fs().unwrap();
+        fs.files().sync_fs().unwrap();
         fs.debug_check_consistency();
         r.snaps.push(snapshot(&fs));
         r.marks.push(rec.ops().len());
@@ -567,51 +567,51 @@ fn named_steps() -> Vec<Step> {
     let a = |fs: &Fs| fs.lookup(1, b"a").unwrap().ino;
     let d = |fs: &Fs| fs.lookup(1, b"d").unwrap().ino;
     let mut mkdir_fill: Step = step![move |fs: &Fs| {
-        fs.mkdir(&c, 1, b"d", 0o755).unwrap();
+        fs.names().mkdir(&c, 1, b"d", 0o755).unwrap();
     }];
     for i in 0..300 {
         mkdir_fill.push(Box::new(move |fs: &Fs| {
-            fs.mknod(&c, d(fs), format!("entry-{i}").as_bytes(), libc::S_IFREG | 0o600, 0).unwrap();
+            fs.names().mknod(&c, d(fs), format!("entry-{i}").as_bytes(), libc::S_IFREG | 0o600, 0).unwrap();
         }));
     }
     mkdir_fill.push(Box::new(move |fs: &Fs| {
-        fs.symlink(&c, d(fs), b"s", b"../a").unwrap();
+        fs.names().symlink(&c, d(fs), b"s", b"../a").unwrap();
     }));
     let mut shrink: Step = step![
         move |fs: &Fs| {
-            fs.setattr(&c, a(fs), &cairn_core::SetAttr { size: Some(100), ..Default::default() }).unwrap();
+            fs.files().setattr(&c, a(fs), &cairn_core::SetAttr { size: Some(100), ..Default::default() }).unwrap();
         },
-        |fs: &Fs| fs.unlink(1, b"a-link").unwrap(),
+        |fs: &Fs| fs.names().unlink(1, b"a-link").unwrap(),
     ];
     for i in (0..300).step_by(2) {
-        shrink.push(Box::new(move |fs: &Fs| fs.unlink(d(fs), format!("entry-{i}").as_bytes()).unwrap()));
+        shrink.push(Box::new(move |fs: &Fs| fs.names().unlink(d(fs), format!("entry-{i}").as_bytes()).unwrap()));
     }
     vec![
         step![
             move |fs: &Fs| {
-                fs.mknod(&c, 1, b"a", libc::S_IFREG | 0o644, 0).unwrap();
+                fs.names().mknod(&c, 1, b"a", libc::S_IFREG | 0o644, 0).unwrap();
             },
             move |fs: &Fs| {
-                fs.write(a(fs), 0, &[1u8; 5000]).unwrap();
+                fs.files().write(a(fs), 0, &[1u8; 5000]).unwrap();
             },
         ],
         // rename over: replace "a" atomically with a new file
         step![
             move |fs: &Fs| {
-                fs.mknod(&c, 1, b"a.tmp", libc::S_IFREG | 0o644, 0).unwrap();
+                fs.names().mknod(&c, 1, b"a.tmp", libc::S_IFREG | 0o644, 0).unwrap();
             },
             |fs: &Fs| {
                 let t = fs.lookup(1, b"a.tmp").unwrap().ino;
-                fs.write(t, 0, &[2u8; 7000]).unwrap();
+                fs.files().write(t, 0, &[2u8; 7000]).unwrap();
             },
-            |fs: &Fs| fs.rename(1, b"a.tmp", 1, b"a", 0).unwrap(),
+            |fs: &Fs| fs.names().rename(1, b"a.tmp", 1, b"a", 0).unwrap(),
         ],
         step![
             move |fs: &Fs| {
-                fs.write(a(fs), 7000, &[3u8; 3000]).unwrap();
+                fs.files().write(a(fs), 7000, &[3u8; 3000]).unwrap();
             },
             move |fs: &Fs| {
-                fs.link(a(fs), 1, b"a-link").unwrap();
+                fs.names().link(a(fs), 1, b"a-link").unwrap();
             },
             move |fs: &Fs| fs.setxattr(a(fs), b"user.x", b"value", 0).unwrap(),
         ],
@@ -697,14 +697,14 @@ fn xattr_steps() -> Vec<Step> {
     vec![
         step![
             move |fs: &Fs| {
-                fs.mknod(&c, 1, b"a", libc::S_IFREG | 0o644, 0).unwrap();
+                fs.names().mknod(&c, 1, b"a", libc::S_IFREG | 0o644, 0).unwrap();
             },
             move |fs: &Fs| fs.setxattr(ino(fs, b"a"), b"user.big", &xvalue(65_536, 1), 0).unwrap(),
             move |fs: &Fs| fs.setxattr(ino(fs, b"a"), b"user.s", b"x", 0).unwrap(),
         ],
         step![
             move |fs: &Fs| {
-                fs.mknod(&c, 1, b"b", libc::S_IFREG | 0o644, 0).unwrap();
+                fs.names().mknod(&c, 1, b"b", libc::S_IFREG | 0o644, 0).unwrap();
             },
             move |fs: &Fs| fs.setxattr(ino(fs, b"b"), b"user.big", &xvalue(65_536, 1), 0).unwrap(),
             move |fs: &Fs| fs.setxattr(ino(fs, b"b"), b"user.s", b"x", 0).unwrap(),
@@ -715,7 +715,7 @@ fn xattr_steps() -> Vec<Step> {
         step![move |fs: &Fs| fs.removexattr(ino(fs, b"a"), b"user.big").unwrap(), move |fs: &Fs| fs
             .setxattr(ino(fs, b"a"), b"user.mid", &xvalue(20_000, 4), 0)
             .unwrap(),],
-        step![|fs: &Fs| fs.unlink(1, b"b").unwrap(), |fs: &Fs| fs.unlink(1, b"a").unwrap()],
+        step![|fs: &Fs| fs.names().unlink(1, b"b").unwrap(), |fs: &Fs| fs.names().unlink(1, b"a").unwrap()],
     ]
 }
 
@@ -753,25 +753,27 @@ fn random_op(rng: &mut rand::rngs::StdRng) -> Action {
     let name = move |x: u8| format!("f{x}").into_bytes();
     Box::new(move |fs: &Fs| match kind {
         0 | 1 => {
-            let _ = fs.mknod(&c, 1, &name(n), libc::S_IFREG | 0o644, 0);
+            let _ = fs.names().mknod(&c, 1, &name(n), libc::S_IFREG | 0o644, 0);
         }
         2 | 3 => {
             if let Ok(a) = fs.lookup(1, &name(n)) {
                 if a.mode & libc::S_IFMT == libc::S_IFREG {
-                    fs.write(a.ino, off, &vec![v; len]).unwrap();
+                    fs.files().write(a.ino, off, &vec![v; len]).unwrap();
                 }
             }
         }
         4 => {
-            let _ = fs.unlink(1, &name(n));
+            let _ = fs.names().unlink(1, &name(n));
         }
         5 => {
-            let _ = fs.rename(1, &name(n), 1, &name(m), 0);
+            let _ = fs.names().rename(1, &name(n), 1, &name(m), 0);
         }
         6 => {
             if let Ok(a) = fs.lookup(1, &name(n)) {
                 if a.mode & libc::S_IFMT == libc::S_IFREG {
-                    fs.setattr(&c, a.ino, &cairn_core::SetAttr { size: Some(off / 2), ..Default::default() }).unwrap();
+                    fs.files()
+                        .setattr(&c, a.ino, &cairn_core::SetAttr { size: Some(off / 2), ..Default::default() })
+                        .unwrap();
                 }
             }
         }
@@ -783,7 +785,7 @@ fn random_op(rng: &mut rand::rngs::StdRng) -> Action {
         _ => {
             if let Ok(a) = fs.lookup(1, &name(n)) {
                 if a.mode & libc::S_IFMT == libc::S_IFREG {
-                    let _ = fs.link(a.ino, 1, &name(m));
+                    let _ = fs.names().link(a.ino, 1, &name(m));
                 }
             }
         }
@@ -874,45 +876,47 @@ fn overwrite_steps() -> Vec<Step> {
             .map(|i| {
                 Box::new(move |fs: &Fs| {
                     let off = (i * 7919 + u64::from(v) * 104_729) % 60_000;
-                    fs.write(ino(fs, b"o"), off, &vec![v; 1 + (i as usize * 1237) % 5000]).unwrap();
+                    fs.files().write(ino(fs, b"o"), off, &vec![v; 1 + (i as usize * 1237) % 5000]).unwrap();
                 }) as Action
             })
             .collect()
     };
     let mut s2 = overwrites(2, 12);
     s2.push(Box::new(move |fs: &Fs| {
-        fs.write(ino(fs, b"p"), 100, &[9u8; 3000]).unwrap();
-        fs.fsync(ino(fs, b"p"), true).unwrap();
+        fs.files().write(ino(fs, b"p"), 100, &[9u8; 3000]).unwrap();
+        fs.files().fsync(ino(fs, b"p"), true).unwrap();
     }));
     let mut s3 = overwrites(3, 6);
     s3.push(Box::new(move |fs: &Fs| {
-        fs.write(ino(fs, b"o"), 65536, &[4u8; 10_000]).unwrap();
+        fs.files().write(ino(fs, b"o"), 65536, &[4u8; 10_000]).unwrap();
     }));
     s3.extend(overwrites(5, 6));
     let mut s4: Step = step![move |fs: &Fs| {
-        fs.fallocate(ino(fs, b"o"), 8192, 16384, 2 | 1).unwrap();
+        fs.files().fallocate(ino(fs, b"o"), 8192, 16384, 2 | 1).unwrap();
     }];
     s4.extend(overwrites(6, 8));
     s4.push(Box::new(move |fs: &Fs| {
-        fs.fsync(ino(fs, b"o"), true).unwrap();
+        fs.files().fsync(ino(fs, b"o"), true).unwrap();
     }));
     let mut s5: Step = step![move |fs: &Fs| {
-        fs.setattr(&c, ino(fs, b"o"), &cairn_core::SetAttr { size: Some(30_000), ..Default::default() }).unwrap();
+        fs.files()
+            .setattr(&c, ino(fs, b"o"), &cairn_core::SetAttr { size: Some(30_000), ..Default::default() })
+            .unwrap();
     }];
     s5.extend((0..6).map(|i| {
         Box::new(move |fs: &Fs| {
-            fs.write(ino(fs, b"o"), i * 4000, &[7u8; 2000]).unwrap();
+            fs.files().write(ino(fs, b"o"), i * 4000, &[7u8; 2000]).unwrap();
         }) as Action
     }));
     vec![
         step![
             move |fs: &Fs| {
-                let o = fs.mknod(&c, 1, b"o", libc::S_IFREG | 0o644, 0).unwrap().ino;
-                fs.write(o, 0, &[1u8; 65536]).unwrap();
+                let o = fs.names().mknod(&c, 1, b"o", libc::S_IFREG | 0o644, 0).unwrap().ino;
+                fs.files().write(o, 0, &[1u8; 65536]).unwrap();
             },
             move |fs: &Fs| {
-                let p = fs.mknod(&c, 1, b"p", libc::S_IFREG | 0o644, 0).unwrap().ino;
-                fs.write(p, 0, &[1u8; 32768]).unwrap();
+                let p = fs.names().mknod(&c, 1, b"p", libc::S_IFREG | 0o644, 0).unwrap().ino;
+                fs.files().write(p, 0, &[1u8; 32768]).unwrap();
             },
         ],
         s2,

@@ -56,7 +56,7 @@ fn a_three_level_directory_grown_and_emptied_in_random_order_matches_its_model()
     let dev = new_image_with(64, &MkfsOptions { block_size: 1024, ..Default::default() });
     let fs = mount_with(&dev, MountOptions { cache_blocks: 256, ..Default::default() });
     let ctx = Ctx::root();
-    let dir = fs.mkdir(&ctx, ROOT, b"d", 0o755).unwrap().ino;
+    let dir = fs.names().mkdir(&ctx, ROOT, b"d", 0o755).unwrap().ino;
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut model = BTreeSet::new();
     let mut ids: Vec<u32> = (0..2400).collect();
@@ -65,11 +65,11 @@ fn a_three_level_directory_grown_and_emptied_in_random_order_matches_its_model()
     // Grow, with a remove now and then (the tree changes under both).
     let mut gone = Vec::new();
     for (k, &i) in ids.iter().enumerate() {
-        fs.mknod(&ctx, dir, &name(i), libc::S_IFREG | 0o644, 0).unwrap();
+        fs.names().mknod(&ctx, dir, &name(i), libc::S_IFREG | 0o644, 0).unwrap();
         model.insert(name(i));
         if rng.gen_ratio(1, 5) {
             let victim = model.iter().nth(rng.gen_range(0..model.len())).unwrap().clone();
-            fs.unlink(dir, &victim).unwrap();
+            fs.names().unlink(dir, &victim).unwrap();
             model.remove(&victim);
             gone.push(victim);
         }
@@ -78,7 +78,7 @@ fn a_three_level_directory_grown_and_emptied_in_random_order_matches_its_model()
         }
     }
     check(&fs, dir, &model, &gone, "grown");
-    let blocks_full = fs.getattr(dir).unwrap().blocks;
+    let blocks_full = fs.inodes().getattr(dir).unwrap().blocks;
     // Attr blocks are 512-byte units: more nodes than two levels can hold
     // (an internal node of 1 KiB has 62 children) means three levels.
     assert!(blocks_full / 2 > 63, "the tree has {} nodes: not three levels", blocks_full / 2);
@@ -87,7 +87,7 @@ fn a_three_level_directory_grown_and_emptied_in_random_order_matches_its_model()
     let mut left: Vec<Vec<u8>> = model.iter().cloned().collect();
     left.shuffle(&mut rng);
     for (k, n) in left.iter().enumerate() {
-        fs.unlink(dir, n).unwrap();
+        fs.names().unlink(dir, n).unwrap();
         model.remove(n);
         gone.push(n.clone());
         if k % 400 == 399 || model.len() < 6 {
@@ -96,8 +96,8 @@ fn a_three_level_directory_grown_and_emptied_in_random_order_matches_its_model()
     }
     assert!(model.is_empty());
     assert!(listing(&fs, dir).is_empty());
-    assert!(fs.getattr(dir).unwrap().blocks < blocks_full, "the emptied tree kept its nodes");
-    fs.rmdir(ROOT, b"d").unwrap();
+    assert!(fs.inodes().getattr(dir).unwrap().blocks < blocks_full, "the emptied tree kept its nodes");
+    fs.names().rmdir(ROOT, b"d").unwrap();
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the directory was emptied");
 }

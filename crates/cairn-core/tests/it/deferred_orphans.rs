@@ -24,13 +24,13 @@ fn opts() -> MountOptions {
 /// `n` empty files in the root, each held by the kernel (one lookup).
 fn held_files(fs: &Fs, n: usize) -> Vec<u64> {
     (0..n)
-        .map(|i| fs.mknod(&Ctx::root(), 1, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino)
+        .map(|i| fs.names().mknod(&Ctx::root(), 1, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino)
         .collect()
 }
 
 fn unlink_all(fs: &Fs, n: usize) {
     for i in 0..n {
-        fs.unlink(1, format!("f{i}").as_bytes()).unwrap();
+        fs.names().unlink(1, format!("f{i}").as_bytes()).unwrap();
     }
 }
 
@@ -40,13 +40,13 @@ fn a_held_file_reaches_the_orphan_list_in_the_commit_of_its_unlink_and_a_crash_t
     let fs = mount_with(&dev, opts());
     let free0 = fs.statfs().unwrap().files_free;
     held_files(&fs, 40);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     unlink_all(&fs, 40);
     assert_eq!(stat(&fs, "orphans.deferred"), 40);
     assert_eq!(stat(&fs, "orphans.waiting"), 40);
     assert_eq!(stat(&fs, "orphans.direct"), 0);
     assert!(stat(&fs, "orphans.credits_aside") > 0);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     assert_eq!(stat(&fs, "orphans.flushed"), 40, "the commit did not insert the waiting orphans");
     assert_eq!(stat(&fs, "orphans.waiting"), 0);
     assert_eq!(stat(&fs, "orphans.credits_aside"), 0);
@@ -68,16 +68,16 @@ fn a_file_freed_before_the_commit_never_touches_the_orphan_tree() {
     let fs = mount_with(&dev, opts());
     let free0 = fs.statfs().unwrap().files_free;
     let inos = held_files(&fs, 30);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     unlink_all(&fs, 30);
     for ino in inos {
-        fs.forget(ino, 1); // the kernel lets go: the reaper frees it
+        fs.inodes().forget(ino, 1); // the kernel lets go: the reaper frees it
     }
     wait_reaped(&fs);
     assert_eq!(stat(&fs, "orphans.cancelled"), 30);
     assert_eq!(stat(&fs, "orphans.waiting"), 0);
     assert_eq!(stat(&fs, "tx.reserved_credits"), 0);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     assert_eq!(stat(&fs, "orphans.flushed"), 0);
     assert_eq!(stat(&fs, "orphans.direct"), 0);
     assert_eq!(fs.statfs().unwrap().files_free, free0);
@@ -93,7 +93,7 @@ fn a_crash_before_the_commit_keeps_the_files_and_a_later_one_finds_them_listed()
     let dev = image();
     let fs = mount_with(&dev, opts());
     held_files(&fs, 10);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     unlink_all(&fs, 10);
     // Nothing committed since the creates: the crash image has the files.
     let early = Arc::new(MemDevice::from_bytes(dev.snapshot()));
@@ -105,16 +105,16 @@ fn a_crash_before_the_commit_keeps_the_files_and_a_later_one_finds_them_listed()
     fs2.unmount().unwrap();
     // Another file unlinked after a commit that flushed the first ten: one
     // listed in the tree, one waiting, both freed by the next mount.
-    fs.sync_fs().unwrap();
-    let late = fs.mknod(&Ctx::root(), 1, b"late", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    fs.sync_fs().unwrap();
-    fs.unlink(1, b"late").unwrap();
+    fs.files().sync_fs().unwrap();
+    let late = fs.names().mknod(&Ctx::root(), 1, b"late", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.files().sync_fs().unwrap();
+    fs.names().unlink(1, b"late").unwrap();
     assert_eq!(stat(&fs, "orphans.waiting"), 1);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
     fsck_clean_mem(crashed.as_ref(), "crash with eleven orphans listed");
     let fs3 = mount_with(&crashed, opts());
-    assert!(fs3.getattr(late).is_err(), "the orphan {late} survived the next mount");
+    assert!(fs3.inodes().getattr(late).is_err(), "the orphan {late} survived the next mount");
     fs3.unmount().unwrap();
     fsck_clean_mem(crashed.as_ref(), "after the next mount");
     drop(fs);
@@ -140,7 +140,7 @@ fn the_set_stops_at_its_share_of_the_log_and_inserts_the_rest_at_once() {
     let dev = image();
     let fs = mount_with(&dev, opts());
     held_files(&fs, 600);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     unlink_all(&fs, 600);
     let (deferred, direct) = (stat(&fs, "orphans.deferred"), stat(&fs, "orphans.direct"));
     assert_eq!(deferred + direct, 600);
@@ -148,7 +148,7 @@ fn the_set_stops_at_its_share_of_the_log_and_inserts_the_rest_at_once() {
     assert!(direct > 0, "600 held files all deferred");
     let limit = stat(&fs, "tx.record_limit_blocks");
     assert!(stat(&fs, "orphans.credits_aside") <= limit / 4);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     assert_eq!(stat(&fs, "orphans.flushed"), deferred);
     assert_eq!(stat(&fs, "orphans.flush_overruns"), 0, "the inserts outgrew the credits set aside");
     let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
@@ -172,17 +172,17 @@ fn times_set_on_an_unlinked_file_take_no_transaction() {
     let handles = stat(&fs, "tx.handles");
     let when = cairn_core::Timestamp { sec: 1_000_000, nsec: 7 };
     let set = SetAttr { ctime: Some(when), ..Default::default() };
-    let a = fs.setattr(&Ctx::root(), ino, &set).unwrap();
+    let a = fs.files().setattr(&Ctx::root(), ino, &set).unwrap();
     assert_eq!(a.ctime, when);
-    assert_eq!(fs.getattr(ino).unwrap().ctime, when);
+    assert_eq!(fs.inodes().getattr(ino).unwrap().ctime, when);
     assert_eq!(stat(&fs, "tx.handles"), handles, "a SETATTR of times on an unlinked file began a handle");
     assert_eq!(stat(&fs, "orphans.times_in_core"), 1);
     // A linked file's times still go through a transaction.
-    let linked = fs.mknod(&Ctx::root(), 1, b"linked", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let linked = fs.names().mknod(&Ctx::root(), 1, b"linked", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let handles = stat(&fs, "tx.handles");
-    fs.setattr(&Ctx::root(), linked, &set).unwrap();
+    fs.files().setattr(&Ctx::root(), linked, &set).unwrap();
     assert!(stat(&fs, "tx.handles") > handles);
-    fs.forget(ino, 1);
+    fs.inodes().forget(ino, 1);
     wait_reaped(&fs);
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after unmount");

@@ -13,16 +13,16 @@ fn enospc_then_delete_and_refill() {
     assert!(first > 30 << 20, "filled only {first} bytes");
     // Metadata still works on a full file system (it has a reserve).
     for i in 0..50 {
-        fs.mknod(&Ctx::root(), 1, format!("small{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        fs.names().mknod(&Ctx::root(), 1, format!("small{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
     }
-    fs.unlink(1, b"big1").unwrap();
+    fs.names().unlink(1, b"big1").unwrap();
     let second = fill_up(&fs, b"big2");
     assert!(second + (1 << 20) >= first, "after delete only {second} of {first} bytes fit again");
     fs.unmount().unwrap();
     let fs = mount(&dev);
     let a = fs.lookup(1, b"big2").unwrap();
     assert_eq!(a.size, second);
-    assert_eq!(fs.read(a.ino, second - 10, 10).unwrap(), vec![7u8; 10]);
+    assert_eq!(fs.files().read(a.ino, second - 10, 10).unwrap(), vec![7u8; 10]);
     fs.unmount().unwrap();
 }
 
@@ -37,16 +37,16 @@ fn churn_through_blocks_waiting_for_the_journal_never_writes_short() {
     let chunk = vec![9u8; 256 << 10];
     for round in 0..12 {
         let name = format!("churn{round}");
-        let f = fs.mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
-        fs.unlink(1, name.as_bytes()).unwrap();
+        let f = fs.names().mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        fs.names().unlink(1, name.as_bytes()).unwrap();
         // 16 MiB a round on a 48 MiB file system: after two rounds the free
         // space is mostly blocks the previous rounds freed.
         for i in 0..64u64 {
-            let n = fs.write(f.ino, i * chunk.len() as u64, &chunk).unwrap();
+            let n = fs.files().write(f.ino, i * chunk.len() as u64, &chunk).unwrap();
             assert_eq!(n as usize, chunk.len(), "round {round}, write {i}: short write");
         }
-        assert_eq!(fs.getattr(f.ino).unwrap().size, 16 << 20);
-        fs.forget(f.ino, 1);
+        assert_eq!(fs.inodes().getattr(f.ino).unwrap().size, 16 << 20);
+        fs.inodes().forget(f.ino, 1);
     }
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the churn");
@@ -60,9 +60,10 @@ fn an_acl_that_does_not_fit_changes_nothing() {
     let dev = new_image(48);
     let fs = mount(&dev);
     let c = Ctx::root();
-    let f = fs.mknod(&c, 1, b"f", libc::S_IFREG | 0o640, 0).unwrap().ino;
-    let others: Vec<u64> =
-        (0..4000).map(|i| fs.mknod(&c, 1, format!("x{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino).collect();
+    let f = fs.names().mknod(&c, 1, b"f", libc::S_IFREG | 0o640, 0).unwrap().ino;
+    let others: Vec<u64> = (0..4000)
+        .map(|i| fs.names().mknod(&c, 1, format!("x{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino)
+        .collect();
     fill_up(&fs, b"big");
     // Use up the metadata reserve with xattr blocks no other file shares.
     let mut full = false;
@@ -88,16 +89,16 @@ fn an_acl_that_does_not_fit_changes_nothing() {
         acl.extend_from_slice(&perm.to_le_bytes());
         acl.extend_from_slice(&id.to_le_bytes());
     }
-    let before = fs.getattr(f).unwrap();
+    let before = fs.inodes().getattr(f).unwrap();
     let err = fs.setxattr(f, b"system.posix_acl_access", &acl, 0).expect_err("the ACL cannot fit");
     assert_eq!(err.errno(), libc::ENOSPC, "{err}");
-    let after = fs.getattr(f).unwrap();
+    let after = fs.inodes().getattr(f).unwrap();
     assert_eq!(after.mode, before.mode, "a failed setfacl changed the mode");
     assert_eq!(after.ctime, before.ctime, "a failed setfacl changed the ctime");
     assert!(fs.getxattr(f, b"system.posix_acl_access").is_err());
     fs.unmount().unwrap();
     let fs = mount(&dev);
-    assert_eq!(fs.getattr(f).unwrap().mode, before.mode, "after a remount");
+    assert_eq!(fs.inodes().getattr(f).unwrap().mode, before.mode, "after a remount");
     fs.unmount().unwrap();
 }
 
@@ -108,11 +109,11 @@ fn an_acl_that_does_not_fit_changes_nothing() {
 fn fallocate_of_nearly_all_available_space_succeeds() {
     let dev = new_image(64);
     let fs = mount(&dev);
-    let f = fs.mknod(&Ctx::root(), 1, b"spc", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let f = fs.names().mknod(&Ctx::root(), 1, b"spc", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let s = fs.statfs().unwrap();
     assert!(s.blocks_avail < s.blocks_free, "the reserve is not left out: {s:?}");
     let avail = s.blocks_avail * u64::from(s.block_size);
-    fs.fallocate(f, 0, avail - (512 << 10), 0).expect("fallocate of the available space less 512 KiB");
+    fs.files().fallocate(f, 0, avail - (512 << 10), 0).expect("fallocate of the available space less 512 KiB");
     fs.unmount().unwrap();
 }
 
@@ -124,21 +125,21 @@ fn a_whiteout_rename_that_finds_no_space_leaves_no_whiteout() {
     let dev = new_image(48);
     let fs = mount(&dev);
     let c = Ctx::root();
-    let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap().ino;
+    let d = fs.names().mkdir(&c, 1, b"d", 0o755).unwrap().ino;
     for i in 0..400 {
-        fs.mknod(&c, 1, format!("src-{i:04}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        fs.names().mknod(&c, 1, format!("src-{i:04}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
     }
     fill_up(&fs, b"big");
     // Use up the metadata reserve with entries in `d`.
     let mut i = 0;
-    while fs.mknod(&c, d, format!("filler-with-a-long-name-{i:06}").as_bytes(), libc::S_IFREG, 0).is_ok() {
+    while fs.names().mknod(&c, d, format!("filler-with-a-long-name-{i:06}").as_bytes(), libc::S_IFREG, 0).is_ok() {
         i += 1;
     }
     let mut enospc = 0;
     for i in 0..400 {
         let name = format!("src-{i:04}");
         let to = format!("moved-with-a-long-name-{i:04}");
-        match fs.rename_as(&c, 1, name.as_bytes(), d, to.as_bytes(), cairn_core::RENAME_WHITEOUT) {
+        match fs.names().rename_as(&c, 1, name.as_bytes(), d, to.as_bytes(), cairn_core::RENAME_WHITEOUT) {
             Ok(()) => assert_eq!(fs.lookup(1, name.as_bytes()).unwrap().mode, libc::S_IFCHR),
             Err(e) => {
                 assert_eq!(e.errno(), libc::ENOSPC, "{e}");
@@ -173,14 +174,14 @@ fn trims_racing_writers_never_discard_live_data() {
         });
         for round in 0..40u32 {
             let name = format!("f{}", round % 7);
-            let _ = fs.unlink(1, name.as_bytes());
-            let f = fs.mknod(&c, 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+            let _ = fs.names().unlink(1, name.as_bytes());
+            let f = fs.names().mknod(&c, 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
             let fill = vec![(round % 250 + 1) as u8; 300_000 + round as usize * 1000];
-            fs.write(f, 0, &fill).unwrap();
+            fs.files().write(f, 0, &fill).unwrap();
             if round % 3 == 0 {
-                fs.fsync(f, false).unwrap();
+                fs.files().fsync(f, false).unwrap();
             }
-            assert_eq!(fs.read(f, 0, fill.len() as u32).unwrap(), fill, "round {round}");
+            assert_eq!(fs.files().read(f, 0, fill.len() as u32).unwrap(), fill, "round {round}");
         }
         stop.store(true, Ordering::Relaxed);
         trimmer.join().unwrap()
@@ -188,7 +189,7 @@ fn trims_racing_writers_never_discard_live_data() {
     assert!(trimmed > 0);
     for i in 0..7u32 {
         let a = fs.lookup(1, format!("f{i}").as_bytes()).unwrap();
-        let data = fs.read(a.ino, 0, a.size as u32).unwrap();
+        let data = fs.files().read(a.ino, 0, a.size as u32).unwrap();
         let want = data[0];
         assert!(want != 0 && data.iter().all(|b| *b == want), "f{i} lost bytes to a discard");
     }
@@ -197,7 +198,7 @@ fn trims_racing_writers_never_discard_live_data() {
     let fs = mount(&dev);
     for i in 0..7u32 {
         let a = fs.lookup(1, format!("f{i}").as_bytes()).unwrap();
-        assert!(fs.read(a.ino, 0, a.size as u32).unwrap().iter().all(|b| *b != 0), "f{i} after remount");
+        assert!(fs.files().read(a.ino, 0, a.size as u32).unwrap().iter().all(|b| *b != 0), "f{i} after remount");
     }
     fs.unmount().unwrap();
 }
@@ -212,26 +213,26 @@ fn an_allocation_waits_for_the_forget_of_a_file_unlinked_while_held() {
     let dev = new_image(64);
     let fs = mount(&dev);
     let root = Ctx::root();
-    let big = fs.mknod(&root, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let big = fs.names().mknod(&root, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let s = fs.statfs().unwrap();
     let most = s.blocks_avail * u64::from(s.block_size) - (2 << 20);
-    fs.fallocate(big, 0, most, 0).unwrap();
+    fs.files().fallocate(big, 0, most, 0).unwrap();
     // Unlinked while "the kernel" holds it (mknod took a lookup reference).
-    fs.unlink(1, b"big").unwrap();
-    let next = fs.mknod(&root, 1, b"next", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.names().unlink(1, b"big").unwrap();
+    let next = fs.names().mknod(&root, 1, b"next", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let forgetter = {
         let fs = fs.clone();
         std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(100));
-            fs.forget(big, 1);
+            fs.inodes().forget(big, 1);
         })
     };
-    fs.fallocate(next, 0, most, 0).expect("the space of the file being forgotten");
+    fs.files().fallocate(next, 0, most, 0).expect("the space of the file being forgotten");
     forgetter.join().unwrap();
     let stat = |name: &str| fs.stats().into_iter().find(|(n, _)| n == name).map(|(_, v)| v).unwrap();
     assert!(stat("reaper.forget_waits") >= 1, "the fallocate did not wait for the FORGET");
     assert_eq!(stat("reaper.held_unlinked"), 0);
-    fs.forget(next, 1);
+    fs.inodes().forget(next, 1);
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the wait");
 }
@@ -239,7 +240,7 @@ fn an_allocation_waits_for_the_forget_of_a_file_unlinked_while_held() {
 /// Issue 50, items 1 and 2: a write-back of the kernel's dirty pages that
 /// runs out of space part-way was answered with the short count, which the
 /// kernel ignores: `fsync` returned 0 and the file was cut back to a block
-/// boundary. `Fs::write_back` is whole or ENOSPC, and what it stored before
+/// boundary. `FileIo::write_back` is whole or ENOSPC, and what it stored before
 /// the space ran out never changes a byte an earlier `fsync` covered, nor
 /// shrinks the file.
 #[test]
@@ -247,24 +248,24 @@ fn a_write_back_that_does_not_fit_is_refused_and_keeps_the_durable_bytes() {
     let dev = new_image(48);
     let fs = mount(&dev);
     let c = Ctx::root();
-    let f = fs.mknod(&c, 1, b"appends", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let f = fs.names().mknod(&c, 1, b"appends", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let durable: Vec<u8> = (0..6000u32).map(|i| (i % 251) as u8).collect();
-    assert_eq!(fs.write_back(f, 0, &durable).unwrap(), 6000);
-    fs.fsync(f, false).unwrap();
+    assert_eq!(fs.files().write_back(f, 0, &durable).unwrap(), 6000);
+    fs.files().fsync(f, false).unwrap();
     fill_up(&fs, b"big");
     // The kernel writes back the page holding bytes 4096..6000 together
     // with 5,000 new ones: the first block is there, the next is not.
     let mut page = durable[4096..].to_vec();
     page.extend(std::iter::repeat_n(0xeeu8, 5000));
-    let e = fs.write_back(f, 4096, &page).unwrap_err();
+    let e = fs.files().write_back(f, 4096, &page).unwrap_err();
     assert_eq!(e.errno(), libc::ENOSPC, "{e}");
-    let size = fs.getattr(f).unwrap().size;
+    let size = fs.inodes().getattr(f).unwrap().size;
     assert!(size >= 6000, "the file shrank below its durable size: {size}");
     fs.unmount().unwrap();
     let fs = mount(&dev);
     let a = fs.lookup(1, b"appends").unwrap();
     assert!(a.size >= 6000, "after the remount the file is {} bytes", a.size);
-    assert_eq!(fs.read(a.ino, 0, 6000).unwrap(), durable, "durable bytes changed");
+    assert_eq!(fs.files().read(a.ino, 0, 6000).unwrap(), durable, "durable bytes changed");
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the refused write-back");
 }
@@ -276,17 +277,17 @@ fn a_write_back_that_does_not_fit_is_refused_and_keeps_the_durable_bytes() {
 fn a_byte_at_the_largest_offsets_is_stored() {
     let dev = new_image(48);
     let fs = mount(&dev);
-    let f = fs.mknod(&Ctx::root(), 1, b"sparse", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let f = fs.names().mknod(&Ctx::root(), 1, b"sparse", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let last = i64::MAX as u64 - 1;
-    assert_eq!(fs.write_back(f, 1 << 52, b"A").unwrap(), 1);
-    assert_eq!(fs.write_back(f, last, b"Z").unwrap(), 1);
-    assert_eq!(fs.write(f, last + 1, b"!").unwrap_err().errno(), libc::EFBIG);
+    assert_eq!(fs.files().write_back(f, 1 << 52, b"A").unwrap(), 1);
+    assert_eq!(fs.files().write_back(f, last, b"Z").unwrap(), 1);
+    assert_eq!(fs.files().write(f, last + 1, b"!").unwrap_err().errno(), libc::EFBIG);
     fs.unmount().unwrap();
     let fs = mount(&dev);
     let a = fs.lookup(1, b"sparse").unwrap();
     assert_eq!(a.size, last + 1);
-    assert_eq!(fs.read(a.ino, 1 << 52, 1).unwrap(), b"A");
-    assert_eq!(fs.read(a.ino, last, 1).unwrap(), b"Z");
+    assert_eq!(fs.files().read(a.ino, 1 << 52, 1).unwrap(), b"A");
+    assert_eq!(fs.files().read(a.ino, last, 1).unwrap(), b"Z");
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after bytes at the largest offsets");
 }

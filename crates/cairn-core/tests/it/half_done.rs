@@ -34,7 +34,7 @@ fn describe(fs: &Fs) -> BTreeMap<String, String> {
                 continue;
             }
             let p = format!("{path}{}", String::from_utf8_lossy(&name));
-            let a = fs.getattr(ino).unwrap();
+            let a = fs.inodes().getattr(ino).unwrap();
             let mut d = format!("mode {:o} uid {} gid {} size {} nlink {}", a.mode, a.uid, a.gid, a.size, a.nlink);
             let names = fs.listxattr(ino).unwrap();
             for n in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
@@ -43,7 +43,9 @@ fn describe(fs: &Fs) -> BTreeMap<String, String> {
             }
             match a.mode & libc::S_IFMT {
                 libc::S_IFDIR => todo.push((ino, format!("{p}/"))),
-                libc::S_IFREG => d += &format!(" data {}", crc32c::crc32c(&fs.read(ino, 0, a.size as u32).unwrap())),
+                libc::S_IFREG => {
+                    d += &format!(" data {}", crc32c::crc32c(&fs.files().read(ino, 0, a.size as u32).unwrap()))
+                }
                 libc::S_IFLNK => d += &format!(" target {}", String::from_utf8_lossy(&fs.readlink(ino).unwrap())),
                 _ => {}
             }
@@ -59,30 +61,32 @@ fn base_image() -> Vec<u8> {
     let fs = mount(&dev);
     let root = Ctx::root();
     let u = u32::MAX;
-    let d = fs.mkdir(&root, 1, b"acl", 0o777).unwrap().ino;
+    let d = fs.names().mkdir(&root, 1, b"acl", 0o777).unwrap().ino;
     let dfl = acl(&[(1, 7, u), (2, 7, 1000), (4, 5, u), (0x10, 7, u), (0x20, 5, u)]);
     fs.setxattr(d, b"system.posix_acl_default", &dfl, 0).unwrap();
-    let big = fs.mkdir(&root, 1, b"big", 0o755).unwrap().ino;
+    let big = fs.names().mkdir(&root, 1, b"big", 0o755).unwrap().ino;
     for i in 0..300 {
-        fs.mknod(&root, big, format!("entry-with-a-longish-name-{i:04}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        fs.names()
+            .mknod(&root, big, format!("entry-with-a-longish-name-{i:04}").as_bytes(), libc::S_IFREG | 0o644, 0)
+            .unwrap();
     }
-    let f = fs.mknod(&root, 1, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    fs.write(f, 0, &vec![3u8; 100 << 10]).unwrap();
+    let f = fs.names().mknod(&root, 1, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.files().write(f, 0, &vec![3u8; 100 << 10]).unwrap();
     for k in 0..3 {
         fs.setxattr(f, format!("user.k{k}").as_bytes(), &[k as u8; 200], 0).unwrap();
     }
-    let g = fs.mknod(&root, 1, b"g", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    fs.write(g, 0, b"g's data").unwrap();
+    let g = fs.names().mknod(&root, 1, b"g", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.files().write(g, 0, b"g's data").unwrap();
     fs.setxattr(g, b"user.g", b"value", 0).unwrap();
     // Every other 4 KiB block of 1 MiB: an extent tree of 128 extents.
-    let frag = fs.mknod(&root, 1, b"frag", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let frag = fs.names().mknod(&root, 1, b"frag", libc::S_IFREG | 0o644, 0).unwrap().ino;
     for i in (0..256u64).step_by(2) {
-        fs.write(frag, i * 4096, &[i as u8; 4096]).unwrap();
+        fs.files().write(frag, i * 4096, &[i as u8; 4096]).unwrap();
     }
     // 32 unwritten extents of 16 blocks, 16 blocks apart: a tree.
-    let unw = fs.mknod(&root, 1, b"unw", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let unw = fs.names().mknod(&root, 1, b"unw", libc::S_IFREG | 0o644, 0).unwrap().ino;
     for i in 0..32u64 {
-        fs.fallocate(unw, i * 32 * 4096, 16 * 4096, 0).unwrap();
+        fs.files().fallocate(unw, i * 32 * 4096, 16 * 4096, 0).unwrap();
     }
     fs.unmount().unwrap();
     dev.snapshot()
@@ -101,43 +105,49 @@ fn ino(fs: &Fs, path: &str) -> u64 {
 fn ops() -> Vec<(&'static str, Op)> {
     vec![
         ("create inheriting a default ACL", |fs| {
-            fs.mknod(&Ctx::root(), ino(fs, "/acl"), b"new", libc::S_IFREG | 0o666, 0).map(|_| ())
+            fs.names().mknod(&Ctx::root(), ino(fs, "/acl"), b"new", libc::S_IFREG | 0o666, 0).map(|_| ())
         }),
-        ("mkdir inheriting a default ACL", |fs| fs.mkdir(&Ctx::root(), ino(fs, "/acl"), b"sub", 0o777).map(|_| ())),
-        ("mkdir in a large directory", |fs| fs.mkdir(&Ctx::root(), ino(fs, "/big"), b"newdir", 0o755).map(|_| ())),
+        ("mkdir inheriting a default ACL", |fs| {
+            fs.names().mkdir(&Ctx::root(), ino(fs, "/acl"), b"sub", 0o777).map(|_| ())
+        }),
+        ("mkdir in a large directory", |fs| {
+            fs.names().mkdir(&Ctx::root(), ino(fs, "/big"), b"newdir", 0o755).map(|_| ())
+        }),
         ("symlink with a long target", |fs| {
-            fs.symlink(&Ctx::root(), ino(fs, "/big"), b"longlink", &[b'x'; 600]).map(|_| ())
+            fs.names().symlink(&Ctx::root(), ino(fs, "/big"), b"longlink", &[b'x'; 600]).map(|_| ())
         }),
         ("setxattr of a 10 KiB value", |fs| fs.setxattr(ino(fs, "/f"), b"user.big", &[7u8; 10 << 10], 0)),
-        ("link into a large directory", |fs| fs.link(ino(fs, "/f"), ino(fs, "/big"), b"hardlink").map(|_| ())),
+        ("link into a large directory", |fs| fs.names().link(ino(fs, "/f"), ino(fs, "/big"), b"hardlink").map(|_| ())),
         ("rename across directories", |fs| {
-            fs.rename(ino(fs, "/big"), b"entry-with-a-longish-name-0007", ino(fs, "/acl"), b"moved", 0)
+            fs.names().rename(ino(fs, "/big"), b"entry-with-a-longish-name-0007", ino(fs, "/acl"), b"moved", 0)
         }),
-        ("rename over a file with xattrs", |fs| fs.rename(1, b"g", 1, b"f", 0)),
+        ("rename over a file with xattrs", |fs| fs.names().rename(1, b"g", 1, b"f", 0)),
         ("unlink of a file with xattrs from a large directory", |fs| {
-            fs.rename(1, b"g", ino(fs, "/big"), b"g", 0)?;
-            fs.unlink(ino(fs, "/big"), b"g")
+            fs.names().rename(1, b"g", ino(fs, "/big"), b"g", 0)?;
+            fs.names().unlink(ino(fs, "/big"), b"g")
         }),
-        ("unlink of a file with an extent tree", |fs| fs.unlink(1, b"frag")),
+        ("unlink of a file with an extent tree", |fs| fs.names().unlink(1, b"frag")),
         ("truncate of a fragmented file to the middle of its tree", |fs| {
             let set = cairn_core::SetAttr { size: Some(300 << 10), ..Default::default() };
-            fs.setattr(&Ctx::root(), ino(fs, "/frag"), &set).map(|_| ())
+            fs.files().setattr(&Ctx::root(), ino(fs, "/frag"), &set).map(|_| ())
         }),
         ("truncate that splits an unwritten extent", |fs| {
             let set = cairn_core::SetAttr { size: Some((32 * 7 + 5) * 4096), ..Default::default() };
-            fs.setattr(&Ctx::root(), ino(fs, "/unw"), &set).map(|_| ())
+            fs.files().setattr(&Ctx::root(), ino(fs, "/unw"), &set).map(|_| ())
         }),
-        ("fallocate over a fragmented file", |fs| fs.fallocate(ino(fs, "/frag"), 0, 2 << 20, 0)),
+        ("fallocate over a fragmented file", |fs| fs.files().fallocate(ino(fs, "/frag"), 0, 2 << 20, 0)),
         ("punch a hole in a contiguous file", |fs| {
-            fs.fallocate(ino(fs, "/f"), 8192, 4096, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+            fs.files().fallocate(ino(fs, "/f"), 8192, 4096, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
         }),
         // One block, so that it cannot be a short write (which would be a
         // success that changed part of the range).
-        ("write into a hole of a fragmented file", |fs| fs.write(ino(fs, "/frag"), 4096, &[9u8; 4096]).map(|_| ())),
+        ("write into a hole of a fragmented file", |fs| {
+            fs.files().write(ino(fs, "/frag"), 4096, &[9u8; 4096]).map(|_| ())
+        }),
         // Splits an unwritten extent in three: its tail under a new key,
         // the written block under another.
         ("write into the middle of an unwritten extent", |fs| {
-            fs.write(ino(fs, "/unw"), (32 * 5 + 7) * 4096, &[8u8; 4096]).map(|_| ())
+            fs.files().write(ino(fs, "/unw"), (32 * 5 + 7) * 4096, &[8u8; 4096]).map(|_| ())
         }),
     ]
 }

@@ -18,20 +18,20 @@ fn dot_finds_any_live_inode_with_its_generation() {
     let dev = new_image(64);
     let fs = mount(&dev);
     let c = Ctx::root();
-    let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap();
-    let f = fs.mknod(&c, d.ino, b"f", libc::S_IFREG | 0o644, 0).unwrap();
-    let s = fs.symlink(&c, d.ino, b"s", b"f").unwrap();
+    let d = fs.names().mkdir(&c, 1, b"d", 0o755).unwrap();
+    let f = fs.names().mknod(&c, d.ino, b"f", libc::S_IFREG | 0o644, 0).unwrap();
+    let s = fs.names().symlink(&c, d.ino, b"s", b"f").unwrap();
     for a in [&d, &f, &s] {
         let got = fs.lookup(a.ino, b".").unwrap_or_else(|e| panic!("lookup . on {}: {e}", a.ino));
         assert_eq!((got.ino, got.generation, got.mode), (a.ino, a.generation, a.mode));
-        fs.forget(a.ino, 1);
+        fs.inodes().forget(a.ino, 1);
     }
     // `..` still wants a directory.
     assert_eq!(errno(fs.lookup(f.ino, b"..")), libc::ENOTDIR);
     assert_eq!(fs.lookup(d.ino, b"..").unwrap().ino, 1);
     // A file whose last link is gone and that the kernel forgot: stale.
-    fs.unlink(d.ino, b"f").unwrap();
-    fs.forget(f.ino, 1);
+    fs.names().unlink(d.ino, b"f").unwrap();
+    fs.inodes().forget(f.ino, 1);
     assert_eq!(errno(fs.lookup(f.ino, b".")), libc::ESTALE);
     // Numbers never used or out of range: stale, and nothing is latched.
     assert_eq!(errno(fs.lookup(f.ino + 1000, b".")), libc::ESTALE);
@@ -46,9 +46,9 @@ fn dot_finds_any_live_inode_with_its_generation() {
 fn the_root_reports_generation_zero() {
     let dev = new_image(64);
     let fs = mount(&dev);
-    let d = fs.mkdir(&Ctx::root(), 1, b"d", 0o755).unwrap();
+    let d = fs.names().mkdir(&Ctx::root(), 1, b"d", 0o755).unwrap();
     assert_ne!(d.generation, 0, "a test of nothing: cairn's generations are random");
-    assert_eq!(fs.getattr(1).unwrap().generation, 0);
+    assert_eq!(fs.inodes().getattr(1).unwrap().generation, 0);
     assert_eq!(fs.lookup(d.ino, b"..").unwrap().generation, 0);
     assert_eq!(fs.lookup(1, b".").unwrap().generation, 0);
     assert_eq!(fs.lookup(1, b"..").unwrap().generation, 0);

@@ -13,7 +13,7 @@ use cairn_core::{Ctx, Fs, MountOptions};
 use std::sync::Arc;
 
 fn create(fs: &Fs, name: &str) -> cairn_core::Result<u64> {
-    fs.mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).map(|a| a.ino)
+    fs.names().mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).map(|a| a.ino)
 }
 
 #[test]
@@ -26,8 +26,8 @@ fn creates_in_a_row_take_consecutive_numbers_from_the_counter() {
     assert!(stat(&fs, "alloc.inodes_by_counter") >= 500);
     // Deleted numbers are not reused while the counter has room.
     for (i, &ino) in inos.iter().enumerate().take(250) {
-        fs.unlink(1, format!("f{i}").as_bytes()).unwrap();
-        fs.forget(ino, 1); // the kernel's FORGET: the number is free now
+        fs.names().unlink(1, format!("f{i}").as_bytes()).unwrap();
+        fs.inodes().forget(ino, 1); // the kernel's FORGET: the number is free now
     }
     let next = create(&fs, "again").unwrap();
     assert_eq!(next, inos[499] + 1);
@@ -49,8 +49,8 @@ fn once_the_counter_wraps_freed_numbers_are_found_by_a_search() {
     let n = inos.len();
     assert!(n > 100, "only {n} inodes in a 16 MiB image");
     for i in (0..n).step_by(2) {
-        fs.unlink(1, format!("f{i}").as_bytes()).unwrap();
-        fs.forget(inos[i], 1);
+        fs.names().unlink(1, format!("f{i}").as_bytes()).unwrap();
+        fs.inodes().forget(inos[i], 1);
     }
     let before = stat(&fs, "alloc.inodes_by_search");
     let freed = n.div_ceil(2);
@@ -109,7 +109,7 @@ fn creates_into_zeroed_inode_tables_survive_a_crash_at_every_flush() {
     for i in 0..1200 {
         create(&fs, &format!("f{i}")).unwrap();
         if i % 150 == 149 {
-            fs.sync_fs().unwrap();
+            fs.files().sync_fs().unwrap();
             synced.push((rec.ops().len(), i + 1));
         }
     }
@@ -125,7 +125,7 @@ fn creates_into_zeroed_inode_tables_survive_a_crash_at_every_flush() {
         let durable = synced.iter().filter(|(at, _)| *at <= f + 1).map(|(_, n)| *n).max().unwrap_or(0);
         for i in 0..durable {
             let a = fs.lookup(1, format!("f{i}").as_bytes()).unwrap_or_else(|e| panic!("f{i} lost at op {f}: {e}"));
-            fs.getattr(a.ino).unwrap_or_else(|e| panic!("f{i}'s inode unreadable at op {f}: {e}"));
+            fs.inodes().getattr(a.ino).unwrap_or_else(|e| panic!("f{i}'s inode unreadable at op {f}: {e}"));
         }
         fs.unmount().unwrap();
         fsck_clean_mem(d.as_ref(), "crash state of creates into zeroed tables");

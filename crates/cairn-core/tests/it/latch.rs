@@ -42,20 +42,20 @@ fn journal_bytes(mem: &MemDevice) -> std::ops::Range<u64> {
 fn failed_commit_aborts_the_journal_and_marks_the_superblock() {
     let (mem, fault, fs) = setup(ErrorPolicy::RemountRo);
     let c = Ctx::root();
-    let kept = fs.mknod(&c, ROOT, b"kept", libc::S_IFREG | 0o644, 0).unwrap();
-    fs.write(kept.ino, 0, b"durable").unwrap();
-    fs.fsync(kept.ino, false).unwrap();
+    let kept = fs.names().mknod(&c, ROOT, b"kept", libc::S_IFREG | 0o644, 0).unwrap();
+    fs.files().write(kept.ino, 0, b"durable").unwrap();
+    fs.files().fsync(kept.ino, false).unwrap();
     fault.fail_writes(journal_bytes(&mem));
-    let lost = fs.mknod(&c, ROOT, b"lost", libc::S_IFREG | 0o644, 0).unwrap();
-    let e = fs.fsync(lost.ino, false).expect_err("the log write fails");
+    let lost = fs.names().mknod(&c, ROOT, b"lost", libc::S_IFREG | 0o644, 0).unwrap();
+    let e = fs.files().fsync(lost.ino, false).expect_err("the log write fails");
     assert!(matches!(e, FsError::Io(_)), "{e:?}");
     assert_eq!(stat(&fs, "errors.journal_aborted"), 1);
     assert_eq!(stat(&fs, "errors.latched"), 1);
     assert!(fs.first_error().unwrap().contains("injected write error"));
-    let e = fs.mknod(&c, ROOT, b"after", libc::S_IFREG | 0o644, 0).unwrap_err();
+    let e = fs.names().mknod(&c, ROOT, b"after", libc::S_IFREG | 0o644, 0).unwrap_err();
     assert_eq!(e.errno(), libc::EROFS);
-    assert!(fs.fsync(kept.ino, false).is_err(), "fsync after an abort must not claim durability");
-    assert_eq!(fs.read(kept.ino, 0, 100).unwrap(), b"durable", "reads go on");
+    assert!(fs.files().fsync(kept.ino, false).is_err(), "fsync after an abort must not claim durability");
+    assert_eq!(fs.files().read(kept.ino, 0, 100).unwrap(), b"durable", "reads go on");
     assert!(on_disk_sb(&mem).state & STATE_ERRORS != 0, "STATE_ERRORS is on disk");
     fs.unmount().unwrap();
     drop(fs);
@@ -65,7 +65,7 @@ fn failed_commit_aborts_the_journal_and_marks_the_superblock() {
     let fs = Fs::mount(mem.clone(), MountOptions::default()).unwrap();
     assert_eq!(stat(&fs, "errors.flagged"), 1);
     let k = fs.lookup(ROOT, b"kept").unwrap();
-    assert_eq!(fs.read(k.ino, 0, 100).unwrap(), b"durable");
+    assert_eq!(fs.files().read(k.ino, 0, 100).unwrap(), b"durable");
     assert!(fs.lookup(ROOT, b"lost").is_err(), "the aborted checkpoint was not committed");
     fs.unmount().unwrap();
 }
@@ -75,10 +75,10 @@ fn failed_commit_aborts_the_journal_and_marks_the_superblock() {
 fn failed_flush_aborts_the_journal() {
     let (mem, fault, fs) = setup(ErrorPolicy::RemountRo);
     let c = Ctx::root();
-    let a = fs.mknod(&c, ROOT, b"a", libc::S_IFREG | 0o644, 0).unwrap();
+    let a = fs.names().mknod(&c, ROOT, b"a", libc::S_IFREG | 0o644, 0).unwrap();
     fault.fail_flushes(true);
-    assert!(fs.fsync(a.ino, false).is_err());
-    assert_eq!(fs.mkdir(&c, ROOT, b"d", 0o755).unwrap_err().errno(), libc::EROFS);
+    assert!(fs.files().fsync(a.ino, false).is_err());
+    assert_eq!(fs.names().mkdir(&c, ROOT, b"d", 0o755).unwrap_err().errno(), libc::EROFS);
     fault.heal();
     fs.unmount().unwrap();
     fsck_clean_mem(mem.as_ref(), "after a failed flush");
@@ -90,17 +90,17 @@ fn failed_flush_aborts_the_journal() {
 fn read_error_with_errors_continue_keeps_going() {
     let (mem, fault, fs) = setup(ErrorPolicy::Continue);
     let c = Ctx::root();
-    let a = fs.mknod(&c, ROOT, b"a", libc::S_IFREG | 0o644, 0).unwrap();
-    fs.write(a.ino, 0, &[1u8; 8192]).unwrap();
-    fs.fsync(a.ino, false).unwrap();
+    let a = fs.names().mknod(&c, ROOT, b"a", libc::S_IFREG | 0o644, 0).unwrap();
+    fs.files().write(a.ino, 0, &[1u8; 8192]).unwrap();
+    fs.files().fsync(a.ino, false).unwrap();
     fault.fail_reads(0..mem.size());
-    let e = fs.read(a.ino, 0, 4096).unwrap_err();
+    let e = fs.files().read(a.ino, 0, 4096).unwrap_err();
     assert_eq!(e.errno(), libc::EIO);
     fault.heal();
     assert_eq!(stat(&fs, "errors.latched"), 1);
     assert_eq!(stat(&fs, "errors.journal_aborted"), 0);
-    fs.mknod(&c, ROOT, b"b", libc::S_IFREG | 0o644, 0).expect("errors=continue keeps the file system writable");
-    fs.sync_fs().unwrap();
+    fs.names().mknod(&c, ROOT, b"b", libc::S_IFREG | 0o644, 0).expect("errors=continue keeps the file system writable");
+    fs.files().sync_fs().unwrap();
     assert!(on_disk_sb(&mem).state & STATE_ERRORS != 0);
     fs.unmount().unwrap();
     assert!(on_disk_sb(&mem).state & STATE_ERRORS != 0, "a clean unmount keeps the flag for fsck");
@@ -111,13 +111,13 @@ fn read_error_with_errors_continue_keeps_going() {
 fn errors_shutdown_fails_every_later_request() {
     let (mem, fault, fs) = setup(ErrorPolicy::Shutdown);
     let c = Ctx::root();
-    let a = fs.mknod(&c, ROOT, b"a", libc::S_IFREG | 0o644, 0).unwrap();
-    fs.write(a.ino, 0, &[1u8; 4096]).unwrap();
-    fs.fsync(a.ino, false).unwrap();
+    let a = fs.names().mknod(&c, ROOT, b"a", libc::S_IFREG | 0o644, 0).unwrap();
+    fs.files().write(a.ino, 0, &[1u8; 4096]).unwrap();
+    fs.files().fsync(a.ino, false).unwrap();
     fault.fail_reads(0..mem.size());
-    assert!(fs.read(a.ino, 0, 4096).is_err());
+    assert!(fs.files().read(a.ino, 0, 4096).is_err());
     fault.heal();
-    assert_eq!(fs.getattr(ROOT).unwrap_err().errno(), libc::EIO);
+    assert_eq!(fs.inodes().getattr(ROOT).unwrap_err().errno(), libc::EIO);
     assert_eq!(fs.lookup(ROOT, b"a").unwrap_err().errno(), libc::EIO);
     fs.unmount().unwrap();
 }
@@ -128,9 +128,9 @@ fn errors_shutdown_fails_every_later_request() {
 fn corruption_is_latched() {
     let (mem, _fault, fs) = setup(ErrorPolicy::RemountRo);
     let c = Ctx::root();
-    let d = fs.mkdir(&c, ROOT, b"d", 0o755).unwrap();
+    let d = fs.names().mkdir(&c, ROOT, b"d", 0o755).unwrap();
     for i in 0..200 {
-        fs.mknod(&c, d.ino, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        fs.names().mknod(&c, d.ino, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
     }
     fs.unmount().unwrap();
     drop(fs);
@@ -147,7 +147,7 @@ fn corruption_is_latched() {
     let e = fs.lookup(d.ino, b"f1").unwrap_err();
     assert_eq!(e.errno(), libc::EUCLEAN);
     assert_eq!(stat(&fs, "errors.latched"), 1);
-    assert_eq!(fs.mknod(&c, ROOT, b"x", libc::S_IFREG, 0).unwrap_err().errno(), libc::EROFS);
+    assert_eq!(fs.names().mknod(&c, ROOT, b"x", libc::S_IFREG, 0).unwrap_err().errno(), libc::EROFS);
     fs.unmount().unwrap();
     assert!(on_disk_sb(&mem).state & STATE_ERRORS != 0);
 }

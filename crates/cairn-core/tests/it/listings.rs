@@ -16,11 +16,11 @@ fn remounted(
     let dev = new_image(64);
     let c = Ctx::root();
     let fs = mount(&dev);
-    let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap().ino;
+    let d = fs.names().mkdir(&c, 1, b"d", 0o755).unwrap().ino;
     let files = (0..n)
         .map(|i| {
-            let f = fs.mknod(&c, d, format!("f{i}").as_bytes(), libc::S_IFREG | 0o640, 0).unwrap().ino;
-            fs.write(f, 0, &vec![1u8; i as usize]).unwrap();
+            let f = fs.names().mknod(&c, d, format!("f{i}").as_bytes(), libc::S_IFREG | 0o640, 0).unwrap().ino;
+            fs.files().write(f, 0, &vec![1u8; i as usize]).unwrap();
             f
         })
         .collect();
@@ -46,7 +46,7 @@ fn a_listed_inode_not_in_core_is_read_from_its_table_and_not_cached() {
     assert_eq!(stat(&fs, "icache.entries"), cached, "no in-core inode was made");
     assert_eq!(stat(&fs, "icache.lookup_refs"), refs + 50, "each entry holds the kernel's reference");
     for &f in &files {
-        fs.forget(f, 1);
+        fs.inodes().forget(f, 1);
     }
     assert_eq!(stat(&fs, "icache.lookup_refs"), refs);
     fs.unmount().unwrap();
@@ -58,13 +58,13 @@ fn an_unlink_after_the_listing_keeps_the_file_until_the_forget() {
     let (fs, dev, d, files) = remounted(3, MountOptions::default());
     let f = files[2];
     assert!(fs.listing_entry(f, true, |_| true).unwrap());
-    fs.unlink(d, b"f2").unwrap();
+    fs.names().unlink(d, b"f2").unwrap();
     // The kernel still holds it: an open-unlinked file, not freed.
-    assert_eq!(fs.getattr(f).unwrap().nlink, 0);
+    assert_eq!(fs.inodes().getattr(f).unwrap().nlink, 0);
     let free = fs.statfs().unwrap().files_free;
-    fs.forget(f, 1);
+    fs.inodes().forget(f, 1);
     wait_reaped(&fs);
-    assert!(matches!(fs.getattr(f), Err(FsError::Errno(libc::ENOENT))), "freed at the FORGET");
+    assert!(matches!(fs.inodes().getattr(f), Err(FsError::Errno(libc::ENOENT))), "freed at the FORGET");
     assert_eq!(fs.statfs().unwrap().files_free, free + 1);
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after the unlink and forget");
@@ -78,7 +78,7 @@ fn an_entry_that_did_not_fit_gives_its_reference_back() {
     assert_eq!(stat(&fs, "icache.lookup_refs"), refs);
     // Nothing holds it now: its unlink frees it at once.
     let free = fs.statfs().unwrap().files_free;
-    fs.unlink(d, b"f0").unwrap();
+    fs.names().unlink(d, b"f0").unwrap();
     wait_reaped(&fs);
     assert_eq!(fs.statfs().unwrap().files_free, free + 1);
     fs.unmount().unwrap();
@@ -89,7 +89,7 @@ fn an_entry_that_did_not_fit_gives_its_reference_back() {
 fn an_entry_freed_since_the_listing_began_is_not_given() {
     let (fs, dev, d, files) = remounted(2, MountOptions::default());
     let refs = stat(&fs, "icache.lookup_refs");
-    fs.unlink(d, b"f1").unwrap();
+    fs.names().unlink(d, b"f1").unwrap();
     wait_reaped(&fs);
     // The batch still names it: its inode has no links, and is refused.
     let r = fs.listing_entry(files[1], true, |_| panic!("a freed inode's attributes were listed"));
@@ -108,7 +108,7 @@ fn listings_racing_with_unlinks() {
     let dev = new_image(16);
     let fs = mount_with(&dev, MountOptions::default());
     let c = Ctx::root();
-    let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap().ino;
+    let d = fs.names().mkdir(&c, 1, b"d", 0o755).unwrap().ino;
     let refs0 = stat(&fs, "icache.lookup_refs");
     const NAMES: u64 = 40;
     let done = Arc::new(AtomicBool::new(false));
@@ -135,7 +135,7 @@ fn listings_racing_with_unlinks() {
                         }
                     }
                     for ino in held {
-                        fs.forget(ino, 1);
+                        fs.inodes().forget(ino, 1);
                     }
                     round += 1;
                 }
@@ -145,20 +145,20 @@ fn listings_racing_with_unlinks() {
     let why = |fs: &cairn_core::Fs| format!("the first error: {:?}", fs.first_error());
     for i in 0..4000u64 {
         let name = format!("f{}", i % NAMES);
-        match fs.unlink(d, name.as_bytes()) {
+        match fs.names().unlink(d, name.as_bytes()) {
             Ok(()) | Err(FsError::Errno(libc::ENOENT)) => {}
             Err(e) => panic!("unlink {name}: {e}; {}", why(&fs)),
         }
-        let f = fs.mknod(&c, d, name.as_bytes(), libc::S_IFREG | 0o644, 0);
+        let f = fs.names().mknod(&c, d, name.as_bytes(), libc::S_IFREG | 0o644, 0);
         let f = f.unwrap_or_else(|e| panic!("mknod {name}: {e}; {}", why(&fs))).ino;
-        fs.forget(f, 1);
+        fs.inodes().forget(f, 1);
     }
     done.store(true, Ordering::Relaxed);
     for l in listers {
         l.join().unwrap();
     }
     for i in 0..NAMES {
-        fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+        fs.names().unlink(d, format!("f{i}").as_bytes()).unwrap();
     }
     wait_reaped(&fs);
     assert_eq!(fs.first_error(), None);

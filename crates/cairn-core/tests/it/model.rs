@@ -92,12 +92,12 @@ fn run(ops: Vec<Op>, setup: &Setup) -> Result<(), TestCaseError> {
     for o in ops {
         match o {
             Op::Create(n) => {
-                let r = fs.mknod(&c, 1, &name(n), libc::S_IFREG | 0o644, 0);
+                let r = fs.names().mknod(&c, 1, &name(n), libc::S_IFREG | 0o644, 0);
                 prop_assert_eq!(r.is_ok(), !model.contains_key(&name(n)));
                 model.entry(name(n)).or_insert(Node::File(Vec::new(), BTreeMap::new()));
             }
             Op::Mkdir(n) => {
-                let r = fs.mkdir(&c, 1, &name(n), 0o755);
+                let r = fs.names().mkdir(&c, 1, &name(n), 0o755);
                 prop_assert_eq!(r.is_ok(), !model.contains_key(&name(n)));
                 model.entry(name(n)).or_insert(Node::Dir);
             }
@@ -105,7 +105,7 @@ fn run(ops: Vec<Op>, setup: &Setup) -> Result<(), TestCaseError> {
                 if let Some(Node::File(data, _)) = model.get_mut(&name(n)) {
                     let ino = fs.lookup(1, &name(n)).unwrap().ino;
                     let buf = vec![v; len as usize];
-                    prop_assert_eq!(fs.write(ino, u64::from(off), &buf).unwrap(), u32::from(len));
+                    prop_assert_eq!(fs.files().write(ino, u64::from(off), &buf).unwrap(), u32::from(len));
                     let end = off as usize + len as usize;
                     if data.len() < end {
                         data.resize(end, 0);
@@ -116,20 +116,22 @@ fn run(ops: Vec<Op>, setup: &Setup) -> Result<(), TestCaseError> {
             Op::Truncate(n, size) => {
                 if let Some(Node::File(data, _)) = model.get_mut(&name(n)) {
                     let ino = fs.lookup(1, &name(n)).unwrap().ino;
-                    fs.setattr(&c, ino, &SetAttr { size: Some(u64::from(size)), ..Default::default() }).unwrap();
+                    fs.files()
+                        .setattr(&c, ino, &SetAttr { size: Some(u64::from(size)), ..Default::default() })
+                        .unwrap();
                     data.resize(size as usize, 0);
                 }
             }
             Op::Unlink(n) => {
                 let is_file = matches!(model.get(&name(n)), Some(Node::File(..)));
-                prop_assert_eq!(fs.unlink(1, &name(n)).is_ok(), is_file);
+                prop_assert_eq!(fs.names().unlink(1, &name(n)).is_ok(), is_file);
                 if is_file {
                     model.remove(&name(n));
                 }
             }
             Op::Rmdir(n) => {
                 let is_dir = matches!(model.get(&name(n)), Some(Node::Dir));
-                prop_assert_eq!(fs.rmdir(1, &name(n)).is_ok(), is_dir);
+                prop_assert_eq!(fs.names().rmdir(1, &name(n)).is_ok(), is_dir);
                 if is_dir {
                     model.remove(&name(n));
                 }
@@ -144,7 +146,7 @@ fn run(ops: Vec<Op>, setup: &Setup) -> Result<(), TestCaseError> {
                     (Some(Node::Dir), Some(Node::File(..))) | (Some(Node::File(..)), Some(Node::Dir)) => false,
                     _ => true,
                 };
-                let r = fs.rename(1, &na, 1, &nb, 0);
+                let r = fs.names().rename(1, &na, 1, &nb, 0);
                 prop_assert_eq!(r.is_ok(), ok, "rename {:?} -> {:?}: {:?}", src, dst, r);
                 if ok && na != nb {
                     let s = model.remove(&na).unwrap();
@@ -183,7 +185,7 @@ fn run(ops: Vec<Op>, setup: &Setup) -> Result<(), TestCaseError> {
         let a = fs.lookup(1, n).unwrap();
         if let Node::File(data, xa) = node {
             prop_assert_eq!(a.size, data.len() as u64);
-            let back = fs.read(a.ino, 0, data.len() as u32 + 10).unwrap();
+            let back = fs.files().read(a.ino, 0, data.len() as u32 + 10).unwrap();
             prop_assert!(back == *data, "content of {:?} differs", String::from_utf8_lossy(n));
             for (k, v) in xa {
                 prop_assert_eq!(fs.getxattr(a.ino, format!("user.a{k}").as_bytes()).unwrap(), vec![*v]);

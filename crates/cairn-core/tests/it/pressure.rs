@@ -43,12 +43,12 @@ fn fsynced_creates_survive_a_tiny_cache_and_a_slow_flush() {
     fault.set_flush_delay(Duration::from_millis(1));
     let fs = mount_on(fault.clone(), 64);
     let c = Ctx::root();
-    let synced_dir = fs.mkdir(&c, ROOT, b"synced", 0o755).unwrap().ino;
-    let many = fs.mkdir(&c, ROOT, b"many", 0o755).unwrap().ino;
+    let synced_dir = fs.names().mkdir(&c, ROOT, b"synced", 0o755).unwrap().ino;
+    let many = fs.names().mkdir(&c, ROOT, b"many", 0o755).unwrap().ino;
     let synced = std::thread::scope(|s| {
         let filler = s.spawn(|| {
             for i in 0..6000u32 {
-                fs.mknod(&c, many, format!("{i:05}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+                fs.names().mknod(&c, many, format!("{i:05}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
                 if i % 500 == 0 {
                     fs.debug_check_consistency();
                 }
@@ -57,9 +57,9 @@ fn fsynced_creates_survive_a_tiny_cache_and_a_slow_flush() {
         let mut synced = Vec::new();
         for i in 0..400u32 {
             let name = format!("fsync-{i}");
-            let a = fs.mknod(&c, synced_dir, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
-            fs.write(a.ino, 0, name.as_bytes()).unwrap();
-            fs.fsync(a.ino, false).unwrap();
+            let a = fs.names().mknod(&c, synced_dir, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+            fs.files().write(a.ino, 0, name.as_bytes()).unwrap();
+            fs.files().fsync(a.ino, false).unwrap();
             synced.push(name);
         }
         filler.join().unwrap();
@@ -75,7 +75,7 @@ fn fsynced_creates_survive_a_tiny_cache_and_a_slow_flush() {
     for name in &synced {
         let a =
             fs.lookup(synced_dir, name.as_bytes()).unwrap_or_else(|e| panic!("{name} was fsync'd and is gone: {e}"));
-        assert_eq!(fs.read(a.ino, 0, 100).unwrap(), name.as_bytes());
+        assert_eq!(fs.files().read(a.ino, 0, 100).unwrap(), name.as_bytes());
     }
     let mut n = 0;
     fs.readdir(many, 0, &mut |_| {
@@ -90,10 +90,10 @@ fn fsynced_creates_survive_a_tiny_cache_and_a_slow_flush() {
 /// A file of `extents` one-block extents (every other block written).
 fn fragmented_file(fs: &Fs, name: &[u8], extents: u64, bs: u64) -> u64 {
     let c = Ctx::root();
-    let f = fs.mknod(&c, ROOT, name, libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let f = fs.names().mknod(&c, ROOT, name, libc::S_IFREG | 0o644, 0).unwrap().ino;
     let block = vec![0xA5u8; bs as usize];
     for i in 0..extents {
-        fs.write(f, 2 * i * bs, &block).unwrap();
+        fs.files().write(f, 2 * i * bs, &block).unwrap();
     }
     f
 }
@@ -107,21 +107,21 @@ fn check_big_delete(mkfs: MkfsOptions, mib: u64, extents: u64) {
     let fs = mount_on(slow.clone(), 1024);
     let free_before = stat(&fs, "alloc.free_blocks");
     let f = fragmented_file(&fs, b"big", extents, bs);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let used = free_before - stat(&fs, "alloc.free_blocks");
     assert!(used >= extents, "the file holds {extents} blocks, {used} used");
     slow.set_flush_delay(Duration::from_micros(300));
-    fs.unlink(ROOT, b"big").expect("unlink of a file larger than the log");
-    fs.sync_fs().expect("sync after the big unlink");
+    fs.names().unlink(ROOT, b"big").expect("unlink of a file larger than the log");
+    fs.files().sync_fs().expect("sync after the big unlink");
     // Still open (the create's lookup reference): freed at the last forget.
-    fs.forget(f, 1);
-    fs.sync_fs().expect("sync after the big delete");
+    fs.inodes().forget(f, 1);
+    fs.files().sync_fs().expect("sync after the big delete");
     assert_eq!(stat(&fs, "tx.credit_overruns"), 0);
     assert!(stat(&fs, "tx.steps") > 1, "the delete should have run in steps");
     if mkfs.journal_blocks.is_some() {
         assert!(stat(&fs, "tx.reserve_waits") > 0, "the small log filled and handles waited for room");
     }
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     fs.debug_check_consistency();
     assert_eq!(stat(&fs, "alloc.free_blocks"), free_before, "every block of the file is free again");
     fs.unmount().unwrap();
@@ -149,19 +149,19 @@ fn truncating_a_file_larger_than_the_log() {
     let mem = image(256, &mkfs);
     let fs = mount_on(mem.clone(), 256);
     let f = fragmented_file(&fs, b"big", 20_000, 4096);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let free_before = stat(&fs, "alloc.free_blocks");
-    let a = fs.setattr(&Ctx::root(), f, &SetAttr { size: Some(100 * 4096), ..Default::default() }).unwrap();
+    let a = fs.files().setattr(&Ctx::root(), f, &SetAttr { size: Some(100 * 4096), ..Default::default() }).unwrap();
     assert_eq!(a.size, 100 * 4096);
-    fs.sync_fs().unwrap();
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     assert_eq!(stat(&fs, "tx.credit_overruns"), 0);
     let freed = stat(&fs, "alloc.free_blocks") - free_before;
     assert!(freed >= 20_000 - 50, "truncate freed {freed} blocks");
     // A write over the log's size in one request goes in steps as well.
     let big = vec![7u8; 8 << 20];
-    assert_eq!(fs.write(f, 0, &big).unwrap() as usize, big.len());
-    assert_eq!(fs.read(f, (8 << 20) - 4, 4).unwrap(), vec![7u8; 4]);
+    assert_eq!(fs.files().write(f, 0, &big).unwrap() as usize, big.len());
+    assert_eq!(fs.files().read(f, (8 << 20) - 4, 4).unwrap(), vec![7u8; 4]);
     fs.unmount().unwrap();
     fsck_clean_mem(mem.as_ref(), "after the big truncate");
 }
@@ -174,19 +174,19 @@ fn fallocate_past_the_free_space_leaves_a_consistent_file() {
     let mem = image(32, &MkfsOptions::default());
     let fs = mount_on(mem.clone(), 1024);
     let c = Ctx::root();
-    let f = fs.mknod(&c, ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let f = fs.names().mknod(&c, ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
     // Fragment the free space so the allocation takes many extents.
-    let g = fs.mknod(&c, ROOT, b"g", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let g = fs.names().mknod(&c, ROOT, b"g", libc::S_IFREG | 0o644, 0).unwrap().ino;
     for i in 0..2000u64 {
-        fs.write(g, 2 * i * 4096, &[1u8; 4096]).unwrap();
+        fs.files().write(g, 2 * i * 4096, &[1u8; 4096]).unwrap();
     }
-    fs.setattr(&c, g, &SetAttr { size: Some(0), ..Default::default() }).unwrap();
+    fs.files().setattr(&c, g, &SetAttr { size: Some(0), ..Default::default() }).unwrap();
     for i in 0..1000u64 {
-        fs.write(g, 2 * i * 4096, &[1u8; 4096]).unwrap();
+        fs.files().write(g, 2 * i * 4096, &[1u8; 4096]).unwrap();
     }
-    let e = fs.fallocate(f, 0, 64 << 20, 0).unwrap_err();
+    let e = fs.files().fallocate(f, 0, 64 << 20, 0).unwrap_err();
     assert_eq!(e.errno(), libc::ENOSPC);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     assert_eq!(stat(&fs, "tx.credit_overruns"), 0);
     fs.unmount().unwrap();
     fsck_clean_mem(mem.as_ref(), "after a fallocate that ran out of space");
@@ -200,9 +200,9 @@ fn readdirplus_callbacks_do_not_deadlock_with_lookups_and_renames() {
     let mem = image(64, &MkfsOptions::default());
     let fs = mount_on(mem.clone(), 4096);
     let c = Ctx::root();
-    let d = fs.mkdir(&c, ROOT, b"d", 0o755).unwrap().ino;
+    let d = fs.names().mkdir(&c, ROOT, b"d", 0o755).unwrap().ino;
     for i in 0..300 {
-        fs.mknod(&c, d, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        fs.names().mknod(&c, d, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
     }
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let worker = {
@@ -212,7 +212,7 @@ fn readdirplus_callbacks_do_not_deadlock_with_lookups_and_renames() {
                 s.spawn(|| {
                     for _ in 0..200 {
                         fs.readdir(d, 0, &mut |e| {
-                            let _ = fs.getattr(e.ino);
+                            let _ = fs.inodes().getattr(e.ino);
                             let _ = fs.add_lookup(e.ino);
                             true
                         })
@@ -232,7 +232,7 @@ fn readdirplus_callbacks_do_not_deadlock_with_lookups_and_renames() {
                         } else {
                             (b"g1".as_slice(), b"f1".as_slice())
                         };
-                        fs.rename(d, a, d, b, 0).unwrap();
+                        fs.names().rename(d, a, d, b, 0).unwrap();
                     }
                 });
             });

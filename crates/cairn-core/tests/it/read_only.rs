@@ -19,8 +19,8 @@ fn a_read_only_mount_turns_read_write_and_its_changes_survive_a_crash() {
     let dev = new_image(64);
     let fs = mount(&dev);
     let c = Ctx::root();
-    let old = fs.mknod(&c, ROOT, b"old", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    fs.write(old, 0, b"before").unwrap();
+    let old = fs.names().mknod(&c, ROOT, b"old", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.files().write(old, 0, b"before").unwrap();
     // The log keeps this mount's records on the ring behind its tail: the
     // mount turned writable must restart past them, as a writable one does.
     fs.unmount().unwrap();
@@ -28,23 +28,23 @@ fn a_read_only_mount_turns_read_write_and_its_changes_survive_a_crash() {
 
     let fs = mount_with(&dev, ro());
     assert!(fs.is_read_only());
-    let refused = fs.mknod(&c, ROOT, b"new", libc::S_IFREG | 0o644, 0).unwrap_err();
+    let refused = fs.names().mknod(&c, ROOT, b"new", libc::S_IFREG | 0o644, 0).unwrap_err();
     assert!(matches!(refused, FsError::Errno(libc::EROFS)), "{refused:?}");
     assert_eq!(dev.snapshot(), before, "a read-only mount wrote to the image");
 
     fs.make_writable().unwrap();
     assert!(!fs.is_read_only());
     fs.make_writable().unwrap();
-    let new = fs.mknod(&c, ROOT, b"new", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    fs.write(new, 0, b"after").unwrap();
-    fs.fsync(new, false).unwrap();
+    let new = fs.names().mknod(&c, ROOT, b"new", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.files().write(new, 0, b"after").unwrap();
+    fs.files().fsync(new, false).unwrap();
     // A crash: the image as the device holds it now, no unmount.
     let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
     drop(fs);
 
     let fs = mount(&crashed);
-    assert_eq!(fs.read(new, 0, 100).unwrap(), b"after");
-    assert_eq!(fs.read(old, 0, 100).unwrap(), b"before");
+    assert_eq!(fs.files().read(new, 0, 100).unwrap(), b"after");
+    assert_eq!(fs.files().read(old, 0, 100).unwrap(), b"before");
     fs.unmount().unwrap();
     fsck_clean_mem(crashed.as_ref(), "after a crash of a mount turned read-write");
 }
@@ -63,8 +63,8 @@ fn an_image_file_opened_read_only_is_reopened_for_writing_and_keeps_its_lock() {
     let fs = cairn_core::Fs::mount(dev, ro()).unwrap();
     fs.make_writable().unwrap();
     let c = Ctx::root();
-    let ino = fs.mknod(&c, ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    fs.write(ino, 0, &[5u8; 10_000]).unwrap();
+    let ino = fs.names().mknod(&c, ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.files().write(ino, 0, &[5u8; 10_000]).unwrap();
     // The lock is still held: a second open cannot take it.
     let other = FileDevice::open(f.path(), true).unwrap();
     assert!(other.lock_exclusive().is_err(), "making the device writable dropped the image's lock");
@@ -74,7 +74,7 @@ fn an_image_file_opened_read_only_is_reopened_for_writing_and_keeps_its_lock() {
 
     let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(f.path(), true).unwrap());
     let fs = cairn_core::Fs::mount(dev.clone(), ro()).unwrap();
-    assert_eq!(fs.read(ino, 0, 20_000).unwrap(), vec![5u8; 10_000]);
+    assert_eq!(fs.files().read(ino, 0, 20_000).unwrap(), vec![5u8; 10_000]);
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after a mount turned read-write and unmounted");
 }

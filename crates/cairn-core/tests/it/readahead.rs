@@ -106,12 +106,13 @@ fn files_in_dirs(
     let dev = new_image(mib);
     let c = Ctx::root();
     let fs = mount(&dev);
-    let dirs: Vec<u64> = (0..dirs).map(|k| fs.mkdir(&c, 1, format!("d{k}").as_bytes(), 0o755).unwrap().ino).collect();
+    let dirs: Vec<u64> =
+        (0..dirs).map(|k| fs.names().mkdir(&c, 1, format!("d{k}").as_bytes(), 0o755).unwrap().ino).collect();
     for i in 0..n {
         for &d in &dirs {
-            let f = fs.mknod(&c, d, name(i).as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+            let f = fs.names().mknod(&c, d, name(i).as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
             if size(i) > 0 {
-                fs.write(f, 0, &vec![1u8; size(i) as usize]).unwrap();
+                fs.files().write(f, 0, &vec![1u8; size(i) as usize]).unwrap();
             }
         }
     }
@@ -155,7 +156,7 @@ fn cold_listing(n: u64, readahead: bool) -> (u64, u64, Vec<(Vec<u8>, u64)>) {
     let mut seen = Vec::new();
     fs.readdir_ahead(a, 0, true, &mut |e| {
         if e.name != b"." && e.name != b".." {
-            seen.push((e.name.clone(), fs.getattr(e.ino).unwrap().size));
+            seen.push((e.name.clone(), fs.inodes().getattr(e.ino).unwrap().size));
         }
         true
     })

@@ -16,9 +16,9 @@ fn opts(sync_delete: bool) -> MountOptions {
 /// A file of `n` separate 4 KiB extents (every other block written), so its
 /// extents live in a tree and its delete runs in steps.
 fn fragmented(fs: &Fs, name: &str, n: u64) -> u64 {
-    let ino = fs.mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let ino = fs.names().mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
     for i in 0..n {
-        fs.write(ino, i * 8192, &[7u8; 4096]).unwrap();
+        fs.files().write(ino, i * 8192, &[7u8; 4096]).unwrap();
     }
     ino
 }
@@ -28,10 +28,10 @@ fn a_large_delete_is_queued_counted_free_and_done_by_the_reaper() {
     let dev = new_image(256);
     let fs = mount_with(&dev, opts(false));
     let big = fragmented(&fs, "big", 20_000);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let free_before = fs.statfs().unwrap().blocks_free;
-    fs.unlink(1, b"big").unwrap();
-    fs.forget(big, 1); // the kernel's FORGET: the last reference goes
+    fs.names().unlink(1, b"big").unwrap();
+    fs.inodes().forget(big, 1); // the kernel's FORGET: the last reference goes
     assert_eq!(stat(&fs, "reaper.queued"), 1);
     let free_at_once = fs.statfs().unwrap().blocks_free;
     assert!(
@@ -55,9 +55,9 @@ fn writing_right_after_deleting_a_large_file_does_not_fail_for_space() {
     // A fragmented file, and a filler up to the end of the space.
     let old = fragmented(&fs, "old", 8_000);
     fill_up(&fs, b"filler");
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     // Delete it and at once write as much as it held.
-    if let Err(e) = fs.unlink(1, b"old") {
+    if let Err(e) = fs.names().unlink(1, b"old") {
         panic!(
             "unlink: {e}; {:?}",
             fs.stats()
@@ -66,26 +66,27 @@ fn writing_right_after_deleting_a_large_file_does_not_fail_for_space() {
                 .collect::<Vec<_>>()
         );
     }
-    fs.forget(old, 1);
-    let new = fs.mknod(&Ctx::root(), 1, b"new", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.inodes().forget(old, 1);
+    let new = fs.names().mknod(&Ctx::root(), 1, b"new", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let chunk = vec![1u8; 1 << 20];
     let want = 8_000 * 4096u64 - (2 << 20);
     let mut off = 0u64;
     while off < want {
-        let n = fs.write(new, off, &chunk[..(want - off).min(chunk.len() as u64) as usize]).unwrap_or_else(|e| {
-            panic!(
-                "write at {off} of {want}: {e}; statfs free {}, reaper {:?}",
-                fs.statfs().unwrap().blocks_free,
-                fs.stats()
-                    .into_iter()
-                    .filter(|(k, _)| k.starts_with("reaper") || k.contains("pending"))
-                    .collect::<Vec<_>>()
-            )
-        });
+        let n =
+            fs.files().write(new, off, &chunk[..(want - off).min(chunk.len() as u64) as usize]).unwrap_or_else(|e| {
+                panic!(
+                    "write at {off} of {want}: {e}; statfs free {}, reaper {:?}",
+                    fs.statfs().unwrap().blocks_free,
+                    fs.stats()
+                        .into_iter()
+                        .filter(|(k, _)| k.starts_with("reaper") || k.contains("pending"))
+                        .collect::<Vec<_>>()
+                )
+            });
         assert!(n > 0);
         off += u64::from(n);
     }
-    assert_eq!(fs.getattr(new).unwrap().size, want);
+    assert_eq!(fs.inodes().getattr(new).unwrap().size, want);
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after delete-then-write on a full disk");
 }
@@ -103,22 +104,23 @@ fn a_full_disk_write_never_waits_for_the_reaper_holding_its_io_lock() {
     // The writer's inode in the same stripe as `old`'s.
     let mut n = 0;
     let new = loop {
-        let ino = fs.mknod(&Ctx::root(), 1, format!("pad{n}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+        let ino =
+            fs.names().mknod(&Ctx::root(), 1, format!("pad{n}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
         n += 1;
         if ino % 256 == old % 256 {
             break ino;
         }
     };
     fill_up(&fs, b"filler");
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     fs.debug_hold_reaper(true);
-    fs.unlink(1, b"old").unwrap();
-    fs.forget(old, 1);
+    fs.names().unlink(1, b"old").unwrap();
+    fs.inodes().forget(old, 1);
     assert_eq!(stat(&fs, "reaper.backlog_inodes"), 1);
     let (tx, rx) = std::sync::mpsc::channel();
     let fs2 = fs.clone();
     let writer = std::thread::spawn(move || {
-        let r = fs2.write(new, 0, &vec![2u8; 8 << 20]);
+        let r = fs2.files().write(new, 0, &vec![2u8; 8 << 20]);
         tx.send(()).unwrap();
         r
     });
@@ -137,8 +139,8 @@ fn sync_delete_frees_on_the_callers_thread() {
     let dev = new_image(128);
     let fs = mount_with(&dev, opts(true));
     let big = fragmented(&fs, "big", 5_000);
-    fs.unlink(1, b"big").unwrap();
-    fs.forget(big, 1);
+    fs.names().unlink(1, b"big").unwrap();
+    fs.inodes().forget(big, 1);
     assert_eq!(stat(&fs, "reaper.deferred"), 0);
     assert_eq!(stat(&fs, "reaper.backlog_inodes"), 0);
     assert_eq!(stat(&fs, "reaper.done"), 1);
@@ -151,11 +153,11 @@ fn a_crash_before_the_reaper_finishes_is_finished_by_the_next_mount() {
     let dev = new_image(256);
     let fs = mount_with(&dev, opts(false));
     let big = fragmented(&fs, "big", 20_000);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let free_before = fs.statfs().unwrap().blocks_free;
-    fs.unlink(1, b"big").unwrap();
-    fs.forget(big, 1);
-    fs.sync_fs().unwrap();
+    fs.names().unlink(1, b"big").unwrap();
+    fs.inodes().forget(big, 1);
+    fs.files().sync_fs().unwrap();
     // The image as a power cut would leave it now (the reaper may be
     // anywhere in its steps; every step is its own transaction).
     let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
@@ -171,12 +173,12 @@ fn a_crash_before_the_reaper_finishes_is_finished_by_the_next_mount() {
 
 fn truncate(fs: &Fs, ino: u64, size: u64) {
     let set = cairn_core::SetAttr { size: Some(size), ..Default::default() };
-    fs.setattr(&Ctx::root(), ino, &set).unwrap();
+    fs.files().setattr(&Ctx::root(), ino, &set).unwrap();
 }
 
 fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
-    let size = fs.getattr(ino).unwrap().size;
-    fs.read(ino, 0, size as u32).unwrap()
+    let size = fs.inodes().getattr(ino).unwrap().size;
+    fs.files().read(ino, 0, size as u32).unwrap()
 }
 
 #[test]
@@ -184,11 +186,11 @@ fn a_large_truncate_returns_at_once_and_the_reaper_frees_the_rest() {
     let dev = new_image(256);
     let fs = mount_with(&dev, opts(false));
     let f = fragmented(&fs, "f", 20_000);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let free_before = fs.statfs().unwrap().blocks_free;
     truncate(&fs, f, 10 * 8192);
     assert_eq!(stat(&fs, "reaper.truncates_queued"), 1, "a 20,000-extent truncate was not deferred");
-    assert_eq!(fs.getattr(f).unwrap().size, 10 * 8192);
+    assert_eq!(fs.inodes().getattr(f).unwrap().size, 10 * 8192);
     assert!(fs.statfs().unwrap().blocks_free >= free_before + 19_000, "statfs did not count the queued blocks");
     wait_reaped(&fs);
     assert_eq!(stat(&fs, "reaper.backlog_blocks"), 0);
@@ -212,7 +214,7 @@ fn growing_a_file_while_its_truncate_is_queued_never_shows_the_old_bytes() {
     // Grown back by a size change, and by a write far past the end: every
     // byte but the written ones and g's first 100 must read as zero.
     truncate(&fs, f, 20_000 * 8192);
-    fs.write(g, 30_000 * 8192, b"tail").unwrap();
+    fs.files().write(g, 30_000 * 8192, b"tail").unwrap();
     let a = read_all(&fs, f);
     assert!(a.iter().all(|&b| b == 0), "old bytes came back after a truncate and a size change");
     let b = read_all(&fs, g);
@@ -232,18 +234,18 @@ fn a_crash_with_a_truncate_queued_is_finished_by_the_next_mount() {
     let dev = new_image(256);
     let fs = mount_with(&dev, opts(false));
     let f = fragmented(&fs, "f", 20_000);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let free_before = fs.statfs().unwrap().blocks_free;
     fs.debug_hold_reaper(true);
     truncate(&fs, f, 8192);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
     fs.debug_hold_reaper(false);
     fs.unmount().unwrap();
     fsck_clean_mem(crashed.as_ref(), "crash state with a truncate queued");
     let fs = mount_with(&crashed, opts(false));
     let f = fs.lookup(1, b"f").unwrap().ino;
-    assert_eq!(fs.getattr(f).unwrap().size, 8192);
+    assert_eq!(fs.inodes().getattr(f).unwrap().size, 8192);
     assert!(fs.statfs().unwrap().blocks_free >= free_before + 19_998);
     fs.unmount().unwrap();
     fsck_clean_mem(crashed.as_ref(), "after the next mount finished the truncate");
@@ -254,10 +256,10 @@ fn sync_delete_truncates_on_the_callers_thread() {
     let dev = new_image(256);
     let fs = mount_with(&dev, opts(true));
     let f = fragmented(&fs, "f", 20_000);
-    let before = fs.getattr(f).unwrap().blocks;
+    let before = fs.inodes().getattr(f).unwrap().blocks;
     truncate(&fs, f, 0);
     assert_eq!(stat(&fs, "reaper.truncates_queued"), 0);
-    assert!(fs.getattr(f).unwrap().blocks < before / 1000, "the truncate left blocks behind");
+    assert!(fs.inodes().getattr(f).unwrap().blocks < before / 1000, "the truncate left blocks behind");
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after a sync truncate");
 }
@@ -267,12 +269,12 @@ fn forget_of_an_unlinked_small_file_only_queues_it() {
     for sync_delete in [false, true] {
         let dev = new_image(64);
         let fs = mount_with(&dev, opts(sync_delete));
-        let ino = fs.mknod(&Ctx::root(), 1, b"small", libc::S_IFREG | 0o644, 0).unwrap().ino;
-        fs.write(ino, 0, &[5u8; 10_000]).unwrap();
+        let ino = fs.names().mknod(&Ctx::root(), 1, b"small", libc::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.files().write(ino, 0, &[5u8; 10_000]).unwrap();
         let files_free = fs.statfs().unwrap().files_free;
-        fs.unlink(1, b"small").unwrap(); // the kernel still holds it: orphan list
+        fs.names().unlink(1, b"small").unwrap(); // the kernel still holds it: orphan list
         let handles = stat(&fs, "tx.handles");
-        fs.forget(ino, 1);
+        fs.inodes().forget(ino, 1);
         if sync_delete {
             assert_eq!(stat(&fs, "reaper.queued"), 0);
             assert!(stat(&fs, "tx.handles") > handles, "sync_delete: FORGET did not free the file itself");
@@ -299,14 +301,14 @@ fn small_deletes_are_reaped_in_batches() {
     let mut inos = Vec::new();
     for i in 0..200 {
         let name = format!("f{i}");
-        let ino = fs.mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
-        fs.write(ino, 0, &[1u8; 100]).unwrap();
+        let ino = fs.names().mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.files().write(ino, 0, &[1u8; 100]).unwrap();
         inos.push((name, ino));
     }
     let files_created = fs.statfs().unwrap().files_free;
     for (name, ino) in &inos {
-        fs.unlink(1, name.as_bytes()).unwrap(); // the kernel still holds it
-        fs.forget(*ino, 1);
+        fs.names().unlink(1, name.as_bytes()).unwrap(); // the kernel still holds it
+        fs.inodes().forget(*ino, 1);
     }
     wait_reaped(&fs);
     assert_eq!(stat(&fs, "reaper.done"), 200);
@@ -320,9 +322,9 @@ fn small_deletes_are_reaped_in_batches() {
     fs.debug_hold_reaper(true);
     for i in 0..n {
         let name = format!("g{i}");
-        let ino = fs.mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
-        fs.unlink(1, name.as_bytes()).unwrap();
-        fs.forget(ino, 1);
+        let ino = fs.names().mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.names().unlink(1, name.as_bytes()).unwrap();
+        fs.inodes().forget(ino, 1);
     }
     fs.debug_hold_reaper(false);
     wait_reaped(&fs);

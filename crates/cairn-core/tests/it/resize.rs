@@ -27,9 +27,9 @@ fn growing_keeps_every_file_and_the_new_space_is_usable() {
     let mut files = Vec::new();
     for i in 0..20u32 {
         let name = format!("f{i}");
-        let a = fs.mknod(&root, 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        let a = fs.names().mknod(&root, 1, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
         let data: Vec<u8> = (0..100_000u32).map(|j| (j.wrapping_mul(31) ^ i) as u8).collect();
-        fs.write(a.ino, 0, &data).unwrap();
+        fs.files().write(a.ino, 0, &data).unwrap();
         files.push((name, data));
     }
     let before = fs.statfs().unwrap();
@@ -46,16 +46,20 @@ fn growing_keeps_every_file_and_the_new_space_is_usable() {
     assert!(after.files > before.files);
     for (name, data) in &files {
         let a = fs.lookup(1, name.as_bytes()).unwrap();
-        assert_eq!(&fs.read(a.ino, 0, data.len() as u32).unwrap(), data, "{name} changed");
+        assert_eq!(&fs.files().read(a.ino, 0, data.len() as u32).unwrap(), data, "{name} changed");
     }
     // The new space takes a file larger than the old file system.
-    let big = fs.mknod(&root, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let big = fs.names().mknod(&root, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let chunk = vec![5u8; 1 << 20];
     for i in 0..60u64 {
-        assert_eq!(fs.write(big, i << 20, &chunk).unwrap() as usize, chunk.len(), "write {i} in the grown space");
+        assert_eq!(
+            fs.files().write(big, i << 20, &chunk).unwrap() as usize,
+            chunk.len(),
+            "write {i} in the grown space"
+        );
     }
     for i in 0..3000u32 {
-        fs.mknod(&root, 1, format!("n{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        fs.names().mknod(&root, 1, format!("n{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
     }
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after using the new space");
@@ -81,7 +85,7 @@ fn shrinking_an_unclean_image_and_sizes_past_the_table_are_refused_unchanged() {
     assert!(image(&dev) == untouched, "a refused grow changed the image");
     // A mount that did not unmount (the superblock says not clean).
     let fs = mount(&dev);
-    fs.mknod(&Ctx::root(), 1, b"x", libc::S_IFREG | 0o644, 0).unwrap();
+    fs.names().mknod(&Ctx::root(), 1, b"x", libc::S_IFREG | 0o644, 0).unwrap();
     std::mem::forget(fs);
     let e = grow(dev.as_ref(), 64 << 20).unwrap_err();
     assert!(e.to_string().contains("not cleanly unmounted"), "{e}");
@@ -122,11 +126,11 @@ fn a_mounted_file_system_grows_under_concurrent_writers() {
         .map(|t| {
             let (fs, stop) = (fs.clone(), stop.clone());
             std::thread::spawn(move || {
-                let dir = fs.mkdir(&root, 1, format!("w{t}").as_bytes(), 0o755).unwrap().ino;
+                let dir = fs.names().mkdir(&root, 1, format!("w{t}").as_bytes(), 0o755).unwrap().ino;
                 let mut n = 0u32;
                 while n < cap && (n < cap / 2 || !stop.load(std::sync::atomic::Ordering::Relaxed)) {
-                    let a = fs.mknod(&root, dir, format!("f{n}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
-                    fs.write(a.ino, 0, &[t ^ n as u8; 3000]).unwrap();
+                    let a = fs.names().mknod(&root, dir, format!("f{n}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+                    fs.files().write(a.ino, 0, &[t ^ n as u8; 3000]).unwrap();
                     n += 1;
                 }
                 (dir, n)
@@ -143,10 +147,14 @@ fn a_mounted_file_system_grows_under_concurrent_writers() {
     assert_eq!(after.blocks, 25600);
     assert!(after.files > before.files && after.blocks_free > before.blocks_free + 20_000, "{after:?}");
     // More than the old file system held, written at once.
-    let big = fs.mknod(&root, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let big = fs.names().mknod(&root, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let chunk = vec![7u8; 1 << 20];
     for i in 0..40u64 {
-        assert_eq!(fs.write(big, i << 20, &chunk).unwrap() as usize, chunk.len(), "write {i} in the grown space");
+        assert_eq!(
+            fs.files().write(big, i << 20, &chunk).unwrap() as usize,
+            chunk.len(),
+            "write {i} in the grown space"
+        );
     }
     // A second grow, to the most the descriptor table allows.
     let g2 = fs.grow(256 << 20).expect("grow again");
@@ -160,10 +168,10 @@ fn a_mounted_file_system_grows_under_concurrent_writers() {
     for (t, (dir, n)) in made.into_iter().enumerate() {
         for i in 0..n {
             let a = fs.lookup(dir, format!("f{i}").as_bytes()).unwrap();
-            assert_eq!(fs.read(a.ino, 0, 3000).unwrap(), vec![t as u8 ^ i as u8; 3000], "w{t}/f{i}");
+            assert_eq!(fs.files().read(a.ino, 0, 3000).unwrap(), vec![t as u8 ^ i as u8; 3000], "w{t}/f{i}");
         }
     }
-    assert_eq!(fs.read(big, 39 << 20, 4096).unwrap(), vec![7u8; 4096]);
+    assert_eq!(fs.files().read(big, 39 << 20, 4096).unwrap(), vec![7u8; 4096]);
     fs.unmount().unwrap();
 }
 

@@ -8,8 +8,8 @@ use cairn_core::{Ctx, Fs, MountOptions};
 
 /// Creates `name` with `bytes` bytes written at once; its inode.
 fn small(fs: &Fs, name: &str, bytes: usize) -> cairn_core::Result<u64> {
-    let f = fs.mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0)?.ino;
-    let n = fs.write(f, 0, &vec![0x33; bytes])?;
+    let f = fs.names().mknod(&Ctx::root(), 1, name.as_bytes(), libc::S_IFREG | 0o644, 0)?.ino;
+    let n = fs.files().write(f, 0, &vec![0x33; bytes])?;
     assert_eq!(n as usize, bytes, "short write to {name}");
     Ok(f)
 }
@@ -19,7 +19,7 @@ fn starts(fs: &Fs, files: &[u64]) -> Vec<u64> {
     files
         .iter()
         .map(|&f| {
-            let e = fs.extents(f).unwrap();
+            let e = fs.files().extents(f).unwrap();
             assert_eq!(e.len(), 1, "a small file in {} extents", e.len());
             e[0].pblk
         })
@@ -35,8 +35,8 @@ fn image_with_holes() -> std::sync::Arc<cairn_core::dev::MemDevice> {
     let fs = mount_with(&dev, opts);
     let holes: Vec<u64> = (0..200).map(|i| small(&fs, &format!("h{i}"), 12288).unwrap()).collect();
     for i in (0..200).step_by(2) {
-        fs.unlink(1, format!("h{i}").as_bytes()).unwrap();
-        fs.forget(holes[i], 1);
+        fs.names().unlink(1, format!("h{i}").as_bytes()).unwrap();
+        fs.inodes().forget(holes[i], 1);
     }
     fs.unmount().unwrap();
     dev
@@ -45,7 +45,7 @@ fn image_with_holes() -> std::sync::Arc<cairn_core::dev::MemDevice> {
 /// Writes 150 files of 8 KiB, commits, writes 50 more: each file's start.
 fn write_in_a_row(fs: &Fs) -> Vec<u64> {
     let mut files: Vec<u64> = (0..150).map(|i| small(fs, &format!("a{i}"), 8192).unwrap()).collect();
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     files.extend((0..50).map(|i| small(fs, &format!("b{i}"), 8192).unwrap()));
     starts(fs, &files)
 }
@@ -117,7 +117,7 @@ fn two_writers_of_small_files_at_once() {
     for t in 0..2 {
         for i in [0usize, 150, 299] {
             let a = fs.lookup(1, format!("t{t}-{i}").as_bytes()).unwrap();
-            assert_eq!(fs.read(a.ino, 0, 4096).unwrap(), vec![0x33; 4096]);
+            assert_eq!(fs.files().read(a.ino, 0, 4096).unwrap(), vec![0x33; 4096]);
         }
     }
     fs.unmount().unwrap();
@@ -133,9 +133,9 @@ fn small_files_fill_a_file_system_to_the_end() {
     let mut n = 0u64;
     let data = vec![0x44u8; 48 << 10];
     loop {
-        let f = fs.mknod(&Ctx::root(), 1, format!("f{n}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+        let f = fs.names().mknod(&Ctx::root(), 1, format!("f{n}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
         n += 1;
-        match fs.write(f, 0, &data) {
+        match fs.files().write(f, 0, &data) {
             Ok(w) if w as usize == data.len() => {}
             Ok(_) => break,
             Err(e) if e.errno() == libc::ENOSPC => break,

@@ -23,7 +23,7 @@ fn value(len: usize, seed: u8) -> Vec<u8> {
 }
 
 fn file(fs: &Fs, dir: u64, name: &str) -> u64 {
-    fs.mknod(&Ctx::root(), dir, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino
+    fs.names().mknod(&Ctx::root(), dir, name.as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino
 }
 
 fn errno<T: std::fmt::Debug>(r: cairn_core::Result<T>) -> i32 {
@@ -35,14 +35,14 @@ fn errno<T: std::fmt::Debug>(r: cairn_core::Result<T>) -> i32 {
 
 /// Free blocks once every free has left the journal's hold.
 fn settled_free(fs: &Fs) -> u64 {
-    fs.sync_fs().unwrap();
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     fs.statfs().unwrap().blocks_free
 }
 
 /// Blocks an inode counts (st_blocks is in 512-byte units).
 fn fs_blocks(fs: &Fs, ino: u64) -> u64 {
-    fs.getattr(ino).unwrap().blocks / 8
+    fs.inodes().getattr(ino).unwrap().blocks / 8
 }
 
 /// Value blocks of a `len`-byte value with 4 KiB blocks.
@@ -183,7 +183,7 @@ fn a_block_with_large_values_is_shared_and_freed_with_its_last_inode() {
     let dev = new_image(64);
     let fs = mount_with(&dev, opts());
     let c = Ctx::root();
-    let d = fs.mkdir(&c, 1, b"d", 0o755).unwrap().ino;
+    let d = fs.names().mkdir(&c, 1, b"d", 0o755).unwrap().ino;
     let inos: Vec<u64> = (0..40).map(|i| file(&fs, d, &format!("f{i}"))).collect();
     let big = value(65_536, 9);
     let mid = value(9_000, 8);
@@ -216,8 +216,8 @@ fn a_block_with_large_values_is_shared_and_freed_with_its_last_inode() {
     let fs = mount_with(&dev, opts());
     for (n, &i) in inos.iter().enumerate() {
         assert_eq!(fs.getxattr(i, b"user.mid").unwrap(), mid);
-        fs.unlink(d, format!("f{n}").as_bytes()).unwrap();
-        fs.forget(i, 1);
+        fs.names().unlink(d, format!("f{n}").as_bytes()).unwrap();
+        fs.inodes().forget(i, 1);
         let now = settled_free(&fs);
         if n + 1 < inos.len() {
             assert_eq!(free0 - now, one_set, "after {} deletes", n + 1);
@@ -309,7 +309,7 @@ fn concurrent_setters_on_shared_large_values_keep_everything_exact() {
     let big = value(20_000, 77);
     let sets: Vec<Vec<u64>> = (0..P)
         .map(|p| {
-            let d = fs.mkdir(&Ctx::root(), 1, format!("p{p}").as_bytes(), 0o755).unwrap().ino;
+            let d = fs.names().mkdir(&Ctx::root(), 1, format!("p{p}").as_bytes(), 0o755).unwrap().ino;
             (0..F).map(|i| file(&fs, d, &format!("f{i}"))).collect()
         })
         .collect();
@@ -333,7 +333,7 @@ fn concurrent_setters_on_shared_large_values_keep_everything_exact() {
                     fs.setxattr(mine[f], b"user.x", &value(len, v), 0).unwrap();
                     last[f] = Some((len, v));
                     if n % 100 == 0 {
-                        fs.sync_fs().unwrap();
+                        fs.files().sync_fs().unwrap();
                     }
                 }
                 last
@@ -376,8 +376,8 @@ fn nombcache_gives_every_inode_its_own_values() {
     assert_eq!(free0 - settled_free(&fs), 3 * (1 + vblocks(65_536)));
     for (n, &i) in inos.iter().enumerate() {
         assert_eq!(fs.getxattr(i, b"user.big").unwrap(), big);
-        fs.unlink(1, format!("f{n}").as_bytes()).unwrap();
-        fs.forget(i, 1);
+        fs.names().unlink(1, format!("f{n}").as_bytes()).unwrap();
+        fs.inodes().forget(i, 1);
     }
     // (The emptied root directory's leaf goes too.)
     let free = settled_free(&fs);

@@ -22,7 +22,9 @@ fn big(v: u32) -> Vec<u8> {
 
 fn files(fs: &Fs, dir: u64, n: usize) -> Vec<u64> {
     let c = Ctx::root();
-    (0..n).map(|i| fs.mknod(&c, dir, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino).collect()
+    (0..n)
+        .map(|i| fs.names().mknod(&c, dir, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino)
+        .collect()
 }
 
 fn free_blocks(fs: &Fs) -> u64 {
@@ -34,13 +36,13 @@ fn identical_sets_share_blocks_up_to_the_refcount_limit() {
     let dev = new_image(128);
     let fs = mount_with(&dev, opts(true));
     let inos = files(&fs, 1, 3000);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let free0 = free_blocks(&fs);
     for &i in &inos {
         fs.setxattr(i, b"user.a", &big(1), 0).unwrap();
         fs.setxattr(i, b"user.b", &big(2), 0).unwrap();
     }
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     // 3000 inodes, 1024 per block: 3 blocks (a few more while the sets
     // were half built: {a} alone is shared too, and freed once empty).
     let used = free0 - free_blocks(&fs);
@@ -59,16 +61,16 @@ fn identical_sets_share_blocks_up_to_the_refcount_limit() {
     assert_eq!(fs.getxattr(last, b"user.b").unwrap(), big(2));
     let more = {
         let c = Ctx::root();
-        let d = fs.mkdir(&c, 1, b"more", 0o755).unwrap().ino;
+        let d = fs.names().mkdir(&c, 1, b"more", 0o755).unwrap().ino;
         files(&fs, d, 10)
     };
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let free1 = free_blocks(&fs);
     for &i in &more {
         fs.setxattr(i, b"user.a", &big(1), 0).unwrap();
         fs.setxattr(i, b"user.b", &big(2), 0).unwrap();
     }
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     assert!(free1 - free_blocks(&fs) <= 1, "new files did not share the block read back");
     fs.unmount().unwrap();
     fsck_clean_mem(dev.as_ref(), "after remount and more sharing");
@@ -97,7 +99,7 @@ fn a_shared_block_is_never_changed_in_place() {
     fs.setxattr(inos[0], b"user.k", &big(7), 0).unwrap();
     assert_eq!(stat(&fs, "mbcache.hits"), hits + 1);
     // Everything removed: every block freed.
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     for &i in &inos {
         let _ = fs.removexattr(i, b"user.k");
         let _ = fs.removexattr(i, b"user.extra");
@@ -112,12 +114,12 @@ fn nombcache_gives_every_inode_its_own_block() {
     let dev = new_image(64);
     let fs = mount_with(&dev, opts(false));
     let inos = files(&fs, 1, 100);
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let free0 = free_blocks(&fs);
     for &i in &inos {
         fs.setxattr(i, b"user.a", &big(1), 0).unwrap();
     }
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     assert_eq!(free0 - free_blocks(&fs), 100);
     assert_eq!(stat(&fs, "mbcache.enabled"), 0);
     assert_eq!(stat(&fs, "mbcache.entries"), 0);
@@ -133,7 +135,7 @@ fn concurrent_setters_lose_no_update_and_keep_refcounts_exact() {
     const F: usize = 50;
     const V: u32 = 10;
     let dirs: Vec<u64> =
-        (0..P).map(|p| fs.mkdir(&Ctx::root(), 1, format!("p{p}").as_bytes(), 0o755).unwrap().ino).collect();
+        (0..P).map(|p| fs.names().mkdir(&Ctx::root(), 1, format!("p{p}").as_bytes(), 0o755).unwrap().ino).collect();
     let sets: Vec<Vec<u64>> = dirs.iter().map(|&d| files(&fs, d, F)).collect();
     let threads: Vec<_> = (0..P)
         .map(|p| {
@@ -148,7 +150,7 @@ fn concurrent_setters_lose_no_update_and_keep_refcounts_exact() {
                     fs.setxattr(mine[f], b"user.x", &big(v), 0).unwrap();
                     last[f] = Some(v);
                     if n % 500 == 0 {
-                        fs.sync_fs().unwrap();
+                        fs.files().sync_fs().unwrap();
                     }
                 }
                 last
@@ -180,15 +182,16 @@ fn a_hundred_thousand_identical_sets_take_about_a_hundred_blocks() {
     let dev = new_image_with(1024, &mk);
     let fs = mount_with(&dev, opts(true));
     let c = Ctx::root();
-    let dirs: Vec<u64> = (0..10).map(|i| fs.mkdir(&c, 1, format!("d{i}").as_bytes(), 0o755).unwrap().ino).collect();
+    let dirs: Vec<u64> =
+        (0..10).map(|i| fs.names().mkdir(&c, 1, format!("d{i}").as_bytes(), 0o755).unwrap().ino).collect();
     let inos: Vec<u64> = dirs.iter().flat_map(|&d| files(&fs, d, 10_000)).collect();
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let free0 = free_blocks(&fs);
     for &i in &inos {
         fs.setxattr(i, b"user.big", &big(42), 0).unwrap();
         fs.setxattr(i, b"security.label", &big(43), 0).unwrap();
     }
-    fs.sync_fs().unwrap();
+    fs.files().sync_fs().unwrap();
     let used = free0 - free_blocks(&fs);
     eprintln!(
         "100,000 identical xattr sets: {used} blocks, {} cache hits, {} blocks saved, {} shared blocks",
@@ -212,22 +215,22 @@ fn acls_keep_the_mode_in_step_and_are_inherited() {
     let dev = new_image(64);
     let fs = mount_with(&dev, opts(true));
     let c = cairn_core::Ctx { umask: 0o022, ..Ctx::root() };
-    let f = fs.mknod(&c, 1, b"f", libc::S_IFREG | 0o666, 0).unwrap();
+    let f = fs.names().mknod(&c, 1, b"f", libc::S_IFREG | 0o666, 0).unwrap();
     assert_eq!(f.mode & 0o777, 0o644, "no default ACL: the umask applies");
 
     // An extended access ACL: the group bits become the mask.
     let ext = acl(&[(1, 6, U), (2, 7, 1000), (4, 4, U), (0x10, 5, U), (0x20, 0, U)]);
     fs.setxattr(f.ino, b"system.posix_acl_access", &ext, 0).unwrap();
-    assert_eq!(fs.getattr(f.ino).unwrap().mode & 0o777, 0o650);
+    assert_eq!(fs.inodes().getattr(f.ino).unwrap().mode & 0o777, 0o650);
     assert_eq!(fs.getxattr(f.ino, b"system.posix_acl_access").unwrap(), ext);
     // chmod moves the mask (and the owner and other entries).
     let set = cairn_core::SetAttr { mode: Some(0o604), ..Default::default() };
-    fs.setattr(&c, f.ino, &set).unwrap();
+    fs.files().setattr(&c, f.ino, &set).unwrap();
     let now = fs.getxattr(f.ino, b"system.posix_acl_access").unwrap();
     assert_eq!(now, acl(&[(1, 6, U), (2, 7, 1000), (4, 4, U), (0x10, 0, U), (0x20, 4, U)]));
     // A minimal ACL is just a mode: no xattr is kept.
     fs.setxattr(f.ino, b"system.posix_acl_access", &acl(&[(1, 7, U), (4, 5, U), (0x20, 1, U)]), 0).unwrap();
-    assert_eq!(fs.getattr(f.ino).unwrap().mode & 0o777, 0o751);
+    assert_eq!(fs.inodes().getattr(f.ino).unwrap().mode & 0o777, 0o751);
     assert!(fs.getxattr(f.ino, b"system.posix_acl_access").is_err());
     // Malformed ACLs and default ACLs on files are refused.
     let bad = acl(&[(1, 7, U), (2, 7, 1000), (4, 5, U), (0x20, 1, U)]);
@@ -243,22 +246,22 @@ fn acls_keep_the_mode_in_step_and_are_inherited() {
 
     // Inheritance: files get the masked default as their access ACL (no
     // umask), directories also keep it as their default.
-    let d = fs.mkdir(&c, 1, b"d", 0o777).unwrap();
+    let d = fs.names().mkdir(&c, 1, b"d", 0o777).unwrap();
     let d_default = acl(&[(1, 7, U), (2, 7, 1000), (4, 5, U), (0x10, 7, U), (0x20, 5, U)]);
     fs.setxattr(d.ino, b"system.posix_acl_default", &d_default, 0).unwrap();
     let files: Vec<u64> = (0..50)
-        .map(|i| fs.mknod(&c, d.ino, format!("f{i}").as_bytes(), libc::S_IFREG | 0o666, 0).unwrap().ino)
+        .map(|i| fs.names().mknod(&c, d.ino, format!("f{i}").as_bytes(), libc::S_IFREG | 0o666, 0).unwrap().ino)
         .collect();
-    let a = fs.getattr(files[0]).unwrap();
+    let a = fs.inodes().getattr(files[0]).unwrap();
     assert_eq!(a.mode & 0o777, 0o664);
     assert_eq!(
         fs.getxattr(files[0], b"system.posix_acl_access").unwrap(),
         acl(&[(1, 6, U), (2, 7, 1000), (4, 5, U), (0x10, 6, U), (0x20, 4, U)])
     );
-    let sub = fs.mkdir(&c, d.ino, b"sub", 0o777).unwrap();
+    let sub = fs.names().mkdir(&c, d.ino, b"sub", 0o777).unwrap();
     assert_eq!(sub.mode & 0o777, 0o775);
     assert_eq!(fs.getxattr(sub.ino, b"system.posix_acl_default").unwrap(), d_default);
-    let tmp = fs.tmpfile(&c, d.ino, 0o600).unwrap();
+    let tmp = fs.names().tmpfile(&c, d.ino, 0o600).unwrap();
     assert_eq!(tmp.mode & 0o777, 0o600);
     assert!(fs.getxattr(tmp.ino, b"system.posix_acl_access").is_ok());
     // 50 files with the same inherited ACL share one xattr block.

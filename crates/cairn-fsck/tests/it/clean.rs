@@ -99,25 +99,25 @@ fn crash_states_are_clean() {
     {
         let c = Ctx::root();
         let fs = mount(rec.clone());
-        let d = fs.mkdir(&c, ROOT, b"d", 0o755).unwrap().ino;
+        let d = fs.names().mkdir(&c, ROOT, b"d", 0o755).unwrap().ino;
         for i in 0..60u32 {
-            let f = fs.mknod(&c, d, format!("f{i}").as_bytes(), S_IFREG | 0o644, 0).unwrap().ino;
-            fs.write(f, 0, &vec![i as u8; 5000 + i as usize * 300]).unwrap();
+            let f = fs.names().mknod(&c, d, format!("f{i}").as_bytes(), S_IFREG | 0o644, 0).unwrap().ino;
+            fs.files().write(f, 0, &vec![i as u8; 5000 + i as usize * 300]).unwrap();
             if i % 4 == 0 {
                 fs.setxattr(f, b"user.i", &i.to_le_bytes(), 0).unwrap();
             }
             if i % 5 == 4 {
-                fs.unlink(d, format!("f{}", i - 2).as_bytes()).unwrap();
+                fs.names().unlink(d, format!("f{}", i - 2).as_bytes()).unwrap();
             }
             if i % 7 == 0 {
-                fs.sync_fs().unwrap();
+                fs.files().sync_fs().unwrap();
             }
         }
-        let keep = fs.mknod(&c, ROOT, b"held", S_IFREG | 0o644, 0).unwrap().ino;
-        fs.write(keep, 0, &[3u8; 9000]).unwrap();
-        fs.unlink(ROOT, b"held").unwrap();
-        fs.sync_fs().unwrap();
-        fs.rename(d, b"f1", ROOT, b"f1-moved", 0).unwrap();
+        let keep = fs.names().mknod(&c, ROOT, b"held", S_IFREG | 0o644, 0).unwrap().ino;
+        fs.files().write(keep, 0, &[3u8; 9000]).unwrap();
+        fs.names().unlink(ROOT, b"held").unwrap();
+        fs.files().sync_fs().unwrap();
+        fs.names().rename(d, b"f1", ROOT, b"f1-moved", 0).unwrap();
         fs.unmount().unwrap();
     }
     let plan = rec.plan();
@@ -150,9 +150,9 @@ fn huge_sparse_image_checks_fast() {
     {
         let c = Ctx::root();
         let fs = mount(dev.clone());
-        let d = fs.mkdir(&c, ROOT, b"d", 0o755).unwrap().ino;
-        let x = fs.mknod(&c, d, b"x", S_IFREG | 0o644, 0).unwrap().ino;
-        fs.write(x, 0, &[5u8; 100_000]).unwrap();
+        let d = fs.names().mkdir(&c, ROOT, b"d", 0o755).unwrap().ino;
+        let x = fs.names().mknod(&c, d, b"x", S_IFREG | 0o644, 0).unwrap().ino;
+        fs.files().write(x, 0, &[5u8; 100_000]).unwrap();
         fs.unmount().unwrap();
     }
     drop(dev);
@@ -172,11 +172,11 @@ fn many_files_check_fast() {
     let c = Ctx::root();
     let fs = mount(dev.clone());
     for d in 0..20u32 {
-        let dir = fs.mkdir(&c, ROOT, format!("d{d}").as_bytes(), 0o755).unwrap().ino;
+        let dir = fs.names().mkdir(&c, ROOT, format!("d{d}").as_bytes(), 0o755).unwrap().ino;
         for i in 0..1000u32 {
-            let f = fs.mknod(&c, dir, format!("file-{i}").as_bytes(), S_IFREG | 0o644, 0).unwrap().ino;
+            let f = fs.names().mknod(&c, dir, format!("file-{i}").as_bytes(), S_IFREG | 0o644, 0).unwrap().ino;
             if i % 10 == 0 {
-                fs.write(f, 0, b"some data").unwrap();
+                fs.files().write(f, 0, b"some data").unwrap();
             }
         }
     }
@@ -199,10 +199,10 @@ fn hundred_thousand_files() {
     let c = Ctx::root();
     let fs = mount(dev.clone());
     for d in 0..100u32 {
-        let dir = fs.mkdir(&c, ROOT, format!("d{d}").as_bytes(), 0o755).unwrap().ino;
+        let dir = fs.names().mkdir(&c, ROOT, format!("d{d}").as_bytes(), 0o755).unwrap().ino;
         for i in 0..1000u32 {
-            let f = fs.mknod(&c, dir, format!("file-{i}").as_bytes(), S_IFREG | 0o644, 0).unwrap().ino;
-            fs.write(f, 0, b"x").unwrap();
+            let f = fs.names().mknod(&c, dir, format!("file-{i}").as_bytes(), S_IFREG | 0o644, 0).unwrap().ino;
+            fs.files().write(f, 0, b"x").unwrap();
         }
     }
     fs.unmount().unwrap();

@@ -37,57 +37,57 @@ pub fn mount(dev: Arc<dyn BlockDevice>) -> Arc<Fs> {
 pub fn populate(fs: &Fs) -> HashMap<&'static str, u64> {
     let c = Ctx::root();
     let mut m = HashMap::new();
-    let a = fs.mkdir(&c, ROOT, b"a", 0o755).unwrap().ino;
-    let b = fs.mkdir(&c, a, b"b", 0o755).unwrap().ino;
-    let cdir = fs.mkdir(&c, b, b"c", 0o700).unwrap().ino;
+    let a = fs.names().mkdir(&c, ROOT, b"a", 0o755).unwrap().ino;
+    let b = fs.names().mkdir(&c, a, b"b", 0o755).unwrap().ino;
+    let cdir = fs.names().mkdir(&c, b, b"c", 0o700).unwrap().ino;
     m.insert("a", a);
     m.insert("b", b);
     m.insert("c", cdir);
-    let f1 = fs.mknod(&c, a, b"f1", S_IFREG | 0o644, 0).unwrap().ino;
+    let f1 = fs.names().mknod(&c, a, b"f1", S_IFREG | 0o644, 0).unwrap().ino;
     let data: Vec<u8> = (0..40_000u32).map(|i| (i * 13 % 251) as u8).collect();
-    fs.write(f1, 0, &data).unwrap();
+    fs.files().write(f1, 0, &data).unwrap();
     m.insert("f1", f1);
-    fs.link(f1, b, b"f1link").unwrap();
-    fs.link(f1, ROOT, b"f1root").unwrap();
-    let big = fs.mknod(&c, ROOT, b"big", S_IFREG | 0o644, 0).unwrap().ino;
-    fs.write(big, 0, &vec![7u8; 1 << 20]).unwrap();
+    fs.names().link(f1, b, b"f1link").unwrap();
+    fs.names().link(f1, ROOT, b"f1root").unwrap();
+    let big = fs.names().mknod(&c, ROOT, b"big", S_IFREG | 0o644, 0).unwrap().ino;
+    fs.files().write(big, 0, &vec![7u8; 1 << 20]).unwrap();
     m.insert("big", big);
     // Many extents: every other block, so nothing merges (an extent tree).
-    let frag = fs.mknod(&c, ROOT, b"frag", S_IFREG | 0o644, 0).unwrap().ino;
+    let frag = fs.names().mknod(&c, ROOT, b"frag", S_IFREG | 0o644, 0).unwrap().ino;
     for i in 0..80u64 {
-        fs.write(frag, i * 2 * 4096, &[i as u8 + 1; 100]).unwrap();
+        fs.files().write(frag, i * 2 * 4096, &[i as u8 + 1; 100]).unwrap();
     }
-    fs.fallocate(frag, 400 * 4096, 8 * 4096, FALLOC_FL_KEEP_SIZE).unwrap();
+    fs.files().fallocate(frag, 400 * 4096, 8 * 4096, FALLOC_FL_KEEP_SIZE).unwrap();
     m.insert("frag", frag);
-    let s = fs.symlink(&c, ROOT, b"short", b"a/f1").unwrap().ino;
+    let s = fs.names().symlink(&c, ROOT, b"short", b"a/f1").unwrap().ino;
     m.insert("short", s);
     let long = vec![b'y'; 3000];
-    let l = fs.symlink(&c, a, b"long", &long).unwrap().ino;
+    let l = fs.names().symlink(&c, a, b"long", &long).unwrap().ino;
     m.insert("long", l);
     fs.setxattr(f1, b"user.colour", b"blue", 0).unwrap();
     fs.setxattr(f1, b"security.label", &[9u8; 200], 0).unwrap();
     fs.setxattr(a, b"user.dir", b"yes", 0).unwrap();
-    m.insert("fifo", fs.mknod(&c, b, b"fifo", S_IFIFO | 0o600, 0).unwrap().ino);
-    m.insert("chr", fs.mknod(&c, b, b"tty", S_IFCHR | 0o600, 0x0501).unwrap().ino);
+    m.insert("fifo", fs.names().mknod(&c, b, b"fifo", S_IFIFO | 0o600, 0).unwrap().ino);
+    m.insert("chr", fs.names().mknod(&c, b, b"tty", S_IFCHR | 0o600, 0x0501).unwrap().ino);
     // A large directory: forces leaf and internal node splits.
-    let many = fs.mkdir(&c, ROOT, b"many", 0o755).unwrap().ino;
+    let many = fs.names().mkdir(&c, ROOT, b"many", 0o755).unwrap().ino;
     for i in 0..3000u32 {
         let name = format!("entry-with-a-longish-name-{i:05}");
-        fs.mknod(&c, many, name.as_bytes(), S_IFREG | 0o644, 0).unwrap();
+        fs.names().mknod(&c, many, name.as_bytes(), S_IFREG | 0o644, 0).unwrap();
     }
     for i in (0..3000u32).step_by(3) {
         let name = format!("entry-with-a-longish-name-{i:05}");
-        fs.unlink(many, name.as_bytes()).unwrap();
+        fs.names().unlink(many, name.as_bytes()).unwrap();
     }
     m.insert("many", many);
     // Renames, removals.
-    let tmpd = fs.mkdir(&c, ROOT, b"gone", 0o755).unwrap().ino;
-    fs.mknod(&c, tmpd, b"x", S_IFREG | 0o644, 0).unwrap();
-    fs.rename(tmpd, b"x", a, b"moved", 0).unwrap();
-    fs.rmdir(ROOT, b"gone").unwrap();
-    fs.rename(ROOT, b"many", b, b"many2", 0).unwrap();
+    let tmpd = fs.names().mkdir(&c, ROOT, b"gone", 0o755).unwrap().ino;
+    fs.names().mknod(&c, tmpd, b"x", S_IFREG | 0o644, 0).unwrap();
+    fs.names().rename(tmpd, b"x", a, b"moved", 0).unwrap();
+    fs.names().rmdir(ROOT, b"gone").unwrap();
+    fs.names().rename(ROOT, b"many", b, b"many2", 0).unwrap();
     // Large xattr values: chains of value blocks owned by the xattr block.
-    let xbig = fs.mknod(&c, a, b"xbig", S_IFREG | 0o644, 0).unwrap().ino;
+    let xbig = fs.names().mknod(&c, a, b"xbig", S_IFREG | 0o644, 0).unwrap().ino;
     let v: Vec<u8> = (0..50_000u32).map(|i| (i * 7 % 253) as u8).collect();
     fs.setxattr(xbig, b"user.big", &v, 0).unwrap();
     fs.setxattr(xbig, b"user.mid", &v[..3000], 0).unwrap();
@@ -173,15 +173,15 @@ pub fn crashed_with_orphans(dev: Arc<MemDevice>) -> (Vec<u8>, HashMap<&'static s
     let c = Ctx::root();
     let fs = mount(dev.clone());
     let m = populate(&fs);
-    let o = fs.mknod(&c, ROOT, b"open-then-unlinked", S_IFREG | 0o644, 0).unwrap().ino;
-    fs.write(o, 0, &[1u8; 50_000]).unwrap();
+    let o = fs.names().mknod(&c, ROOT, b"open-then-unlinked", S_IFREG | 0o644, 0).unwrap().ino;
+    fs.files().write(o, 0, &[1u8; 50_000]).unwrap();
     fs.setxattr(o, b"user.x", b"y", 0).unwrap();
-    fs.unlink(ROOT, b"open-then-unlinked").unwrap();
-    let t = fs.tmpfile(&c, ROOT, 0o600).unwrap().ino;
-    fs.write(t, 0, b"temporary").unwrap();
-    fs.mkdir(&c, ROOT, b"open-dir", 0o755).unwrap();
-    fs.rmdir(ROOT, b"open-dir").unwrap();
-    fs.sync_fs().unwrap();
+    fs.names().unlink(ROOT, b"open-then-unlinked").unwrap();
+    let t = fs.names().tmpfile(&c, ROOT, 0o600).unwrap().ino;
+    fs.files().write(t, 0, b"temporary").unwrap();
+    fs.names().mkdir(&c, ROOT, b"open-dir", 0o755).unwrap();
+    fs.names().rmdir(ROOT, b"open-dir").unwrap();
+    fs.files().sync_fs().unwrap();
     // A commit that finds the log 7/8 full writes every block home
     // and empties the log (`journal::log`), and how full it is depends on how
     // the backend's commits fell. After that, one small change leaves a
@@ -193,8 +193,8 @@ pub fn crashed_with_orphans(dev: Arc<MemDevice>) -> (Vec<u8>, HashMap<&'static s
             drop(fs);
             return (bytes, m);
         }
-        fs.setattr(&c, ROOT, &cairn_core::SetAttr { mode: Some(0o755), ..Default::default() }).unwrap();
-        fs.sync_fs().unwrap();
+        fs.files().setattr(&c, ROOT, &cairn_core::SetAttr { mode: Some(0o755), ..Default::default() }).unwrap();
+        fs.files().sync_fs().unwrap();
     }
     panic!("the image has no journal record left to replay");
 }
@@ -228,7 +228,7 @@ pub fn tree_hashes(bytes: &[u8]) -> Result<(std::collections::BTreeMap<Vec<u8>, 
             let mut p = path.clone();
             p.push(b'/');
             p.extend_from_slice(&e.name);
-            let Ok(a) = fs.getattr(e.ino) else {
+            let Ok(a) = fs.inodes().getattr(e.ino) else {
                 errors += 1;
                 continue;
             };
@@ -240,7 +240,7 @@ pub fn tree_hashes(bytes: &[u8]) -> Result<(std::collections::BTreeMap<Vec<u8>, 
                     // sparse file, which reads as zeros for ever.
                     let mut off = 0;
                     while off < a.size.min(64 << 20) {
-                        match fs.read(e.ino, off, 1 << 20) {
+                        match fs.files().read(e.ino, off, 1 << 20) {
                             Ok(d) if !d.is_empty() => {
                                 crc = cairn_format::checksum::crc(crc, &d);
                                 off += d.len() as u64;

@@ -337,10 +337,10 @@ fn unlisted_orphan_is_freed() {
     let dev = new_image(32, &small_groups());
     let c = cairn_core::Ctx::root();
     let fs = mount(dev.clone());
-    let o = fs.mknod(&c, ROOT, b"o", cairn_format::inode::S_IFREG | 0o644, 0).unwrap().ino;
-    fs.write(o, 0, &[1u8; 30_000]).unwrap();
-    fs.unlink(ROOT, b"o").unwrap();
-    fs.sync_fs().unwrap();
+    let o = fs.names().mknod(&c, ROOT, b"o", cairn_format::inode::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.files().write(o, 0, &[1u8; 30_000]).unwrap();
+    fs.names().unlink(ROOT, b"o").unwrap();
+    fs.files().sync_fs().unwrap();
     let f = to_file(&dev.snapshot());
     drop(fs);
     assert_eq!(fsck(f.path(), true).0, 0);
@@ -476,7 +476,7 @@ fn an_inline_extent_outside_the_data_area_is_dropped_and_the_rest_kept() {
     assert!(out.contains("dropped (the file reads zeros there)"), "{out}");
     let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(std::fs::read(f.path()).unwrap()));
     let fs = mount(dev);
-    assert_eq!(fs.read(ino, 0, 40_000).unwrap(), data, "the valid extent is kept");
+    assert_eq!(fs.files().read(ino, 0, 40_000).unwrap(), data, "the valid extent is kept");
     fs.unmount().unwrap();
 }
 
@@ -497,9 +497,9 @@ fn damaged_extent_tree_is_rebuilt_from_what_can_be_read() {
     assert!(out.contains(&format!("inode {ino}: extent tree rebuilt from the 0 extents")), "{out}");
     let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(std::fs::read(f.path()).unwrap()));
     let fs = mount(dev);
-    assert_eq!(fs.getattr(ino).unwrap().size, size, "the size is kept");
-    assert!(fs.read(ino, 0, 8192).unwrap().iter().all(|&b| b == 0), "what was mapped reads as a hole");
-    assert_eq!(fs.read(m["big"], 0, 4096).unwrap(), vec![7u8; 4096], "other files are untouched");
+    assert_eq!(fs.inodes().getattr(ino).unwrap().size, size, "the size is kept");
+    assert!(fs.files().read(ino, 0, 8192).unwrap().iter().all(|&b| b == 0), "what was mapped reads as a hole");
+    assert_eq!(fs.files().read(m["big"], 0, 4096).unwrap(), vec![7u8; 4096], "other files are untouched");
     fs.unmount().unwrap();
 }
 
@@ -518,7 +518,7 @@ fn damaged_xattr_block_is_dropped_from_its_inode() {
     let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(std::fs::read(f.path()).unwrap()));
     let fs = mount(dev);
     assert!(fs.getxattr(ino, b"user.colour").is_err(), "the damaged block's attributes are gone");
-    assert_eq!(fs.read(ino, 0, 4).unwrap().len(), 4, "the file itself is kept");
+    assert_eq!(fs.files().read(ino, 0, 4).unwrap().len(), 4, "the file itself is kept");
     fs.unmount().unwrap();
 }
 
@@ -602,9 +602,9 @@ fn blocks_claimed_twice_are_cloned_so_both_files_keep_their_data() {
     let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(repaired));
     let fs = mount(dev);
     let data: Vec<u8> = (0..40_000u32).map(|i| (i * 13 % 251) as u8).collect();
-    assert_eq!(fs.read(m["f1"], 0, 40_000).unwrap(), data, "f1 keeps its data");
+    assert_eq!(fs.files().read(m["f1"], 0, 40_000).unwrap(), data, "f1 keeps its data");
     let b = bs(&bytes) as u64;
-    let got = fs.read(m["big"], e.lblk * b, view.len() as u32).unwrap();
+    let got = fs.files().read(m["big"], e.lblk * b, view.len() as u32).unwrap();
     assert!(got == view, "big reads what its extent mapped, not holes");
     fs.unmount().unwrap();
 }

@@ -43,12 +43,12 @@ fn crashed_after_synced_batches() -> Vec<u8> {
     let fs = Fs::mount(dev.clone(), opts).expect("mount");
     let c = Ctx::root();
     for batch in 0..8 {
-        let d = fs.mkdir(&c, ROOT, format!("batch{batch}").as_bytes(), 0o755).unwrap().ino;
+        let d = fs.names().mkdir(&c, ROOT, format!("batch{batch}").as_bytes(), 0o755).unwrap().ino;
         for i in 0..20 {
-            let f = fs.mknod(&c, d, format!("f{i}").as_bytes(), S_IFREG | 0o644, 0).unwrap().ino;
-            fs.write(f, 0, format!("batch {batch} file {i}").as_bytes()).unwrap();
+            let f = fs.names().mknod(&c, d, format!("f{i}").as_bytes(), S_IFREG | 0o644, 0).unwrap().ino;
+            fs.files().write(f, 0, format!("batch {batch} file {i}").as_bytes()).unwrap();
         }
-        fs.sync_fs().unwrap();
+        fs.files().sync_fs().unwrap();
     }
     let bytes = dev.snapshot();
     drop(fs);
@@ -102,11 +102,11 @@ fn a_damaged_record_in_the_middle_of_the_log_is_refused_reported_and_repaired() 
     let fs = Fs::mount(d, opts).expect("the repaired image mounts");
     let c = Ctx::root();
     for batch in 0..4 {
-        let dir = fs.mkdir(&c, ROOT, format!("after{batch}").as_bytes(), 0o755).unwrap().ino;
+        let dir = fs.names().mkdir(&c, ROOT, format!("after{batch}").as_bytes(), 0o755).unwrap().ino;
         for i in 0..20 {
-            fs.mknod(&c, dir, format!("g{i}").as_bytes(), S_IFREG | 0o644, 0).unwrap();
+            fs.names().mknod(&c, dir, format!("g{i}").as_bytes(), S_IFREG | 0o644, 0).unwrap();
         }
-        fs.sync_fs().unwrap();
+        fs.files().sync_fs().unwrap();
     }
     let crashed = dev.snapshot();
     drop(fs);

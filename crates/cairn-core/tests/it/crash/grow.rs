@@ -22,33 +22,33 @@ fn grow_steps() -> Vec<Step> {
     let c = Ctx::root();
     let ino = |fs: &Fs, name: &[u8]| fs.lookup(1, name).unwrap().ino;
     let mut fill: Step = step![move |fs: &Fs| {
-        let big = fs.mknod(&c, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
+        let big = fs.names().mknod(&c, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
         // More than the old file system had free: the new groups hold it.
         for i in 0..9u64 {
-            fs.write(big, i << 20, &vec![i as u8 + 1; 1 << 20]).unwrap();
+            fs.files().write(big, i << 20, &vec![i as u8 + 1; 1 << 20]).unwrap();
         }
     }];
     fill.push(Box::new(move |fs: &Fs| {
-        fs.mkdir(&c, 1, b"d", 0o755).unwrap();
+        fs.names().mkdir(&c, 1, b"d", 0o755).unwrap();
     }));
     for i in 0..40 {
         fill.push(Box::new(move |fs: &Fs| {
             let d = ino(fs, b"d");
-            let f = fs.mknod(&c, d, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
-            fs.write(f, 0, &[i as u8; 2000]).unwrap();
+            let f = fs.names().mknod(&c, d, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap().ino;
+            fs.files().write(f, 0, &[i as u8; 2000]).unwrap();
         }));
     }
     vec![
         step![move |fs: &Fs| {
-            let a = fs.mknod(&c, 1, b"a", libc::S_IFREG | 0o644, 0).unwrap().ino;
-            fs.write(a, 0, &[9u8; 100_000]).unwrap();
+            let a = fs.names().mknod(&c, 1, b"a", libc::S_IFREG | 0o644, 0).unwrap().ino;
+            fs.files().write(a, 0, &[9u8; 100_000]).unwrap();
         }],
         step![|fs: &Fs| {
             let g = fs.grow(16 << 20).unwrap();
             assert_eq!((g.old_groups, g.new_groups), (2, 4));
         }],
         fill,
-        step![move |fs: &Fs| fs.unlink(1, b"a").unwrap(), move |fs: &Fs| fs
+        step![move |fs: &Fs| fs.names().unlink(1, b"a").unwrap(), move |fs: &Fs| fs
             .setxattr(ino(fs, b"big"), b"user.grown", b"yes", 0)
             .unwrap(),],
     ]
