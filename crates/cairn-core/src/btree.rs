@@ -275,7 +275,7 @@ impl<'a> Tree<'a> {
             if !replace && leaf_edit::leaf_contains(&buf.read(), key) {
                 return Err(crate::error::FsError::Errno(libc::EEXIST));
             }
-            let seed = self.meta.seed;
+            let seed = self.meta.seed();
             let put = |d: &mut [u8]| leaf_edit::leaf_put_logged(seed, d, key, value).map_or((false, 0), |m| (true, m));
             if tx.modify_mapped(&buf, put) {
                 return Ok(None);
@@ -428,7 +428,7 @@ impl<'a> Tree<'a> {
             return Ok((v, false));
         }
         if leaf_len > 1 {
-            let seed = self.meta.seed;
+            let seed = self.meta.seed();
             let remove =
                 |d: &mut [u8]| leaf_edit::leaf_remove_logged(seed, d, key).map_or((None, 0), |(v, m)| (Some(v), m));
             return Ok((tx.modify_mapped(&buf, remove), false));

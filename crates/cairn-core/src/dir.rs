@@ -36,7 +36,7 @@ fn tree<'a>(meta: &'a Meta, dir: &InodeState) -> Tree<'a> {
 
 /// Finds `name`: its key and entry.
 pub fn lookup(meta: &Meta, dir: &InodeState, name: &[u8]) -> Result<Option<(u64, Dirent)>> {
-    let h = name_hash(&meta.hash_seed, name);
+    let h = name_hash(&meta.hash_seed(), name);
     let end = hash_key_end(h);
     let mut found = None;
     let mut bad = None;
@@ -66,7 +66,7 @@ pub fn lookup(meta: &Meta, dir: &InodeState, name: &[u8]) -> Result<Option<(u64,
 /// entry count and block count in `dir.d`; the caller stores the inode.
 pub fn add(tx: &Tx<'_>, dir: &mut InodeState, name: &[u8], ino: u64, dtype: u8) -> Result<()> {
     dir.entry_changes = dir.entry_changes.wrapping_add(1);
-    let h = name_hash(&tx.meta().hash_seed, name);
+    let h = name_hash(&tx.meta().hash_seed(), name);
     let (base, end) = (hash_key_base(h), hash_key_end(h));
     let mut root = root_of(dir)?;
     let mut t = tree(tx.meta(), dir);

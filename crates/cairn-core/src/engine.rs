@@ -154,7 +154,7 @@ impl Engine {
     /// statfs(2).
     pub(crate) fn statfs(&self) -> Result<StatFs> {
         self.alive()?;
-        let a = &self.meta.alloc;
+        let a = &self.meta.alloc();
         // Blocks of deleted files the reaper has still to free count as free.
         let free = (a.disk_free_blocks.load(Ordering::Relaxed) + self.reaper.backlog_blocks())
             .min(self.meta.geo().total_blocks);
@@ -184,7 +184,7 @@ impl Engine {
         let mut retried_enospc = false;
         loop {
             self.writable()?;
-            if self.meta.bufs.dirty_count() > self.txm.limit() / 2 {
+            if self.meta.bufs().dirty_count() > self.txm.limit() / 2 {
                 self.backend.kick();
             }
             let tx = self.txm.begin(&self.meta, credits, &|| self.commit())?;
@@ -194,14 +194,14 @@ impl Engine {
                 // Latch while the handle still holds the gate: a commit
                 // waiting for it must see the abort and not snapshot half an
                 // operation.
-                self.txm.latch.note(&self.meta.dev, e, changed);
+                self.txm.latch.note(self.meta.dev(), e, changed);
             }
             drop(tx);
             match r {
                 Err(FsError::NeedCredits(n)) if !changed => credits = n,
                 Err(FsError::Errno(libc::ENOSPC))
                     if !retried_enospc
-                        && (self.meta.alloc.pending_blocks() > 0
+                        && (self.meta.alloc().pending_blocks() > 0
                             || self.reaper.backlog_inodes() > 0
                             || self.reaper.held_unlinked() > 0) =>
                 {
@@ -224,7 +224,7 @@ impl Engine {
         self.alive()?;
         let r = f();
         if let Err(e) = &r {
-            self.txm.latch.note(&self.meta.dev, e, false);
+            self.txm.latch.note(self.meta.dev(), e, false);
         }
         r
     }
@@ -248,7 +248,7 @@ impl Engine {
         if self.reaper.backlog_inodes() == 0 && !forgotten {
             // The reaper may have finished since the caller's own retry
             // checkpointed: what it freed waits for the journal.
-            if self.meta.alloc.pending_blocks() == 0 {
+            if self.meta.alloc().pending_blocks() == 0 {
                 return Ok(false);
             }
             self.commit_and_checkpoint()?;

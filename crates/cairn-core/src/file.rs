@@ -69,7 +69,7 @@ pub fn read_into(meta: &Meta, st: &InodeState, off: u64, out: &mut [u8]) -> Resu
                 if unwritten {
                     out[o..o + n].fill(0);
                 } else {
-                    meta.dev.read_data(&mut out[o..o + n], pblk * b + inner)?;
+                    meta.dev().read_data(&mut out[o..o + n], pblk * b + inner)?;
                 }
                 pos = stop;
             }
@@ -157,7 +157,7 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
                 Mapping::Mapped { pblk, len, unwritten: false } => {
                     let stop = end.min((lblk + len) * b);
                     let d = &data[(pos - off) as usize..(stop - off) as usize];
-                    tx.meta().dev.write_data(d, pblk * b + inner)?;
+                    tx.meta().dev().write_data(d, pblk * b + inner)?;
                     Ok(Some(stop))
                 }
                 Mapping::Mapped { pblk, len, unwritten: true } => {
@@ -179,7 +179,7 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
                     let need = (end - lblk * b).div_ceil(b);
                     let want = need.min(len).min(u64::from(MAX_EXTENT_LEN)).min(1 << 16) as u32;
                     let req = data_request(tx.meta(), st, lblk, want)?;
-                    let (pblk, got) = tx.meta().alloc.alloc_data(tx, req)?;
+                    let (pblk, got) = tx.meta().alloc().alloc_data(tx, req)?;
                     let k = u64::from(got);
                     if let Err(e) = fill_blocks(tx.meta(), pblk, lblk, k, off, data) {
                         let _ = tx.free(pblk, k);
@@ -207,7 +207,7 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
             // otherwise it is a short write. Any other error (I/O,
             // corruption) goes up to the error latch.
             Err(FsError::Errno(e @ (libc::ENOSPC | libc::EDQUOT))) if pos > off => {
-                if tx.meta().alloc.pending_blocks() > 0 {
+                if tx.meta().alloc().pending_blocks() > 0 {
                     out_of_credits = true;
                 } else {
                     tracing::debug!(errno = e, "short write");
@@ -231,7 +231,7 @@ fn fill_blocks(meta: &Meta, pblk: u64, lblk: u64, k: u64, off: u64, data: &[u8])
     let stop = start + k * b;
     let dend = off + data.len() as u64;
     if off <= start && dend >= stop {
-        meta.dev.write_data(&data[(start - off) as usize..(stop - off) as usize], pblk * b)?;
+        meta.dev().write_data(&data[(start - off) as usize..(stop - off) as usize], pblk * b)?;
         return Ok(());
     }
     let mut buf = vec![0u8; (k * b) as usize];
@@ -240,7 +240,7 @@ fn fill_blocks(meta: &Meta, pblk: u64, lblk: u64, k: u64, off: u64, data: &[u8])
     if s < e {
         buf[(s - start) as usize..(e - start) as usize].copy_from_slice(&data[(s - off) as usize..(e - off) as usize]);
     }
-    meta.dev.write_data(&buf, pblk * b)?;
+    meta.dev().write_data(&buf, pblk * b)?;
     Ok(())
 }
 
@@ -257,7 +257,7 @@ fn zero_written(meta: &Meta, st: &InodeState, from: u64, to: u64) -> Result<()> 
                 let stop = to.min((lblk + len) * b);
                 if !unwritten {
                     let zeros = vec![0u8; (stop - pos) as usize];
-                    meta.dev.write_data(&zeros, pblk * b + pos % b)?;
+                    meta.dev().write_data(&zeros, pblk * b + pos % b)?;
                 }
                 pos = stop;
             }
@@ -354,7 +354,7 @@ pub fn allocate_unwritten(tx: &Tx<'_>, st: &mut InodeState, s: u64, e: u64) -> R
                 progressed = true;
                 let want = (e - l).min(len).min(1 << 16) as u32;
                 let req = data_request(tx.meta(), st, l, want)?;
-                let (pblk, got) = tx.meta().alloc.alloc_data(tx, req)?;
+                let (pblk, got) = tx.meta().alloc().alloc_data(tx, req)?;
                 if let Err(e) = extent_map::insert(tx, st, Extent { lblk: l, pblk, len: got, unwritten: true }) {
                     // Not mapped (no room for the map): not kept.
                     tx.free(pblk, u64::from(got))?;

@@ -538,8 +538,8 @@ impl Meta {
         // Read ahead in the group's inode table (ext4's
         // `inode_readahead_blks`): inodes made in a row sit side by side.
         let table_end = geo.inode_table(geo.group_of_ino(ino)) + geo.itable_blocks;
-        let buf = self.bufs.get_ahead(blk, table_end.min(blk + self.inode_readahead), |_, _| Ok(()))?;
-        let d = DiskInode::decode(self.seed, ino, &buf.read()[off..off + cairn_format::inode::INODE_SIZE])?;
+        let buf = self.bufs().get_ahead(blk, table_end.min(blk + self.inode_readahead()), |_, _| Ok(()))?;
+        let d = DiskInode::decode(self.seed(), ino, &buf.read()[off..off + cairn_format::inode::INODE_SIZE])?;
         match &d.data {
             DataArea::Extents(list) => {
                 for e in list {
@@ -564,8 +564,8 @@ impl Tx<'_> {
     /// Writes inode `ino` into its inode-table buffer (running transaction).
     pub fn store_inode(&self, ino: u64, d: &DiskInode) -> Result<()> {
         let (blk, off) = self.meta().geo().inode_location(ino);
-        let buf = self.meta().bufs.get(blk, |_, _| Ok(()))?;
-        self.modify(&buf, off..off + cairn_format::inode::INODE_SIZE, |slot| d.encode(self.meta().seed, ino, slot));
+        let buf = self.meta().bufs().get(blk, |_, _| Ok(()))?;
+        self.modify(&buf, off..off + cairn_format::inode::INODE_SIZE, |slot| d.encode(self.meta().seed(), ino, slot));
         Ok(())
     }
 }

@@ -115,7 +115,7 @@ impl InodeStore {
         if freed {
             return Err(FsError::Errno(libc::ENOENT));
         }
-        if unlinked && !self.engine.meta().alloc.inode_in_use(&self.engine.meta().bufs, ino)? {
+        if unlinked && !self.engine.meta().alloc().inode_in_use(self.engine.meta().bufs(), ino)? {
             // A freed inode read back from disk (the cache dropped it when
             // it was freed): it is not a live file.
             r.write().freed = true;
@@ -156,7 +156,7 @@ impl InodeStore {
     pub(crate) fn store(&self, tx: &Tx<'_>, st: &InodeState) -> Result<()> {
         // The running checkpoint's sequence is stable while a handle holds
         // the gate (a push moves it on under the closed gate).
-        st.stored_seq.fetch_max(self.engine.meta().running_seq.load(Ordering::Acquire), Ordering::AcqRel);
+        st.stored_seq.fetch_max(self.engine.meta().running_seq().load(Ordering::Acquire), Ordering::AcqRel);
         if st.lazy_time.lock().is_none() {
             return tx.store_inode(st.ino, &st.d);
         }
@@ -170,7 +170,7 @@ impl InodeStore {
     }
 
     fn orphan_levels(&self) -> Result<u64> {
-        let root = *self.engine.meta().orphan_root.lock();
+        let root = *self.engine.meta().orphan_root().lock();
         crate::btree::levels(self.engine.meta(), root, KIND_ORPHANS, 0)
     }
 
@@ -188,10 +188,10 @@ impl InodeStore {
         }
         // The set's base: two whole inserts (see `deferred_orphans`).
         let base = 2 * self.orphan_credits()?;
-        if !self.engine.meta().orphans.add(st.ino, base, tx.log_limit() / 4, |c| tx.reserve_aside(c)) {
-            let mut root = self.engine.meta().orphan_root.lock();
+        if !self.engine.meta().orphans().add(st.ino, base, tx.log_limit() / 4, |c| tx.reserve_aside(c)) {
+            let mut root = self.engine.meta().orphan_root().lock();
             self.orphan_tree().insert(tx, &mut root, st.ino, &[])?;
-            self.engine.meta().orphans.direct.fetch_add(1, Ordering::Relaxed);
+            self.engine.meta().orphans().direct.fetch_add(1, Ordering::Relaxed);
         }
         st.d.flags |= INODE_FLAG_ORPHAN;
         Ok(())
@@ -203,10 +203,10 @@ impl InodeStore {
         if st.d.flags & INODE_FLAG_ORPHAN == 0 {
             return Ok(());
         }
-        if let Some(credits) = self.engine.meta().orphans.cancel(st.ino) {
+        if let Some(credits) = self.engine.meta().orphans().cancel(st.ino) {
             tx.release_aside(credits);
         } else {
-            let mut root = self.engine.meta().orphan_root.lock();
+            let mut root = self.engine.meta().orphan_root().lock();
             self.orphan_tree().remove(tx, &mut root, st.ino)?;
         }
         st.d.flags &= !INODE_FLAG_ORPHAN;
@@ -255,7 +255,7 @@ impl InodeStore {
         }
         xattr_release(tx, st)?;
         self.orphan_remove(tx, st)?;
-        self.engine.meta().alloc.free_inode(tx, st.ino, st.d.is_dir())?;
+        self.engine.meta().alloc().free_inode(tx, st.ino, st.d.is_dir())?;
         st.d.nlink = 0;
         st.d.size = 0;
         st.d.blocks = 0;
@@ -313,7 +313,7 @@ impl InodeStore {
                 if st.freed || st.d.nlink > 0 || self.icache.lookups(ino) > 0 {
                     return Ok((false, st.d.blocks));
                 }
-                if !self.engine.meta().alloc.inode_in_use(&self.engine.meta().bufs, ino)? {
+                if !self.engine.meta().alloc().inode_in_use(self.engine.meta().bufs(), ino)? {
                     // Freed already (queued twice: a reference taken and
                     // dropped again after the first queueing), and read
                     // back from its table: freeing it again would corrupt
@@ -417,23 +417,23 @@ impl InodeStore {
     /// unlinked inodes nobody holds, completes interrupted truncates. At
     /// unmount the kernel's references are gone whatever their count says.
     pub(crate) fn process_orphans(&self, unmounting: bool) -> Result<()> {
-        let root = *self.engine.meta().orphan_root.lock();
+        let root = *self.engine.meta().orphan_root().lock();
         // Those whose insert still waits for a swap too (an unmount).
-        let mut inos = self.engine.meta().orphans.inos();
+        let mut inos = self.engine.meta().orphans().inos();
         self.orphan_tree().scan(root, 0, &mut |k, _| {
             inos.push(k);
             true
         })?;
         for ino in inos {
             let valid = self.engine.meta().geo().valid_ino(ino)
-                && self.engine.meta().alloc.inode_in_use(&self.engine.meta().bufs, ino)?;
+                && self.engine.meta().alloc().inode_in_use(self.engine.meta().bufs(), ino)?;
             if !valid {
                 // A stale entry (a damaged list): drop it rather than free a
                 // free inode twice.
                 tracing::warn!(ino, "orphan list names an inode that is not in use; dropping the entry");
                 self.engine.change(credits::DEFAULT, |tx| {
                     tx.require(self.orphan_credits()?)?;
-                    let mut root = self.engine.meta().orphan_root.lock();
+                    let mut root = self.engine.meta().orphan_root().lock();
                     self.orphan_tree().remove(tx, &mut root, ino)?;
                     Ok(())
                 })?;
@@ -469,7 +469,7 @@ impl InodeStore {
         rdev: u64,
     ) -> Result<(u64, DiskInode)> {
         let is_dir = mode & S_IFMT == S_IFDIR;
-        let ino = self.engine.meta().alloc.alloc_inode(tx, is_dir)?;
+        let ino = self.engine.meta().alloc().alloc_inode(tx, is_dir)?;
         let t = now();
         let mut mode = mode;
         let gid = if parent.d.mode & libc::S_ISGID != 0 {
@@ -506,7 +506,7 @@ impl InodeStore {
         let stale = || FsError::Errno(libc::ESTALE);
         self.engine.read_op(|| {
             if !self.engine.meta().geo().valid_ino(ino)
-                || !self.engine.meta().alloc.inode_in_use(&self.engine.meta().bufs, ino)?
+                || !self.engine.meta().alloc().inode_in_use(self.engine.meta().bufs(), ino)?
             {
                 return Err(stale());
             }
@@ -530,7 +530,7 @@ impl InodeStore {
     pub fn inode_in_use(&self, ino: u64) -> Result<bool> {
         self.engine.read_op(|| {
             Ok(self.engine.meta().geo().valid_ino(ino)
-                && self.engine.meta().alloc.inode_in_use(&self.engine.meta().bufs, ino)?)
+                && self.engine.meta().alloc().inode_in_use(self.engine.meta().bufs(), ino)?)
         })
     }
 
@@ -572,7 +572,7 @@ impl InodeStore {
         let _told = LetGo(let_go.then_some(self.engine.reaper()));
         if unused {
             // The kernel holds the file no more: its stream has ended.
-            self.engine.meta().alloc.discard_prealloc(&self.engine.meta().bufs, ino);
+            self.engine.meta().alloc().discard_prealloc(self.engine.meta().bufs(), ino);
         }
         if free && !self.engine.is_read_only() && self.engine.reaper().deferred {
             // On the orphan list since its unlink: the reaper frees it, and
@@ -683,23 +683,23 @@ impl InodeStore {
 /// aside for them (see `deferred_orphans`). On a failure, what was not
 /// inserted waits for the next swap.
 fn flush_deferred_orphans(tx: &Tx<'_>) -> Result<()> {
-    let (inos, credits) = tx.meta().orphans.take();
+    let (inos, credits) = tx.meta().orphans().take();
     if inos.is_empty() {
         return Ok(());
     }
     let mut tree = Tree::new(tx.meta(), KIND_ORPHANS, 0, 0);
-    let mut root = tx.meta().orphan_root.lock();
+    let mut root = tx.meta().orphan_root().lock();
     for (i, &ino) in inos.iter().enumerate() {
         if let Err(e) = tree.insert(tx, &mut root, ino, &[]) {
             // The rest waits for the next swap, with all the credits.
-            tx.meta().orphans.restore(&inos[i..], credits);
+            tx.meta().orphans().restore(&inos[i..], credits);
             return Err(e);
         }
     }
-    tx.meta().orphans.flushed.fetch_add(inos.len() as u64, Ordering::Relaxed);
+    tx.meta().orphans().flushed.fetch_add(inos.len() as u64, Ordering::Relaxed);
     if tx.used() > credits {
         // The set's credits did not cover its inserts: an accounting bug.
-        tx.meta().orphans.overruns.fetch_add(1, Ordering::Relaxed);
+        tx.meta().orphans().overruns.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(used = tx.used(), credits, "the deferred orphan inserts dirtied more buffers than set aside");
     }
     tx.release_aside(credits);

@@ -14,31 +14,41 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// The mount options the metadata context reads (see `mount_options`).
+pub(crate) struct MetaOptions {
+    /// `-o inode_readahead_blks`.
+    pub inode_readahead: u64,
+    /// `-o node_readahead`.
+    pub node_readahead: bool,
+    /// Share identical xattr blocks (`-o mbcache`).
+    pub mbcache: bool,
+}
+
 /// Shared metadata context.
 pub struct Meta {
-    pub dev: Arc<dyn BlockDevice>,
-    pub bufs: BufferCache,
-    pub alloc: Allocator,
-    pub seed: u32,
-    pub hash_seed: [u8; 16],
+    dev: Arc<dyn BlockDevice>,
+    bufs: BufferCache,
+    alloc: Allocator,
+    seed: u32,
+    hash_seed: [u8; 16],
     /// Sequence number of the checkpoint that operations now add to.
-    pub running_seq: AtomicU64,
+    running_seq: AtomicU64,
     /// Shared xattr blocks: the dedup cache and the block locks.
-    pub xattrs: crate::mbcache::XattrShare,
+    xattrs: crate::mbcache::XattrShare,
     /// The superblock as the next commit writes it (its counters are
     /// refreshed then, see [`Meta::write_sb_buffer`]).
-    pub sb: Mutex<Superblock>,
+    sb: Mutex<Superblock>,
     /// The first block of the orphan list (0: empty; see `inode_store`).
-    pub orphan_root: Mutex<u64>,
+    orphan_root: Mutex<u64>,
     /// Orphan-list inserts the next swap makes (see `deferred_orphans`).
-    pub orphans: crate::deferred_orphans::DeferredOrphans,
+    orphans: crate::deferred_orphans::DeferredOrphans,
     /// Inode-table blocks one read brings on a miss (`-o
     /// inode_readahead_blks`; 0 or 1: only the block asked for; see
     /// `buffer::readahead`).
-    pub inode_readahead: u64,
+    inode_readahead: u64,
     /// Read a scan's next tree leaves ahead, a run at a time (`-o
     /// node_readahead=0|1`; see [`Meta::prefetch_nodes`]).
-    pub node_readahead: bool,
+    node_readahead: bool,
 }
 
 /// Most blocks one read of tree leaves ahead of a scan spans.
@@ -73,6 +83,93 @@ fn for_each_run(blocks: &[(u64, u64)], gap: u64, span: u64, mut read: impl FnMut
             read(start, blocks[j - 1].1.saturating_add(1));
         }
         i = j;
+    }
+}
+
+impl Meta {
+    /// The metadata context of a mount: `sb` as the image holds it (after
+    /// replay), the journal's next sequence number, and the mount's
+    /// readahead and xattr-sharing options.
+    pub(crate) fn new(
+        dev: Arc<dyn BlockDevice>,
+        bufs: BufferCache,
+        alloc: Allocator,
+        sb: &Superblock,
+        next_seq: u64,
+        opts: MetaOptions,
+    ) -> Meta {
+        Meta {
+            dev,
+            bufs,
+            alloc,
+            seed: sb.csum_seed(),
+            hash_seed: sb.hash_seed,
+            running_seq: next_seq.into(),
+            orphan_root: Mutex::new(sb.orphan_root),
+            orphans: crate::deferred_orphans::DeferredOrphans::new(),
+            inode_readahead: opts.inode_readahead,
+            node_readahead: opts.node_readahead,
+            sb: Mutex::new(sb.clone()),
+            xattrs: crate::mbcache::XattrShare::new(
+                opts.mbcache,
+                sb.feature_incompat & cairn_format::superblock::INCOMPAT_XATTR_EXTERNAL != 0,
+            ),
+        }
+    }
+
+    /// The block device.
+    pub fn dev(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    /// The buffer cache.
+    pub fn bufs(&self) -> &BufferCache {
+        &self.bufs
+    }
+
+    /// The block and inode allocator.
+    pub fn alloc(&self) -> &Allocator {
+        &self.alloc
+    }
+
+    /// The checksum seed.
+    pub fn seed(&self) -> u32 {
+        self.seed
+    }
+
+    /// The directory-hash seed.
+    pub fn hash_seed(&self) -> [u8; 16] {
+        self.hash_seed
+    }
+
+    /// Sequence number of the checkpoint that operations now add to.
+    pub fn running_seq(&self) -> &AtomicU64 {
+        &self.running_seq
+    }
+
+    /// Shared xattr blocks: the dedup cache and the block locks.
+    pub fn xattrs(&self) -> &crate::mbcache::XattrShare {
+        &self.xattrs
+    }
+
+    /// The superblock as the next commit writes it.
+    pub fn sb(&self) -> &Mutex<Superblock> {
+        &self.sb
+    }
+
+    /// The first block of the orphan list (0: empty).
+    pub fn orphan_root(&self) -> &Mutex<u64> {
+        &self.orphan_root
+    }
+
+    /// Orphan-list inserts the next swap makes.
+    pub fn orphans(&self) -> &crate::deferred_orphans::DeferredOrphans {
+        &self.orphans
+    }
+
+    /// Inode-table blocks one read brings on a miss.
+    pub fn inode_readahead(&self) -> u64 {
+        self.inode_readahead
     }
 }
 

@@ -72,8 +72,8 @@ use cairn_format::FormatError;
 use std::sync::atomic::Ordering::Relaxed;
 
 fn load(meta: &Meta, blk: u64) -> Result<XattrBlock> {
-    let seed = meta.seed;
-    let buf = meta.bufs.get(blk, |b, d| XattrBlock::decode(seed, b, d).map(|_| ()).map_err(Into::into))?;
+    let seed = meta.seed();
+    let buf = meta.bufs().get(blk, |b, d| XattrBlock::decode(seed, b, d).map(|_| ()).map_err(Into::into))?;
     let d = buf.read();
     Ok(XattrBlock::decode(seed, blk, &d)?)
 }
@@ -81,12 +81,12 @@ fn load(meta: &Meta, blk: u64) -> Result<XattrBlock> {
 /// Reads external value `x` of xattr block `owner`, verified; returns it
 /// and its blocks.
 fn read_value(meta: &Meta, owner: u64, x: &ExtValue) -> Result<(Vec<u8>, Vec<u64>)> {
-    let seed = meta.seed;
+    let seed = meta.seed();
     x.read(seed, owner, meta.bs(), |blk| -> Result<Vec<u8>> {
         if !meta.geo().valid_data_range(blk, 1) {
             return Err(FormatError::corrupt("xattr value", owner, format!("block {blk} outside the data area")).into());
         }
-        let buf = meta.bufs.get(blk, |b, d| ValueBlock::decode(seed, b, d).map(|_| ()).map_err(Into::into))?;
+        let buf = meta.bufs().get(blk, |b, d| ValueBlock::decode(seed, b, d).map(|_| ()).map_err(Into::into))?;
         let d = buf.read();
         Ok(d.to_vec())
     })
@@ -106,7 +106,7 @@ fn entries(meta: &Meta, st: &InodeState) -> Result<Vec<XattrEntry>> {
     // Reads insert too (blocks written before this mount). Safe without the
     // block lock: the caller holds this inode, whose reference pins the
     // block, and only this inode's holder could free or change it.
-    let cache = &meta.xattrs.cache;
+    let cache = &meta.xattrs().cache;
     if cache.enabled() {
         let key = XattrBlock::content_hash(&xb.entries);
         if cache.get(key, st.d.xattr_block).is_none() {
@@ -150,13 +150,13 @@ pub fn list(meta: &Meta, st: &InodeState) -> Result<Vec<u8>> {
 /// whole) by `fill` in the running transaction: the one place this module
 /// changes buffer bytes.
 fn write_buf(tx: &Tx<'_>, blk: u64, new: bool, fill: impl FnOnce(&mut [u8])) -> Result<()> {
-    let buf = if new { tx.meta().bufs.get_new(tx, blk) } else { tx.meta().bufs.get(blk, |_, _| Ok(()))? };
+    let buf = if new { tx.meta().bufs().get_new(tx, blk) } else { tx.meta().bufs().get(blk, |_, _| Ok(()))? };
     tx.modify(&buf, 0..tx.meta().bs(), fill);
     Ok(())
 }
 
 fn write_block(tx: &Tx<'_>, blk: u64, xb: &XattrBlock, new: bool) -> Result<()> {
-    write_buf(tx, blk, new, |d| xb.encode(tx.meta().seed, blk, d))
+    write_buf(tx, blk, new, |d| xb.encode(tx.meta().seed(), blk, d))
 }
 
 /// Frees `blocks` (any order), a run at a time.
@@ -182,7 +182,7 @@ fn write_value(tx: &Tx<'_>, owner: u64, value: &[u8], goal: u64, taken: &mut Vec
     let from = taken.len();
     let mut next_goal = goal;
     for _ in 0..value_blocks(value.len(), bs) {
-        let b = tx.meta().alloc.alloc_meta_block(tx, next_goal, false)?;
+        let b = tx.meta().alloc().alloc_meta_block(tx, next_goal, false)?;
         taken.push(b);
         next_goal = b + 1;
     }
@@ -190,9 +190,9 @@ fn write_value(tx: &Tx<'_>, owner: u64, value: &[u8], goal: u64, taken: &mut Vec
     for (i, chunk) in value.chunks(value_capacity(bs)).enumerate() {
         let h =
             ValueBlock { index: i as u16, used: chunk.len() as u32, owner, next: blocks.get(i + 1).map_or(0, |b| *b) };
-        write_buf(tx, blocks[i], true, |d| h.encode(tx.meta().seed, blocks[i], chunk, d))?;
+        write_buf(tx, blocks[i], true, |d| h.encode(tx.meta().seed(), blocks[i], chunk, d))?;
     }
-    Ok(ExtValue::of(tx.meta().seed, blocks[0], value))
+    Ok(ExtValue::of(tx.meta().seed(), blocks[0], value))
 }
 
 /// One entry of the set a change wants, and where an external value's
@@ -215,8 +215,8 @@ enum Src {
 
 impl Want {
     fn new(tx: &Tx<'_>, namespace: u8, name: &[u8], value: &[u8]) -> Want {
-        if tx.meta().xattrs.external && value.len() > inline_max(tx.meta().bs()) {
-            let value_ = XattrValue::External(ExtValue::of(tx.meta().seed, 0, value));
+        if tx.meta().xattrs().external && value.len() > inline_max(tx.meta().bs()) {
+            let value_ = XattrValue::External(ExtValue::of(tx.meta().seed(), 0, value));
             Want {
                 entry: XattrEntry { namespace, name: name.to_vec(), value: value_ },
                 src: Src::Bytes(value.to_vec()),
@@ -279,7 +279,7 @@ fn same_set(meta: &Meta, blk: u64, xb: &XattrBlock, wants: &[Want]) -> Result<bo
 /// Takes one more reference on a cached block holding exactly `wants`, if
 /// there is one below the refcount limit; returns it.
 fn share_existing(tx: &Tx<'_>, key: u32, wants: &[Want], old: u64) -> Result<Option<u64>> {
-    let share = &tx.meta().xattrs;
+    let share = &tx.meta().xattrs();
     let stats = &share.cache.stats;
     for cand in share.cache.find(key) {
         if cand.block == old {
@@ -363,7 +363,7 @@ fn store(tx: &Tx<'_>, st: &mut InodeState, mut wants: Vec<Want>) -> Result<()> {
     let old = st.d.xattr_block;
     let old_xb = if old != 0 { Some(load(tx.meta(), old)?) } else { None };
     tx.require(tx.used() + store_credits(tx.meta(), &wants, old_xb.as_ref()))?;
-    let share = &tx.meta().xattrs;
+    let share = &tx.meta().xattrs();
     let key = XattrBlock::content_hash(&list);
     let fp = footprint(tx.meta(), &list);
     if share.cache.enabled() {
@@ -400,7 +400,7 @@ fn store(tx: &Tx<'_>, st: &mut InodeState, mut wants: Vec<Want>) -> Result<()> {
     // A new block and its values first (the only steps that can fail), then
     // the old block's reference goes.
     let goal = tx.meta().geo().group_start(tx.meta().geo().group_of_ino(st.ino));
-    let blk = tx.meta().alloc.alloc_meta_block(tx, goal, false)?;
+    let blk = tx.meta().alloc().alloc_meta_block(tx, goal, false)?;
     let list = match write_values(tx, blk, &mut wants, true) {
         Ok(list) => list,
         Err(e) => {
@@ -452,7 +452,7 @@ fn current(tx: &Tx<'_>, st: &InodeState) -> Result<Vec<Want>> {
 /// Sets attribute `name` (`flags`: XATTR_CREATE / XATTR_REPLACE).
 pub fn set(tx: &Tx<'_>, st: &mut InodeState, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
     let (ns, n) = parse_name(name)?;
-    let too_big = if tx.meta().xattrs.external {
+    let too_big = if tx.meta().xattrs().external {
         value.len() > XATTR_SIZE_MAX
     } else {
         value.len() > usize::from(u16::MAX) || value.len() + n.len() + XATTR_HEADER + 4 > tx.meta().bs()
@@ -499,7 +499,7 @@ pub fn release(tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
     if blk == 0 {
         return Ok(());
     }
-    let share = &tx.meta().xattrs;
+    let share = &tx.meta().xattrs();
     let fp;
     {
         let _l = share.lock(blk);

@@ -43,7 +43,7 @@ impl FileIo {
                 }
                 if flags & (ATTR_IMMUTABLE | ATTR_APPEND) != 0 {
                     // Written with the superblock at the commit.
-                    self.engine.meta().sb.lock().feature_compat |= cairn_format::superblock::COMPAT_INODE_FLAGS;
+                    self.engine.meta().sb().lock().feature_compat |= cairn_format::superblock::COMPAT_INODE_FLAGS;
                 }
             }
             Ok(self.inodes.attr(&g))
@@ -54,7 +54,7 @@ impl FileIo {
     /// append-only (`COMPAT_INODE_FLAGS`): opens must then be checked
     /// ([`FileIo::check_open`]).
     pub fn has_protected_inodes(&self) -> bool {
-        self.engine.meta().sb.lock().feature_compat & cairn_format::superblock::COMPAT_INODE_FLAGS != 0
+        self.engine.meta().sb().lock().feature_compat & cairn_format::superblock::COMPAT_INODE_FLAGS != 0
     }
 
     /// EPERM for an `open(2)` with `flags` that the inode's chattr flags

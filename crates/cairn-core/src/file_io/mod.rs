@@ -122,7 +122,7 @@ impl FileIo {
                 self.engine.read_op(|| Ok(self.inodes.iget(ino)?.read().stored_seq.load(Ordering::Acquire)))?;
             if stored <= self.engine.txm().log.committed_seq() {
                 self.ow.stats.datasync_flush_only.fetch_add(1, Ordering::Relaxed);
-                return self.engine.read_op(|| Ok(self.engine.meta().dev.flush()?));
+                return self.engine.read_op(|| Ok(self.engine.meta().dev().flush()?));
             }
         }
         self.sync_fs()

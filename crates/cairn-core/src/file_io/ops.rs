@@ -103,14 +103,14 @@ impl FileIo {
     /// FUSE space guard sets it while the disk is nearly full.
     pub fn hold_for_write_back(&self, bytes: u64) {
         let bs = u64::from(self.engine.meta().geo().block_size);
-        self.engine.meta().alloc.hold_for_write_back(bytes.div_ceil(bs));
+        self.engine.meta().alloc().hold_for_write_back(bytes.div_ceil(bs));
     }
 
     /// Free bytes that file data may take, what is held for write-backs
     /// included: statfs's available space before the hold.
     pub fn data_space_free(&self) -> Result<u64> {
         let s = self.engine.statfs()?;
-        let unheld = s.blocks_free.saturating_sub(self.engine.meta().alloc.reserve_blocks());
+        let unheld = s.blocks_free.saturating_sub(self.engine.meta().alloc().reserve_blocks());
         Ok(unheld * u64::from(s.block_size))
     }
 
@@ -128,13 +128,13 @@ impl FileIo {
     /// blocks held for the kernel's write-backs (see
     /// `Allocator::room_for_writes`); only while any are held.
     fn admit(&self, origin: Origin, ino: u64, off: u64, len: u64) -> Result<()> {
-        if origin == Origin::WriteBack || self.engine.meta().alloc.room_for_writes(u64::MAX) == u64::MAX {
+        if origin == Origin::WriteBack || self.engine.meta().alloc().room_for_writes(u64::MAX) == u64::MAX {
             return Ok(());
         }
         let holes = self.blocks_to_allocate(ino, off, len)?;
-        if self.engine.meta().alloc.room_for_writes(holes) < holes {
+        if self.engine.meta().alloc().room_for_writes(holes) < holes {
             // The space of deleted files the reaper is still freeing first.
-            if !self.engine.wait_for_reaper()? || self.engine.meta().alloc.room_for_writes(holes) < holes {
+            if !self.engine.wait_for_reaper()? || self.engine.meta().alloc().room_for_writes(holes) < holes {
                 return Err(FsError::Errno(libc::ENOSPC));
             }
         }
@@ -380,7 +380,7 @@ impl FileIo {
         }
         g.fold_lazy_time();
         set_times(&mut g.d, set, now());
-        self.engine.meta().orphans.times_in_core.fetch_add(1, Ordering::Relaxed);
+        self.engine.meta().orphans().times_in_core.fetch_add(1, Ordering::Relaxed);
         Ok(Some(self.inodes.attr(&g)))
     }
 
@@ -395,7 +395,7 @@ impl FileIo {
         if set.size.is_some() {
             self.inodes.settle_truncate(ino)?;
             // A new size ends the stream the preallocation was made for.
-            self.engine.meta().alloc.discard_prealloc(&self.engine.meta().bufs, ino);
+            self.engine.meta().alloc().discard_prealloc(self.engine.meta().bufs(), ino);
         }
         let (attr, more) = self.engine.change(credits::DEFAULT, |tx| {
             let r = self.inodes.iget(ino)?;

@@ -119,7 +119,7 @@ impl FileIo {
         }
         self.engine.read_op(|| {
             for p in &pieces {
-                self.engine.meta().dev.write_data(&data[p.from..p.to], p.at)?;
+                self.engine.meta().dev().write_data(&data[p.from..p.to], p.at)?;
             }
             Ok(())
         })?;

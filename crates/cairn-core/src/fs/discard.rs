@@ -29,9 +29,9 @@ impl Fs {
         let first = start / bs;
         let end = start.saturating_add(len) / bs;
         let blocks = self.engine.read_op(|| {
-            self.engine.meta().alloc.trim(
-                &self.engine.meta().bufs,
-                self.engine.meta().dev.as_ref(),
+            self.engine.meta().alloc().trim(
+                self.engine.meta().bufs(),
+                self.engine.meta().dev().as_ref(),
                 first,
                 end,
                 min_len.div_ceil(bs),

@@ -12,11 +12,11 @@ impl Fs {
     /// Makes the `nth` allocation from now (1: the next) fail with ENOSPC;
     /// 0 turns it off.
     pub fn fail_allocation(&self, nth: u64) {
-        self.engine.meta().alloc.faults.arm(nth);
+        self.engine.meta().alloc().faults.arm(nth);
     }
 
     /// Block and inode allocations asked for since mount.
     pub fn allocations(&self) -> u64 {
-        self.engine.meta().alloc.faults.calls()
+        self.engine.meta().alloc().faults.calls()
     }
 }

@@ -39,7 +39,7 @@ use crate::file_io::FileIo;
 use crate::inode::InodeCache;
 use crate::inode_store::InodeStore;
 use crate::journal::{credits, ErrorPolicy, Journal, Latch};
-use crate::meta::Meta;
+use crate::meta::{Meta, MetaOptions};
 pub use crate::mount_options::MountOptions;
 use crate::namespace::Namespace;
 use crate::overwrite_state::Overwrite;
@@ -114,23 +114,12 @@ impl Fs {
         };
         let zeroed = sb.feature_compat & cairn_format::superblock::COMPAT_ITABLES_ZEROED != 0;
         let alloc = Allocator::load(geo, seed, (sb.gdt_start, sb.gdt_blocks), &bufs, sb.next_ino, zeroed, alloc_opts)?;
-        let meta = Meta {
-            dev,
-            bufs,
-            alloc,
-            seed,
-            hash_seed: sb.hash_seed,
-            running_seq: journal.next_seq().into(),
-            orphan_root: Mutex::new(sb.orphan_root),
-            orphans: crate::deferred_orphans::DeferredOrphans::new(),
+        let meta_opts = MetaOptions {
             inode_readahead: u64::from(opts.inode_readahead_blks),
             node_readahead: opts.node_readahead,
-            sb: Mutex::new(sb.clone()),
-            xattrs: crate::mbcache::XattrShare::new(
-                opts.mbcache,
-                sb.feature_incompat & cairn_format::superblock::INCOMPAT_XATTR_EXTERNAL != 0,
-            ),
+            mbcache: opts.mbcache,
         };
+        let meta = Meta::new(dev, bufs, alloc, &sb, journal.next_seq(), meta_opts);
         let root = meta.load_inode(ROOT_INO)?;
         if !root.is_dir() {
             return Err(FormatError::corrupt("inode", ROOT_INO, "root is not a directory").into());
@@ -183,7 +172,7 @@ impl Fs {
     /// commits, and starts the backend, the mbcache's reclaim and the reaper.
     pub(crate) fn start_writing(self: &Arc<Self>) -> Result<()> {
         {
-            let mut sb = self.engine.meta().sb.lock();
+            let mut sb = self.engine.meta().sb().lock();
             sb.state &= !STATE_CLEAN;
             sb.mount_count = sb.mount_count.wrapping_add(1);
             sb.last_mount_time = now().sec as u64;
@@ -197,7 +186,7 @@ impl Fs {
         let fs = self.clone();
         let (interval, nice) = (self.engine.opts().commit_interval, crate::backend::NICE);
         self.engine.backend().spawn(move || fs.engine.backend().run(interval, nice, &mut || fs.background_commit()))?;
-        self.engine.meta().xattrs.cache.start()?;
+        self.engine.meta().xattrs().cache.start()?;
         if self.engine.reaper().deferred {
             let fs = self.clone();
             self.engine.reaper().spawn(move || fs.engine.reaper().run(&|| fs.inodes.reap_queued()))?;
@@ -214,7 +203,7 @@ impl Fs {
             tracing::error!(error = %e, "background commit failed; the backend stops");
             return false;
         }
-        if self.engine.opts().discard && self.engine.meta().alloc.pending_blocks() > 0 {
+        if self.engine.opts().discard && self.engine.meta().alloc().pending_blocks() > 0 {
             if let Err(e) = self.engine.txm().checkpoint(self.engine.meta()) {
                 tracing::error!(error = %e, "background checkpoint failed; the backend stops");
                 return false;
@@ -231,7 +220,7 @@ impl Fs {
         }
         self.engine.backend().stop();
         self.engine.reaper().stop();
-        self.engine.meta().xattrs.cache.stop();
+        self.engine.meta().xattrs().cache.stop();
         let r = self.unmount_commit();
         self.engine.close();
         r
@@ -241,7 +230,7 @@ impl Fs {
     /// (its count and time): mkfs's own mount, which makes `/lost+found`.
     pub(crate) fn unmount_unrecorded(&self) -> Result<()> {
         {
-            let mut sb = self.engine.meta().sb.lock();
+            let mut sb = self.engine.meta().sb().lock();
             sb.mount_count = 0;
             sb.last_mount_time = 0;
         }
@@ -254,8 +243,8 @@ impl Fs {
         }
         self.inodes.reap_queued();
         self.inodes.process_orphans(true)?;
-        self.engine.meta().alloc.discard_all_preallocs(&self.engine.meta().bufs);
-        self.engine.meta().sb.lock().state |= STATE_CLEAN;
+        self.engine.meta().alloc().discard_all_preallocs(self.engine.meta().bufs());
+        self.engine.meta().sb().lock().state |= STATE_CLEAN;
         self.engine.change(credits::DEFAULT, |tx| self.engine.write_sb_buffer(tx))?;
         // Everything home and the log empty; blocks freed meanwhile are
         // released (and discarded under `-o discard`).
@@ -546,15 +535,15 @@ impl Fs {
         let mut v: Vec<(String, u64)> = Vec::new();
         let mut put = |k: &str, x: u64| v.push((k.to_string(), x));
         self.engine.txm().publish(&mut put);
-        self.engine.meta().bufs.publish(&mut put);
+        self.engine.meta().bufs().publish(&mut put);
         self.inodes.cache().publish(&mut put);
         self.names.dcache().publish(&mut put);
         self.files.overwrite().publish(&mut put);
         self.engine.reaper().publish(&mut put);
-        self.engine.meta().orphans.publish(&mut put);
-        self.engine.meta().xattrs.cache.publish(&mut put);
-        self.engine.meta().alloc.publish(&mut put);
-        self.engine.meta().dev.publish(&mut put);
+        self.engine.meta().orphans().publish(&mut put);
+        self.engine.meta().xattrs().cache.publish(&mut put);
+        self.engine.meta().alloc().publish(&mut put);
+        self.engine.meta().dev().publish(&mut put);
         v
     }
 
@@ -562,7 +551,7 @@ impl Fs {
     /// that operations overtake the push (see `buffer::cil`).
     #[cfg(feature = "testing")]
     pub fn debug_slow_capture(&self, pause: std::time::Duration) {
-        self.engine.meta().bufs.cil.set_capture_pause(pause);
+        self.engine.meta().bufs().cil.set_capture_pause(pause);
     }
 
     /// Tests: keeps the reaper thread from freeing what is queued while
@@ -578,8 +567,8 @@ impl Fs {
     #[cfg(feature = "testing")]
     pub fn debug_check_consistency(&self) {
         self.engine.txm().quiesced(|| {
-            self.engine.meta().bufs.debug_check_consistency();
-            self.engine.meta().alloc.debug_check_consistency();
+            self.engine.meta().bufs().debug_check_consistency();
+            self.engine.meta().alloc().debug_check_consistency();
         });
     }
 
@@ -596,7 +585,7 @@ impl Fs {
 
 impl Drop for Fs {
     fn drop(&mut self) {
-        self.engine.meta().xattrs.cache.stop();
+        self.engine.meta().xattrs().cache.stop();
         self.engine.reaper().stop();
         if !self.unmounted.load(Ordering::Acquire) && !self.engine.mounted_read_only() {
             tracing::warn!("file system dropped without unmount; the journal holds its last changes");

@@ -50,25 +50,25 @@ impl Fs {
     pub fn grow(&self, new_bytes: u64) -> Result<Grown> {
         let _remount = self.remount_lock.lock();
         self.engine.writable()?;
-        let sb0 = self.engine.meta().sb.lock().clone();
+        let sb0 = self.engine.meta().sb().lock().clone();
         let bs = u64::from(sb0.block_size());
         // Already that size: nothing to do (as resize2fs), not a shrink.
         if new_bytes / bs == sb0.total_blocks {
             return Ok(crate::resize::unchanged(&sb0));
         }
         let (target, target_geo) = crate::resize::grown_superblock(&sb0, new_bytes)?;
-        self.engine.meta().dev.grow_to(target.total_blocks * bs).map_err(|e| {
+        self.engine.meta().dev().grow_to(target.total_blocks * bs).map_err(|e| {
             FsError::Invalid(format!("cannot make the device {} bytes long: {e}", target.total_blocks * bs))
         })?;
         let old = self.engine.meta().geo();
         // (1) Inode tables, past the old end.
         let zeroed = sb0.feature_compat & COMPAT_ITABLES_ZEROED != 0
             && crate::resize::zero_inode_tables(
-                &*self.engine.meta().dev,
+                self.engine.meta().dev().as_ref(),
                 &target_geo,
                 old.group_count..target_geo.group_count,
             )?;
-        self.engine.meta().dev.flush()?;
+        self.engine.meta().dev().flush()?;
         // (2) Steps of at most one descriptor block's worth of groups.
         let per_step = bs / GD_SIZE as u64;
         loop {
@@ -85,8 +85,8 @@ impl Fs {
             let step = Geometry { total_blocks: total, group_count: groups, ..target_geo };
             self.files.commit()?;
             let r = self.engine.txm().quiesced_change(self.engine.meta(), STEP_CREDITS, |tx| {
-                self.engine.meta().alloc.grow(tx, &step, zeroed)?;
-                let mut sb = self.engine.meta().sb.lock();
+                self.engine.meta().alloc().grow(tx, &step, zeroed)?;
+                let mut sb = self.engine.meta().sb().lock();
                 sb.total_blocks = step.total_blocks;
                 sb.group_count = step.group_count;
                 if !zeroed {
@@ -95,14 +95,14 @@ impl Fs {
                 Ok(())
             });
             if let Err(e) = &r {
-                self.engine.txm().latch.note(&self.engine.meta().dev, e, true);
+                self.engine.txm().latch.note(self.engine.meta().dev(), e, true);
             }
             r?;
         }
         // (3) The grown superblock home, then its copies.
         self.files.commit_and_checkpoint()?;
-        let sb = self.engine.meta().sb.lock().clone();
-        crate::tune::write_backups(self.engine.meta().dev.as_ref(), &sb, &self.engine.meta().geo())?;
+        let sb = self.engine.meta().sb().lock().clone();
+        crate::tune::write_backups(self.engine.meta().dev().as_ref(), &sb, &self.engine.meta().geo())?;
         tracing::info!(
             from_blocks = old.total_blocks,
             to_blocks = sb.total_blocks,

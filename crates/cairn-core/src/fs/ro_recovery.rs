@@ -65,7 +65,7 @@ impl Fs {
         }
         self.engine.alive()?;
         self.engine.txm().latch.check_writable()?;
-        self.engine.meta().dev.make_writable()?;
+        self.engine.meta().dev().make_writable()?;
         self.engine.txm().log.begin_writing()?;
         self.engine.set_writable();
         tracing::info!("read-only mount turned read-write");

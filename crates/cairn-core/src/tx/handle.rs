@@ -15,7 +15,6 @@
 //! reservation is an accounting bug, counted in `journal.credit_overruns`.
 
 use super::gate::Entry;
-use super::manager::TxManager;
 use crate::buffer::Buf;
 use crate::error::{FsError, Result};
 use crate::meta::Meta;
@@ -25,10 +24,28 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// What a handle asks of the manager that opened it (`manager`'s
+/// `TxManager` is the one host; the trait keeps the handle below the
+/// manager, which creates handles).
+pub(super) trait Host: Sync {
+    /// The most credits all handles of one checkpoint may hold together.
+    fn limit(&self) -> u64;
+    /// Grows a reservation by `extra` if the log has room now.
+    fn try_extend(&self, meta: &Meta, extra: u64) -> bool;
+    /// Gives back `credits` of reservation.
+    fn release(&self, credits: u64);
+    /// The handle leaves the gate after holding it `held_us`.
+    fn leave(&self, meta: &Meta, entry: Entry, held_us: u64);
+    /// A handle dirtied more buffers than it reserved (an accounting bug).
+    fn note_overrun(&self, used: u64, credits: u64);
+    /// An operation restarts with more credits.
+    fn note_restart(&self);
+}
+
 /// A transaction handle (see the module essay).
 pub struct Tx<'a> {
     meta: &'a Meta,
-    mgr: &'a TxManager,
+    mgr: &'a dyn Host,
     /// When the handle entered the gate (a commit waits for the longest
     /// hold); `None` only for the commit's own handle, which runs under the
     /// closed gate and holds no reservation.
@@ -39,7 +56,7 @@ pub struct Tx<'a> {
 }
 
 impl<'a> Tx<'a> {
-    pub(super) fn new(meta: &'a Meta, mgr: &'a TxManager, entered: Option<(Entry, Instant)>, credits: u64) -> Tx<'a> {
+    pub(super) fn new(meta: &'a Meta, mgr: &'a dyn Host, entered: Option<(Entry, Instant)>, credits: u64) -> Tx<'a> {
         Tx { meta, mgr, entered, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false) }
     }
 
@@ -88,7 +105,7 @@ impl<'a> Tx<'a> {
             return Ok(());
         }
         if !self.changed() {
-            self.mgr.stats.restarts.fetch_add(1, Ordering::Relaxed);
+            self.mgr.note_restart();
             return Err(FsError::NeedCredits(total));
         }
         // Changes are made and cannot be undone: go on within the margin the
@@ -122,7 +139,7 @@ impl<'a> Tx<'a> {
 
 impl crate::buffer::Change for Tx<'_> {
     fn bufs(&self) -> &crate::buffer::BufferCache {
-        &self.meta.bufs
+        self.meta.bufs()
     }
     fn charge(&self, n: u64) {
         Tx::charge(self, n)
@@ -136,9 +153,7 @@ impl Drop for Tx<'_> {
     fn drop(&mut self) {
         if let Some((entry, entered)) = self.entered {
             self.mgr.release(self.credits.get());
-            let us = entered.elapsed().as_micros() as u64;
-            self.mgr.stats.gate_hold_us_max.fetch_max(us, Ordering::Relaxed);
-            self.mgr.leave(self.meta, entry);
+            self.mgr.leave(self.meta, entry, entered.elapsed().as_micros() as u64);
         }
     }
 }
@@ -148,29 +163,29 @@ impl Tx<'_> {
     /// Changes bytes `range` of `buf` in the running checkpoint (see
     /// `BufferCache::modify`: only the chunks that change are logged).
     pub fn modify<R>(&self, buf: &Arc<Buf>, range: std::ops::Range<usize>, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        self.meta.bufs.modify(self, buf, range, f)
+        self.meta.bufs().modify(self, buf, range, f)
     }
 
     /// Changes `buf` by `f`, which returns the journal chunks it wrote (see
     /// `BufferCache::modify_mapped`).
     pub fn modify_mapped<R>(&self, buf: &Arc<Buf>, f: impl FnOnce(&mut [u8]) -> (R, u64)) -> R {
-        self.meta.bufs.modify_mapped(self, buf, f)
+        self.meta.bufs().modify_mapped(self, buf, f)
     }
 
     /// Encodes `node` into `buf` in the running checkpoint.
     pub fn write_node(&self, buf: &Arc<Buf>, node: &Node) {
-        self.modify(buf, 0..self.meta.bs(), |d| node.encode(self.meta.seed, buf.blk, d));
+        self.modify(buf, 0..self.meta.bs(), |d| node.encode(self.meta.seed(), buf.blk, d));
     }
 
     /// Allocates one metadata block near `goal` and returns a zeroed buffer,
     /// logged whole (`critical`: may take the last of the reserve, see `alloc`).
     pub fn alloc_meta(&self, goal: u64, critical: bool) -> Result<Arc<Buf>> {
-        let blk = self.meta.alloc.alloc_meta_block(self, goal, critical)?;
-        Ok(self.meta.bufs.get_new(self, blk))
+        let blk = self.meta.alloc().alloc_meta_block(self, goal, critical)?;
+        Ok(self.meta.bufs().get_new(self, blk))
     }
 
     /// Frees blocks in the running checkpoint.
     pub fn free(&self, start: u64, len: u64) -> Result<()> {
-        self.meta.alloc.free_blocks(self, self.meta.running_seq.load(Ordering::Acquire), start, len)
+        self.meta.alloc().free_blocks(self, self.meta.running_seq().load(Ordering::Acquire), start, len)
     }
 }

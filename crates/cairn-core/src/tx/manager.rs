@@ -42,7 +42,7 @@
 //! inode lock or an allocator lock when it is dropped.
 
 use super::gate::{Entry, Gate, Push, Turn};
-use super::handle::Tx;
+use super::handle::{Host, Tx};
 use crate::buffer::cil::Batch;
 use crate::error::{FsError, Result};
 use crate::journal::{Journal, Latch};
@@ -165,7 +165,7 @@ impl TxManager {
 
     /// A handle leaves the gate (its drop); if it is the last one out of a
     /// gate closed for a commit, it runs the commit's swap.
-    pub(super) fn leave(&self, meta: &Meta, entry: Entry) {
+    fn leave_gate(&self, meta: &Meta, entry: Entry) {
         if let Some(turn) = self.gate.leave(entry) {
             self.take_turn(meta, turn);
         }
@@ -188,23 +188,23 @@ impl TxManager {
         self.latch.check_commit()?;
         if cfg!(debug_assertions) {
             // No handle runs now: the in-memory invariants must hold.
-            meta.bufs.debug_check_consistency();
-            meta.alloc.debug_check_consistency();
+            meta.bufs().debug_check_consistency();
+            meta.alloc().debug_check_consistency();
         }
         if let Some(hook) = self.swap_hook.get() {
             // Its changes are charged to the credits set aside for them.
             hook(&Tx::new(meta, self, None, self.limit))?;
         }
-        if meta.bufs.dirty_count() > 0 {
+        if meta.bufs().dirty_count() > 0 {
             let tx = Tx::new(meta, self, None, MARGIN);
             meta.write_sb_buffer(&tx, self.latch.flagged())?;
         }
-        let batch = meta.bufs.cil.swap();
+        let batch = meta.bufs().cil.swap();
         if !batch.is_empty() {
-            meta.running_seq.fetch_add(1, Ordering::AcqRel);
+            meta.running_seq().fetch_add(1, Ordering::AcqRel);
         }
         self.snapshots.fetch_add(1, Ordering::AcqRel);
-        meta.bufs.cil.stats.swap_us_max.fetch_max(t0.elapsed().as_micros() as u64, Relaxed);
+        meta.bufs().cil.stats.swap_us_max.fetch_max(t0.elapsed().as_micros() as u64, Relaxed);
         Ok(batch)
     }
 
@@ -216,7 +216,7 @@ impl TxManager {
     fn try_reserve(&self, meta: &Meta, credits: u64) -> bool {
         let mut r = self.reserved.load(Ordering::Acquire);
         loop {
-            if meta.bufs.dirty_count() + r + credits > self.limit {
+            if meta.bufs().dirty_count() + r + credits > self.limit {
                 return false;
             }
             match self.reserved.compare_exchange_weak(r, r + credits, Ordering::AcqRel, Ordering::Acquire) {
@@ -228,22 +228,12 @@ impl TxManager {
 
     /// Grows a running handle's reservation by `extra` if the log has room
     /// now (never waits: the caller holds the gate).
-    pub(super) fn try_extend(&self, meta: &Meta, extra: u64) -> bool {
+    fn extend(&self, meta: &Meta, extra: u64) -> bool {
         let ok = self.try_reserve(meta, extra);
         if ok {
             self.stats.max_credits.fetch_max(extra, Ordering::Relaxed);
         }
         ok
-    }
-
-    pub(super) fn release(&self, credits: u64) {
-        self.reserved.fetch_sub(credits, Ordering::AcqRel);
-    }
-
-    pub(super) fn note_overrun(&self, used: u64, credits: u64) {
-        if self.stats.credit_overruns.fetch_add(1, Ordering::Relaxed) == 0 {
-            tracing::warn!(used, credits, "a transaction handle dirtied more buffers than it reserved");
-        }
     }
 
     /// Starts a handle of `credits` credits. Waits for log room: when the
@@ -265,7 +255,7 @@ impl TxManager {
                 self.stats.reserve_waits.fetch_add(1, Ordering::Relaxed);
             }
             tries += 1;
-            if meta.bufs.dirty_count() > 0 {
+            if meta.bufs().dirty_count() > 0 {
                 commit()?;
             } else {
                 // Other handles' reservations fill the record: they finish soon.
@@ -277,7 +267,7 @@ impl TxManager {
         let (entry, waited) = self.gate.enter();
         if let Some(w) = waited {
             let us = w.wall.as_micros() as u64;
-            let cil = &meta.bufs.cil.stats;
+            let cil = &meta.bufs().cil.stats;
             cil.writer_wait.add(us);
             cil.writer_wait_us_max.fetch_max(us, Relaxed);
             if w.preempted {
@@ -309,29 +299,29 @@ impl TxManager {
         // The gate is free again: operations fill the next checkpoint while
         // this one is captured and written.
         let t0 = Instant::now();
-        let snap = meta.bufs.cil.capture(batch, meta.bs());
+        let snap = meta.bufs().cil.capture(batch, meta.bs());
         let us = t0.elapsed().as_micros() as u64;
-        meta.bufs.cil.stats.capture_us_total.fetch_add(us, Relaxed);
-        meta.bufs.cil.stats.capture_us_max.fetch_max(us, Relaxed);
+        meta.bufs().cil.stats.capture_us_total.fetch_add(us, Relaxed);
+        meta.bufs().cil.stats.capture_us_max.fetch_max(us, Relaxed);
         if let Err(e) = self.log.commit(&snap.items) {
             // Not unpinned: the buffers stay in flight, so they are never
             // re-read from stale homes; nothing more is committed.
             drop(snap);
-            self.latch.commit_failed(&meta.dev, &e);
+            self.latch.commit_failed(meta.dev(), &e);
             return Err(e);
         }
-        meta.bufs.cil.unpin(snap);
+        meta.bufs().cil.unpin(snap);
         if self.latch.errors() > 0 {
             // This commit's superblock image may predate the error: its home
             // write must not have cleared the flag set in place.
-            self.latch.remark(&meta.dev);
+            self.latch.remark(meta.dev());
         }
         self.committed_snapshots.fetch_add(1, Ordering::AcqRel);
-        meta.alloc.release_pending(&meta.bufs, self.log.durable_tail_seq());
+        meta.alloc().release_pending(meta.bufs(), self.log.durable_tail_seq());
         // Inode preallocations last until the next commit: cairn hears of no
         // close (zero-request opens), and a stream that goes on takes the
         // blocks right behind its last one again at once (its goal).
-        meta.alloc.discard_inode_preallocs(&meta.bufs);
+        meta.alloc().discard_inode_preallocs(meta.bufs());
         Ok(())
     }
 }
@@ -343,13 +333,13 @@ impl TxManager {
         let _c = self.commit_lock.lock();
         self.latch.check_commit()?;
         if let Err(e) = self.log.checkpoint_all() {
-            self.latch.commit_failed(&meta.dev, &e);
+            self.latch.commit_failed(meta.dev(), &e);
             return Err(e);
         }
         if self.latch.errors() > 0 {
-            self.latch.remark(&meta.dev);
+            self.latch.remark(meta.dev());
         }
-        meta.alloc.release_pending(&meta.bufs, self.log.durable_tail_seq());
+        meta.alloc().release_pending(meta.bufs(), self.log.durable_tail_seq());
         Ok(())
     }
 }
@@ -382,5 +372,34 @@ impl Publish for TxManager {
         put("tx.record_limit_blocks", self.limit());
         self.log.publish(put);
         self.latch.publish(put);
+    }
+}
+
+impl Host for TxManager {
+    fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    fn try_extend(&self, meta: &Meta, extra: u64) -> bool {
+        self.extend(meta, extra)
+    }
+
+    fn release(&self, credits: u64) {
+        self.reserved.fetch_sub(credits, Ordering::AcqRel);
+    }
+
+    fn leave(&self, meta: &Meta, entry: Entry, held_us: u64) {
+        self.stats.gate_hold_us_max.fetch_max(held_us, Ordering::Relaxed);
+        self.leave_gate(meta, entry);
+    }
+
+    fn note_overrun(&self, used: u64, credits: u64) {
+        if self.stats.credit_overruns.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(used, credits, "a transaction handle dirtied more buffers than it reserved");
+        }
+    }
+
+    fn note_restart(&self) {
+        self.stats.restarts.fetch_add(1, Ordering::Relaxed);
     }
 }
