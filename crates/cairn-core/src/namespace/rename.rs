@@ -21,14 +21,41 @@
 use super::Namespace;
 use crate::dir;
 use crate::error::{FsError, Result};
-use crate::inode::find;
-use crate::inode::lock_many;
+use crate::inode::{find, lock_many, InodeGuard, InodeRef};
 use crate::journal::credits;
 use crate::tx::Tx;
 use crate::types::now as now_ts;
-use crate::types::{Ctx, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
+use crate::types::{Ctx, Timestamp, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 use cairn_format::dirent::dtype_of_mode;
 use cairn_format::ROOT_INO;
+
+/// The names a rename moves between, and its flags.
+struct Names<'n> {
+    parent: u64,
+    name: &'n [u8],
+    newparent: u64,
+    newname: &'n [u8],
+    flags: u32,
+}
+
+impl Names<'_> {
+    fn exchange(&self) -> bool {
+        self.flags & RENAME_EXCHANGE != 0
+    }
+
+    fn whiteout(&self) -> bool {
+        self.flags & RENAME_WHITEOUT != 0
+    }
+}
+
+/// What the lookups found: the source entry's key and inode, and the
+/// target's (key, inode) if the new name exists.
+#[derive(Clone, Copy)]
+struct Found {
+    k1: u64,
+    src: u64,
+    dst: Option<(u64, u64)>,
+}
 
 /// Renames `parent/name` to `newparent/newname` inside `tx`.
 #[allow(clippy::too_many_arguments)]
@@ -42,194 +69,248 @@ pub fn rename(
     newname: &[u8],
     flags: u32,
 ) -> Result<()> {
-    let meta = tx;
+    let n = Names { parent, name, newparent, newname, flags };
     let p1 = ns.inodes.iget(parent)?;
     let p2 = ns.inodes.iget(newparent)?;
     for _ in 0..64 {
-        let look = |p: &crate::inode::InodeRef, n: &[u8]| -> Result<Option<(u64, u64)>> {
+        let look = |p: &InodeRef, name: &[u8]| -> Result<Option<(u64, u64)>> {
             let g = p.read();
             if !g.d.is_dir() {
                 return Err(FsError::Errno(libc::ENOTDIR));
             }
-            Ok(dir::lookup(meta.meta(), &g, n)?.map(|(k, e)| (k, e.ino)))
+            Ok(dir::lookup(tx.meta(), &g, name)?.map(|(k, e)| (k, e.ino)))
         };
         let (k1, src) = look(&p1, name)?.ok_or(FsError::Errno(libc::ENOENT))?;
-        let dst = look(&p2, newname)?;
+        let found = Found { k1, src, dst: look(&p2, newname)? };
         let s = ns.inodes.iget(src)?;
-        let d = match dst {
+        let d = match found.dst {
             Some((_, ino)) => Some(ns.inodes.iget(ino)?),
             None => None,
         };
-        // A directory may not move below itself. The walk up from the
-        // target takes each inode's lock alone, before the locks below: the
-        // caller holds the rename mutex for moves between directories, so
-        // no other move changes the ancestry meanwhile (as the VFS's
-        // s_vfs_rename_mutex), and walking while holding inode locks could
-        // deadlock with a rename that holds an ancestor.
-        if parent != newparent {
-            let is_dir = |r: &crate::inode::InodeRef| r.read().d.is_dir();
-            if is_dir(&s) {
-                below_itself(ns, src, newparent)?;
-            }
-            if let (Some(d), Some((_, dino))) = (&d, dst) {
-                if flags & RENAME_EXCHANGE != 0 && is_dir(d) {
-                    below_itself(ns, dino, parent)?;
-                }
-            }
-        }
+        refuse_moves_below_itself(ns, &n, &found, &s, d.as_ref())?;
         let mut refs = vec![&p1, &p2, &s];
         if let Some(d) = &d {
             refs.push(d);
         }
         let mut gs = lock_many(&refs);
         // Re-check under the locks.
-        let again1 = dir::lookup(meta.meta(), find(&mut gs, parent), name)?.map(|(k, e)| (k, e.ino));
-        let again2 = dir::lookup(meta.meta(), find(&mut gs, newparent), newname)?.map(|(k, e)| (k, e.ino));
-        if again1 != Some((k1, src)) || again2 != dst {
+        let again1 = dir::lookup(tx.meta(), find(&mut gs, parent), name)?.map(|(k, e)| (k, e.ino));
+        let again2 = dir::lookup(tx.meta(), find(&mut gs, newparent), newname)?.map(|(k, e)| (k, e.ino));
+        if again1 != Some((k1, src)) || again2 != found.dst {
             continue;
         }
-        if find(&mut gs, parent).d.nlink == 0 || find(&mut gs, newparent).d.nlink == 0 {
-            return Err(FsError::Errno(libc::ENOENT));
-        }
-        // chattr's i and a: the old name is removed, the new one added (and
-        // an entry it replaces removed); neither inode may be protected.
-        {
-            use crate::inode_flags::{refuse_if_immutable, refuse_if_protected};
-            refuse_if_protected(find(&mut gs, parent))?;
-            refuse_if_protected(find(&mut gs, src))?;
-            match dst {
-                Some((_, dino)) => {
-                    refuse_if_protected(find(&mut gs, newparent))?;
-                    refuse_if_protected(find(&mut gs, dino))?;
-                }
-                None => refuse_if_immutable(find(&mut gs, newparent))?,
-            }
-        }
-        // Worst case: an entry insert (or retarget, a replacing insert),
-        // then a second retarget (exchange) or the removal of the old entry
-        // and the overwritten target's last link; four inodes.
-        let levels = crate::dir::levels(meta.meta(), find(&mut gs, parent))?
-            .max(crate::dir::levels(meta.meta(), find(&mut gs, newparent))?);
-        let target = match dst {
-            Some((_, dino)) => ns.inodes.drop_link_credits(find(&mut gs, dino))?,
-            None => 0,
-        };
-        let second = credits::tree_insert(levels).max(credits::tree_remove(levels) + target);
-        let whiteout = flags & RENAME_WHITEOUT != 0;
-        let whiteout_credits = if whiteout { credits::ALLOC + credits::INODE + credits::FREE } else { 0 };
-        tx.require(credits::tree_insert(levels) + second + 4 * credits::INODE + whiteout_credits)?;
-        let src_mode = find(&mut gs, src).d.mode;
-        let src_dir = src_mode & libc::S_IFMT == libc::S_IFDIR;
-        if let Some((_, dino)) = dst {
-            if dino == src {
-                return Ok(());
-            }
-        }
-        let t = now_ts();
-        // Both names change (or fail half-way): uncached until done.
-        ns.dcache.invalidate(find(&mut gs, parent), name);
-        ns.dcache.invalidate(find(&mut gs, newparent), newname);
-        let mut whiteout_ino = None;
-        if flags & RENAME_EXCHANGE != 0 {
-            let Some((k2, dino)) = dst else { return Err(FsError::Errno(libc::ENOENT)) };
-            let dst_mode = find(&mut gs, dino).d.mode;
-            let dst_dir = dst_mode & libc::S_IFMT == libc::S_IFDIR;
-            dir::retarget(meta, find(&mut gs, parent), k1, name, dino, dtype_of_mode(dst_mode))?;
-            dir::retarget(meta, find(&mut gs, newparent), k2, newname, src, dtype_of_mode(src_mode))?;
-            if parent != newparent && src_dir != dst_dir {
-                let (gain, lose) = if src_dir { (newparent, parent) } else { (parent, newparent) };
-                find(&mut gs, gain).d.nlink += 1;
-                let l = find(&mut gs, lose);
-                l.d.nlink = l.d.nlink.saturating_sub(1);
-            }
-            if src_dir {
-                find(&mut gs, src).d.parent = newparent;
-            }
-            if dst_dir {
-                find(&mut gs, dino).d.parent = parent;
-            }
-            for ino in [src, dino] {
-                let g = find(&mut gs, ino);
-                g.d.ctime = t;
-                ns.inodes.store(tx, g)?;
-            }
-        } else {
-            if let Some((_, dino)) = dst {
-                if flags & RENAME_NOREPLACE != 0 {
-                    return Err(FsError::Errno(libc::EEXIST));
-                }
-                let dg = find(&mut gs, dino);
-                match (src_dir, dg.d.is_dir()) {
-                    (true, false) => return Err(FsError::Errno(libc::ENOTDIR)),
-                    (false, true) => return Err(FsError::Errno(libc::EISDIR)),
-                    (true, true) if dg.d.entries > 0 => return Err(FsError::Errno(libc::ENOTEMPTY)),
-                    _ => {}
-                }
-            }
-            // The whiteout first: its allocation is the step that may fail
-            // for want of space, before any entry changes.
-            let mut whiteout_ref = None;
-            if whiteout {
-                let (ino, d) = ns.inodes.new_inode(tx, ctx, find(&mut gs, parent), libc::S_IFCHR, 0)?;
-                let r = ns.inodes.cache().insert(ino, d);
-                ns.inodes.store(tx, &r.write())?;
-                whiteout_ino = Some(ino);
-                whiteout_ref = Some(r);
-            }
-            let target = (|| {
-                if let Some((k2, dino)) = dst {
-                    let dst_dir = find(&mut gs, dino).d.is_dir();
-                    dir::retarget(meta, find(&mut gs, newparent), k2, newname, src, dtype_of_mode(src_mode))?;
-                    if dst_dir {
-                        let np = find(&mut gs, newparent);
-                        np.d.nlink = np.d.nlink.saturating_sub(1);
-                    }
-                    ns.inodes.drop_link(tx, find(&mut gs, dino), dst_dir)
-                } else {
-                    // A new entry may need a new directory block: ENOSPC.
-                    dir::add(meta, find(&mut gs, newparent), newname, src, dtype_of_mode(src_mode))
-                }
-            })();
-            if let Err(e) = target {
-                // Nothing half-done: the whiteout no entry names goes again.
-                if let Some(r) = whiteout_ref {
-                    let mut st = r.write();
-                    st.d.nlink = 0;
-                    if let Err(e2) = ns.inodes.release_unlinked(tx, &mut st) {
-                        tracing::error!(ino = st.ino, error = %e2, "could not undo a whiteout");
-                    }
-                }
-                return Err(e);
-            }
-            match whiteout_ino {
-                Some(w) => dir::retarget(meta, find(&mut gs, parent), k1, name, w, dtype_of_mode(libc::S_IFCHR))?,
-                None => dir::remove(meta, find(&mut gs, parent), k1)?,
-            }
-            if src_dir && parent != newparent {
-                let op = find(&mut gs, parent);
-                op.d.nlink = op.d.nlink.saturating_sub(1);
-                find(&mut gs, newparent).d.nlink += 1;
-                find(&mut gs, src).d.parent = newparent;
-            }
-            let sg = find(&mut gs, src);
-            sg.d.ctime = t;
-            ns.inodes.store(tx, sg)?;
-        }
-        for ino in [parent, newparent] {
-            let g = find(&mut gs, ino);
-            g.d.mtime = t;
-            g.d.ctime = t;
-            ns.inodes.store(tx, g)?;
-        }
-        let old_name = match (flags & RENAME_EXCHANGE != 0, dst) {
-            (true, Some((_, dino))) => Some((dino, dtype_of_mode(find(&mut gs, dino).d.mode))),
-            _ => whiteout_ino.map(|w| (w, dtype_of_mode(libc::S_IFCHR))),
-        };
-        ns.dcache.insert(find(&mut gs, parent), name, old_name);
-        ns.dcache.insert(find(&mut gs, newparent), newname, Some((src, dtype_of_mode(src_mode))));
-        return Ok(());
+        return rename_locked(ns, tx, ctx, &n, found, &mut gs);
     }
     Err(FsError::Errno(libc::EAGAIN))
+}
+
+/// A directory may not move below itself. The walk up from the target
+/// takes each inode's lock alone, before the locks below: the caller holds
+/// the rename mutex for moves between directories, so no other move
+/// changes the ancestry meanwhile (as the VFS's s_vfs_rename_mutex), and
+/// walking while holding inode locks could deadlock with a rename that
+/// holds an ancestor.
+fn refuse_moves_below_itself(ns: &Namespace, n: &Names, f: &Found, s: &InodeRef, d: Option<&InodeRef>) -> Result<()> {
+    if n.parent == n.newparent {
+        return Ok(());
+    }
+    let is_dir = |r: &InodeRef| r.read().d.is_dir();
+    if is_dir(s) {
+        below_itself(ns, f.src, n.newparent)?;
+    }
+    if let (Some(d), Some((_, dino))) = (d, f.dst) {
+        if n.exchange() && is_dir(d) {
+            below_itself(ns, dino, n.parent)?;
+        }
+    }
+    Ok(())
+}
+
+/// The rename itself, with every inode involved locked and the lookups
+/// confirmed.
+fn rename_locked(ns: &Namespace, tx: &Tx<'_>, ctx: &Ctx, n: &Names, f: Found, gs: &mut [InodeGuard]) -> Result<()> {
+    if find(gs, n.parent).d.nlink == 0 || find(gs, n.newparent).d.nlink == 0 {
+        return Err(FsError::Errno(libc::ENOENT));
+    }
+    refuse_if_flags_forbid(gs, n, &f)?;
+    require_credits(ns, tx, gs, n, &f)?;
+    let src_mode = find(gs, f.src).d.mode;
+    if let Some((_, dino)) = f.dst {
+        if dino == f.src {
+            return Ok(());
+        }
+    }
+    let t = now_ts();
+    // Both names change (or fail half-way): uncached until done.
+    ns.dcache.invalidate(find(gs, n.parent), n.name);
+    ns.dcache.invalidate(find(gs, n.newparent), n.newname);
+    let whiteout_ino = if n.exchange() {
+        exchange(ns, tx, gs, n, &f, t)?;
+        None
+    } else {
+        move_entry(ns, tx, ctx, gs, n, &f, t)?
+    };
+    for ino in [n.parent, n.newparent] {
+        let g = find(gs, ino);
+        g.d.mtime = t;
+        g.d.ctime = t;
+        ns.inodes.store(tx, g)?;
+    }
+    let old_name = match (n.exchange(), f.dst) {
+        (true, Some((_, dino))) => Some((dino, dtype_of_mode(find(gs, dino).d.mode))),
+        _ => whiteout_ino.map(|w| (w, dtype_of_mode(libc::S_IFCHR))),
+    };
+    ns.dcache.insert(find(gs, n.parent), n.name, old_name);
+    ns.dcache.insert(find(gs, n.newparent), n.newname, Some((f.src, dtype_of_mode(src_mode))));
+    Ok(())
+}
+
+/// chattr's i and a: the old name is removed, the new one added (and an
+/// entry it replaces removed); neither inode may be protected.
+fn refuse_if_flags_forbid(gs: &mut [InodeGuard], n: &Names, f: &Found) -> Result<()> {
+    use crate::inode_flags::{refuse_if_immutable, refuse_if_protected};
+    refuse_if_protected(find(gs, n.parent))?;
+    refuse_if_protected(find(gs, f.src))?;
+    match f.dst {
+        Some((_, dino)) => {
+            refuse_if_protected(find(gs, n.newparent))?;
+            refuse_if_protected(find(gs, dino))
+        }
+        None => refuse_if_immutable(find(gs, n.newparent)),
+    }
+}
+
+/// Worst case: an entry insert (or retarget, a replacing insert), then a
+/// second retarget (exchange) or the removal of the old entry and the
+/// overwritten target's last link; four inodes; and a whiteout's inode.
+fn require_credits(ns: &Namespace, tx: &Tx<'_>, gs: &mut [InodeGuard], n: &Names, f: &Found) -> Result<()> {
+    let levels =
+        crate::dir::levels(tx.meta(), find(gs, n.parent))?.max(crate::dir::levels(tx.meta(), find(gs, n.newparent))?);
+    let target = match f.dst {
+        Some((_, dino)) => ns.inodes.drop_link_credits(find(gs, dino))?,
+        None => 0,
+    };
+    let second = credits::tree_insert(levels).max(credits::tree_remove(levels) + target);
+    let whiteout = if n.whiteout() { credits::ALLOC + credits::INODE + credits::FREE } else { 0 };
+    tx.require(credits::tree_insert(levels) + second + 4 * credits::INODE + whiteout)
+}
+
+/// RENAME_EXCHANGE: each name takes the other's inode.
+fn exchange(ns: &Namespace, tx: &Tx<'_>, gs: &mut [InodeGuard], n: &Names, f: &Found, t: Timestamp) -> Result<()> {
+    let Some((k2, dino)) = f.dst else { return Err(FsError::Errno(libc::ENOENT)) };
+    let src_mode = find(gs, f.src).d.mode;
+    let src_dir = src_mode & libc::S_IFMT == libc::S_IFDIR;
+    let dst_mode = find(gs, dino).d.mode;
+    let dst_dir = dst_mode & libc::S_IFMT == libc::S_IFDIR;
+    dir::retarget(tx, find(gs, n.parent), f.k1, n.name, dino, dtype_of_mode(dst_mode))?;
+    dir::retarget(tx, find(gs, n.newparent), k2, n.newname, f.src, dtype_of_mode(src_mode))?;
+    if n.parent != n.newparent && src_dir != dst_dir {
+        let (gain, lose) = if src_dir { (n.newparent, n.parent) } else { (n.parent, n.newparent) };
+        find(gs, gain).d.nlink += 1;
+        let l = find(gs, lose);
+        l.d.nlink = l.d.nlink.saturating_sub(1);
+    }
+    if src_dir {
+        find(gs, f.src).d.parent = n.newparent;
+    }
+    if dst_dir {
+        find(gs, dino).d.parent = n.parent;
+    }
+    for ino in [f.src, dino] {
+        let g = find(gs, ino);
+        g.d.ctime = t;
+        ns.inodes.store(tx, g)?;
+    }
+    Ok(())
+}
+
+/// A plain rename (or RENAME_NOREPLACE, RENAME_WHITEOUT): the new name
+/// takes the source (replacing what it named), the old one goes or becomes
+/// a whiteout. Returns the whiteout's inode.
+fn move_entry(
+    ns: &Namespace,
+    tx: &Tx<'_>,
+    ctx: &Ctx,
+    gs: &mut [InodeGuard],
+    n: &Names,
+    f: &Found,
+    t: Timestamp,
+) -> Result<Option<u64>> {
+    let src_mode = find(gs, f.src).d.mode;
+    let src_dir = src_mode & libc::S_IFMT == libc::S_IFDIR;
+    if let Some((_, dino)) = f.dst {
+        if n.flags & RENAME_NOREPLACE != 0 {
+            return Err(FsError::Errno(libc::EEXIST));
+        }
+        let dg = find(gs, dino);
+        match (src_dir, dg.d.is_dir()) {
+            (true, false) => return Err(FsError::Errno(libc::ENOTDIR)),
+            (false, true) => return Err(FsError::Errno(libc::EISDIR)),
+            (true, true) if dg.d.entries > 0 => return Err(FsError::Errno(libc::ENOTEMPTY)),
+            _ => {}
+        }
+    }
+    // The whiteout first: its allocation is the step that may fail for
+    // want of space, before any entry changes.
+    let whiteout = if n.whiteout() {
+        let (ino, d) = ns.inodes.new_inode(tx, ctx, find(gs, n.parent), libc::S_IFCHR, 0)?;
+        let r = ns.inodes.cache().insert(ino, d);
+        ns.inodes.store(tx, &r.write())?;
+        Some(r)
+    } else {
+        None
+    };
+    if let Err(e) = take_new_name(ns, tx, gs, n, f, src_mode) {
+        // Nothing half-done: the whiteout no entry names goes again.
+        if let Some(r) = whiteout {
+            let mut st = r.write();
+            st.d.nlink = 0;
+            if let Err(e2) = ns.inodes.release_unlinked(tx, &mut st) {
+                tracing::error!(ino = st.ino, error = %e2, "could not undo a whiteout");
+            }
+        }
+        return Err(e);
+    }
+    let whiteout_ino = whiteout.map(|r| r.read().ino);
+    match whiteout_ino {
+        Some(w) => dir::retarget(tx, find(gs, n.parent), f.k1, n.name, w, dtype_of_mode(libc::S_IFCHR))?,
+        None => dir::remove(tx, find(gs, n.parent), f.k1)?,
+    }
+    if src_dir && n.parent != n.newparent {
+        let op = find(gs, n.parent);
+        op.d.nlink = op.d.nlink.saturating_sub(1);
+        find(gs, n.newparent).d.nlink += 1;
+        find(gs, f.src).d.parent = n.newparent;
+    }
+    let sg = find(gs, f.src);
+    sg.d.ctime = t;
+    ns.inodes.store(tx, sg)?;
+    Ok(whiteout_ino)
+}
+
+/// The new name takes the source: it replaces the target's entry (whose
+/// inode loses a link), or is a new entry (which may need a new directory
+/// block: ENOSPC).
+fn take_new_name(
+    ns: &Namespace,
+    tx: &Tx<'_>,
+    gs: &mut [InodeGuard],
+    n: &Names,
+    f: &Found,
+    src_mode: u32,
+) -> Result<()> {
+    match f.dst {
+        Some((k2, dino)) => {
+            let dst_dir = find(gs, dino).d.is_dir();
+            dir::retarget(tx, find(gs, n.newparent), k2, n.newname, f.src, dtype_of_mode(src_mode))?;
+            if dst_dir {
+                let np = find(gs, n.newparent);
+                np.d.nlink = np.d.nlink.saturating_sub(1);
+            }
+            ns.inodes.drop_link(tx, find(gs, dino), dst_dir)
+        }
+        None => dir::add(tx, find(gs, n.newparent), n.newname, f.src, dtype_of_mode(src_mode)),
+    }
 }
 
 /// Fails with EINVAL if `dir` is `from` or one of its ancestors.
