@@ -14,7 +14,9 @@
 
 use super::FileIo;
 use crate::error::{FsError, Result};
+use crate::inode::InodeState;
 use crate::journal::credits;
+use crate::tx::Tx;
 use crate::types::*;
 use crate::{acl, file};
 use cairn_format::inode::*;
@@ -178,6 +180,16 @@ impl FileIo {
         }
     }
 
+    /// A step's result, with the inode stored first when the step failed
+    /// after changing something: the in-core and on-disk inode stay in step
+    /// with what the step mapped before it failed.
+    fn stored_if_failed<T>(&self, tx: &Tx<'_>, g: &InodeState, r: Result<T>) -> Result<T> {
+        if r.is_err() && tx.changed() {
+            self.inodes.store(tx, g)?;
+        }
+        r
+    }
+
     /// The journaled write, in steps under the inode's I/O lock.
     fn write_steps(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         let _io = self.inodes.io_locks().exclusive(ino);
@@ -192,17 +204,8 @@ impl FileIo {
                     S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
                     _ => return Err(FsError::Errno(libc::EINVAL)),
                 }
-                let (n, more) = match file::write(tx, &mut g, off + done as u64, &data[done..]) {
-                    Ok(x) => x,
-                    Err(e) => {
-                        if tx.changed() {
-                            // Keep the in-core and on-disk inode in step with
-                            // what the step mapped before it failed.
-                            self.inodes.store(tx, &g)?;
-                        }
-                        return Err(e);
-                    }
-                };
+                let written = file::write(tx, &mut g, off + done as u64, &data[done..]);
+                let (n, more) = self.stored_if_failed(tx, &g, written)?;
                 if update_times {
                     let t = now();
                     g.d.mtime = t;
@@ -281,17 +284,10 @@ impl FileIo {
                     _ => return Err(FsError::Errno(libc::ENODEV)),
                 }
                 let mut p = phase;
-                let more = match file::fallocate(tx, &mut g, off, len, mode, &mut p) {
-                    Ok(m) => m,
-                    Err(e) => {
-                        if tx.changed() {
-                            // What was allocated stays allocated (as ext4's
-                            // fallocate leaves it): the inode must record it.
-                            self.inodes.store(tx, &g)?;
-                        }
-                        return Err(e);
-                    }
-                };
+                // What was allocated stays allocated (as ext4's fallocate
+                // leaves it): the inode must record it.
+                let allocated = file::fallocate(tx, &mut g, off, len, mode, &mut p);
+                let more = self.stored_if_failed(tx, &g, allocated)?;
                 if update_times {
                     let t = now();
                     if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 {

@@ -464,8 +464,9 @@ impl Namespace {
         // Moves between directories are serialised (the VFS does the same
         // with s_vfs_rename_mutex): the below-itself check walks ancestors.
         let _cross = (parent != newparent).then(|| self.rename_lock.lock());
-        self.engine
-            .change(credits::DEFAULT, |tx| rename::rename(self, tx, ctx, parent, name, newparent, newname, flags))?;
+        self.engine.change(credits::DEFAULT, |tx| {
+            rename::rename(self, tx, ctx, &rename::Names { parent, name, newparent, newname, flags })
+        })?;
         self.inodes.after_unlink();
         self.dirsync(parent)?;
         if newparent != parent {

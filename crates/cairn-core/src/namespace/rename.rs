@@ -30,12 +30,12 @@ use cairn_format::dirent::dtype_of_mode;
 use cairn_format::ROOT_INO;
 
 /// The names a rename moves between, and its flags.
-struct Names<'n> {
-    parent: u64,
-    name: &'n [u8],
-    newparent: u64,
-    newname: &'n [u8],
-    flags: u32,
+pub(super) struct Names<'n> {
+    pub parent: u64,
+    pub name: &'n [u8],
+    pub newparent: u64,
+    pub newname: &'n [u8],
+    pub flags: u32,
 }
 
 impl Names<'_> {
@@ -57,19 +57,9 @@ struct Found {
     dst: Option<(u64, u64)>,
 }
 
-/// Renames `parent/name` to `newparent/newname` inside `tx`.
-#[allow(clippy::too_many_arguments)]
-pub fn rename(
-    ns: &Namespace,
-    tx: &Tx<'_>,
-    ctx: &Ctx,
-    parent: u64,
-    name: &[u8],
-    newparent: u64,
-    newname: &[u8],
-    flags: u32,
-) -> Result<()> {
-    let n = Names { parent, name, newparent, newname, flags };
+/// Renames `n.parent/n.name` to `n.newparent/n.newname` inside `tx`.
+pub(super) fn rename(ns: &Namespace, tx: &Tx<'_>, ctx: &Ctx, n: &Names) -> Result<()> {
+    let (parent, name, newparent, newname) = (n.parent, n.name, n.newparent, n.newname);
     let p1 = ns.inodes.iget(parent)?;
     let p2 = ns.inodes.iget(newparent)?;
     for _ in 0..64 {
@@ -87,7 +77,7 @@ pub fn rename(
             Some((_, ino)) => Some(ns.inodes.iget(ino)?),
             None => None,
         };
-        refuse_moves_below_itself(ns, &n, &found, &s, d.as_ref())?;
+        refuse_moves_below_itself(ns, n, &found, &s, d.as_ref())?;
         let mut refs = vec![&p1, &p2, &s];
         if let Some(d) = &d {
             refs.push(d);
@@ -99,7 +89,7 @@ pub fn rename(
         if again1 != Some((k1, src)) || again2 != found.dst {
             continue;
         }
-        return rename_locked(ns, tx, ctx, &n, found, &mut gs);
+        return rename_locked(ns, tx, ctx, n, found, &mut gs);
     }
     Err(FsError::Errno(libc::EAGAIN))
 }
