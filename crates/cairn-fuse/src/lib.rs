@@ -51,7 +51,8 @@ pub mod space;
 
 pub use adapter::{negotiate, AdapterOptions, CairnFuse, Negotiated, Timeouts};
 pub use metrics::Metrics;
-pub use options::{parse as parse_options, Settings};
+pub use option_table::parse as parse_options;
+pub use options::Settings;
 pub use space::SpaceGuard;
 
 use cairn_core::Fs;

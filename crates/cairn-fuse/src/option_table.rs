@@ -1,5 +1,5 @@
 //! Every `-o` option in one table: its names, the kind of its value, its
-//! default, what it does and who it is for. [`crate::options::parse`]
+//! default, what it does and who it is for. [`parse`]
 //! applies the table, and `cairn mount --help` prints it ([`help`]): an
 //! option is added here, once, with its effect.
 //!
@@ -15,7 +15,7 @@
 //! A test parses every row with its shown default and checks that it
 //! changes nothing.
 
-use crate::options::Parsing;
+use crate::options::{Parsing, Settings};
 use cairn_core::ErrorPolicy;
 use fuser::MountOption;
 use std::time::Duration;
@@ -537,4 +537,33 @@ pub fn help() -> String {
         }
     }
     out
+}
+
+/// Parses comma-separated `-o` option strings (several `-o` may be given)
+/// through the option table.
+pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
+    let mut p = Parsing::initial();
+    for group in groups {
+        for opt in group.as_ref().split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            let (key, val) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            let spec = find(key).ok_or_else(|| format!("unknown mount option '{opt}' (see `cairn mount --help`)"))?;
+            match val {
+                None if !spec.kind.bare_ok() => return Err(format!("option {key} needs a value ({key}=...)")),
+                Some(_) if !spec.kind.takes_value() => return Err(format!("option {key} takes no value")),
+                _ => {}
+            }
+            let v = spec.kind.parse(key, val)?;
+            (spec.apply)(&mut p, key, v)?;
+        }
+    }
+    let Parsing { mut s, timeouts, cache_mb, norecovery } = p;
+    if norecovery && !s.engine.read_only {
+        return Err("option norecovery needs ro: a read-write mount replays the journal".into());
+    }
+    s.adapter.timeouts = timeouts;
+    s.engine.memory_budget = Some(cache_mb << 20);
+    Ok(s)
 }

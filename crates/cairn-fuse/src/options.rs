@@ -2,8 +2,9 @@
 //! settings of the engine, the adapter and the FUSE session.
 //!
 //! Every option — its names, value, default, what it does and whom it is
-//! for — is one row of [`crate::option_table::OPTIONS`]: [`parse`] applies
-//! the rows, `cairn mount --help` prints them ([`crate::option_table::help`]).
+//! for — is one row of `option_table`'s `OPTIONS`: its `parse` applies
+//! the rows into the [`Parsing`] state kept here, `cairn mount --help`
+//! prints them (`option_table::help`).
 //!
 //! `cache_mb` bounds the daemon's memory: the caches, the committed images
 //! waiting for their home write, loaded buddies and a checkpoint's copies
@@ -151,36 +152,6 @@ impl Parsing {
     }
 }
 
-/// Parses comma-separated `-o` option strings (several `-o` may be given)
-/// through the option table.
-pub fn parse<S: AsRef<str>>(groups: &[S]) -> Result<Settings, String> {
-    use crate::option_table::find;
-    let mut p = Parsing::initial();
-    for group in groups {
-        for opt in group.as_ref().split(',').map(str::trim).filter(|o| !o.is_empty()) {
-            let (key, val) = match opt.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
-                None => (opt, None),
-            };
-            let spec = find(key).ok_or_else(|| format!("unknown mount option '{opt}' (see `cairn mount --help`)"))?;
-            match val {
-                None if !spec.kind.bare_ok() => return Err(format!("option {key} needs a value ({key}=...)")),
-                Some(_) if !spec.kind.takes_value() => return Err(format!("option {key} takes no value")),
-                _ => {}
-            }
-            let v = spec.kind.parse(key, val)?;
-            (spec.apply)(&mut p, key, v)?;
-        }
-    }
-    let Parsing { mut s, timeouts, cache_mb, norecovery } = p;
-    if norecovery && !s.engine.read_only {
-        return Err("option norecovery needs ro: a read-write mount replays the journal".into());
-    }
-    s.adapter.timeouts = timeouts;
-    s.engine.memory_budget = Some(cache_mb << 20);
-    Ok(s)
-}
-
 /// `cache_mb`'s default: a sixteenth of the machine's memory, 64 MiB to
 /// 1 GiB (256 MiB when /proc/meminfo cannot be read).
 pub fn default_cache_mb() -> u64 {
@@ -197,6 +168,7 @@ pub fn default_cache_mb() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::option_table::parse;
 
     #[test]
     fn defaults_and_own_options() {
