@@ -32,7 +32,7 @@
 //! reserve mkfs leaves, 1,024 times the groups) can describe; a file
 //! system with recorded errors or mounted read-only is refused.
 
-use crate::error::{FsError, Result};
+use crate::error::{ResizeError, Result};
 use crate::fs::Fs;
 use crate::resize::Grown;
 use cairn_format::group_desc::GD_SIZE;
@@ -57,9 +57,11 @@ impl Fs {
             return Ok(crate::resize::unchanged(&sb0));
         }
         let (target, target_geo) = crate::resize::grown_superblock(&sb0, new_bytes)?;
-        self.engine.meta().dev.grow_to(target.total_blocks * bs).map_err(|e| {
-            FsError::Invalid(format!("cannot make the device {} bytes long: {e}", target.total_blocks * bs))
-        })?;
+        self.engine
+            .meta()
+            .dev
+            .grow_to(target.total_blocks * bs)
+            .map_err(|source| ResizeError::DeviceGrow { bytes: target.total_blocks * bs, source })?;
         let old = self.engine.meta().geo();
         // (1) Inode tables, past the old end.
         let zeroed = sb0.feature_compat & COMPAT_ITABLES_ZEROED != 0
