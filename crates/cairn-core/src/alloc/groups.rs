@@ -35,6 +35,22 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8};
 use std::time::Instant;
 
+/// Which of a group's two on-disk bitmaps [`Allocator::change_disk_bitmap`]
+/// changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Bitmap {
+    Block,
+    Inode,
+}
+
+/// What [`Allocator::change_disk_bitmap`] makes of the bits: set (in use)
+/// or cleared (free).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mark {
+    Used,
+    Free,
+}
+
 /// `Group::largest`: the group's bitmap has not been read since mount.
 pub const ORDER_UNKNOWN: u8 = 0xff;
 /// `Group::largest`: the group has no allocatable block.
@@ -289,8 +305,8 @@ impl Allocator {
         }
     }
 
-    /// Sets (`set`) or clears bits `bits` of group `g`'s on-disk block or
-    /// inode bitmap (writing it for the first time if needed), then stores
+    /// Sets ([`Mark::Used`]) or clears ([`Mark::Free`]) bits `bits` of group
+    /// `g`'s on-disk block or inode bitmap (`which`) (writing it for the first time if needed), then stores
     /// its checksum, the free count (less or more by the bits' number) and
     /// `dirs_delta` in the descriptor. Returns how many of the bits already
     /// had that value (a double free, to the caller). Only the bytes of
@@ -302,11 +318,13 @@ impl Allocator {
         &self,
         tx: &dyn Change,
         g: u64,
-        inode_map: bool,
+        which: Bitmap,
         bits: std::ops::Range<u64>,
-        set: bool,
+        mark: Mark,
         dirs_delta: i64,
     ) -> Result<u64> {
+        let inode_map = which == Bitmap::Inode;
+        let set = mark == Mark::Used;
         let n = (bits.end - bits.start) as i64;
         let free_delta = if set { -n } else { n };
         let gd = Self::read_gd(self.geo(), self.seed, self.gdt_start, tx.bufs(), g)?;

@@ -35,6 +35,7 @@
 //! number is ever leaked or handed out twice.
 
 use super::bits::*;
+use super::groups::{Bitmap, Mark};
 use super::Allocator;
 use crate::buffer::BufferCache;
 use crate::buffer::Change;
@@ -112,7 +113,7 @@ impl Allocator {
             }
         }
         grp.free_inodes.fetch_sub(1, Relaxed);
-        self.change_disk_bitmap(tx, g, true, idx..idx + 1, true, i64::from(is_dir))?;
+        self.change_disk_bitmap(tx, g, Bitmap::Inode, idx..idx + 1, Mark::Used, i64::from(is_dir))?;
         drop(st);
         self.free_inodes.fetch_sub(1, Relaxed);
         self.stats.inodes_allocated.fetch_add(1, Relaxed);
@@ -146,7 +147,7 @@ impl Allocator {
             return Err(cairn_format::FormatError::corrupt("inode", ino, "freeing an inode that is not in use").into());
         }
         clear_bit(map, idx);
-        self.change_disk_bitmap(tx, g, true, idx..idx + 1, false, -i64::from(was_dir))?;
+        self.change_disk_bitmap(tx, g, Bitmap::Inode, idx..idx + 1, Mark::Free, -i64::from(was_dir))?;
         grp.free_inodes.fetch_add(1, Relaxed);
         self.free_inodes.fetch_add(1, Relaxed);
         self.stats.inodes_freed.fetch_add(1, Relaxed);

@@ -24,7 +24,7 @@
 //! `MAX_TO_SCAN` extents, or after `MIN_TO_SCAN` once one is long enough.
 
 use super::buddy::{Buddy, NUM_ORDERS};
-use super::groups::{bucket_of, GroupState, ORDER_NONE, ORDER_UNKNOWN};
+use super::groups::{bucket_of, Bitmap, GroupState, Mark, ORDER_NONE, ORDER_UNKNOWN};
 use super::lists::Index;
 use super::request::AllocRequest;
 use super::Allocator;
@@ -243,7 +243,7 @@ impl Allocator {
         n: u64,
         req: &AllocRequest,
     ) -> Result<()> {
-        self.change_disk_bitmap(tx, g, false, off..off + n, true, 0)?;
+        self.change_disk_bitmap(tx, g, Bitmap::Block, off..off + n, Mark::Used, 0)?;
         self.disk_free_blocks.fetch_sub(n, Relaxed);
         self.stats.blocks_allocated.fetch_add(n, Relaxed);
         if n == u64::from(req.want) {
