@@ -111,3 +111,30 @@ pub fn err<T>(errno: i32) -> Result<T> {
 
 /// Result alias of the engine.
 pub type Result<T> = std::result::Result<T, FsError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_read_as_before_and_are_einval() {
+        let e = FsError::from(ResizeError::LastBitmapChecksum { group: 3, blocks: 70 });
+        assert_eq!(
+            e.to_string(),
+            "group 3's block bitmap does not match its checksum: the new size is in place, \
+             but run `cairn fsck --repair` to give its 70 new blocks back"
+        );
+        assert_eq!(e.errno(), libc::EINVAL);
+        let e = FsError::from(TuneError::Uuid("xyz".into()));
+        assert_eq!(e.to_string(), "\"xyz\" is not a UUID (32 hex digits, dashes optional) or \"random\"");
+        let e = FsError::from(TuneError::Label { label: "ab".into(), max: 16 });
+        assert_eq!(e.to_string(), "label \"ab\" is 2 bytes: at most 16, and no NUL");
+        assert_eq!(e.errno(), libc::EINVAL);
+        let e = FsError::from(ResizeError::DeviceGrow {
+            bytes: 4096,
+            source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+        });
+        assert!(e.to_string().starts_with("cannot make the device 4096 bytes long: No space left on device"), "{e}");
+        assert_eq!(FsError::Geometry("too small".into()).to_string(), "too small");
+    }
+}
