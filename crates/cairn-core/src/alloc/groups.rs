@@ -20,7 +20,7 @@
 //! buddy, not in it, so they survive eviction and are merged on reload.
 
 use super::bits::*;
-use super::buddy::{Buddy, MAX_ORDER};
+use super::buddy::{Buddy, Mark, MAX_ORDER};
 use super::Allocator;
 use crate::buffer::BufferCache;
 use crate::buffer::Change;
@@ -35,20 +35,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8};
 use std::time::Instant;
 
-/// Which of a group's two on-disk bitmaps [`Allocator::change_disk_bitmap`]
+/// Which of a group's two on-disk bitmaps: the one
+/// [`Allocator::read_bitmap`] reads, [`Allocator::change_disk_bitmap`]
 /// changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Bitmap {
     Block,
     Inode,
-}
-
-/// What [`Allocator::change_disk_bitmap`] makes of the bits: set (in use)
-/// or cleared (free).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Mark {
-    Used,
-    Free,
 }
 
 /// `Group::largest`: the group's bitmap has not been read since mount.
@@ -178,8 +171,9 @@ impl Allocator {
 
     /// Reads group `g`'s block or inode bitmap, verified against the
     /// descriptor's checksum (or synthesised if it was never written).
-    pub(super) fn read_bitmap(&self, bufs: &BufferCache, g: u64, inode_map: bool) -> Result<Vec<u64>> {
+    pub(super) fn read_bitmap(&self, bufs: &BufferCache, g: u64, which: Bitmap) -> Result<Vec<u64>> {
         let gd = Self::read_gd(self.geo(), self.seed, self.gdt_start, bufs, g)?;
+        let inode_map = which == Bitmap::Inode;
         let (uninit, blk, want, what) = if inode_map {
             (GD_INODE_UNINIT, gd.inode_bitmap, gd.inode_bitmap_csum, "inode bitmap")
         } else {
@@ -209,7 +203,7 @@ impl Allocator {
         if let Some(b) = &st.buddy {
             return Ok(b.map().to_vec());
         }
-        let mut map = self.read_bitmap(bufs, g, false)?;
+        let mut map = self.read_bitmap(bufs, g, Bitmap::Block)?;
         for &(_, off, len) in &st.pending {
             fill_range(&mut map, u64::from(off), u64::from(off) + u64::from(len), true);
         }
@@ -271,7 +265,7 @@ impl Allocator {
         self.alloc_free.fetch_add(n, Relaxed);
         if let Some(b) = st.buddy.as_mut() {
             for &(off, len) in ranges {
-                b.mark(off, len, false);
+                b.mark(off, len, Mark::Free);
             }
             self.summarise(g, st);
         } else if self.load_buddy(bufs, g, st).is_err() {

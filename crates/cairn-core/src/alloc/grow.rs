@@ -27,7 +27,8 @@
 //! all. Inode tables and backup superblocks, past the old end, are the
 //! caller's to write first.
 
-use super::groups::{Bitmap, Group, GroupState, Mark, NOT_LISTED, ORDER_NONE, ORDER_UNKNOWN};
+use super::buddy::Mark;
+use super::groups::{Bitmap, Group, GroupState, NOT_LISTED, ORDER_NONE, ORDER_UNKNOWN};
 use super::Allocator;
 use crate::buffer::Change;
 use crate::error::Result;

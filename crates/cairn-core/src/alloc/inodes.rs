@@ -35,7 +35,8 @@
 //! number is ever leaked or handed out twice.
 
 use super::bits::*;
-use super::groups::{Bitmap, Mark};
+use super::buddy::Mark;
+use super::groups::Bitmap;
 use super::Allocator;
 use crate::buffer::BufferCache;
 use crate::buffer::Change;
@@ -96,7 +97,7 @@ impl Allocator {
         }
         let mut st = self.lock_group(g);
         if st.inodes.is_none() {
-            st.inodes = Some(self.read_bitmap(tx.bufs(), g, true)?);
+            st.inodes = Some(self.read_bitmap(tx.bufs(), g, Bitmap::Inode)?);
         }
         let map = st.inodes.as_mut().expect("loaded above");
         let Some(idx) = pick(map) else { return Ok(None) };
@@ -126,7 +127,7 @@ impl Allocator {
         let idx = self.geo().index_in_group(ino);
         let mut st = self.lock_group(g);
         if st.inodes.is_none() {
-            st.inodes = Some(self.read_bitmap(bufs, g, true)?);
+            st.inodes = Some(self.read_bitmap(bufs, g, Bitmap::Inode)?);
         }
         Ok(st.inodes.as_ref().is_none_or(|map| test_bit(map, idx)))
     }
@@ -138,7 +139,7 @@ impl Allocator {
         let grp = self.groups.get(g);
         let mut st = self.lock_group(g);
         if st.inodes.is_none() {
-            st.inodes = Some(self.read_bitmap(tx.bufs(), g, true)?);
+            st.inodes = Some(self.read_bitmap(tx.bufs(), g, Bitmap::Inode)?);
         }
         let map = st.inodes.as_mut().expect("loaded above");
         // Freeing a free inode (a damaged orphan list, a stale entry) must
