@@ -308,7 +308,12 @@ fn main() -> ExitCode {
     if !matches!(cli.cmd, Cmd::Mount { .. }) {
         default_sigpipe();
     }
-    match cli.cmd {
+    run(cli.cmd)
+}
+
+/// Runs one subcommand and gives its exit code.
+fn run(cmd: Cmd) -> ExitCode {
+    match cmd {
         Cmd::Mkfs {
             image,
             size,
@@ -334,10 +339,7 @@ fn main() -> ExitCode {
                 force,
                 quiet,
             };
-            match mkfs_cmd::run(&a) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(m) => fail("mkfs", &m),
-            }
+            finish("mkfs", mkfs_cmd::run(&a))
         }
         Cmd::Mount { image, mountpoint, options, foreground, log, notify_ready, syslog } => {
             if syslog {
@@ -346,33 +348,21 @@ fn main() -> ExitCode {
                 init_logging(if foreground { "info" } else { "warn" });
             }
             let a = mount_cmd::MountArgs { image, mountpoint, options, foreground, log, notify_ready };
-            match mount_cmd::run(&a) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(m) => fail("mount", &m),
-            }
-        }
-        Cmd::Umount { mountpoint, timeout } => {
-            init_logging("warn");
-            match umount_cmd::run(&mountpoint, std::time::Duration::from_secs(timeout)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(m) => fail("umount", &m),
-            }
+            finish("mount", mount_cmd::run(&a))
         }
         Cmd::Fsck { image, repair, preen, no_changes: _, backup_superblock } => {
+            fsck(&image, cairn_fsck::Options { repair, backup_superblock, preen, progress: fsck_progress() })
+        }
+        cmd => run_tool(cmd),
+    }
+}
+
+/// Runs one of the subcommands that neither make, mount nor check.
+fn run_tool(cmd: Cmd) -> ExitCode {
+    match cmd {
+        Cmd::Umount { mountpoint, timeout } => {
             init_logging("warn");
-            // An image that was never cairn's is named, not checked (a
-            // backup superblock named with -b says it is cairn's).
-            if backup_superblock.is_none() {
-                if let Err(m) = image_check::check(&image) {
-                    eprintln!("cairn fsck: {m}");
-                    return ExitCode::from(8);
-                }
-            }
-            let mut out = std::io::stdout();
-            let progress = fsck_progress();
-            let opts = cairn_fsck::Options { repair, backup_superblock, preen, progress };
-            let code = cairn_fsck::run(&image, &opts, &mut out);
-            ExitCode::from(u8::try_from(code).unwrap_or(8))
+            finish("umount", umount_cmd::run(&mountpoint, std::time::Duration::from_secs(timeout)))
         }
         Cmd::Bench { args } => match bench_cmd(&args) {
             Ok(code) => code,
@@ -380,62 +370,68 @@ fn main() -> ExitCode {
         },
         Cmd::Stats { target, json, all } => {
             init_logging("warn");
-            match stats_cmd::run(&target, json, all) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(m) => fail("stats", &m),
-            }
+            finish("stats", stats_cmd::run(&target, json, all))
         }
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "cairn", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-        Cmd::Manpages { dir } => match write_manpages(&dir) {
-            Ok(n) => {
-                println!("cairn manpages: {n} pages written to {}", dir.display());
-                ExitCode::SUCCESS
-            }
-            Err(m) => fail("manpages", &m),
-        },
+        Cmd::Manpages { dir } => {
+            let written =
+                write_manpages(&dir).map(|n| format!("cairn manpages: {n} pages written to {}", dir.display()));
+            finish_printing("manpages", written)
+        }
         Cmd::Resize { image, size } => {
             init_logging("warn");
-            match resize_cmd::run(&image, &size) {
-                Ok(out) => {
-                    println!("{out}");
-                    ExitCode::SUCCESS
-                }
-                Err(m) => fail("resize", &m),
-            }
+            finish_printing("resize", resize_cmd::run(&image, &size))
         }
         Cmd::Inspect { image, what } => {
             init_logging("warn");
             default_sigpipe();
             let stdout = std::io::stdout();
-            match inspect_cmd::run(&image, &what, &mut stdout.lock()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(m) => fail("inspect", &m),
-            }
+            finish("inspect", inspect_cmd::run(&image, &what, &mut stdout.lock()))
         }
         Cmd::Tune { image, label, uuid, errors, mount_options } => {
             init_logging("warn");
-            match tune_cmd::run(&image, label, uuid.as_deref(), errors.as_deref(), mount_options) {
-                Ok(out) => {
-                    println!("{out}");
-                    ExitCode::SUCCESS
-                }
-                Err(m) => fail("tune", &m),
-            }
+            finish_printing("tune", tune_cmd::run(&image, label, uuid.as_deref(), errors.as_deref(), mount_options))
         }
         Cmd::Trim { image } => {
             init_logging("warn");
-            match mount_cmd::trim_image(&image) {
-                Ok(bytes) => {
-                    println!("cairn trim: {}: {} discarded", image.display(), cairn_core::human_bytes(bytes));
-                    ExitCode::SUCCESS
-                }
-                Err(m) => fail("trim", &m),
-            }
+            let trimmed = mount_cmd::trim_image(&image)
+                .map(|bytes| format!("cairn trim: {}: {} discarded", image.display(), cairn_core::human_bytes(bytes)));
+            finish_printing("trim", trimmed)
+        }
+        Cmd::Mkfs { .. } | Cmd::Mount { .. } | Cmd::Fsck { .. } => unreachable!("run handles mkfs, mount and fsck"),
+    }
+}
+
+/// `cairn fsck`: exit codes as e2fsck's.
+fn fsck(image: &std::path::Path, opts: cairn_fsck::Options) -> ExitCode {
+    init_logging("warn");
+    // An image that was never cairn's is named, not checked (a backup
+    // superblock named with -b says it is cairn's).
+    if opts.backup_superblock.is_none() {
+        if let Err(m) = image_check::check(image) {
+            eprintln!("cairn fsck: {m}");
+            return ExitCode::from(8);
         }
     }
+    let mut out = std::io::stdout();
+    let code = cairn_fsck::run(image, &opts, &mut out);
+    ExitCode::from(u8::try_from(code).unwrap_or(8))
+}
+
+/// Exit 0, or 1 with `cairn CMD: message` on stderr.
+fn finish(cmd: &str, r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(m) => fail(cmd, &m),
+    }
+}
+
+/// As [`finish`], printing what the command reports on success.
+fn finish_printing(cmd: &str, r: Result<String, String>) -> ExitCode {
+    finish(cmd, r.map(|out| println!("{out}")))
 }
 
 /// A progress bar for `cairn fsck` on a terminal (stderr), shown once a

@@ -250,40 +250,15 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
     let mp =
         std::fs::canonicalize(&a.mountpoint).map_err(|e| format!("mount point {}: {e}", a.mountpoint.display()))?;
     let notify = a.notify_ready;
-    let note = move |m: &str| {
-        if notify {
-            // The parent prints it (see `start_daemon`).
-            let mut so = std::io::stdout();
-            let _ = writeln!(so, "{NOTE}{m}");
-            let _ = so.flush();
-        } else {
-            eprintln!("cairn: {m}");
-        }
-    };
+    let note = move |m: &str| note(notify, m);
     let fs = open_engine(&image, &settings, &note)?;
     let mut settings = settings;
-    let is_file = std::fs::metadata(&image).is_ok_and(|m| m.is_file());
-    let want_blk = settings.fuseblk.unwrap_or_else(whoami::is_root);
-    let lo = if want_blk && is_file {
-        match loopdev::LoopDevice::attach(&image) {
-            Ok(lo) => {
-                settings.block_device = Some(lo.path.clone());
-                Some(lo)
-            }
-            Err(e) if settings.fuseblk == Some(true) => {
-                let _ = fs.unmount();
-                return Err(format!("-o fuseblk: {e}"));
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "no loop device: mounting as plain fuse; sync(1) will not reach cairn");
-                None
-            }
+    let lo = match attach_loop(&image, &mut settings) {
+        Ok(lo) => lo,
+        Err(e) => {
+            let _ = fs.unmount();
+            return Err(e);
         }
-    } else {
-        if want_blk {
-            settings.block_device = Some(image.display().to_string());
-        }
-        None
     };
     let dirty_limit = dirty_limit_bytes(&settings, &fs);
     // A read-only mount too: it may turn read-write (`remount,rw`).
@@ -305,35 +280,8 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
         }
     };
     space.set_mountpoint(mp.clone());
-    // `dirty_limit_mb=0` leaves the kernel's dirty pages unbounded; the
-    // guard keeps its default reserve, so `write(2)` still says ENOSPC.
-    if settings.adapter.space_reserve > 0 && settings.dirty_limit_mb != Some(0) {
-        let mib = space.base_limit() >> 20;
-        if !whoami::is_root() {
-            tracing::warn!(
-                "not root: the kernel's dirty page cache for this mount is not bounded, so buffered writes to a nearly full disk may still fail only at fsync/close"
-            );
-        } else {
-            match cairn_fuse::set_dirty_limit(&mp, space.base_limit()) {
-                Ok(max_bytes) => {
-                    tracing::info!(mib, path = %max_bytes.display(), "dirty page cache of the mount bounded");
-                    space.set_bdi_max_bytes(max_bytes);
-                }
-                Err(e) => tracing::warn!(
-                    error = %e,
-                    "could not bound the kernel's dirty page cache for this mount: buffered writes to a nearly full disk may fail only at fsync/close"
-                ),
-            }
-        }
-    }
-    if settings.readahead_kb > 0 && whoami::is_root() {
-        match cairn_fuse::set_readahead(&mp, settings.readahead_kb) {
-            Ok(path) => tracing::info!(kb = settings.readahead_kb, path = %path.display(), "readahead window set"),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not raise the readahead window; reads stay at the kernel's 128 KiB")
-            }
-        }
-    }
+    bound_dirty_pages(&settings, &space, &mp);
+    raise_readahead(&settings, &mp);
     if settings.engine.read_only && whoami::is_root() {
         if let Err(e) = crate::remount_cmd::guard_read_only(mp.clone(), fs.clone()) {
             tracing::warn!(error = %e, "cannot watch the mount table: a bare remount,rw would go unnoticed");
@@ -347,24 +295,10 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
         }
     };
     let mut unmounter = session.unmount_callable();
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|e| format!("signal setup: {e}"))?;
-    let handle = signals.handle();
-    std::thread::Builder::new()
-        .name("cairn-signals".into())
-        .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                tracing::info!(signal = sig, "signal received: unmounting");
-                if let Err(e) = unmounter.unmount() {
-                    tracing::error!(error = %e, "unmount after signal failed");
-                }
-            }
-        })
-        .map_err(|e| e.to_string())?;
+    let handle = unmount_on_signal(move || unmounter.unmount())?;
     tracing::info!(image = %image.display(), mountpoint = %mp.display(), "mounted");
     if a.notify_ready {
-        let mut so = std::io::stdout();
-        let _ = writeln!(so, "{READY}");
-        let _ = so.flush();
+        tell_parent(READY);
     }
     let run = session.run();
     handle.close();
@@ -377,4 +311,108 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
     un.map_err(|e| format!("final commit failed: {e}"))?;
     tracing::info!("unmounted; image is clean");
     Ok(())
+}
+
+/// Shows `m` to the user: through the parent when it waits for the mount
+/// (`notify`; it prints it, see `start_daemon`), else on stderr.
+fn note(notify: bool, m: &str) {
+    if notify {
+        tell_parent(&format!("{NOTE}{m}"));
+    } else {
+        eprintln!("cairn: {m}");
+    }
+}
+
+/// One line to the parent waiting in `start_daemon`.
+fn tell_parent(line: &str) {
+    let mut so = std::io::stdout();
+    let _ = writeln!(so, "{line}");
+    let _ = so.flush();
+}
+
+/// Attaches a loop device for a `fuseblk` mount of an image file (or names
+/// the block device itself) in `settings.block_device`. The device, if
+/// any, is returned for the caller to release once mounted; an error only
+/// when `-o fuseblk` asked for one and none could be had.
+fn attach_loop(image: &Path, settings: &mut cairn_fuse::Settings) -> Result<Option<loopdev::LoopDevice>, String> {
+    let is_file = std::fs::metadata(image).is_ok_and(|m| m.is_file());
+    let want_blk = settings.fuseblk.unwrap_or_else(whoami::is_root);
+    if !(want_blk && is_file) {
+        if want_blk {
+            settings.block_device = Some(image.display().to_string());
+        }
+        return Ok(None);
+    }
+    match loopdev::LoopDevice::attach(image) {
+        Ok(lo) => {
+            settings.block_device = Some(lo.path.clone());
+            Ok(Some(lo))
+        }
+        Err(e) if settings.fuseblk == Some(true) => Err(format!("-o fuseblk: {e}")),
+        Err(e) => {
+            tracing::warn!(error = %e, "no loop device: mounting as plain fuse; sync(1) will not reach cairn");
+            Ok(None)
+        }
+    }
+}
+
+/// Bounds the kernel's dirty page cache for the mount at `mp` to what the
+/// space guard reserves (root only). `dirty_limit_mb=0` leaves the
+/// kernel's dirty pages unbounded; the guard keeps its default reserve, so
+/// `write(2)` still says ENOSPC.
+fn bound_dirty_pages(settings: &cairn_fuse::Settings, space: &cairn_fuse::SpaceGuard, mp: &Path) {
+    if settings.adapter.space_reserve == 0 || settings.dirty_limit_mb == Some(0) {
+        return;
+    }
+    let mib = space.base_limit() >> 20;
+    if !whoami::is_root() {
+        tracing::warn!(
+            "not root: the kernel's dirty page cache for this mount is not bounded, so buffered writes to a nearly full disk may still fail only at fsync/close"
+        );
+        return;
+    }
+    match cairn_fuse::set_dirty_limit(mp, space.base_limit()) {
+        Ok(max_bytes) => {
+            tracing::info!(mib, path = %max_bytes.display(), "dirty page cache of the mount bounded");
+            space.set_bdi_max_bytes(max_bytes);
+        }
+        Err(e) => tracing::warn!(
+            error = %e,
+            "could not bound the kernel's dirty page cache for this mount: buffered writes to a nearly full disk may fail only at fsync/close"
+        ),
+    }
+}
+
+/// Sets the mount's readahead window from `-o readahead_kb` (root only).
+fn raise_readahead(settings: &cairn_fuse::Settings, mp: &Path) {
+    if settings.readahead_kb == 0 || !whoami::is_root() {
+        return;
+    }
+    match cairn_fuse::set_readahead(mp, settings.readahead_kb) {
+        Ok(path) => tracing::info!(kb = settings.readahead_kb, path = %path.display(), "readahead window set"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not raise the readahead window; reads stay at the kernel's 128 KiB")
+        }
+    }
+}
+
+/// Starts the thread that unmounts (through `unmount`) on the first
+/// SIGTERM, SIGINT or SIGHUP; the handle closes the signal iterator.
+fn unmount_on_signal<E: std::fmt::Display>(
+    mut unmount: impl FnMut() -> Result<(), E> + Send + 'static,
+) -> Result<signal_hook::iterator::Handle, String> {
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|e| format!("signal setup: {e}"))?;
+    let handle = signals.handle();
+    std::thread::Builder::new()
+        .name("cairn-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                tracing::info!(signal = sig, "signal received: unmounting");
+                if let Err(e) = unmount() {
+                    tracing::error!(error = %e, "unmount after signal failed");
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(handle)
 }

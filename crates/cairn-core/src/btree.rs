@@ -32,6 +32,25 @@ use cairn_format::btree::{Node, NodeBody, NodeView, MAX_LEVEL};
 use cairn_format::leaf_edit;
 use cairn_format::FormatError;
 
+/// What an insert does with a key the tree already holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Existing {
+    /// Its value is replaced.
+    Replace,
+    /// The insert fails with `EEXIST`, nothing changed.
+    Refuse,
+}
+
+/// The full internal nodes directly above a subtree an insert descends
+/// into: each splits if the node below does.
+#[derive(Clone, Copy, Debug)]
+struct FullAbove {
+    /// How many.
+    nodes: usize,
+    /// Whether they reach the root (whose split makes a new root).
+    to_root: bool,
+}
+
 /// A handle on one tree: which kind, whose, and where new nodes go.
 pub struct Tree<'a> {
     pub meta: &'a Meta,
@@ -197,17 +216,17 @@ impl<'a> Tree<'a> {
 
     /// Inserts (or replaces) `key`; `root` is updated when the tree grows.
     pub fn insert(&mut self, tx: &Tx<'_>, root: &mut u64, key: u64, value: &[u8]) -> Result<()> {
-        self.put(tx, root, key, value, true)
+        self.put(tx, root, key, value, Existing::Replace)
     }
 
     /// Inserts `key` if the tree does not hold it: one descent where a
     /// lookup then an insert take two. `EEXIST`, with nothing changed, if
     /// it does.
     pub fn insert_new(&mut self, tx: &Tx<'_>, root: &mut u64, key: u64, value: &[u8]) -> Result<()> {
-        self.put(tx, root, key, value, false)
+        self.put(tx, root, key, value, Existing::Refuse)
     }
 
-    fn put(&mut self, tx: &Tx<'_>, root: &mut u64, key: u64, value: &[u8], replace: bool) -> Result<()> {
+    fn put(&mut self, tx: &Tx<'_>, root: &mut u64, key: u64, value: &[u8], existing: Existing) -> Result<()> {
         if *root == 0 {
             let b = self.new_node(tx)?;
             let node = Node {
@@ -220,7 +239,7 @@ impl<'a> Tree<'a> {
             *root = b.blk;
             return Ok(());
         }
-        let split = self.insert_in(tx, *root, key, value, replace, None, 0, true);
+        let split = self.insert_in(tx, *root, key, value, existing, None, FullAbove { nodes: 0, to_root: true });
         let split = match split {
             Ok(s) => s,
             Err(e) => {
@@ -250,13 +269,11 @@ impl<'a> Tree<'a> {
         self.release_spare(tx)
     }
 
-    /// Inserts into the subtree at `blk`; `full_above` full internal nodes
-    /// sit directly above it (each splits if this node does), and
-    /// `to_root` says whether they reach the root (whose split makes a new
-    /// root). A split returns (separator, new right node). With `replace`
-    /// false, a key already there is `EEXIST`: found in the leaf before
-    /// anything changed (nodes above change only for a key below all of
-    /// theirs, which no leaf holds).
+    /// Inserts into the subtree at `blk`, below the full nodes `full_above`
+    /// (each splits if this node does). A split returns (separator, new
+    /// right node). With [`Existing::Refuse`], a key already there is
+    /// `EEXIST`: found in the leaf before anything changed (nodes above
+    /// change only for a key below all of theirs, which no leaf holds).
     #[allow(clippy::too_many_arguments)]
     fn insert_in(
         &mut self,
@@ -264,15 +281,14 @@ impl<'a> Tree<'a> {
         blk: u64,
         key: u64,
         value: &[u8],
-        replace: bool,
+        existing: Existing,
         level: Option<u8>,
-        full_above: usize,
-        to_root: bool,
+        full_above: FullAbove,
     ) -> Result<Option<(u64, u64)>> {
         let bs = self.meta.bs();
         let buf = self.meta.read_node(blk, self.kind, self.owner)?;
         if self.leaf_len(&buf, level)?.is_some() {
-            if !replace && leaf_edit::leaf_contains(&buf.read(), key) {
+            if existing == Existing::Refuse && leaf_edit::leaf_contains(&buf.read(), key) {
                 return Err(crate::error::FsError::Errno(libc::EEXIST));
             }
             let seed = self.meta.seed();
@@ -289,8 +305,12 @@ impl<'a> Tree<'a> {
                 (v.child(v.count_le(key).saturating_sub(1)), v.level() - 1, v.len(), v.key(0))
             };
             let full = Node::internal_bytes(n + 1) > bs;
-            let (above, reach) = if full { (full_above + 1, to_root) } else { (0, false) };
-            let split = self.insert_in(tx, child, key, value, replace, Some(child_level), above, reach)?;
+            let above = if full {
+                FullAbove { nodes: full_above.nodes + 1, ..full_above }
+            } else {
+                FullAbove { nodes: 0, to_root: false }
+            };
+            let split = self.insert_in(tx, child, key, value, existing, Some(child_level), above)?;
             if split.is_none() && key >= first {
                 return Ok(None);
             }
@@ -301,7 +321,7 @@ impl<'a> Tree<'a> {
         match &mut node.body {
             NodeBody::Leaf(e) => {
                 match e.binary_search_by_key(&key, |x| x.0) {
-                    Ok(_) if !replace => return Err(crate::error::FsError::Errno(libc::EEXIST)),
+                    Ok(_) if existing == Existing::Refuse => return Err(crate::error::FsError::Errno(libc::EEXIST)),
                     Ok(i) => e[i].1 = value.to_vec(),
                     Err(i) => e.insert(i, (key, value.to_vec())),
                 }
@@ -320,7 +340,7 @@ impl<'a> Tree<'a> {
                     }
                 }
                 // Every node this split needs, before anything changes.
-                self.reserve_nodes(tx, 1 + full_above + usize::from(to_root))?;
+                self.reserve_nodes(tx, 1 + full_above.nodes + usize::from(full_above.to_root))?;
                 let nb = self.take_node(tx)?;
                 let right: Vec<_> = e.split_off(mid);
                 let sep = right[0].0;

@@ -111,7 +111,7 @@ pub struct FormatSummary {
 }
 
 fn invalid(msg: String) -> FsError {
-    FsError::Invalid(msg)
+    FsError::Geometry(msg)
 }
 
 /// Computes the superblock for a device of `size` bytes. A size outside

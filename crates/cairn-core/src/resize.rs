@@ -34,7 +34,7 @@
 //! them back. Each step is flushed before the next.
 
 use crate::dev::BlockDevice;
-use crate::error::{FsError, Result};
+use crate::error::{ResizeError, Result};
 use cairn_format::checksum::crc;
 use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_SIZE};
 use cairn_format::layout::Geometry;
@@ -75,19 +75,11 @@ pub(crate) fn grown_superblock(sb: &Superblock, new_bytes: u64) -> Result<(Super
     let shown = |b: u64| crate::human_bytes(b * bs);
     let mut total = new_bytes / bs;
     if total <= sb.total_blocks {
-        return Err(FsError::Invalid(format!(
-            "the file system has {} already; cairn resize only grows (shrinking would move data)",
-            shown(sb.total_blocks)
-        )));
+        return Err(ResizeError::NotLarger { has: shown(sb.total_blocks) }.into());
     }
     let cap = max_bytes(sb) / bs;
     if total > cap {
-        return Err(FsError::Invalid(format!(
-            "{} is more than its group descriptor table can describe: at most {} ({} groups)",
-            shown(total),
-            shown(cap),
-            cap / bpg
-        )));
+        return Err(ResizeError::BeyondDescriptors { asked: shown(total), cap: shown(cap), groups: cap / bpg }.into());
     }
     loop {
         let groups = total.div_ceil(bpg);
@@ -96,12 +88,7 @@ pub(crate) fn grown_superblock(sb: &Superblock, new_bytes: u64) -> Result<(Super
             Ok(geo) => return Ok((new, geo)),
             // The last group cannot hold its metadata: leave it out.
             Err(_) if groups > sb.group_count && (groups - 1) * bpg > sb.total_blocks => total = (groups - 1) * bpg,
-            Err(_) => {
-                return Err(FsError::Invalid(format!(
-                    "{} leaves too little for a new group's bitmaps and inode table; ask for more",
-                    shown(total)
-                )))
-            }
+            Err(_) => return Err(ResizeError::LastGroupTooSmall { asked: shown(total) }.into()),
         }
     }
 }
@@ -142,16 +129,14 @@ pub(crate) fn zero_inode_tables(dev: &dyn BlockDevice, geo: &Geometry, groups: s
 pub fn grow(dev: &dyn BlockDevice, new_bytes: u64) -> Result<Grown> {
     let sb = crate::dev::read_superblock(dev)?;
     if sb.state & STATE_CLEAN == 0 || sb.state & STATE_ERRORS != 0 {
-        return Err(FsError::Invalid(
-            "the file system was not cleanly unmounted or has recorded errors: run `cairn fsck --repair` first".into(),
-        ));
+        return Err(ResizeError::NotClean.into());
     }
     if new_bytes > dev.size() {
-        return Err(FsError::Invalid(format!(
-            "the device holds {}, less than {}",
-            crate::human_bytes(dev.size()),
-            crate::human_bytes(new_bytes)
-        )));
+        return Err(ResizeError::DeviceTooSmall {
+            holds: crate::human_bytes(dev.size()),
+            asked: crate::human_bytes(new_bytes),
+        }
+        .into());
     }
     let old_geo = Geometry::new(&sb)?;
     let (mut new_sb, geo) = grown_superblock(&sb, new_bytes)?;
@@ -200,10 +185,7 @@ pub fn grow(dev: &dyn BlockDevice, new_bytes: u64) -> Result<Grown> {
         if gd.flags & GD_BLOCK_UNINIT == 0 {
             let mut bm = read_block(dev, bs, gd.block_bitmap)?;
             if crc(seed, &bm) != gd.block_bitmap_csum {
-                return Err(FsError::Invalid(format!(
-                    "group {last}'s block bitmap does not match its checksum: the new size is in place, \
-                     but run `cairn fsck --repair` to give its {added_to_last} new blocks back"
-                )));
+                return Err(ResizeError::LastBitmapChecksum { group: last, blocks: added_to_last }.into());
             }
             for b in old_geo.group_len(last)..geo.group_len(last) {
                 bm[(b / 8) as usize] &= !(1 << (b % 8));

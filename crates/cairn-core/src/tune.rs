@@ -32,7 +32,7 @@
 //! exclusive lock, so no mount or fsck runs meanwhile.
 
 use crate::dev::BlockDevice;
-use crate::error::{FsError, Result};
+use crate::error::{FsError, Result, TuneError};
 use cairn_format::backup;
 use cairn_format::layout::Geometry;
 use cairn_format::superblock::{Superblock, INCOMPAT_CSUM_SEED, STATE_CLEAN};
@@ -68,7 +68,7 @@ pub fn parse_errors(s: &str) -> Result<u32> {
         "remount-ro" => ERRORS_REMOUNT_RO,
         "shutdown" | "panic" => ERRORS_SHUTDOWN,
         "default" => 0,
-        _ => return Err(FsError::Invalid(format!("errors {s:?}: expected continue, remount-ro, shutdown or default"))),
+        _ => return Err(TuneError::Errors(s.to_owned()).into()),
     })
 }
 
@@ -104,7 +104,7 @@ pub fn parse_uuid(s: &str) -> Result<NewUuid> {
         return Ok(NewUuid::Random);
     }
     let hex: String = s.chars().filter(|c| *c != '-').collect();
-    let bad = || FsError::Invalid(format!("{s:?} is not a UUID (32 hex digits, dashes optional) or \"random\""));
+    let bad = || FsError::from(TuneError::Uuid(s.to_owned()));
     if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(bad());
     }
@@ -140,19 +140,12 @@ fn random_uuid() -> [u8; 16] {
 pub fn tune(dev: &dyn BlockDevice, changes: &Changes) -> Result<Superblock> {
     let old = crate::dev::read_superblock(dev)?;
     if old.state & STATE_CLEAN == 0 {
-        return Err(FsError::Invalid(
-            "the file system was not cleanly unmounted: mount and unmount it (the journal is replayed), \
-             or run `cairn fsck --repair`, first"
-                .into(),
-        ));
+        return Err(TuneError::NotClean.into());
     }
     let mut sb = old.clone();
     if let Some(label) = &changes.label {
         if label.len() > LABEL_MAX || label.as_bytes().contains(&0) {
-            return Err(FsError::Invalid(format!(
-                "label {label:?} is {} bytes: at most {LABEL_MAX}, and no NUL",
-                label.len()
-            )));
+            return Err(TuneError::Label { label: label.clone(), max: LABEL_MAX }.into());
         }
         sb.label = [0; LABEL_MAX];
         sb.label[..label.len()].copy_from_slice(label.as_bytes());
@@ -163,10 +156,7 @@ pub fn tune(dev: &dyn BlockDevice, changes: &Changes) -> Result<Superblock> {
     if let Some(o) = &changes.mount_opts {
         let max = cairn_format::superblock::MOUNT_OPTS_LEN;
         if o.len() > max || o.as_bytes().contains(&0) {
-            return Err(FsError::Invalid(format!(
-                "mount options {o:?} are {} bytes: at most {max}, and no NUL",
-                o.len()
-            )));
+            return Err(TuneError::MountOpts { opts: o.clone(), max }.into());
         }
         sb.mount_opts = [0; cairn_format::superblock::MOUNT_OPTS_LEN];
         sb.mount_opts[..o.len()].copy_from_slice(o.as_bytes());

@@ -264,24 +264,27 @@ pub fn read_slot(ctx: &mut Ctx, ino: u64) -> Result<Option<DiskInode>, FsckError
 /// area (an overlapping one too); returns blocks counted
 /// and whether all were valid.
 pub fn check_extents(ctx: &mut Ctx, ino: u64, list: &[Extent], what: &str) -> (u64, bool) {
-    let (counted, kept) = check_extents_keeping(ctx, ino, list, what, false);
+    let (counted, kept) = check_extents_keeping(ctx, ino, list, what, BadExtents::Kept);
     (counted, kept.len() == list.len())
 }
 
+/// What a repair does with the extents [`check_extents_keeping`] finds bad.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BadExtents {
+    /// Nothing here (the caller deals with the file).
+    Kept,
+    /// Drops them (the caller rewrites the list); their problems are
+    /// reported as fixed.
+    DroppedOnRepair,
+}
+
 /// As [`check_extents`]; returns the blocks counted and the extents that
-/// pass every check. With `dropped_on_repair`, a repair drops the others (the
-/// caller rewrites the list), and their problems are reported as fixed.
-fn check_extents_keeping(
-    ctx: &mut Ctx,
-    ino: u64,
-    list: &[Extent],
-    what: &str,
-    dropped_on_repair: bool,
-) -> (u64, Vec<Extent>) {
+/// pass every check; `bad` says what a repair does with the others.
+fn check_extents_keeping(ctx: &mut Ctx, ino: u64, list: &[Extent], what: &str, bad: BadExtents) -> (u64, Vec<Extent>) {
     let mut counted = 0u64;
     let mut kept = Vec::with_capacity(list.len());
     let mut prev_end = 0u64;
-    let fixed = dropped_on_repair && ctx.repair;
+    let fixed = bad == BadExtents::DroppedOnRepair && ctx.repair;
     for (n, e) in list.iter().enumerate() {
         let len = u64::from(e.len);
         let p = |m: String| {
@@ -381,7 +384,7 @@ fn check_flags(ctx: &mut Ctx, ino: u64, d: &DiskInode, info: &mut InodeInfo) {
 /// A bad inline extent is dropped by a repair, as e2fsck clears an invalid
 /// extent: the rest of the file stays.
 fn check_inline_extents(ctx: &mut Ctx, ino: u64, list: &[Extent], info: &mut InodeInfo) -> u64 {
-    let (n, kept) = check_extents_keeping(ctx, ino, list, "inline", true);
+    let (n, kept) = check_extents_keeping(ctx, ino, list, "inline", BadExtents::DroppedOnRepair);
     if kept.len() != list.len() {
         if ctx.repair {
             ctx.fix(ino).inline_extents = Some(kept);

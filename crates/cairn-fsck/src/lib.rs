@@ -155,7 +155,7 @@ fn check_rounds(source: &dyn ImageSource, opts: &Options) -> Result<Report, Fsck
         return Err(FsckError::Io(image::read_only()));
     }
     if opts.preen && !opts.repair {
-        let first = check_once(source, false, opts.backup_superblock, p)?;
+        let first = check_once(source, Round::Check, opts.backup_superblock, p)?;
         if first.is_clean() {
             return Ok(first);
         }
@@ -164,9 +164,10 @@ fn check_rounds(source: &dyn ImageSource, opts: &Options) -> Result<Report, Fsck
         }
         return check_rounds(source, &Options { repair: true, ..opts.clone() });
     }
-    let mut report = check_once(source, opts.repair, opts.backup_superblock, p)?;
+    let first_round = if opts.repair { Round::Repair } else { Round::Check };
+    let mut report = check_once(source, first_round, opts.backup_superblock, p)?;
     if opts.repair && (report.fixed() > 0 || report.blocks_written > 0) {
-        let mut verify = check_once(source, false, None, p)?;
+        let mut verify = check_once(source, Round::Check, None, p)?;
         // What one repair makes readable (a rebuilt directory, a dropped
         // extent) can show what it could not yet fix (a file that only the
         // rebuilt directory's loss disconnected): as e2fsck restarts, the
@@ -175,7 +176,7 @@ fn check_rounds(source: &dyn ImageSource, opts: &Options) -> Result<Report, Fsck
             if verify.is_clean() {
                 break;
             }
-            let again = check_once(source, true, None, p)?;
+            let again = check_once(source, Round::Repair, None, p)?;
             if again.fixed() == 0 {
                 break;
             }
@@ -185,7 +186,7 @@ fn check_rounds(source: &dyn ImageSource, opts: &Options) -> Result<Report, Fsck
             }
             report.problems_dropped += again.problems_dropped;
             report.blocks_written += again.blocks_written;
-            verify = check_once(source, false, None, p)?;
+            verify = check_once(source, Round::Check, None, p)?;
         }
         if verify.is_clean() {
             report.verified_after_repair = true;
@@ -207,12 +208,22 @@ fn check_rounds(source: &dyn ImageSource, opts: &Options) -> Result<Report, Fsck
     Ok(report)
 }
 
+/// What one round of [`check_once`] does with what it finds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Round {
+    /// Reports it; the image is not written.
+    Check,
+    /// Reports it and repairs what it can.
+    Repair,
+}
+
 fn check_once(
     source: &dyn ImageSource,
-    repair: bool,
+    round: Round,
     backup: Option<u64>,
     progress: Option<&ProgressHook>,
 ) -> Result<Report, FsckError> {
+    let repair = round == Round::Repair;
     let mut img = image::Image::new(source, repair);
     let superblock::Loaded { mut sb, mut geo, fallback } = superblock::load(&mut img, backup)?;
     let seed = sb.csum_seed();

@@ -33,6 +33,14 @@ pub const MAX_ORDER: u32 = 13;
 pub const NUM_ORDERS: usize = MAX_ORDER as usize + 1;
 const WINDOW: u64 = 1 << MAX_ORDER;
 
+/// What [`Buddy::mark`] (and the allocator's on-disk bitmap change) makes
+/// of blocks: in use (bits set) or free (bits cleared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mark {
+    Used,
+    Free,
+}
+
 /// The buddy of one group (see the module essay).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Buddy {
@@ -125,9 +133,10 @@ impl Buddy {
         None
     }
 
-    /// Marks blocks `[s, s+n)` not allocatable (`used`) or allocatable;
-    /// returns how many blocks changed state.
-    pub fn mark(&mut self, s: u64, n: u64, used: bool) -> u32 {
+    /// Marks blocks `[s, s+n)` not allocatable ([`Mark::Used`]) or
+    /// allocatable ([`Mark::Free`]); returns how many blocks changed state.
+    pub fn mark(&mut self, s: u64, n: u64, mark: Mark) -> u32 {
+        let used = mark == Mark::Used;
         let e = (s + n).min(self.len);
         if s >= e {
             return 0;
@@ -257,7 +266,7 @@ mod tests {
             let mut b = Buddy::new(vec![0; len.div_ceil(64) as usize], len);
             for (s, n, used) in ops {
                 let s = s % len;
-                b.mark(s, n, used);
+                b.mark(s, n, if used { Mark::Used } else { Mark::Free });
                 b.check();
                 let r = runs(b.map(), len);
                 prop_assert_eq!(b.fragments() as usize, r.len());

@@ -20,7 +20,7 @@
 //! buddy, not in it, so they survive eviction and are merged on reload.
 
 use super::bits::*;
-use super::buddy::{Buddy, MAX_ORDER};
+use super::buddy::{Buddy, Mark, MAX_ORDER};
 use super::Allocator;
 use crate::buffer::BufferCache;
 use crate::buffer::Change;
@@ -34,6 +34,15 @@ use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8};
 use std::time::Instant;
+
+/// Which of a group's two on-disk bitmaps: the one
+/// [`Allocator::read_bitmap`] reads, [`Allocator::change_disk_bitmap`]
+/// changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Bitmap {
+    Block,
+    Inode,
+}
 
 /// `Group::largest`: the group's bitmap has not been read since mount.
 pub const ORDER_UNKNOWN: u8 = 0xff;
@@ -162,8 +171,9 @@ impl Allocator {
 
     /// Reads group `g`'s block or inode bitmap, verified against the
     /// descriptor's checksum (or synthesised if it was never written).
-    pub(super) fn read_bitmap(&self, bufs: &BufferCache, g: u64, inode_map: bool) -> Result<Vec<u64>> {
+    pub(super) fn read_bitmap(&self, bufs: &BufferCache, g: u64, which: Bitmap) -> Result<Vec<u64>> {
         let gd = Self::read_gd(self.geo(), self.seed, self.gdt_start, bufs, g)?;
+        let inode_map = which == Bitmap::Inode;
         let (uninit, blk, want, what) = if inode_map {
             (GD_INODE_UNINIT, gd.inode_bitmap, gd.inode_bitmap_csum, "inode bitmap")
         } else {
@@ -193,7 +203,7 @@ impl Allocator {
         if let Some(b) = &st.buddy {
             return Ok(b.map().to_vec());
         }
-        let mut map = self.read_bitmap(bufs, g, false)?;
+        let mut map = self.read_bitmap(bufs, g, Bitmap::Block)?;
         for &(_, off, len) in &st.pending {
             fill_range(&mut map, u64::from(off), u64::from(off) + u64::from(len), true);
         }
@@ -255,7 +265,7 @@ impl Allocator {
         self.alloc_free.fetch_add(n, Relaxed);
         if let Some(b) = st.buddy.as_mut() {
             for &(off, len) in ranges {
-                b.mark(off, len, false);
+                b.mark(off, len, Mark::Free);
             }
             self.summarise(g, st);
         } else if self.load_buddy(bufs, g, st).is_err() {
@@ -289,8 +299,8 @@ impl Allocator {
         }
     }
 
-    /// Sets (`set`) or clears bits `bits` of group `g`'s on-disk block or
-    /// inode bitmap (writing it for the first time if needed), then stores
+    /// Sets ([`Mark::Used`]) or clears ([`Mark::Free`]) bits `bits` of group
+    /// `g`'s on-disk block or inode bitmap (`which`) (writing it for the first time if needed), then stores
     /// its checksum, the free count (less or more by the bits' number) and
     /// `dirs_delta` in the descriptor. Returns how many of the bits already
     /// had that value (a double free, to the caller). Only the bytes of
@@ -302,11 +312,13 @@ impl Allocator {
         &self,
         tx: &dyn Change,
         g: u64,
-        inode_map: bool,
+        which: Bitmap,
         bits: std::ops::Range<u64>,
-        set: bool,
+        mark: Mark,
         dirs_delta: i64,
     ) -> Result<u64> {
+        let inode_map = which == Bitmap::Inode;
+        let set = mark == Mark::Used;
         let n = (bits.end - bits.start) as i64;
         let free_delta = if set { -n } else { n };
         let gd = Self::read_gd(self.geo(), self.seed, self.gdt_start, tx.bufs(), g)?;

@@ -27,7 +27,8 @@
 //! all. Inode tables and backup superblocks, past the old end, are the
 //! caller's to write first.
 
-use super::groups::{Group, GroupState, NOT_LISTED, ORDER_NONE, ORDER_UNKNOWN};
+use super::buddy::Mark;
+use super::groups::{Bitmap, Group, GroupState, NOT_LISTED, ORDER_NONE, ORDER_UNKNOWN};
 use super::Allocator;
 use crate::buffer::Change;
 use crate::error::Result;
@@ -153,7 +154,7 @@ impl Allocator {
                 self.update_gd(tx, last, |gd| gd.free_blocks += to_last as u32)?;
             } else {
                 let from = old.group_len(last);
-                self.change_disk_bitmap(tx, last, false, from..from + to_last, false, 0)?;
+                self.change_disk_bitmap(tx, last, Bitmap::Block, from..from + to_last, Mark::Free, 0)?;
             }
             added.blocks += to_last;
         }

@@ -35,6 +35,8 @@
 //! number is ever leaked or handed out twice.
 
 use super::bits::*;
+use super::buddy::Mark;
+use super::groups::Bitmap;
 use super::Allocator;
 use crate::buffer::BufferCache;
 use crate::buffer::Change;
@@ -95,7 +97,7 @@ impl Allocator {
         }
         let mut st = self.lock_group(g);
         if st.inodes.is_none() {
-            st.inodes = Some(self.read_bitmap(tx.bufs(), g, true)?);
+            st.inodes = Some(self.read_bitmap(tx.bufs(), g, Bitmap::Inode)?);
         }
         let map = st.inodes.as_mut().expect("loaded above");
         let Some(idx) = pick(map) else { return Ok(None) };
@@ -112,7 +114,7 @@ impl Allocator {
             }
         }
         grp.free_inodes.fetch_sub(1, Relaxed);
-        self.change_disk_bitmap(tx, g, true, idx..idx + 1, true, i64::from(is_dir))?;
+        self.change_disk_bitmap(tx, g, Bitmap::Inode, idx..idx + 1, Mark::Used, i64::from(is_dir))?;
         drop(st);
         self.free_inodes.fetch_sub(1, Relaxed);
         self.stats.inodes_allocated.fetch_add(1, Relaxed);
@@ -125,7 +127,7 @@ impl Allocator {
         let idx = self.geo().index_in_group(ino);
         let mut st = self.lock_group(g);
         if st.inodes.is_none() {
-            st.inodes = Some(self.read_bitmap(bufs, g, true)?);
+            st.inodes = Some(self.read_bitmap(bufs, g, Bitmap::Inode)?);
         }
         Ok(st.inodes.as_ref().is_none_or(|map| test_bit(map, idx)))
     }
@@ -137,7 +139,7 @@ impl Allocator {
         let grp = self.groups.get(g);
         let mut st = self.lock_group(g);
         if st.inodes.is_none() {
-            st.inodes = Some(self.read_bitmap(tx.bufs(), g, true)?);
+            st.inodes = Some(self.read_bitmap(tx.bufs(), g, Bitmap::Inode)?);
         }
         let map = st.inodes.as_mut().expect("loaded above");
         // Freeing a free inode (a damaged orphan list, a stale entry) must
@@ -146,7 +148,7 @@ impl Allocator {
             return Err(cairn_format::FormatError::corrupt("inode", ino, "freeing an inode that is not in use").into());
         }
         clear_bit(map, idx);
-        self.change_disk_bitmap(tx, g, true, idx..idx + 1, false, -i64::from(was_dir))?;
+        self.change_disk_bitmap(tx, g, Bitmap::Inode, idx..idx + 1, Mark::Free, -i64::from(was_dir))?;
         grp.free_inodes.fetch_add(1, Relaxed);
         self.free_inodes.fetch_add(1, Relaxed);
         self.stats.inodes_freed.fetch_add(1, Relaxed);

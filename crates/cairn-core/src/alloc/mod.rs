@@ -70,8 +70,10 @@ pub use trim::TrimStats;
 use crate::buffer::BufferCache;
 use crate::buffer::Change;
 use crate::error::{FsError, Result};
+use buddy::Mark;
 use cairn_format::layout::Geometry;
 use cairn_format::FormatError;
+use groups::Bitmap;
 use grow::{GroupTable, LiveGeometry};
 use lists::GroupLists;
 use parking_lot::Mutex;
@@ -320,7 +322,7 @@ impl Allocator {
             let gend = (base + self.geo().group_len(g)).min(end);
             let (s, n) = (b - base, gend - b);
             let mut st = self.lock_group(g);
-            let double = self.change_disk_bitmap(tx, g, false, s..s + n, false, 0)? > 0;
+            let double = self.change_disk_bitmap(tx, g, Bitmap::Block, s..s + n, Mark::Free, 0)? > 0;
             if double {
                 // The bitmap and counters just changed are wrong: the error
                 // (corruption) aborts the journal before they are committed.

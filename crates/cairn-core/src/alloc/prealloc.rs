@@ -28,6 +28,7 @@
 //! inode number, so the look-ups on every data allocation and every FORGET
 //! do not meet on one lock.
 
+use super::buddy::Mark;
 use super::groups::GroupState;
 use super::request::{AllocRequest, Purpose};
 use super::Allocator;
@@ -221,7 +222,7 @@ impl Allocator {
     /// Takes blocks `[at, at+r)` of group `g` (lock held, buddy loaded) out
     /// of the buddy, held by a preallocation counted in `held`.
     pub(super) fn hold(&self, g: u64, st: &mut GroupState, at: u64, r: u64, held: &Held) {
-        st.buddy.as_mut().expect("loaded by the caller").mark(at, r, true);
+        st.buddy.as_mut().expect("loaded by the caller").mark(at, r, Mark::Used);
         self.groups.get(g).free.fetch_sub(r as u32, Relaxed);
         self.alloc_free.fetch_sub(r, Relaxed);
         held.reserved.fetch_add(r, Relaxed);

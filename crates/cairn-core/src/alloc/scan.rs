@@ -23,8 +23,8 @@
 //! least that long, or failing that the longest; the walk ends after
 //! `MAX_TO_SCAN` extents, or after `MIN_TO_SCAN` once one is long enough.
 
-use super::buddy::{Buddy, NUM_ORDERS};
-use super::groups::{bucket_of, GroupState, ORDER_NONE, ORDER_UNKNOWN};
+use super::buddy::{Buddy, Mark, NUM_ORDERS};
+use super::groups::{bucket_of, Bitmap, GroupState, ORDER_NONE, ORDER_UNKNOWN};
 use super::lists::Index;
 use super::request::AllocRequest;
 use super::Allocator;
@@ -220,7 +220,7 @@ impl Allocator {
         let grp = self.groups.get(g);
         let b = st.buddy.as_mut().expect("loaded by the caller");
         debug_assert_eq!(b.run_at(off, n), n, "group {g}: taking blocks that are not free");
-        b.mark(off, n, true);
+        b.mark(off, n, Mark::Used);
         grp.free.fetch_sub(n as u32, Relaxed);
         self.alloc_free.fetch_sub(n, Relaxed);
         self.summarise(g, st);
@@ -243,7 +243,7 @@ impl Allocator {
         n: u64,
         req: &AllocRequest,
     ) -> Result<()> {
-        self.change_disk_bitmap(tx, g, false, off..off + n, true, 0)?;
+        self.change_disk_bitmap(tx, g, Bitmap::Block, off..off + n, Mark::Used, 0)?;
         self.disk_free_blocks.fetch_sub(n, Relaxed);
         self.stats.blocks_allocated.fetch_add(n, Relaxed);
         if n == u64::from(req.want) {

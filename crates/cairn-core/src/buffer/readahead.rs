@@ -107,6 +107,15 @@ impl Window {
     }
 }
 
+/// Whether someone asked for the first block of a readahead run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Asked {
+    /// A read wants it ([`BufferCache::get_ahead`]).
+    Now,
+    /// Nobody yet ([`BufferCache::prefetch`]).
+    NotYet,
+}
+
 thread_local! {
     /// The bytes of one readahead run, reused across reads.
     static RUN: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -119,7 +128,7 @@ impl BufferCache {
     /// `blk`.
     pub fn get_ahead(&self, blk: u64, end: u64, verify: impl Fn(u64, &[u8]) -> Result<()>) -> Result<Arc<Buf>> {
         if end > blk + 1 {
-            if let Some(buf) = self.read_run(blk, end, &verify, false)? {
+            if let Some(buf) = self.read_run(blk, end, &verify, Asked::Now)? {
                 return Ok(buf);
             }
         }
@@ -133,7 +142,7 @@ impl BufferCache {
     /// its error reported, when it is asked for).
     pub fn prefetch(&self, blk: u64, end: u64, verify: impl Fn(u64, &[u8]) -> Result<()>) {
         if end > blk + 1 && !self.is_cached(blk) {
-            let _ = self.read_run(blk, end, &verify, true);
+            let _ = self.read_run(blk, end, &verify, Asked::NotYet);
         }
     }
 
@@ -142,8 +151,8 @@ impl BufferCache {
         self.shards[self.shard(blk)].lock().map.contains_key(&blk)
     }
 
-    /// The read of [`BufferCache::get_ahead`]; `prefetch`: nobody asked for
-    /// `blk` yet (it is marked and counted as read ahead, and no hit or
+    /// The read of [`BufferCache::get_ahead`]; [`Asked::NotYet`]: nobody
+    /// asked for `blk` yet (it is marked and counted as read ahead, and no hit or
     /// miss is counted). `None`: `blk` was not served here (no run to read,
     /// the read failed, or a buffer left its shard meanwhile); a plain
     /// `get` reads it, counting its miss.
@@ -152,8 +161,9 @@ impl BufferCache {
         blk: u64,
         end: u64,
         verify: &dyn Fn(u64, &[u8]) -> Result<()>,
-        prefetch: bool,
+        asked: Asked,
     ) -> Result<Option<Arc<Buf>>> {
+        let prefetch = asked == Asked::NotYet;
         // The run: for each block from `blk`, its shard's epoch as of before
         // the read, or `None` for one that is cached or that the AIL holds
         // (read through, not installed). It ends at its last block to

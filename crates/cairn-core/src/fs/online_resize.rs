@@ -33,7 +33,7 @@
 //! system with recorded errors or mounted read-only is refused.
 
 use super::Fs;
-use crate::error::{FsError, Result};
+use crate::error::{ResizeError, Result};
 use crate::resize::Grown;
 use cairn_format::group_desc::GD_SIZE;
 use cairn_format::layout::Geometry;
@@ -57,9 +57,11 @@ impl Fs {
             return Ok(crate::resize::unchanged(&sb0));
         }
         let (target, target_geo) = crate::resize::grown_superblock(&sb0, new_bytes)?;
-        self.engine.meta().dev().grow_to(target.total_blocks * bs).map_err(|e| {
-            FsError::Invalid(format!("cannot make the device {} bytes long: {e}", target.total_blocks * bs))
-        })?;
+        self.engine
+            .meta()
+            .dev()
+            .grow_to(target.total_blocks * bs)
+            .map_err(|source| ResizeError::DeviceGrow { bytes: target.total_blocks * bs, source })?;
         let old = self.engine.meta().geo();
         // (1) Inode tables, past the old end.
         let zeroed = sb0.feature_compat & COMPAT_ITABLES_ZEROED != 0

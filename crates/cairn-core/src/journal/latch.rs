@@ -152,13 +152,19 @@ impl Latch {
         if !matches!(e, FsError::Corrupt(_) | FsError::Io(_)) {
             return;
         }
-        let abort = changed || self.policy != ErrorPolicy::Continue;
-        self.latch(dev, e, abort, changed);
+        let journal = if changed {
+            JournalFate::AbortHalfDone
+        } else if self.policy != ErrorPolicy::Continue {
+            JournalFate::Abort
+        } else {
+            JournalFate::Continue
+        };
+        self.latch(dev, e, journal);
     }
 
     /// A commit failed: the journal is aborted whatever the policy.
     pub fn commit_failed(&self, dev: &Arc<dyn BlockDevice>, e: &FsError) {
-        self.latch(dev, e, true, true);
+        self.latch(dev, e, JournalFate::AbortHalfDone);
     }
 
     /// Sets the on-disk flag again (after a commit whose superblock image
@@ -167,7 +173,8 @@ impl Latch {
         mark_errors_on_disk(dev, &self.home_lock);
     }
 
-    fn latch(&self, dev: &Arc<dyn BlockDevice>, e: &FsError, abort: bool, half_done: bool) {
+    fn latch(&self, dev: &Arc<dyn BlockDevice>, e: &FsError, journal: JournalFate) {
+        let abort = journal != JournalFate::Continue;
         let n = self.errors.fetch_add(1, Ordering::AcqRel);
         let was_aborted = self.aborted.swap(abort || self.aborted(), Ordering::AcqRel);
         if self.policy == ErrorPolicy::Shutdown {
@@ -178,14 +185,14 @@ impl Latch {
             // An image opened read-only (`cairn inspect`, a `-o ro` mount)
             // is never written: the error is logged, not recorded.
             let recorded = dev.writable();
-            let then = match (self.policy, abort) {
+            let then = match (self.policy, journal) {
                 (ErrorPolicy::Shutdown, _) => "shutting down: every request now fails with EIO",
                 _ if !recorded => "the file system stays read-only",
-                (_, true) if half_done => {
+                (_, JournalFate::AbortHalfDone) => {
                     "aborting the journal (the failed operation was half done): the file system is now read-only"
                 }
-                (_, true) => "aborting the journal: the file system is now read-only",
-                (_, false) => "continuing (errors=continue)",
+                (_, JournalFate::Abort) => "aborting the journal: the file system is now read-only",
+                (_, JournalFate::Continue) => "continuing (errors=continue)",
             };
             let marked = if recorded {
                 "the image is marked as having errors"
@@ -198,6 +205,18 @@ impl Latch {
             tracing::error!(error = %e, "cairn: {e}; aborting the journal: the file system is now read-only");
         }
     }
+}
+
+/// What a latched error does to the journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum JournalFate {
+    /// Nothing: `errors=continue`, and the failed operation changed nothing.
+    Continue,
+    /// Aborted, as the policy says.
+    Abort,
+    /// Aborted whatever the policy: the failed operation (or commit) left
+    /// half its changes in the running checkpoint.
+    AbortHalfDone,
 }
 
 /// Sets `STATE_ERRORS` in the on-disk superblock, in place (best effort: the
