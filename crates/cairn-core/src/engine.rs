@@ -12,8 +12,9 @@
 //! corruption and I/O errors to the latch. [`Engine::commit`] makes the
 //! journal's running checkpoint durable. The engine knows nothing of inodes,
 //! names or files: those owners sit above it (`fs` routes to them), so a
-//! commit here does not store the overwrite path's dirty times — `Fs`'s own
-//! commit does that first, for `fsync`, `syncfs` and unmount.
+//! commit here does not store the overwrite path's dirty times —
+//! `FileIo::commit` does that first, for `fsync`, `syncfs`, the backend's
+//! commits and unmount.
 //!
 //! ## Locking
 //! The engine adds no lock of its own: the gate, the commit mutex and the
@@ -126,17 +127,25 @@ impl Engine {
         self.txm.commit(&self.meta)
     }
 
-    /// Commits everything logged so far, for a caller that must see it
-    /// durable (a `dirsync` directory's change): nothing to do on a
-    /// read-only mount; after an abort, changes since the last commit are
-    /// lost, and this says so.
-    pub(crate) fn sync(&self) -> Result<()> {
+    /// Whether a sync (syncfs, a `dirsync` directory's change) has anything
+    /// to commit: false on a read-only mount; after an abort, changes since
+    /// the last commit are lost, and this says so (an error).
+    pub(crate) fn sync_wanted(&self) -> Result<bool> {
         self.alive()?;
         if self.mounted_read_only() {
-            return Ok(());
+            return Ok(false);
         }
         self.txm.latch.check_commit()?;
-        self.commit()
+        Ok(true)
+    }
+
+    /// Commits everything logged so far, for a caller that must see it
+    /// durable (a `dirsync` directory's change; see [`Engine::sync_wanted`]).
+    pub(crate) fn sync(&self) -> Result<()> {
+        if self.sync_wanted()? {
+            self.commit()?;
+        }
+        Ok(())
     }
 
     /// Writes every deferred image home and empties the log, so that every
@@ -154,7 +163,7 @@ impl Engine {
     /// statfs(2).
     pub(crate) fn statfs(&self) -> Result<StatFs> {
         self.alive()?;
-        let a = &self.meta.alloc();
+        let a = self.meta.alloc();
         // Blocks of deleted files the reaper has still to free count as free.
         let free = (a.disk_free_blocks.load(Ordering::Relaxed) + self.reaper.backlog_blocks())
             .min(self.meta.geo().total_blocks);

@@ -377,7 +377,7 @@ impl Publish for TxManager {
 
 impl Host for TxManager {
     fn limit(&self) -> u64 {
-        self.limit
+        TxManager::limit(self)
     }
 
     fn try_extend(&self, meta: &Meta, extra: u64) -> bool {
