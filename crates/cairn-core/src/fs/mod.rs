@@ -204,7 +204,7 @@ impl Fs {
             return false;
         }
         if self.engine.opts().discard && self.engine.meta().alloc().pending_blocks() > 0 {
-            if let Err(e) = self.engine.txm().checkpoint(self.engine.meta()) {
+            if let Err(e) = self.engine.checkpoint() {
                 tracing::error!(error = %e, "background checkpoint failed; the backend stops");
                 return false;
             }
