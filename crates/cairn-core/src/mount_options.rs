@@ -79,6 +79,11 @@ pub struct MountOptions {
     /// Read a tree scan's next leaves ahead, a run of nearby blocks in one
     /// read (`-o node_readahead=0|1`; see `Meta::prefetch_nodes`).
     pub node_readahead: bool,
+    /// Count the changes that would meet another running handle's changes
+    /// if handles kept them private until their end (`-o
+    /// debug.conflict_probe`; step S0 of `docs/gate-plan.md`, see
+    /// `buffer::probe`).
+    pub conflict_probe: bool,
 }
 
 impl Default for MountOptions {
@@ -104,6 +109,7 @@ impl Default for MountOptions {
             push_patience: Some(crate::tx::gate::PATIENCE),
             inode_readahead_blks: crate::buffer::DEFAULT_INODE_READAHEAD,
             node_readahead: true,
+            conflict_probe: false,
         }
     }
 }

@@ -432,6 +432,10 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.push_patience = micros(v);
         Ok(())
     }),
+    spec(&["conflict_probe"], Flag, Measuring, Of(|p| Val::Bool(p.s.engine.conflict_probe)), "count the changes that would meet another running operation's if operations kept their changes private until their end (docs/gate-plan.md)", |p, _, _| {
+        p.s.engine.conflict_probe = true;
+        Ok(())
+    }),
     // FUSE and the kernel's mount flags.
     spec(&["allow_other"], Flag, Fuse, Text("root's mounts"), "let other users see the file system (the kernel checks the mode bits, as on ext4)", |p, _, _| {
         p.s.allow_other = Some(true);

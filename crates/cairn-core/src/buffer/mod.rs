@@ -67,6 +67,7 @@
 //! buffer data → buffer log state (never the reverse).
 
 pub mod cil;
+pub mod probe;
 mod readahead;
 
 use crate::dev::BlockDevice;
@@ -102,6 +103,10 @@ pub trait Change {
     fn charge(&self, n: u64);
     /// Notes a change to a buffer that was already dirty.
     fn touch(&self);
+    /// The handle's mark for the conflict probe, if the probe is on.
+    fn mark(&self) -> Option<&Arc<probe::HandleMark>> {
+        None
+    }
 }
 
 /// Most buffers one eviction pass looks at (see `maybe_evict`).
@@ -144,6 +149,9 @@ pub(crate) struct LogState {
     pub frozen: Option<Frozen>,
     /// The checkpoint whose captured image is not yet home (0: none).
     pub inflight: u64,
+    /// The handles that changed which chunks, for the conflict probe
+    /// (`probe`; `None` while it is off).
+    pub owners: Option<Box<probe::Owners>>,
 }
 
 /// What a buffer's contents are relative to its home block.
@@ -264,6 +272,8 @@ pub struct BufferCache {
     /// How far readahead may reach now (see `readahead`).
     window: readahead::Window,
     pub stats: CacheStats,
+    /// The conflict probe, once a mount turns it on.
+    probe: std::sync::OnceLock<probe::Probe>,
 }
 
 impl BufferCache {
@@ -290,7 +300,19 @@ impl BufferCache {
             per_shard_cap: (capacity / SHARDS).max(1),
             window: readahead::Window::default(),
             stats: CacheStats::default(),
+            probe: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Turns the conflict probe on (`-o debug.conflict_probe`), for
+    /// handles that begin from now on.
+    pub fn enable_probe(&self, geo: cairn_format::layout::Geometry) {
+        let _ = self.probe.set(probe::Probe::new(geo));
+    }
+
+    /// The conflict probe, if it is on.
+    pub fn probe(&self) -> Option<&probe::Probe> {
+        self.probe.get()
     }
 
     fn shard(&self, blk: u64) -> usize {
@@ -503,6 +525,9 @@ impl BufferCache {
         if map == 0 {
             return r;
         }
+        if let (Some(p), Some(mark)) = (self.probe.get(), tx.mark()) {
+            p.note(&mut st.owners, mark, buf.blk, &guard, map);
+        }
         let first = st.dirty_seq == 0;
         if first {
             st.dirty_seq = running;
@@ -575,6 +600,9 @@ impl Publish for BufferCache {
         put("cache.readahead_wasted", s.readahead_wasted.load(Relaxed));
         put("cache.readahead_window", self.window.blocks());
         put("cache.readahead_through", s.readahead_through.load(Relaxed));
+        if let Some(p) = self.probe.get() {
+            p.publish(put);
+        }
     }
 }
 

@@ -104,6 +104,9 @@ impl Fs {
         let home_lock = journal.ail.home_lock.clone();
         let bufs =
             BufferCache::new(dev.clone(), geo.block_size as usize, cache_blocks, journal.ail.clone(), opts.delaylog);
+        if opts.conflict_probe {
+            bufs.enable_probe(geo);
+        }
         let alloc_opts = AllocOptions {
             optimize_scan: opts.mb_optimize_scan,
             // A loaded buddy costs about three blocks: a sixteenth of the

@@ -15,6 +15,7 @@
 //! reservation is an accounting bug, counted in `journal.credit_overruns`.
 
 use super::gate::Entry;
+use crate::buffer::probe::HandleMark;
 use crate::buffer::Buf;
 use crate::error::{FsError, Result};
 use crate::meta::Meta;
@@ -53,11 +54,14 @@ pub struct Tx<'a> {
     credits: Cell<u64>,
     used: Cell<u64>,
     touched: Cell<bool>,
+    /// The handle's mark for the conflict probe (`buffer::probe`), when on.
+    mark: Option<Arc<HandleMark>>,
 }
 
 impl<'a> Tx<'a> {
     pub(super) fn new(meta: &'a Meta, mgr: &'a dyn Host, entered: Option<(Entry, Instant)>, credits: u64) -> Tx<'a> {
-        Tx { meta, mgr, entered, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false) }
+        let mark = entered.and(meta.bufs().probe()).map(|p| p.begin());
+        Tx { meta, mgr, entered, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false), mark }
     }
 
     /// The metadata this handle changes: reading code takes `&Meta`, and a
@@ -147,6 +151,9 @@ impl crate::buffer::Change for Tx<'_> {
     fn touch(&self) {
         Tx::touch(self)
     }
+    fn mark(&self) -> Option<&Arc<HandleMark>> {
+        self.mark.as_ref()
+    }
 }
 
 impl Drop for Tx<'_> {
@@ -154,6 +161,9 @@ impl Drop for Tx<'_> {
         if let Some((entry, entered)) = self.entered {
             self.mgr.release(self.credits.get());
             self.mgr.leave(self.meta, entry, entered.elapsed().as_micros() as u64);
+        }
+        if let (Some(mark), Some(probe)) = (&self.mark, self.meta.bufs().probe()) {
+            probe.end(mark);
         }
     }
 }

@@ -62,3 +62,32 @@ fn parallel_namespace_and_data_ops() {
     }
     fs.unmount().unwrap();
 }
+
+/// The conflict probe (`-o debug.conflict_probe`, step S0 of
+/// docs/gate-plan.md) counts every handle, and handles that run one after
+/// another (deletes included: `sync_delete`) never meet each other's
+/// changes; with the probe off it adds no counter.
+#[test]
+fn the_conflict_probe_counts_handles_and_no_conflict_without_overlap() {
+    let counter = |fs: &cairn_core::Fs, key: &str| fs.stats().into_iter().find(|(k, _)| k == key).map(|(_, v)| v);
+    let dev = new_image(64);
+    // Deletes on this thread: the reaper's handles would run beside ours.
+    let opts = cairn_core::MountOptions { conflict_probe: true, sync_delete: true, ..Default::default() };
+    let fs = mount_with(&dev, opts);
+    let c = Ctx::root();
+    let dir = fs.names().mkdir(&c, 1, b"d", 0o755).unwrap().ino;
+    for i in 0..200u32 {
+        let f = fs.names().mknod(&c, dir, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
+        fs.files().write(f.ino, 0, &[i as u8; 3000]).unwrap();
+    }
+    for i in 0..200u32 {
+        fs.names().unlink(dir, format!("f{i}").as_bytes()).unwrap();
+    }
+    assert!(counter(&fs, "probe.handles").unwrap() >= 600, "every create, write and unlink is a handle");
+    assert_eq!(counter(&fs, "probe.handles_conflicting"), Some(0));
+    assert_eq!(counter(&fs, "probe.handles_shared_only"), Some(0));
+    fs.unmount().unwrap();
+    let fs = mount(&dev);
+    assert_eq!(counter(&fs, "probe.handles"), None, "off unless asked");
+    fs.unmount().unwrap();
+}
