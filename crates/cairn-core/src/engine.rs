@@ -199,6 +199,12 @@ impl Engine {
             let tx = self.txm.begin(&self.meta, credits, &|| self.commit())?;
             let r = f(&tx);
             let changed = tx.changed();
+            // The allocation bitmaps change at the handle's end (see
+            // `alloc::intents`); a failure there fails the operation.
+            let r = match (r, tx.apply_intents()) {
+                (r, Ok(())) => r,
+                (_, Err(e)) => Err(e),
+            };
             if let Err(e) = &r {
                 // Latch while the handle still holds the gate: a commit
                 // waiting for it must see the abort and not snapshot half an

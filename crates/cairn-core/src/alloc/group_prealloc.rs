@@ -112,7 +112,7 @@ impl Allocator {
         let pick = lg.lock().iter().filter(|r| r.len >= want).min_by_key(|r| r.pblk.abs_diff(req.goal)).copied();
         let Some(run) = pick else { return Ok(None) };
         let g = self.geo().group_of_block(run.pblk);
-        let _st = self.lock_group(g);
+        let mut st = self.lock_group(g);
         {
             let mut runs = lg.lock();
             // Another thread of the same locality group may have moved it.
@@ -124,7 +124,7 @@ impl Allocator {
                 runs.swap_remove(i);
             }
         }
-        self.use_held(tx, g, run.pblk, u64::from(want), req, &self.lg.held)?;
+        self.use_held(tx, &mut st, run.pblk, u64::from(want), req, &self.lg.held)?;
         Ok(Some((run.pblk, want)))
     }
 

@@ -95,7 +95,13 @@ impl Group {
     /// A group not (yet) in the file system.
     pub fn dormant() -> Group {
         Group {
-            lock: Mutex::new(GroupState { buddy: None, inodes: None, pending: Vec::new(), itable_fresh_from: 0 }),
+            lock: Mutex::new(GroupState {
+                buddy: None,
+                inodes: None,
+                pending: Vec::new(),
+                itable_fresh_from: 0,
+                unjoined: Vec::new(),
+            }),
             free: AtomicU32::new(0),
             free_inodes: AtomicU32::new(0),
             fragments: AtomicU32::new(0),

@@ -35,11 +35,10 @@
 //! number is ever leaked or handed out twice.
 
 use super::bits::*;
-use super::buddy::Mark;
-use super::groups::Bitmap;
+use super::groups::{Bitmap, GroupState};
 use super::Allocator;
 use crate::buffer::BufferCache;
-use crate::buffer::Change;
+use crate::buffer::{BitmapIntent, Change};
 use crate::error::{FsError, Result};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -96,10 +95,7 @@ impl Allocator {
             return Ok(None);
         }
         let mut st = self.lock_group(g);
-        if st.inodes.is_none() {
-            st.inodes = Some(self.read_bitmap(tx.bufs(), g, Bitmap::Inode)?);
-        }
-        let map = st.inodes.as_mut().expect("loaded above");
+        let map = self.inode_map(tx.bufs(), g, &mut st)?;
         let Some(idx) = pick(map) else { return Ok(None) };
         set_bit(map, idx);
         let table_block = idx / self.geo().inodes_per_block();
@@ -114,7 +110,7 @@ impl Allocator {
             }
         }
         grp.free_inodes.fetch_sub(1, Relaxed);
-        self.change_disk_bitmap(tx, g, Bitmap::Inode, idx..idx + 1, Mark::Used, i64::from(is_dir))?;
+        self.record(tx, &mut st, BitmapIntent::UseInode { g, idx, dir: is_dir }, 0)?;
         drop(st);
         self.free_inodes.fetch_sub(1, Relaxed);
         self.stats.inodes_allocated.fetch_add(1, Relaxed);
@@ -126,32 +122,29 @@ impl Allocator {
         let g = self.geo().group_of_ino(ino);
         let idx = self.geo().index_in_group(ino);
         let mut st = self.lock_group(g);
-        if st.inodes.is_none() {
-            st.inodes = Some(self.read_bitmap(bufs, g, Bitmap::Inode)?);
-        }
-        Ok(st.inodes.as_ref().is_none_or(|map| test_bit(map, idx)))
+        Ok(test_bit(self.inode_map(bufs, g, &mut st)?, idx) && !Self::inode_freeing(&st, idx))
     }
 
-    /// Frees inode number `ino`.
+    /// Frees inode number `ino`: recorded for the handle's end, where the
+    /// number becomes free in memory too (see `intents`).
     pub fn free_inode(&self, tx: &dyn Change, ino: u64, was_dir: bool) -> Result<()> {
         let g = self.geo().group_of_ino(ino);
         let idx = self.geo().index_in_group(ino);
-        let grp = self.groups.get(g);
         let mut st = self.lock_group(g);
-        if st.inodes.is_none() {
-            st.inodes = Some(self.read_bitmap(tx.bufs(), g, Bitmap::Inode)?);
-        }
-        let map = st.inodes.as_mut().expect("loaded above");
         // Freeing a free inode (a damaged orphan list, a stale entry) must
         // not inflate the free counters: refuse it as corruption.
-        if !test_bit(map, idx) {
+        if !test_bit(self.inode_map(tx.bufs(), g, &mut st)?, idx) || Self::inode_freeing(&st, idx) {
             return Err(cairn_format::FormatError::corrupt("inode", ino, "freeing an inode that is not in use").into());
         }
-        clear_bit(map, idx);
-        self.change_disk_bitmap(tx, g, Bitmap::Inode, idx..idx + 1, Mark::Free, -i64::from(was_dir))?;
-        grp.free_inodes.fetch_add(1, Relaxed);
-        self.free_inodes.fetch_add(1, Relaxed);
-        self.stats.inodes_freed.fetch_add(1, Relaxed);
-        Ok(())
+        self.record(tx, &mut st, BitmapIntent::FreeInode { g, idx, dir: was_dir }, 0)
+    }
+
+    /// Group `g`'s inode map (1 = in use), read on first use (the caller
+    /// holds the group's lock as `st`).
+    pub(super) fn inode_map<'s>(&self, bufs: &BufferCache, g: u64, st: &'s mut GroupState) -> Result<&'s mut Vec<u64>> {
+        if st.inodes.is_none() {
+            st.inodes = Some(self.read_bitmap(bufs, g, Bitmap::Inode)?);
+        }
+        Ok(st.inodes.as_mut().expect("loaded above"))
     }
 }

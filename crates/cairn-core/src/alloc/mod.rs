@@ -9,8 +9,10 @@
 //! had that bitmap written: it is synthesised from the layout on first use
 //! (`cairn_format::bitmap`, the definition fsck checks against too). Every
 //! bitmap and descriptor change goes through the buffer cache inside the
-//! running transaction. Nothing else is stored: buddies, summaries and
-//! lists are rebuilt in memory.
+//! running transaction, at the end of the operation's handle: the operation
+//! decides in memory and records an intent, which its handle's end applies
+//! (`intents`). Nothing else is stored: buddies, summaries and lists are
+//! rebuilt in memory.
 //!
 //! ## In memory
 //! - `groups`: per group, a lock over its [`buddy::Buddy`] (the allocatable
@@ -55,6 +57,7 @@ mod group_prealloc;
 mod groups;
 mod grow;
 mod inodes;
+mod intents;
 mod lists;
 mod mb_stats;
 mod prealloc;
@@ -68,12 +71,10 @@ pub use request::{AllocRequest, Purpose};
 pub use trim::TrimStats;
 
 use crate::buffer::BufferCache;
-use crate::buffer::Change;
+use crate::buffer::{BitmapIntent, Change};
 use crate::error::{FsError, Result};
-use buddy::Mark;
 use cairn_format::layout::Geometry;
 use cairn_format::FormatError;
-use groups::Bitmap;
 use grow::{GroupTable, LiveGeometry};
 use lists::GroupLists;
 use parking_lot::Mutex;
@@ -128,6 +129,8 @@ pub struct Allocator {
     pub free_inodes: AtomicU64,
     /// Where the next inode search starts.
     pub next_ino: AtomicU64,
+    /// Names recorded intents (see `intents`).
+    tickets: AtomicU64,
     pub stats: AllocStats,
     pub trim_stats: TrimStats,
     /// `-o discard`: see [`Allocator::release_pending`].
@@ -201,6 +204,7 @@ impl Allocator {
             held_for_write_back: AtomicU64::new(0),
             free_inodes: AtomicU64::new(fi),
             next_ino: AtomicU64::new(next_ino.clamp(cairn_format::FIRST_INO, geo.total_inodes())),
+            tickets: AtomicU64::new(1),
             stats: AllocStats::default(),
             trim_stats: TrimStats::default(),
             discard: opts.discard,
@@ -322,23 +326,7 @@ impl Allocator {
             let gend = (base + self.geo().group_len(g)).min(end);
             let (s, n) = (b - base, gend - b);
             let mut st = self.lock_group(g);
-            let double = self.change_disk_bitmap(tx, g, Bitmap::Block, s..s + n, Mark::Free, 0)? > 0;
-            if double {
-                // The bitmap and counters just changed are wrong: the error
-                // (corruption) aborts the journal before they are committed.
-                return Err(FormatError::corrupt(
-                    "block bitmap",
-                    b,
-                    format!("freeing {n} block(s) of which some are already free"),
-                )
-                .into());
-            }
-            st.pending.push((seq, s as u32, n as u32));
-            drop(st);
-            self.pending_queue.lock().push_back((seq, g as u32));
-            self.pending_total.fetch_add(n, Relaxed);
-            self.disk_free_blocks.fetch_add(n, Ordering::Relaxed);
-            self.stats.blocks_freed.fetch_add(n, Ordering::Relaxed);
+            self.record(tx, &mut st, BitmapIntent::FreeBlocks { g, off: s, n }, seq)?;
             b = gend;
         }
         Ok(())

@@ -145,7 +145,7 @@ impl Allocator {
             return Ok(None);
         }
         let g = self.geo().group_of_block(pa.pblk);
-        let _st = self.lock_group(g);
+        let mut st = self.lock_group(g);
         let (start, n) = {
             let mut map = self.pa.map(req.ino).lock();
             let Some(p) = map.get_mut(&req.ino) else { return Ok(None) };
@@ -162,7 +162,7 @@ impl Allocator {
             }
             (start, u64::from(n))
         };
-        self.use_held(tx, g, start, n, req, &self.pa.held)?;
+        self.use_held(tx, &mut st, start, n, req, &self.pa.held)?;
         Ok(Some((start, n as u32)))
     }
 
@@ -230,13 +230,13 @@ impl Allocator {
         self.summarise(g, st);
     }
 
-    /// Takes `n` held blocks from `pblk` of group `g` into use on disk (the
-    /// caller holds the group's lock and has taken them off their
+    /// Takes `n` held blocks from `pblk` into use on disk (the caller holds
+    /// their group's lock as `st` and has taken them off their
     /// preallocation).
     pub(super) fn use_held(
         &self,
         tx: &dyn Change,
-        g: u64,
+        st: &mut GroupState,
         pblk: u64,
         n: u64,
         req: &AllocRequest,
@@ -244,7 +244,8 @@ impl Allocator {
     ) -> Result<()> {
         held.reserved.fetch_sub(n, Relaxed);
         held.used.fetch_add(n, Relaxed);
-        self.mark_in_use_on_disk(tx, g, pblk - self.geo().group_start(g), n, req)
+        let g = self.geo().group_of_block(pblk);
+        self.mark_in_use_on_disk(tx, g, st, pblk - self.geo().group_start(g), n, req)
     }
 
     /// Gives `r` held blocks from `pblk` of group `g` back to the buddy (the

@@ -24,11 +24,11 @@
 //! `MAX_TO_SCAN` extents, or after `MIN_TO_SCAN` once one is long enough.
 
 use super::buddy::{Buddy, Mark, NUM_ORDERS};
-use super::groups::{bucket_of, Bitmap, GroupState, ORDER_NONE, ORDER_UNKNOWN};
+use super::groups::{bucket_of, GroupState, ORDER_NONE, ORDER_UNKNOWN};
 use super::lists::Index;
 use super::request::AllocRequest;
 use super::Allocator;
-use crate::buffer::Change;
+use crate::buffer::{BitmapIntent, Change};
 use crate::error::{FsError, Result};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -229,7 +229,7 @@ impl Allocator {
         } else {
             self.make_prealloc(g, st, off, n, &req);
         }
-        self.mark_in_use_on_disk(tx, g, off, n, &req)?;
+        self.mark_in_use_on_disk(tx, g, st, off, n, &req)?;
         Ok((self.geo().group_start(g) + off, n as u32))
     }
 
@@ -239,11 +239,13 @@ impl Allocator {
         &self,
         tx: &dyn Change,
         g: u64,
+        st: &mut GroupState,
         off: u64,
         n: u64,
         req: &AllocRequest,
     ) -> Result<()> {
-        self.change_disk_bitmap(tx, g, Bitmap::Block, off..off + n, Mark::Used, 0)?;
+        // A use's pending mark is never read: 0.
+        self.record(tx, st, BitmapIntent::UseBlocks { g, off, n }, 0)?;
         self.disk_free_blocks.fetch_sub(n, Relaxed);
         self.stats.blocks_allocated.fetch_add(n, Relaxed);
         if n == u64::from(req.want) {

@@ -107,6 +107,23 @@ pub trait Change {
     fn mark(&self) -> Option<&Arc<probe::HandleMark>> {
         None
     }
+    /// Records a change of an allocation bitmap for the handle's end to
+    /// apply (`alloc::intents`); false for a writer that applies its
+    /// changes at once (a commit's own handle, a quiesced change).
+    fn defer_bitmap(&self, _ticket: u64, _intent: BitmapIntent) -> bool {
+        false
+    }
+}
+
+/// A change of an on-disk allocation bitmap (and its group descriptor)
+/// that an operation's handle records and its end applies (see
+/// `alloc::intents`). Offsets are within group `g`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BitmapIntent {
+    UseBlocks { g: u64, off: u64, n: u64 },
+    FreeBlocks { g: u64, off: u64, n: u64 },
+    UseInode { g: u64, idx: u64, dir: bool },
+    FreeInode { g: u64, idx: u64, dir: bool },
 }
 
 /// Most buffers one eviction pass looks at (see `maybe_evict`).

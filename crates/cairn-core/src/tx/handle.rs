@@ -16,11 +16,11 @@
 
 use super::gate::Entry;
 use crate::buffer::probe::HandleMark;
-use crate::buffer::Buf;
+use crate::buffer::{BitmapIntent, Buf};
 use crate::error::{FsError, Result};
 use crate::meta::Meta;
 use cairn_format::btree::Node;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -56,12 +56,24 @@ pub struct Tx<'a> {
     touched: Cell<bool>,
     /// The handle's mark for the conflict probe (`buffer::probe`), when on.
     mark: Option<Arc<HandleMark>>,
+    /// Allocation bitmap changes for the handle's end (`alloc::intents`),
+    /// with their tickets.
+    intents: RefCell<Vec<(u64, BitmapIntent)>>,
 }
 
 impl<'a> Tx<'a> {
     pub(super) fn new(meta: &'a Meta, mgr: &'a dyn Host, entered: Option<(Entry, Instant)>, credits: u64) -> Tx<'a> {
         let mark = entered.and(meta.bufs().probe()).map(|p| p.begin());
-        Tx { meta, mgr, entered, credits: Cell::new(credits), used: Cell::new(0), touched: Cell::new(false), mark }
+        Tx {
+            meta,
+            mgr,
+            entered,
+            credits: Cell::new(credits),
+            used: Cell::new(0),
+            touched: Cell::new(false),
+            mark,
+            intents: RefCell::default(),
+        }
     }
 
     /// The metadata this handle changes: reading code takes `&Meta`, and a
@@ -75,9 +87,21 @@ impl<'a> Tx<'a> {
         self.used.get()
     }
 
-    /// Whether this handle changed any buffer (newly dirtied or not).
+    /// Whether this handle changed any buffer (newly dirtied or not), or
+    /// recorded a change of the allocation bitmaps.
     pub fn changed(&self) -> bool {
-        self.touched.get()
+        self.touched.get() || !self.intents.borrow().is_empty()
+    }
+
+    /// Applies the allocation bitmap changes the operation recorded (see
+    /// `alloc::intents`): the end of `Engine::change`, inside the gate.
+    pub(crate) fn apply_intents(&self) -> Result<()> {
+        let intents = std::mem::take(&mut *self.intents.borrow_mut());
+        if intents.is_empty() {
+            return Ok(());
+        }
+        let seq = self.meta.running_seq().load(Ordering::Acquire);
+        self.meta.alloc().apply_intents(self, &intents, seq)
     }
 
     /// Notes a change to a buffer that was already dirty.
@@ -154,10 +178,25 @@ impl crate::buffer::Change for Tx<'_> {
     fn mark(&self) -> Option<&Arc<HandleMark>> {
         self.mark.as_ref()
     }
+    fn defer_bitmap(&self, ticket: u64, intent: BitmapIntent) -> bool {
+        if self.entered.is_none() {
+            return false;
+        }
+        self.touched.set(true);
+        self.intents.borrow_mut().push((ticket, intent));
+        true
+    }
 }
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
+        if !self.intents.get_mut().is_empty() {
+            // Only an unwinding operation ends without `Engine::change`'s
+            // apply: apply what it recorded, so that memory and disk agree.
+            if let Err(e) = self.apply_intents() {
+                tracing::error!(error = %e, "a handle that ended early could not apply its bitmap changes");
+            }
+        }
         if let Some((entry, entered)) = self.entered {
             self.mgr.release(self.credits.get());
             self.mgr.leave(self.meta, entry, entered.elapsed().as_micros() as u64);
