@@ -23,13 +23,26 @@ fn fragmented(fs: &Fs, name: &str, n: u64) -> u64 {
     ino
 }
 
+/// A fresh `mib` MiB image mounted with `opts(sync_delete)`, holding
+/// `name`: a [`fragmented`] file of `n` extents. (The image, the mount,
+/// the file's inode.)
+fn mount_fragmented(mib: u64, sync_delete: bool, name: &str, n: u64) -> (Arc<MemDevice>, Arc<Fs>, u64) {
+    let dev = new_image(mib);
+    let fs = mount_with(&dev, opts(sync_delete));
+    let ino = fragmented(&fs, name, n);
+    (dev, fs, ino)
+}
+
+/// Commits everything, then the free blocks statfs reports.
+fn synced_free_blocks(fs: &Fs) -> u64 {
+    fs.files().sync_fs().unwrap();
+    fs.statfs().unwrap().blocks_free
+}
+
 #[test]
 fn a_large_delete_is_queued_counted_free_and_done_by_the_reaper() {
-    let dev = new_image(256);
-    let fs = mount_with(&dev, opts(false));
-    let big = fragmented(&fs, "big", 20_000);
-    fs.files().sync_fs().unwrap();
-    let free_before = fs.statfs().unwrap().blocks_free;
+    let (dev, fs, big) = mount_fragmented(256, false, "big", 20_000);
+    let free_before = synced_free_blocks(&fs);
     fs.names().unlink(1, b"big").unwrap();
     fs.inodes().forget(big, 1); // the kernel's FORGET: the last reference goes
     assert_eq!(stat(&fs, "reaper.queued"), 1);
@@ -98,9 +111,7 @@ fn writing_right_after_deleting_a_large_file_does_not_fail_for_space() {
 /// writer's 300 s limit ran out (the stall `bench/run frag` hit).
 #[test]
 fn a_full_disk_write_never_waits_for_the_reaper_holding_its_io_lock() {
-    let dev = new_image(128);
-    let fs = mount_with(&dev, opts(false));
-    let old = fragmented(&fs, "old", 4_000);
+    let (dev, fs, old) = mount_fragmented(128, false, "old", 4_000);
     // The writer's inode in the same stripe as `old`'s.
     let mut n = 0;
     let new = loop {
@@ -136,9 +147,7 @@ fn a_full_disk_write_never_waits_for_the_reaper_holding_its_io_lock() {
 
 #[test]
 fn sync_delete_frees_on_the_callers_thread() {
-    let dev = new_image(128);
-    let fs = mount_with(&dev, opts(true));
-    let big = fragmented(&fs, "big", 5_000);
+    let (dev, fs, big) = mount_fragmented(128, true, "big", 5_000);
     fs.names().unlink(1, b"big").unwrap();
     fs.inodes().forget(big, 1);
     assert_eq!(stat(&fs, "reaper.deferred"), 0);
@@ -150,11 +159,8 @@ fn sync_delete_frees_on_the_callers_thread() {
 
 #[test]
 fn a_crash_before_the_reaper_finishes_is_finished_by_the_next_mount() {
-    let dev = new_image(256);
-    let fs = mount_with(&dev, opts(false));
-    let big = fragmented(&fs, "big", 20_000);
-    fs.files().sync_fs().unwrap();
-    let free_before = fs.statfs().unwrap().blocks_free;
+    let (dev, fs, big) = mount_fragmented(256, false, "big", 20_000);
+    let free_before = synced_free_blocks(&fs);
     fs.names().unlink(1, b"big").unwrap();
     fs.inodes().forget(big, 1);
     fs.files().sync_fs().unwrap();
@@ -183,11 +189,8 @@ fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
 
 #[test]
 fn a_large_truncate_returns_at_once_and_the_reaper_frees_the_rest() {
-    let dev = new_image(256);
-    let fs = mount_with(&dev, opts(false));
-    let f = fragmented(&fs, "f", 20_000);
-    fs.files().sync_fs().unwrap();
-    let free_before = fs.statfs().unwrap().blocks_free;
+    let (dev, fs, f) = mount_fragmented(256, false, "f", 20_000);
+    let free_before = synced_free_blocks(&fs);
     truncate(&fs, f, 10 * 8192);
     assert_eq!(stat(&fs, "reaper.truncates_queued"), 1, "a 20,000-extent truncate was not deferred");
     assert_eq!(fs.inodes().getattr(f).unwrap().size, 10 * 8192);
@@ -203,9 +206,7 @@ fn a_large_truncate_returns_at_once_and_the_reaper_frees_the_rest() {
 
 #[test]
 fn growing_a_file_while_its_truncate_is_queued_never_shows_the_old_bytes() {
-    let dev = new_image(256);
-    let fs = mount_with(&dev, opts(false));
-    let f = fragmented(&fs, "f", 20_000);
+    let (dev, fs, f) = mount_fragmented(256, false, "f", 20_000);
     let g = fragmented(&fs, "g", 20_000);
     fs.debug_hold_reaper(true);
     truncate(&fs, f, 0);
@@ -231,11 +232,8 @@ fn growing_a_file_while_its_truncate_is_queued_never_shows_the_old_bytes() {
 
 #[test]
 fn a_crash_with_a_truncate_queued_is_finished_by_the_next_mount() {
-    let dev = new_image(256);
-    let fs = mount_with(&dev, opts(false));
-    let f = fragmented(&fs, "f", 20_000);
-    fs.files().sync_fs().unwrap();
-    let free_before = fs.statfs().unwrap().blocks_free;
+    let (dev, fs, f) = mount_fragmented(256, false, "f", 20_000);
+    let free_before = synced_free_blocks(&fs);
     fs.debug_hold_reaper(true);
     truncate(&fs, f, 8192);
     fs.files().sync_fs().unwrap();
@@ -253,9 +251,7 @@ fn a_crash_with_a_truncate_queued_is_finished_by_the_next_mount() {
 
 #[test]
 fn sync_delete_truncates_on_the_callers_thread() {
-    let dev = new_image(256);
-    let fs = mount_with(&dev, opts(true));
-    let f = fragmented(&fs, "f", 20_000);
+    let (dev, fs, f) = mount_fragmented(256, true, "f", 20_000);
     let before = fs.inodes().getattr(f).unwrap().blocks;
     truncate(&fs, f, 0);
     assert_eq!(stat(&fs, "reaper.truncates_queued"), 0);

@@ -10,6 +10,21 @@ use cairn_core::resize::grow;
 use cairn_core::Ctx;
 use std::sync::Arc;
 
+/// Writes a new file `big` of `mib` MiB of `fill` into the grown space,
+/// each 1 MiB write whole; its inode.
+fn write_big(fs: &cairn_core::Fs, mib: u64, fill: u8) -> u64 {
+    let big = fs.names().mknod(&Ctx::root(), 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let chunk = vec![fill; 1 << 20];
+    for i in 0..mib {
+        assert_eq!(
+            fs.files().write(big, i << 20, &chunk).unwrap() as usize,
+            chunk.len(),
+            "write {i} in the grown space"
+        );
+    }
+    big
+}
+
 /// A 256 MiB device holding a file system of `fs_mib` in groups of 4 MiB.
 fn small_fs_on_big_device(fs_mib: u64) -> Arc<MemDevice> {
     let dev = Arc::new(MemDevice::new(256 << 20));
@@ -49,15 +64,7 @@ fn growing_keeps_every_file_and_the_new_space_is_usable() {
         assert_eq!(&fs.files().read(a.ino, 0, data.len() as u32).unwrap(), data, "{name} changed");
     }
     // The new space takes a file larger than the old file system.
-    let big = fs.names().mknod(&root, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    let chunk = vec![5u8; 1 << 20];
-    for i in 0..60u64 {
-        assert_eq!(
-            fs.files().write(big, i << 20, &chunk).unwrap() as usize,
-            chunk.len(),
-            "write {i} in the grown space"
-        );
-    }
+    write_big(&fs, 60, 5);
     for i in 0..3000u32 {
         fs.names().mknod(&root, 1, format!("n{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
     }
@@ -147,15 +154,7 @@ fn a_mounted_file_system_grows_under_concurrent_writers() {
     assert_eq!(after.blocks, 25600);
     assert!(after.files > before.files && after.blocks_free > before.blocks_free + 20_000, "{after:?}");
     // More than the old file system held, written at once.
-    let big = fs.names().mknod(&root, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    let chunk = vec![7u8; 1 << 20];
-    for i in 0..40u64 {
-        assert_eq!(
-            fs.files().write(big, i << 20, &chunk).unwrap() as usize,
-            chunk.len(),
-            "write {i} in the grown space"
-        );
-    }
+    let big = write_big(&fs, 40, 7);
     // A second grow, to the most the descriptor table allows.
     let g2 = fs.grow(256 << 20).expect("grow again");
     assert_eq!(g2.new_groups, 64);
