@@ -68,8 +68,7 @@ fn growing_keeps_every_file_and_the_new_space_is_usable() {
     for i in 0..3000u32 {
         fs.names().mknod(&root, 1, format!("n{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
     }
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after using the new space");
+    unmount_clean(&fs, dev.as_ref(), "after using the new space");
 }
 
 #[test]
@@ -111,8 +110,7 @@ fn a_full_file_system_grows_and_its_last_group_fills_up() {
     let fs = mount(&dev);
     let more = fill_up(&fs, b"more");
     assert!(more > 28 << 20, "only {more} bytes fit after growing from 10 to 40 MiB ({filled} before)");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after filling the grown file system");
+    unmount_clean(&fs, dev.as_ref(), "after filling the grown file system");
 }
 
 /// `Fs::grow`: a mounted file system grows while other threads create and
@@ -160,8 +158,7 @@ fn a_mounted_file_system_grows_under_concurrent_writers() {
     assert_eq!(g2.new_groups, 64);
     let e = fs.grow(512 << 20).unwrap_err();
     assert!(e.to_string().contains("at most"), "{e}");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after growing while mounted");
+    unmount_clean(&fs, dev.as_ref(), "after growing while mounted");
     let fs = mount(&dev);
     assert_eq!(fs.statfs().unwrap().blocks, 65536);
     for (t, (dir, n)) in made.into_iter().enumerate() {
@@ -187,8 +184,7 @@ fn a_mounted_grow_refuses_shrinking_and_read_only() {
     let fs = cairn_core::Fs::mount(d, cairn_core::MountOptions { read_only: true, ..Default::default() }).unwrap();
     let e = fs.grow(64 << 20).unwrap_err();
     assert!(e.to_string().to_lowercase().contains("read-only"), "{e}");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after refused grows");
+    unmount_clean(&fs, dev.as_ref(), "after refused grows");
 }
 
 /// mkfs reserves descriptor blocks for growth: a 1 GiB image of 128 MiB
