@@ -56,13 +56,16 @@ TEST_PKGS=(e2fsprogs fuse2fs attr acl stress-ng fio dbench fsmark libacl1-dev xf
 PKGS=("${RUNTIME_PKGS[@]}")
 [[ $RUNTIME_ONLY -eq 1 ]] || PKGS+=("${TEST_PKGS[@]}")
 
+# missing_pkgs PKG...: those of the Debian packages PKG... not installed, one a line.
+missing_pkgs() {
+    local p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
+    done
+}
+
 # --- Debian packages
-missing=()
-for p in "${PKGS[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-        missing+=("$p")
-    fi
-done
+mapfile -t missing < <(missing_pkgs "${PKGS[@]}")
 if [[ ${#missing[@]} -gt 0 ]]; then
     log "installing: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -85,12 +88,7 @@ fi
 # a private network namespace; the packages' units would serve NFS on every interface):
 # a policy-rc.d that refuses every start is in place during the install, unless one is already.
 NFS_PKGS=(nfs-ganesha nfs-ganesha-vfs libnfs-utils rpcbind iproute2)
-nfs_missing=()
-for p in "${NFS_PKGS[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-        nfs_missing+=("$p")
-    fi
-done
+mapfile -t nfs_missing < <(missing_pkgs "${NFS_PKGS[@]}")
 if [[ ${#nfs_missing[@]} -gt 0 ]]; then
     log "installing (for tests/external/nfs.sh, services not started): ${nfs_missing[*]}"
     policy=/usr/sbin/policy-rc.d
