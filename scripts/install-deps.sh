@@ -56,13 +56,16 @@ TEST_PKGS=(e2fsprogs fuse2fs attr acl stress-ng fio dbench fsmark libacl1-dev xf
 PKGS=("${RUNTIME_PKGS[@]}")
 [[ $RUNTIME_ONLY -eq 1 ]] || PKGS+=("${TEST_PKGS[@]}")
 
+# missing_pkgs PKG...: those of the Debian packages PKG... not installed, one a line.
+missing_pkgs() {
+    local p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
+    done
+}
+
 # --- Debian packages
-missing=()
-for p in "${PKGS[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-        missing+=("$p")
-    fi
-done
+mapfile -t missing < <(missing_pkgs "${PKGS[@]}")
 if [[ ${#missing[@]} -gt 0 ]]; then
     log "installing: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -85,12 +88,7 @@ fi
 # a private network namespace; the packages' units would serve NFS on every interface):
 # a policy-rc.d that refuses every start is in place during the install, unless one is already.
 NFS_PKGS=(nfs-ganesha nfs-ganesha-vfs libnfs-utils rpcbind iproute2)
-nfs_missing=()
-for p in "${NFS_PKGS[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-        nfs_missing+=("$p")
-    fi
-done
+mapfile -t nfs_missing < <(missing_pkgs "${NFS_PKGS[@]}")
 if [[ ${#nfs_missing[@]} -gt 0 ]]; then
     log "installing (for tests/external/nfs.sh, services not started): ${nfs_missing[*]}"
     policy=/usr/sbin/policy-rc.d
@@ -110,62 +108,46 @@ else
     log "NFS suite packages: all present"
 fi
 
-# --- pjdfstest 0.2.2 (the Rust port; needs libacl1-dev, installed above)
-PJD_VERSION=0.2.2
-have_pjd() {
-    local bin
-    for bin in "$(command -v pjdfstest 2>/dev/null)" /usr/local/bin/pjdfstest "${CARGO_HOME:-$HOME/.cargo}/bin/pjdfstest"; do
+# have_tool NAME VERSION: NAME at VERSION (`NAME --version` says "NAME VERSION") is
+# installed, and on everyone's PATH in /usr/local/bin (the suites run it by name).
+have_tool() {
+    local name=$1 version=$2 bin
+    for bin in "$(command -v "$name" 2>/dev/null)" "/usr/local/bin/$name" "${CARGO_HOME:-$HOME/.cargo}/bin/$name"; do
         [[ -n $bin && -x $bin ]] || continue
-        [[ $("$bin" --version 2>/dev/null) == "pjdfstest $PJD_VERSION" ]] || continue
-        # somewhere on PATH for everyone: the suites run it by name
-        [[ $bin == /usr/local/bin/pjdfstest ]] || $SUDO ln -sf "$bin" /usr/local/bin/pjdfstest
+        [[ $("$bin" --version 2>/dev/null) == "$name $version" ]] || continue
+        [[ $bin == "/usr/local/bin/$name" ]] || $SUDO ln -sf "$bin" "/usr/local/bin/$name"
         return 0
     done
     return 1
 }
-if have_pjd; then
-    log "pjdfstest $PJD_VERSION: present"
-else
-    command -v cargo >/dev/null || { log "cargo not found: install Rust (rustup) first, see README.md"; exit 1; }
-    log "cargo install pjdfstest --version $PJD_VERSION --locked (about 1.5 minutes)"
-    # Installed into /usr/local so that it is on everyone's PATH, built outside the
-    # workspace (its own target dir) so it never touches cairn's build.
-    tmp=$(mktemp -d)
-    (cd "$tmp" && $SUDO env "PATH=$PATH" CARGO_TARGET_DIR="$tmp/target" \
-        cargo install pjdfstest --version "$PJD_VERSION" --locked --root /usr/local --quiet)
-    rm -rf "$tmp"
-    have_pjd || { log "pjdfstest did not install"; exit 1; }
-fi
 
-# --- fsx 0.2.0 (fsx-rs, the File System eXerciser: tests/external/fsx.sh)
-FSX_VERSION=0.2.0
-have_fsx() {
-    local bin
-    for bin in "$(command -v fsx 2>/dev/null)" /usr/local/bin/fsx "${CARGO_HOME:-$HOME/.cargo}/bin/fsx"; do
-        [[ -n $bin && -x $bin ]] || continue
-        [[ $("$bin" --version 2>/dev/null) == "fsx $FSX_VERSION" ]] || continue
-        [[ $bin == /usr/local/bin/fsx ]] || $SUDO ln -sf "$bin" /usr/local/bin/fsx
+# cargo_tool NAME VERSION HOW_LONG: NAME at VERSION, from crates.io unless present.
+# Installed into /usr/local so that it is on everyone's PATH, built outside the workspace
+# (a target dir of its own) so it never touches cairn's build. --locked uses the crate's
+# own Cargo.lock; if that no longer resolves, the newest compatible versions.
+cargo_tool() {
+    local name=$1 version=$2 how_long=$3 tmp
+    if have_tool "$name" "$version"; then
+        log "$name $version: present"
         return 0
-    done
-    return 1
-}
-if have_fsx; then
-    log "fsx $FSX_VERSION: present"
-else
+    fi
     command -v cargo >/dev/null || { log "cargo not found: install Rust (rustup) first, see README.md"; exit 1; }
-    log "cargo install fsx --version $FSX_VERSION --locked (about 1 minute)"
-    # Like pjdfstest: into /usr/local, built in a target dir of its own. --locked uses the
-    # crate's own Cargo.lock; if that no longer resolves, the newest compatible versions.
+    log "cargo install $name --version $version --locked ($how_long)"
     tmp=$(mktemp -d)
     if ! (cd "$tmp" && $SUDO env "PATH=$PATH" CARGO_TARGET_DIR="$tmp/target" \
-        cargo install fsx --version "$FSX_VERSION" --locked --root /usr/local --quiet); then
-        log "cargo install fsx --locked failed: trying without --locked"
+        cargo install "$name" --version "$version" --locked --root /usr/local --quiet); then
+        log "cargo install $name --locked failed: trying without --locked"
         (cd "$tmp" && $SUDO env "PATH=$PATH" CARGO_TARGET_DIR="$tmp/target" \
-            cargo install fsx --version "$FSX_VERSION" --root /usr/local --quiet --force)
+            cargo install "$name" --version "$version" --root /usr/local --quiet --force)
     fi
     rm -rf "$tmp"
-    have_fsx || { log "fsx did not install"; exit 1; }
-fi
+    have_tool "$name" "$version" || { log "$name did not install"; exit 1; }
+}
+
+# pjdfstest 0.2.2 (the Rust port; needs libacl1-dev, installed above).
+cargo_tool pjdfstest 0.2.2 "about 1.5 minutes"
+# fsx 0.2.0 (fsx-rs, the File System eXerciser: tests/external/fsx.sh).
+cargo_tool fsx 0.2.0 "about 1 minute"
 
 # --- nightly Rust and cargo-fuzz, for the fuzz suite only (tests/external/fuzz.sh): libFuzzer
 # needs nightly's sanitizer flags; the product builds on stable.

@@ -1057,6 +1057,42 @@ def size_bytes(s):
     return int(s[:-1]) << {"M": 20, "G": 30}[s[-1]]
 
 
+def job_variants(p):
+    """One variant of the parameters `p` per job count in `p["jobs"]`."""
+    return [{**p, "label": f"{j} job{'s' if j > 1 else ''}", "jobs": j} for j in p["jobs"]]
+
+
+def fio_prefill(paths, v, common, direct=()):
+    """Writes the job's files in full (`fio --rw=write --bs=1M --end_fsync=1`,
+    `direct` adds its options), checks they are allocated, and syncs: every
+    later write is an overwrite, every read finds data."""
+    fio(["--name=prefill", "--rw=write", "--bs=1M", *direct, "--end_fsync=1", *common])
+    check_written(paths, size_bytes(v["size"]))
+    run(["sync"])
+
+
+def fio_timed_4k(name, rw, v, common, extra=()):
+    """A time-based 4 KiB psync O_DIRECT fio job of `v`'s ramp, runtime and
+    job count over random offsets (`extra` adds options); fio's report."""
+    return fio(
+        [
+            f"--name={name}",
+            f"--rw={rw}",
+            "--bs=4k",
+            "--ioengine=psync",
+            "--direct=1",
+            "--norandommap=1",
+            *extra,
+            "--time_based=1",
+            f"--ramp_time={v['ramp']}",
+            f"--runtime={v['runtime']}",
+            f"--numjobs={v['jobs']}",
+            "--group_reporting=1",
+            *common,
+        ]
+    )
+
+
 class FioOverwrite(Experiment):
     name = "fio"
     seed = "004 (overwrite fast path)"
@@ -1074,8 +1110,7 @@ class FioOverwrite(Experiment):
         return {"size": "2G", "ramp": 3, "runtime": 10, "jobs": [1, 2, 4, 8, 16]}
 
     def variants(self, quick):
-        p = self.params(quick)
-        return [{**p, "label": f"{j} job{'s' if j > 1 else ''}", "jobs": j} for j in p["jobs"]]
+        return job_variants(self.params(quick))
 
     def describe(self, quick):
         p = self.params(quick)
@@ -1102,27 +1137,8 @@ class FioOverwrite(Experiment):
             "--nrfiles=32",
             f"--size={v['size']}",
         ]
-        fio(["--name=prefill", "--rw=write", "--bs=1M", "--end_fsync=1", *common])
-        check_written([os.path.join(fs.mp, f) for f in self.FILES], size_bytes(v["size"]))
-        run(["sync"])
-        j = fio(
-            [
-                "--name=overwrite",
-                "--rw=randwrite",
-                "--bs=4k",
-                "--ioengine=psync",
-                "--direct=1",
-                "--norandommap=1",
-                "--invalidate=0",
-                "--file_service_type=random",
-                "--time_based=1",
-                f"--ramp_time={v['ramp']}",
-                f"--runtime={v['runtime']}",
-                f"--numjobs={v['jobs']}",
-                "--group_reporting=1",
-                *common,
-            ]
-        )
+        fio_prefill([os.path.join(fs.mp, f) for f in self.FILES], v, common)
+        j = fio_timed_4k("overwrite", "randwrite", v, common, ["--invalidate=0", "--file_service_type=random"])
         return {"iops": j["jobs"][0]["write"]["iops"]}
 
 
@@ -1144,8 +1160,7 @@ class FioRandRead(Experiment):
         return size_bytes(self.params(quick)["size"]) + (2 << 30)
 
     def variants(self, quick):
-        p = self.params(quick)
-        return [{**p, "label": f"{j} job{'s' if j > 1 else ''}", "jobs": j} for j in p["jobs"]]
+        return job_variants(self.params(quick))
 
     def describe(self, quick):
         p = self.params(quick)
@@ -1158,25 +1173,8 @@ class FioRandRead(Experiment):
 
     def run(self, fs, v):
         common = [f"--filename={os.path.join(fs.mp, 'rr')}", f"--size={v['size']}"]
-        fio(["--name=prefill", "--rw=write", "--bs=1M", "--direct=1", "--end_fsync=1", *common])
-        check_written([os.path.join(fs.mp, "rr")], size_bytes(v["size"]))
-        run(["sync"])
-        j = fio(
-            [
-                "--name=randread",
-                "--rw=randread",
-                "--bs=4k",
-                "--ioengine=psync",
-                "--direct=1",
-                "--norandommap=1",
-                "--time_based=1",
-                f"--ramp_time={v['ramp']}",
-                f"--runtime={v['runtime']}",
-                f"--numjobs={v['jobs']}",
-                "--group_reporting=1",
-                *common,
-            ]
-        )
+        fio_prefill([os.path.join(fs.mp, "rr")], v, common, ["--direct=1"])
+        j = fio_timed_4k("randread", "randread", v, common)
         return {"iops": j["jobs"][0]["read"]["iops"]}
 
 

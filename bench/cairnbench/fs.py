@@ -27,7 +27,8 @@ which the runner calls on success, failure and Ctrl-C alike.
 import os
 import shutil
 import subprocess
-import time
+
+from .mounts import is_mounted, wait_until
 
 ALL_FS = ["cairn", "tmpfs", "ext4", "xfs", "btrfs", "fuse2fs"]
 # `--baseline PATH` adds this file system: cairn built from another commit,
@@ -171,20 +172,6 @@ def missing_tools(fs_names):
             if shutil.which(cmd) is None and not os.path.exists(f"/usr/sbin/{cmd}"):
                 miss.append((fs, cmd, pkg))
     return miss
-
-
-def is_mounted(mp):
-    mp = os.path.realpath(mp)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == mp for line in f)
-
-
-def wait_until(pred, timeout, what):
-    t0 = time.time()
-    while not pred():
-        if time.time() - t0 > timeout:
-            raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 class Scratch:

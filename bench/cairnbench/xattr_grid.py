@@ -1,15 +1,15 @@
 """bench/xattr-grid's parts: the four file systems (make, mount, unmount,
 check) and the report (Markdown tables, SVG plots, results.json).
 
-Self-contained on purpose: it imports nothing else from cairnbench, so the
-grid keeps working while the main suite's modules change.
+Self-contained on purpose: it imports nothing else from cairnbench but
+mounts.py (standard library only, shared with fs.py and tests/external), so
+the grid keeps working while the main suite's modules change.
 
     python3 bench/cairnbench/xattr_grid.py RESULTS.json [OUTDIR]
 
 re-writes report.md and the SVGs from a results.json.
 """
 
-import fcntl
 import html
 import json
 import math
@@ -18,6 +18,10 @@ import statistics
 import subprocess
 import sys
 import time
+
+# bench/ on the path, as when run as a script (bench/cairnbench is first then).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from cairnbench.mounts import image_free, is_mounted, wait_until  # noqa: E402
 
 # The file systems, in report order: (name, kind, mount option or None).
 FILESYSTEMS = [
@@ -41,12 +45,6 @@ def run(cmd, check=True, timeout=None, **kw):
     return p
 
 
-def is_mounted(mp):
-    mp = os.path.realpath(mp)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == mp for line in f)
-
-
 def gone(pid):
     """The process has exited: no /proc entry, or only its thread-group
     leader is left, as a zombie (its parent, init here since `cairn mount`
@@ -59,31 +57,6 @@ def gone(pid):
         return os.listdir(f"/proc/{pid}/task") in ([], [str(pid)])
     except OSError:
         return True
-
-
-def lock_free(path):
-    """Nothing holds the image's flock (a cairn daemon holds it as long as it
-    has the image open; `cairn fsck` and `cairn umount` test the same)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def wait_until(pred, timeout, what):
-    t0 = time.monotonic()
-    while not pred():
-        if time.monotonic() - t0 > timeout:
-            raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Scratch:
@@ -198,7 +171,9 @@ class FileSystem:
         run(["umount", self.mp], timeout=120)
         if self.kind == "cairn" and self.pid:
             pid = self.pid
-            wait_until(lambda: gone(pid) and lock_free(self.image), 120, f"the cairn daemon {pid} to exit")
+            wait_until(
+                lambda: gone(pid) and image_free(self.image), 120, f"the cairn daemon {pid} to exit", step=0.02
+            )
             self.pid = None
 
     def fsck(self):

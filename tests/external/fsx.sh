@@ -81,13 +81,6 @@ IMG=$SCRATCH/fs.img
 MP=$SCRATCH/mnt
 t_start=$(now_s)
 
-failures=0
-fail() {
-    warn "FAILED: $*"
-    failures=$((failures + 1))
-    SUITE_FAILED=1
-}
-
 ops() { echo $(($1 * SCALE / 100)); }
 
 log "$(fsx --version), $(fio --version); base seed $SEED (--seed $SEED reproduces every run)"

@@ -4,15 +4,20 @@ of a run or case; and the exit cleanup of every mount, daemon, tmpfs and child p
 this process made."""
 
 import atexit
-import fcntl
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
 from fulldisk_common import log
+
+# Whether a path is mounted and an image free: the checks the bench suite
+# makes too (bench/cairnbench/mounts.py, standard library only).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from cairnbench.mounts import image_free, is_mounted  # noqa: E402
 
 # ---------------------------------------------------------------------------------------
 # Cleanup: every mount, daemon, tmpfs and child process this process made
@@ -85,16 +90,6 @@ def reap_procs():
 # ---------------------------------------------------------------------------------------
 
 
-def is_mounted(path):
-    path = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            mp = line.split(" ")[4].encode().decode("unicode_escape")
-            if mp == path:
-                return True
-    return False
-
-
 def daemon_pids(mnt):
     """Pids of `cairn mount IMAGE MNT ...` processes serving exactly MNT."""
     pids = []
@@ -118,21 +113,6 @@ def pid_alive(pid):
             return f.read().split(") ")[-1][:1] != "Z"
     except OSError:
         return False
-
-
-def image_free(img):
-    try:
-        fd = os.open(img, os.O_RDONLY)
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def drop_caches():

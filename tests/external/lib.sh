@@ -2,7 +2,7 @@
 # Shared helpers for cairn's shell-level test suites and scripts.
 #
 # Source it from a bash script that runs with `set -euo pipefail`. It provides:
-#   - logging (log, warn, die) and a stage timer;
+#   - logging (log, warn, die), failed checks counted (fail) and a stage timer;
 #   - a cleanup stack run on EXIT (on_exit CMD...), so every mount, loop device and
 #     temp file a script makes is undone on success, failure or Ctrl-C;
 #   - cairn helpers: mkfs, mount, unmount that WAITS FOR THE DAEMON TO EXIT (through
@@ -31,6 +31,16 @@ warn() { printf '[%s] WARNING: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() {
     printf '[%s] ERROR: %s\n' "$(date +%H:%M:%S)" "$*" >&2
     exit 1
+}
+
+# fail MSG: a check failed; the suite goes on and counts it in `failures`
+# (the script's exit status says whether any did), and a failed suite's
+# scratch is kept under KEEP_FAILED=1.
+failures=0
+fail() {
+    warn "FAILED: $*"
+    failures=$((failures + 1))
+    SUITE_FAILED=1
 }
 
 require_root() {

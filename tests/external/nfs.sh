@@ -135,13 +135,6 @@ fi
 G=$SCRATCH/ganesha
 mkdir -p "$G/recovery"
 
-failures=0
-fail() {
-    warn "FAILED: $*"
-    failures=$((failures + 1))
-    SUITE_FAILED=1
-}
-
 # ganesha_conf FILE [PATH:ID ...]: a private Ganesha config exporting each PATH (export id
 # ID, NFSv3 path = PATH, NFSv4 pseudo path /exportID).
 ganesha_conf() {

@@ -92,13 +92,6 @@ mkdir -p "$LOGS"
 rm -f "$LOGS"/*
 OPTS="default_permissions,cache_mb=$CACHE_MB,commit=$COMMIT"
 
-failures=0
-fail() {
-    warn "FAILED: $*"
-    failures=$((failures + 1))
-    SUITE_FAILED=1
-}
-
 # _stop_helpers: exit path: tell the walker and the fsync-er to stop, then make sure.
 _stop_helpers() {
     local p i

@@ -205,13 +205,6 @@ check_fs() {
     fi
 }
 
-failures=0
-fail() {
-    warn "FAILED: $*"
-    failures=$((failures + 1))
-    SUITE_FAILED=1
-}
-
 # ---- set up
 if [[ $FS == cairn ]]; then
     cairn_mkfs "$IMG" 1G >/dev/null || die "cairn mkfs failed"

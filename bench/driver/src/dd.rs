@@ -98,6 +98,15 @@ pub fn mount(image: &Path, options: &[String]) -> Result<Arc<Fs>, String> {
     mount_on(image, options, |dev| Arc::new(dev))
 }
 
+/// Unmounts `fs` whatever `run` (the phase on it) came to, then `run`'s
+/// outcome: its own error first, else the unmount's, else its value.
+pub fn unmount_after<T>(fs: &Fs, run: Result<T, String>) -> Result<T, String> {
+    let unmounted = fs.unmount();
+    let value = run?;
+    unmounted.map_err(|e| format!("unmount: {e}"))?;
+    Ok(value)
+}
+
 /// As [`mount`], with the locked image file wrapped by `wrap` first (a
 /// device that counts the engine's I/O, say).
 pub fn mount_on(
@@ -208,12 +217,9 @@ pub fn run(a: &DdArgs<'_>) -> Result<(), String> {
     }
     let end = alloc_counters(&fs);
     let t = Instant::now();
-    let un = fs.unmount();
+    let done = unmount_after(&fs, failed.map_or(Ok(()), Err));
     let unmount_seconds = t.elapsed().as_secs_f64();
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    un.map_err(|e| format!("unmount: {e}"))?;
+    done?;
     let doc = json!({
         "image": a.image.display().to_string(),
         "name": a.name,

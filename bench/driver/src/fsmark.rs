@@ -37,7 +37,7 @@
 //! ...; the unlink's count from the walk's mount).
 //! Output: JSON on stdout, one line per phase on stderr.
 
-use crate::dd::{mount_on, XorShift};
+use crate::dd::{mount_on, unmount_after, XorShift};
 use cairn_core::dev::{BlockDevice, FileDevice};
 use cairn_core::{Ctx, Fs, FsError};
 use cairn_format::ROOT_INO;
@@ -269,10 +269,8 @@ fn create_phase(a: &FsmarkArgs<'_>) -> Result<Value, String> {
     let peak = status_kib("VmHWM");
     let counters: serde_json::Map<String, Value> = fs.stats().into_iter().map(|(k, v)| (k, json!(v))).collect();
     let t = Instant::now();
-    let un = fs.unmount();
+    let commit_seconds = unmount_after(&fs, r)?;
     drop(fs);
-    let commit_seconds = r?;
-    un.map_err(|e| format!("unmount: {e}"))?;
     let files = done.load(Relaxed);
     Ok(json!({
         "files": files,
@@ -425,9 +423,7 @@ fn walk_and_unlink(a: &FsmarkArgs<'_>) -> Result<(Value, Option<Value>), String>
     let journal = journal_bytes(&fs) - j1;
     let peak = status_kib("VmHWM");
     let counters: serde_json::Map<String, Value> = fs.stats().into_iter().map(|(k, v)| (k, json!(v))).collect();
-    let un = fs.unmount();
-    let commit_seconds = r?;
-    un.map_err(|e| format!("unmount: {e}"))?;
+    let commit_seconds = unmount_after(&fs, r)?;
     let n = removed.load(Relaxed);
     let sub = |k: &str| io.json()[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
     let unlink = json!({

@@ -9,7 +9,8 @@
 //! INIT request ([`cairn_fuse::negotiate`]), mount options
 //! ([`cairn_fuse::session_config`], `default_permissions` included), entry,
 //! attribute and negative TTLs, the same answers where cairn declines work
-//! (OPEN, OPENDIR and FLUSH with ENOSYS, so no request per open or close),
+//! (OPEN, OPENDIR and FLUSH with ENOSYS, so no request per open or close;
+//! all but OPEN by cairn's own handlers, [`cairn_fuse::declined`]),
 //! the same readahead, and the same request counters ([`cairn_fuse::Metrics`]:
 //! the root's extended attribute `user.nullfs.counters` reads them as JSON
 //! while mounted, and `--counters FILE` gets them at unmount). Extended
@@ -516,33 +517,13 @@ impl Filesystem for NullFs {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: fuser::LockOwner, reply: ReplyEmpty) {
-        let _t = self.metrics.timer(Op::Flush);
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        let _t = self.metrics.timer(Op::Release);
-        reply.ok();
-    }
+    // FLUSH, RELEASE, OPENDIR and RELEASEDIR: declined exactly as cairn
+    // declines them, by the same code (`cairn_fuse::declined`).
+    cairn_fuse::declined_requests!();
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let _t = self.metrics.timer(Op::Fsync);
         reply.ok();
-    }
-
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _t = self.metrics.timer(Op::Opendir);
-        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
@@ -589,11 +570,6 @@ impl Filesystem for NullFs {
                 Ok(())
             });
         }
-        reply.ok();
-    }
-
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        let _t = self.metrics.timer(Op::Releasedir);
         reply.ok();
     }
 

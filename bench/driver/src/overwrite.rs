@@ -18,7 +18,7 @@
 //! (counter values are differences over the whole run, ramp included), and
 //! one line per job count on stderr.
 
-use crate::dd::{mount, XorShift};
+use crate::dd::{mount, unmount_after, XorShift};
 use cairn_core::{Ctx, Fs, FsError};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -172,11 +172,7 @@ pub fn run(a: &OverwriteArgs<'_>) -> Result<(), String> {
             }
         }
     }
-    let un = fs.unmount();
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    un.map_err(|e| format!("unmount: {e}"))?;
+    unmount_after(&fs, failed.map_or(Ok(()), Err))?;
     let doc = json!({
         "image": a.image.display().to_string(),
         "options": a.options,

@@ -33,8 +33,7 @@ fn mkfs_of_a_mounted_image_is_refused_before_anything_changes() {
     }
     let (dir, _g, pid) = fresh_mount("m.img", "256M");
     let (img, mp) = (dir.path().join("m.img"), dir.path().join("mnt"));
-    std::fs::write(mp.join("f"), vec![7u8; 1 << 20]).unwrap();
-    std::fs::File::open(mp.join("f")).unwrap().sync_all().unwrap();
+    write_synced(&mp.join("f"), &vec![7u8; 1 << 20]);
     for size in ["512M", "128M"] {
         let o = run(&["mkfs", p(&img), "--force", "--size", size, "--quiet"]);
         assert_eq!(o.status.code(), Some(1), "mkfs --size {size} of a mounted image: {}", stderr(&o));
@@ -75,9 +74,7 @@ fn remount_read_only_commits_and_back_to_read_write() {
     Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
     wait_gone(pid, Duration::from_secs(30), "after SIGKILL");
     let _ = Command::new("umount").arg(&mp).status();
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount after the kill: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "mount after the kill");
     assert_eq!(std::fs::read(mp.join("before")).unwrap(), b"written before remount,ro");
     assert_eq!(std::fs::read(mp.join("after")).unwrap(), b"x");
     unmount(&mp, pid);
@@ -89,14 +86,10 @@ fn a_read_only_mount_turns_read_write_or_says_why_not() {
     if !can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (img, mp) = (dir.path().join("o.img"), dir.path().join("mnt"));
-    std::fs::create_dir(&mp).unwrap();
+    let Scratch { dir, img, mp } = scratch("o.img");
     mkfs(&img, "64M");
-    let o = run(&["mount", p(&img), p(&mp), "-o", "ro"]);
-    assert!(o.status.success(), "mount -o ro: {}", stderr(&o));
     let _g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &["-o", "ro"], "mount -o ro");
     // A bare mount(2) past the helper flips the kernel's flag and returns 0;
     // the daemon, still read-only, sets it back.
     let o = Command::new("mount").args(["-i", "-o", "remount,rw", p(&mp)]).output().unwrap();
@@ -128,16 +121,13 @@ fn a_read_only_mount_turns_read_write_or_says_why_not() {
     let o = remount(&img, &mp, "rw");
     assert!(o.status.success(), "remount,rw of an -o ro mount: {}", stderr(&o));
     assert!(mount_flags(&mp).starts_with("rw,"), "{}", mount_flags(&mp));
-    std::fs::write(mp.join("x"), b"written after remount,rw").unwrap();
-    std::fs::File::open(mp.join("x")).unwrap().sync_all().unwrap();
+    write_synced(&mp.join("x"), b"written after remount,rw");
     // The guard is gone: the flag stays rw.
     std::thread::sleep(Duration::from_millis(300));
     assert!(mount_flags(&mp).starts_with("rw,"), "{}", mount_flags(&mp));
     unmount(&mp, pid);
     assert_fsck_clean(&img, "fsck after a read-only mount turned read-write");
-    let o = run(&["mount", p(&img), p(&mp), "-o", "ro"]);
-    assert!(o.status.success(), "mount -o ro: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &["-o", "ro"], "mount -o ro");
     assert_eq!(std::fs::read(mp.join("x")).unwrap(), b"written after remount,rw");
     unmount(&mp, pid);
 }
@@ -231,16 +221,13 @@ fn tune_renames_an_unmounted_file_system_and_refuses_what_it_must() {
     // Default mount options: a mount starts from them, its own -o wins.
     let o = run(&["tune", p(&img), "-o", "ro,commit=10", "-e", "continue"]);
     assert!(o.status.success() && stdout(&o).contains("mount options: ro,commit=10"), "{}", stderr(&o));
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount with default options: {}", stderr(&o));
+    let pid = mount(&img, &mp, &[], "mount with default options");
     assert!(mount_flags(&mp).starts_with("ro"), "the default ro was not applied: {}", mount_flags(&mp));
     assert_eq!(std::fs::read(mp.join("f")).unwrap(), b"kept");
-    unmount(&mp, daemon_pid(&mp));
+    unmount(&mp, pid);
     // Mounts with its new names, files as they were; then a crash.
-    let o = run(&["mount", p(&img), p(&mp), "-o", "rw"]);
-    assert!(o.status.success(), "mount after tune: {}", stderr(&o));
+    let pid = mount(&img, &mp, &["-o", "rw"], "mount after tune");
     assert!(mount_flags(&mp).starts_with("rw"), "-o rw did not win over the default: {}", mount_flags(&mp));
-    let pid = daemon_pid(&mp);
     std::fs::write(mp.join("g"), b"new").unwrap();
     Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
     wait_gone(pid, Duration::from_secs(10), "after kill -9");
@@ -248,9 +235,8 @@ fn tune_renames_an_unmounted_file_system_and_refuses_what_it_must() {
     let o = run(&["tune", p(&img), "-L", "after crash"]);
     assert_eq!(o.status.code(), Some(1), "tune of an unclean image: {}", stdout(&o));
     assert!(stderr(&o).contains("not cleanly unmounted"), "{}", stderr(&o));
-    let o = run(&["mount", p(&img), p(&mp), "-o", "rw"]);
-    assert!(o.status.success(), "mount after the crash: {}", stderr(&o));
-    unmount(&mp, daemon_pid(&mp));
+    let pid = mount(&img, &mp, &["-o", "rw"], "mount after the crash");
+    unmount(&mp, pid);
     let o = run(&["tune", p(&img), "-L", "after crash"]);
     assert!(o.status.success(), "tune after replay: {}", stderr(&o));
     assert_fsck_clean(&img, "after the last tune");
@@ -299,9 +285,7 @@ fn inspect_shows_an_unmounted_image_and_changes_nothing() {
     assert!(std::fs::read(&img).unwrap() == before, "inspect changed the image");
 
     // A crash leaves records to replay: listed, and files are not read.
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "mount");
     std::fs::write(mp.join("late"), b"x").unwrap();
     assert!(sh(&format!("sync -f {}", p(&mp))).status.success());
     Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
@@ -435,9 +419,7 @@ fn resize_grows_an_unmounted_image_and_refuses_what_it_cannot() {
     assert!(stdout(&o).contains("to 2.0 GiB"), "{}", stdout(&o));
     assert_eq!(len(&img), 2 << 30);
     assert_fsck_clean(&img, "after the resize");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "mount");
     assert_eq!(std::fs::read(mp.join("data")).unwrap(), data);
     let df = String::from_utf8_lossy(&sh(&format!("df -B1 --output=size {}", p(&mp))).stdout).into_owned();
     assert!(df.contains(&(2u64 << 30).to_string()), "df after the resize: {df}");
@@ -469,9 +451,7 @@ fn resize_grows_an_unmounted_image_and_refuses_what_it_cannot() {
     assert_eq!(std::fs::read(mp.join("data")).unwrap(), data);
     unmount(&mp, pid);
     assert_fsck_clean(&img, "after the mounted resize");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount after the mounted resize: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "mount after the mounted resize");
     for i in [0u8, 49] {
         assert_eq!(std::fs::read(mp.join(format!("w{i}"))).unwrap(), vec![i; 1 << 20], "w{i}");
     }

@@ -80,9 +80,7 @@ fn chattr_immutable_and_append_only_hold_through_a_mount_and_a_remount() {
     assert_fsck_clean(&img, "after the first mount");
 
     // The next mount checks opens too.
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "mount");
     assert!(flags_of(&f).contains('i') && flags_of(&log).contains('a'), "flags lost across a remount");
     assert_eq!(std::fs::read(&f).unwrap(), b"kept");
     assert_eq!(std::fs::read(&log).unwrap(), b"1\n2\n");

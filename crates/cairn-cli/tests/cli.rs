@@ -99,11 +99,8 @@ fn mkfs_of_16_tib_stays_sparse() {
 
 #[test]
 fn stats_and_mount_refuse_what_is_not_a_cairn_image() {
-    let dir = tempfile::tempdir().unwrap();
-    let junk = dir.path().join("junk.img");
+    let Scratch { dir: _dir, img: junk, mp } = scratch("junk.img");
     std::fs::write(&junk, vec![0x5au8; 1 << 20]).unwrap();
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
     let o = run(&["stats", p(&junk)]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("not a cairn file system"), "{}", stderr(&o));
@@ -116,11 +113,8 @@ fn stats_and_mount_refuse_what_is_not_a_cairn_image() {
 
 #[test]
 fn mount_refuses_damaged_images_and_bad_arguments() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("c.img");
+    let Scratch { dir, img, mp } = scratch("c.img");
     mkfs(&img, "64M");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
     // A missing mount point.
     let o = run(&["mount", p(&img), p(&dir.path().join("nowhere"))]);
     assert_eq!(o.status.code(), Some(1));
@@ -152,19 +146,12 @@ fn a_real_mount_keeps_data_across_unmount_and_refuses_a_second_mount() {
     if !can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("m.img");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
-    mkfs(&img, "256M");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let _g = Guard(mp.clone());
+    let (dir, _g, pid) = fresh_mount("m.img", "256M");
+    let (img, mp) = (dir.path().join("m.img"), dir.path().join("mnt"));
     assert!(is_mounted(&mp), "cairn mount returned before the mount appeared");
-    let pid = daemon_pid(&mp);
 
     // Ordinary use.
-    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let data = patterned(3_000_000);
     std::fs::create_dir_all(mp.join("a/b/c")).unwrap();
     std::fs::write(mp.join("a/b/c/big"), &data).unwrap();
     std::fs::write(mp.join("small"), b"hello").unwrap();
@@ -193,14 +180,10 @@ fn a_real_mount_keeps_data_across_unmount_and_refuses_a_second_mount() {
 
     unmount(&mp, pid);
     assert_fsck_clean(&img, "fsck after unmount");
-    let o = run(&["stats", p(&img), "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert_eq!(v["state"], "clean");
+    assert_eq!(stats_json(&img)["state"], "clean");
 
     // Remount: everything is still there.
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "remount: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "remount");
     assert_eq!(std::fs::read(mp.join("a/b/c/big")).unwrap(), data);
     assert_eq!(std::fs::read(mp.join("a/moved")).unwrap(), b"hello");
     assert_eq!(std::fs::read_link(mp.join("link")).unwrap(), Path::new("a/b/c/big"));
@@ -214,19 +197,9 @@ fn a_killed_daemon_leaves_a_journal_that_the_next_mount_replays() {
     if !can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("k.img");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
-    mkfs(&img, "128M");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let _g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
-    std::fs::write(mp.join("kept"), b"fsync'd before the kill").unwrap();
-    let f = std::fs::File::open(mp.join("kept")).unwrap();
-    f.sync_all().unwrap();
-    drop(f);
+    let (dir, _g, pid) = fresh_mount("k.img", "128M");
+    let (img, mp) = (dir.path().join("k.img"), dir.path().join("mnt"));
+    write_synced(&mp.join("kept"), b"fsync'd before the kill");
     Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
     wait_gone(pid, Duration::from_secs(30), "after SIGKILL");
     let _ = Command::new("umount").arg(&mp).status();
@@ -234,20 +207,15 @@ fn a_killed_daemon_leaves_a_journal_that_the_next_mount_replays() {
     assert_fsck_clean(&img, "fsck of an unreplayed image");
     // A read-write mount replays, and the fsync'd file is there.
     let saved = std::fs::read(&img).unwrap();
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "remount: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "remount");
     assert_eq!(std::fs::read(mp.join("kept")).unwrap(), b"fsync'd before the kill");
-    let o = run(&["stats", p(&mp), "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let v = stats_json(&mp);
     assert_eq!(v["counters"]["journal.replays_at_mount"].as_u64(), Some(1), "{v}");
     unmount(&mp, pid);
     // So does a read-only mount of the same unreplayed image (as ext4 does
     // while the device is writable); the mount itself stays read-only.
     std::fs::write(&img, &saved).unwrap();
-    let o = run(&["mount", p(&img), p(&mp), "-o", "ro"]);
-    assert!(o.status.success(), "read-only mount of an unreplayed image: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &["-o", "ro"], "read-only mount of an unreplayed image");
     assert_eq!(std::fs::read(mp.join("kept")).unwrap(), b"fsync'd before the kill");
     unmount(&mp, pid);
     assert_fsck_clean(&img, "fsck after replay");
@@ -258,14 +226,8 @@ fn fuse_requests_are_counted_per_opcode() {
     if !can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("r.img");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
-    mkfs(&img, "256M");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let _g = Guard(mp.clone());
+    let (dir, _g, _) = fresh_mount("r.img", "256M");
+    let (img, mp) = (dir.path().join("r.img"), dir.path().join("mnt"));
     std::fs::create_dir(mp.join("d")).unwrap();
 
     const N: u64 = 1000;
@@ -301,7 +263,7 @@ fn fuse_requests_are_counted_per_opcode() {
     });
     per_op("readdir of 1000 entries (whole listing)", 1, &d);
 
-    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let data = patterned(8 << 20);
     std::fs::write(mp.join("big"), &data).unwrap();
     let f = std::fs::File::open(mp.join("big")).unwrap();
     f.sync_all().unwrap();
@@ -330,10 +292,8 @@ fn fuse_requests_are_counted_per_opcode() {
     drop(f);
 
     // Cold stats: after a remount nothing is in the kernel's caches.
-    let o = run(&["umount", p(&mp)]);
-    assert!(o.status.success(), "cairn umount: {}", stderr(&o));
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "remount: {}", stderr(&o));
+    cairn_umount(&mp);
+    mount(&img, &mp, &[], "remount");
     let d = fuse_requests(&mp, || {
         for i in 0..N {
             std::fs::metadata(mp.join(format!("d/f{i}"))).unwrap();
@@ -344,8 +304,7 @@ fn fuse_requests_are_counted_per_opcode() {
     let c = counters(&mp);
     assert!(c["fuse.lookup.us_p50"] <= c["fuse.lookup.us_p99"], "{c:?}");
     assert!(c["fuse.lookup.us_total"] <= c["fuse.lookup.reply_us_total"], "{c:?}");
-    let o = run(&["umount", p(&mp)]);
-    assert!(o.status.success(), "cairn umount: {}", stderr(&o));
+    cairn_umount(&mp);
 }
 
 /// A cold listing of 3,000 files, then a stat of each (what `ls -l`,
@@ -359,26 +318,20 @@ fn a_cold_listing_then_stats_costs_no_lookup_with_readdirplus_always() {
         return;
     }
     const N: u64 = 3000;
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("l.img");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
+    let Scratch { dir: _dir, img, mp } = scratch("l.img");
     mkfs(&img, "256M");
     let mut lookups = Vec::new();
     for (i, mode) in ["always", "auto"].iter().enumerate() {
         let opt = format!("readdirplus={mode}");
-        let o = run(&["mount", p(&img), p(&mp), "-o", &opt]);
-        assert!(o.status.success(), "mount: {}", stderr(&o));
         let _g = Guard(mp.clone());
+        mount(&img, &mp, &["-o", &opt], "mount");
         if i == 0 {
             std::fs::create_dir(mp.join("d")).unwrap();
             for f in 0..N {
                 std::fs::File::create(mp.join(format!("d/f{f}"))).unwrap();
             }
-            let o = run(&["umount", p(&mp)]);
-            assert!(o.status.success(), "cairn umount: {}", stderr(&o));
-            let o = run(&["mount", p(&img), p(&mp), "-o", &opt]);
-            assert!(o.status.success(), "mount again: {}", stderr(&o));
+            cairn_umount(&mp);
+            mount(&img, &mp, &["-o", &opt], "mount again");
         }
         let d = fuse_requests(&mp, || {
             let names: Vec<_> = std::fs::read_dir(mp.join("d")).unwrap().map(|e| e.unwrap().path()).collect();
@@ -389,8 +342,7 @@ fn a_cold_listing_then_stats_costs_no_lookup_with_readdirplus_always() {
         });
         per_op(&format!("cold listing + stat of {N} files, readdirplus={mode}"), N, &d);
         lookups.push(d.get("lookup").copied().unwrap_or(0));
-        let o = run(&["umount", p(&mp)]);
-        assert!(o.status.success(), "cairn umount: {}", stderr(&o));
+        cairn_umount(&mp);
     }
     assert!(lookups[0] <= 1, "readdirplus=always: {} lookups for {N} stats", lookups[0]);
     assert!(lookups[1] >= N / 2, "readdirplus=auto: only {} lookups: the test cannot tell the modes apart", lookups[1]);
@@ -402,39 +354,23 @@ fn cairn_umount_returns_when_the_image_is_released() {
     if !can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("u.img");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
+    let Scratch { dir: _dir, img, mp } = scratch("u.img");
     mkfs(&img, "256M");
     let data = vec![7u8; 20 << 20];
     // fuseblk (root's default) and plain fuse: `cairn fsck` right after
     // `cairn umount`, no wait in between.
     for opts in [&[][..], &["-o", "nofuseblk"][..]] {
         for round in 0..3 {
-            let mut args = vec!["mount", p(&img), p(&mp)];
-            args.extend_from_slice(opts);
-            let o = run(&args);
-            assert!(o.status.success(), "mount {opts:?}: {}", stderr(&o));
             let _g = Guard(mp.clone());
+            mount(&img, &mp, opts, &format!("mount {opts:?}"));
             std::fs::write(mp.join(format!("f{round}")), &data).unwrap();
             for i in 0..200 {
                 std::fs::write(mp.join(format!("s{round}-{i}")), b"x").unwrap();
             }
-            let o = run(&["umount", p(&mp)]);
-            assert!(o.status.success(), "cairn umount {opts:?}: {}", stderr(&o));
+            cairn_umount(&mp);
             assert!(!is_mounted(&mp));
-            let o = run(&["fsck", p(&img)]);
-            assert_eq!(
-                o.status.code(),
-                Some(0),
-                "fsck right after cairn umount {opts:?}: {}{}",
-                stdout(&o),
-                stderr(&o)
-            );
-            let o = run(&["stats", p(&img), "--json"]);
-            let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-            assert_eq!(v["state"], "clean", "{opts:?}");
+            assert_fsck_clean(&img, &format!("fsck right after cairn umount {opts:?}"));
+            assert_eq!(stats_json(&img)["state"], "clean", "{opts:?}");
         }
     }
     // Not mounted: a clear error.
@@ -461,8 +397,7 @@ fn o_direct_overwrites_take_the_fast_path_and_stay_coherent_with_buffered_io() {
     let (img, mp) = (dir.path().join("d.img"), dir.path().join("mnt"));
     let f = mp.join("f");
     let mut model = vec![1u8; 1 << 20];
-    std::fs::write(&f, &model).unwrap();
-    std::fs::File::open(&f).unwrap().sync_all().unwrap();
+    write_synced(&f, &model);
 
     let before = counters(&mp);
     let d = std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(&f).unwrap();
@@ -509,9 +444,7 @@ fn o_direct_overwrites_take_the_fast_path_and_stay_coherent_with_buffered_io() {
 
     unmount(&mp, pid);
     assert_fsck_clean(&img, "fsck");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "remount: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "remount");
     assert_eq!(std::fs::read(&f).unwrap(), model);
     unmount(&mp, pid);
 }
@@ -522,16 +455,9 @@ fn writes_truncates_and_chowns_by_others_drop_suid_sgid_and_capabilities() {
     if !can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, _g, pid) = fresh_mount_with("k.img", "64M", &["-o", "allow_other"]);
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let img = dir.path().join("k.img");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
-    mkfs(&img, "64M");
-    let o = run(&["mount", p(&img), p(&mp), "-o", "allow_other"]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let _g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let (img, mp) = (dir.path().join("k.img"), dir.path().join("mnt"));
     let f = mp.join("f");
     let mode = |f: &Path| std::fs::metadata(f).unwrap().mode() & 0o7777;
     let set = |f: &Path, m: u32| std::fs::set_permissions(f, std::fs::Permissions::from_mode(m)).unwrap();
@@ -575,16 +501,9 @@ fn posix_acls_work_through_a_mount_as_on_ext4() {
         eprintln!("SKIPPED: setfacl/getfacl not installed (Debian package acl)");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("acl.img");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
+    let (dir, _g, pid) = fresh_mount_with("acl.img", "256M", &["-o", "allow_other"]);
     std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    mkfs(&img, "256M");
-    let o = run(&["mount", p(&img), p(&mp), "-o", "allow_other"]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let _g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let (img, mp) = (dir.path().join("acl.img"), dir.path().join("mnt"));
     let m = p(&mp);
     let ok = |cmd: String| {
         let o = sh(&cmd);
@@ -612,9 +531,7 @@ fn posix_acls_work_through_a_mount_as_on_ext4() {
     unmount(&mp, pid);
     assert_fsck_clean(&img, "fsck");
     // Still there after a remount.
-    let o = run(&["mount", p(&img), p(&mp), "-o", "allow_other"]);
-    assert!(o.status.success(), "remount: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &["-o", "allow_other"], "remount");
     assert!(ok(format!("getfacl -cp {m}/d")).contains("default:user:nobody:r-x"));
     unmount(&mp, pid);
 }
@@ -686,9 +603,7 @@ fn xattr_values_up_to_64_kib_through_a_mount() {
     }
     unmount(&mp, pid);
     assert_fsck_clean(&img, "fsck");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "remount: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "remount");
     assert!(get("user.big").stdout == other, "64 KiB value after a remount");
     let o = Command::new("setfattr").args(["-x", "user.big", p(&f)]).output().unwrap();
     assert!(o.status.success(), "setfattr -x: {}", stderr(&o));
@@ -706,17 +621,12 @@ fn cache_mb_bounds_the_inode_and_dentry_caches_of_a_real_mount() {
     if !can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("c.img");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
+    let Scratch { dir: _dir, img, mp } = scratch("c.img");
     let o = run(&["mkfs", p(&img), "--size", "512M", "--inode-ratio", "8192", "--quiet"]);
     assert!(o.status.success(), "mkfs failed: {}", stderr(&o));
     for lru in [1, 0] {
-        let o = run(&["mount", p(&img), p(&mp), "-o", &format!("cache_mb=4,lru_caches={lru}")]);
-        assert!(o.status.success(), "mount: {}", stderr(&o));
         let _g = Guard(mp.clone());
-        let pid = daemon_pid(&mp);
+        let pid = mount(&img, &mp, &["-o", &format!("cache_mb=4,lru_caches={lru}")], "mount");
         let d = mp.join(format!("d{lru}"));
         std::fs::create_dir(&d).unwrap();
         for i in 0..20_000 {
@@ -769,8 +679,7 @@ fn fuse_over_io_uring_serves_a_real_mount_and_unmounts_cleanly() {
         std::fs::rename(&name, d.join(format!("r{i}"))).unwrap();
     }
     let big: Vec<u8> = (0..8u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
-    std::fs::write(mp.join("big"), &big).unwrap();
-    std::fs::File::open(mp.join("big")).unwrap().sync_all().unwrap();
+    write_synced(&mp.join("big"), &big);
     assert!(sh(&format!("setfattr -n user.k -v hello {}", p(&mp.join("big")))).status.success());
     let o = sh(&format!("getfattr --only-values -n user.k {}", p(&mp.join("big"))));
     assert_eq!(stdout(&o), "hello");
@@ -780,16 +689,13 @@ fn fuse_over_io_uring_serves_a_real_mount_and_unmounts_cleanly() {
     assert!(ring * 10 >= all * 9, "io_uring served {ring} of {all} requests");
     // DESTROY comes through the ring: `cairn umount` must still return with
     // the image released and clean.
-    let o = run(&["umount", p(&mp)]);
-    assert!(o.status.success(), "cairn umount: {}{}", stdout(&o), stderr(&o));
+    cairn_umount(&mp);
     wait_gone(pid, Duration::from_secs(30), "after cairn umount");
     drop(g);
     assert_fsck_clean(&img, "after an io_uring mount");
     // The same data through /dev/fuse.
-    let o = run(&["mount", p(&img), p(&mp), "-o", "io_uring=0"]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
     let _g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &["-o", "io_uring=0"], "mount");
     assert_eq!(std::fs::read(mp.join("big")).unwrap(), big);
     assert_eq!(std::fs::read(d.join("r3")).unwrap(), b"333");
     assert_eq!(counters(&mp)["fuse.io_uring_requests"], 0);
@@ -835,8 +741,7 @@ fn a_mount_right_after_umount_waits_for_the_old_daemon() {
         std::fs::write(mp.join(format!("f{round}")), &data).unwrap();
         let o = std::process::Command::new("umount").arg(&mp).output().unwrap();
         assert!(o.status.success(), "umount: {}", stderr(&o));
-        let o = run(&["mount", p(&img), p(&mp)]);
-        assert!(o.status.success(), "round {round}: mount right after umount: {}", stderr(&o));
+        mount(&img, &mp, &[], "round {round}: mount right after umount");
         wait_gone(pid, Duration::from_secs(60), "after the new mount");
         pid = daemon_pid(&mp);
         assert_eq!(std::fs::read(mp.join(format!("f{round}"))).unwrap().len(), data.len());

@@ -50,10 +50,8 @@ fn drop_caches() {
 fn image_cache_after_a_cold_read(dir: &Path, direct: &str, data: &[u8]) -> usize {
     let (img, mp) = (dir.join("d.img"), dir.join("mnt"));
     let opts = format!("direct_data={direct}");
-    let o = run(&["mount", p(&img), p(&mp), "-o", &opts]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
     let _g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &["-o", &opts], "mount");
     let file = mp.join(format!("f{direct}"));
     std::fs::write(&file, data).unwrap();
     // A short tail: the last block is read partly.
@@ -61,9 +59,7 @@ fn image_cache_after_a_cold_read(dir: &Path, direct: &str, data: &[u8]) -> usize
     unmount(&mp, pid);
     drop_caches();
     forget_pages(&img);
-    let o = run(&["mount", p(&img), p(&mp), "-o", &opts]);
-    assert!(o.status.success(), "mount again: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &["-o", &opts], "mount again");
     let before = cached_bytes(&img);
     assert!(std::fs::read(&file).unwrap() == data, "direct_data={direct}: the file reads back different bytes");
     assert!(std::fs::read(mp.join(format!("small{direct}"))).unwrap() == data[..5000]);

@@ -12,11 +12,6 @@ use std::io::Write;
 
 const MIB: usize = 1 << 20;
 
-/// Byte `i` of the test pattern.
-fn pattern(i: usize) -> u8 {
-    ((i as u64 * 2_654_435_761) >> 13) as u8
-}
-
 /// Writes `chunk`-sized pieces of the pattern to `path` until `write(2)`
 /// fails; returns the bytes accepted and the error.
 fn fill(path: &std::path::Path, chunk: usize) -> (usize, std::io::Error) {
@@ -61,9 +56,7 @@ fn buffered_writes_say_enospc_and_keep_every_accepted_byte() {
     unmount(&mp, pid);
     let img = dir.path().join("full.img");
     assert_fsck_clean(&img, "after the fill");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "mount");
     let back = std::fs::read(mp.join("big")).unwrap();
     assert_eq!(back.len(), done);
     if let Some(i) = back.iter().enumerate().position(|(i, b)| *b != pattern(i)) {

@@ -56,6 +56,18 @@ fn open_by_handle(mount: &File, h: &Handle, flags: i32) -> std::io::Result<File>
     Ok(unsafe { File::from_raw_fd(fd as i32) })
 }
 
+/// Opens the file behind `h` (read-only) and reads it whole.
+fn read_by_handle(mount: &File, h: &Handle) -> std::io::Result<String> {
+    let mut s = String::new();
+    open_by_handle(mount, h, libc::O_RDONLY)?.read_to_string(&mut s)?;
+    Ok(s)
+}
+
+/// The LOOKUP requests the mount at `mp` has had so far.
+fn lookups(mp: &Path) -> u64 {
+    counters(mp).get("fuse.lookup.requests").copied().unwrap_or(0)
+}
+
 /// Makes the kernel forget every inode nobody holds (FUSE FORGETs them).
 fn drop_caches() {
     for _ in 0..2 {
@@ -82,46 +94,41 @@ fn handles_open_after_the_kernel_forgot_the_inode_and_go_stale_with_the_file() {
             (*n, name_to_handle(&p), std::fs::metadata(&p).unwrap().ino())
         })
         .collect();
-    let mount = File::open(&mp).unwrap();
+    let root = File::open(&mp).unwrap();
 
     drop_caches();
-    let lookups = counters(&mp).get("fuse.lookup.requests").copied().unwrap_or(0);
+    let before = lookups(&mp);
     for (name, h, ino) in &handles {
         let flags =
             if name.ends_with('f') || *name == "g" { libc::O_RDONLY } else { libc::O_RDONLY | libc::O_DIRECTORY };
-        let f = open_by_handle(&mount, h, flags).unwrap_or_else(|e| panic!("open_by_handle_at {name:?}: {e}"));
+        let f = open_by_handle(&root, h, flags).unwrap_or_else(|e| panic!("open_by_handle_at {name:?}: {e}"));
         assert_eq!(f.metadata().unwrap().ino(), *ino, "{name:?}");
     }
-    let mut s = String::new();
-    open_by_handle(&mount, &handles[0].1, libc::O_RDONLY).unwrap().read_to_string(&mut s).unwrap();
-    assert_eq!(s, "inside e");
-    let after = counters(&mp).get("fuse.lookup.requests").copied().unwrap_or(0);
-    assert!(after > lookups, "the kernel never forgot the inodes: the test proves nothing");
+    assert_eq!(read_by_handle(&root, &handles[0].1).unwrap(), "inside e");
+    assert!(lookups(&mp) > before, "the kernel never forgot the inodes: the test proves nothing");
 
     // The file goes: its handle is stale, once the kernel forgot it too.
     std::fs::remove_file(mp.join("g")).unwrap();
     drop_caches();
-    let e = open_by_handle(&mount, &handles[3].1, libc::O_RDONLY).expect_err("a removed file's handle opened");
+    let e = open_by_handle(&root, &handles[3].1, libc::O_RDONLY).expect_err("a removed file's handle opened");
     assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}");
     // The others still open.
     drop_caches();
-    assert!(open_by_handle(&mount, &handles[1].1, libc::O_RDONLY | libc::O_DIRECTORY).is_ok());
-    drop(mount);
+    assert!(open_by_handle(&root, &handles[1].1, libc::O_RDONLY | libc::O_DIRECTORY).is_ok());
+    drop(root);
     unmount(&mp, pid);
     assert_fsck_clean(&img, "fsck");
 
     // generic/477: handles outlive a cycle mount (same numbers, same
     // generations on disk).
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount again: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
-    let mount = File::open(&mp).unwrap();
+    let pid = mount(&img, &mp, &[], "mount again");
+    let root = File::open(&mp).unwrap();
     for (name, h, ino) in handles.iter().filter(|(n, _, _)| *n != "g") {
         let flags = if name.ends_with('f') { libc::O_RDONLY } else { libc::O_RDONLY | libc::O_DIRECTORY };
-        let f = open_by_handle(&mount, h, flags).unwrap_or_else(|e| panic!("after a cycle mount, {name:?}: {e}"));
+        let f = open_by_handle(&root, h, flags).unwrap_or_else(|e| panic!("after a cycle mount, {name:?}: {e}"));
         assert_eq!(f.metadata().unwrap().ino(), *ino, "{name:?}");
     }
-    drop(mount);
+    drop(root);
     unmount(&mp, pid);
 }
 
@@ -136,17 +143,13 @@ fn a_handle_goes_stale_when_its_inode_number_is_reused() {
     if !can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (img, mp) = (dir.path().join("r.img"), dir.path().join("mnt"));
-    std::fs::create_dir(&mp).unwrap();
+    let Scratch { dir: _dir, img, mp } = scratch("r.img");
     // 128 inodes: the counter wraps after a hundred-odd creates. (Not
     // smaller: under 32 MiB free the space guard refuses buffered writes.)
     let o = run(&["mkfs", p(&img), "--size", "128M", "--inode-ratio", "1M", "--quiet"]);
     assert!(o.status.success(), "mkfs: {}", stderr(&o));
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
     let _g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "mount");
 
     std::fs::create_dir(mp.join("fill")).unwrap();
     std::fs::write(mp.join("old"), b"the old file").unwrap();
@@ -180,51 +183,34 @@ fn a_handle_goes_stale_when_its_inode_number_is_reused() {
     }
     let new = new.unwrap_or_else(|| panic!("inode number {old_ino} was never reused"));
     let want = std::fs::read_to_string(&new).unwrap();
-    let mount = File::open(&mp).unwrap();
+    let root = File::open(&mp).unwrap();
 
     // The kernel knows the new inode (it was just created and read).
     let held = File::open(&new).unwrap();
-    let e = open_by_handle(&mount, &h, libc::O_RDONLY)
-        .map(|mut f| {
-            let mut s = String::new();
-            let _ = f.read_to_string(&mut s);
-            s
-        })
+    let e = read_by_handle(&root, &h)
         .expect_err(&format!("the old handle opened the new file {} ({want:?})", new.display()));
     assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "new inode cached: {e}");
     drop(held);
 
     // The kernel forgot it: cairn answers the LOOKUP of `.` from disk.
     drop_caches();
-    let e = open_by_handle(&mount, &h, libc::O_RDONLY)
-        .map(|mut f| {
-            let mut s = String::new();
-            let _ = f.read_to_string(&mut s);
-            s
-        })
-        .expect_err("the old handle opened the new file after drop_caches");
+    let e = read_by_handle(&root, &h).expect_err("the old handle opened the new file after drop_caches");
     assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "new inode forgotten: {e}");
     // The new file's own handle opens it.
     let hn = name_to_handle(&new);
     drop_caches();
-    let mut s = String::new();
-    open_by_handle(&mount, &hn, libc::O_RDONLY).unwrap().read_to_string(&mut s).unwrap();
-    assert_eq!(s, want);
-    drop(mount);
+    assert_eq!(read_by_handle(&root, &hn).unwrap(), want);
+    drop(root);
     unmount(&mp, pid);
     assert_fsck_clean(&img, "fsck");
 
     // And after a remount (a new generation counter in the daemon).
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount again: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
-    let mount = File::open(&mp).unwrap();
-    let e = open_by_handle(&mount, &h, libc::O_RDONLY).expect_err("the old handle opened the new file after a remount");
+    let pid = mount(&img, &mp, &[], "mount again");
+    let root = File::open(&mp).unwrap();
+    let e = open_by_handle(&root, &h, libc::O_RDONLY).expect_err("the old handle opened the new file after a remount");
     assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "after a remount: {e}");
-    let mut s = String::new();
-    open_by_handle(&mount, &hn, libc::O_RDONLY).unwrap().read_to_string(&mut s).unwrap();
-    assert_eq!(s, want);
-    drop(mount);
+    assert_eq!(read_by_handle(&root, &hn).unwrap(), want);
+    drop(root);
     unmount(&mp, pid);
 }
 
@@ -251,13 +237,13 @@ fn a_deep_directory_handle_reconnects_up_its_parent_chain() {
     }
     let mut hs: Vec<(String, Handle)> =
         ["a/b/c/d", "a/b/c", "a/b/c/d/sibdir"].iter().map(|n| (n.to_string(), name_to_handle(&mp.join(n)))).collect();
-    let mount = File::open(&mp).unwrap();
+    let root = File::open(&mp).unwrap();
     let mp_real = std::fs::canonicalize(&mp).unwrap();
     for round in 0..2 {
-        let before = counters(&mp).get("fuse.lookup.requests").copied().unwrap_or(0);
+        let before = lookups(&mp);
         drop_caches();
         for (name, h) in &hs {
-            let f = open_by_handle(&mount, h, libc::O_RDONLY | libc::O_DIRECTORY)
+            let f = open_by_handle(&root, h, libc::O_RDONLY | libc::O_DIRECTORY)
                 .unwrap_or_else(|e| panic!("open_by_handle_at {name}: {e}"));
             let path = std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap();
             assert_eq!(path, mp_real.join(name), "round {round}: {name} reconnected to the wrong path");
@@ -274,8 +260,7 @@ fn a_deep_directory_handle_reconnects_up_its_parent_chain() {
             drop(f);
             drop_caches();
         }
-        let after = counters(&mp).get("fuse.lookup.requests").copied().unwrap_or(0);
-        assert!(after > before, "the kernel never forgot the inodes: the test proves nothing");
+        assert!(lookups(&mp) > before, "the kernel never forgot the inodes: the test proves nothing");
         // Round two: after a rename up the chain, the handle follows the
         // directory to its new path.
         if round == 0 {
@@ -285,7 +270,7 @@ fn a_deep_directory_handle_reconnects_up_its_parent_chain() {
             }
         }
     }
-    drop(mount);
+    drop(root);
     unmount(&mp, pid);
     assert_fsck_clean(&img, "fsck");
 }

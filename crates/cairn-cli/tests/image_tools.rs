@@ -110,10 +110,8 @@ fn mkfs_states_the_true_minimum_and_every_size_above_it_works() {
     assert!(o.status.success(), "{}", stderr(&o));
     let mp = dir.path().join("mnt");
     std::fs::create_dir(&mp).unwrap();
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
     let g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "mount");
     let data: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(mp.join("f"), &data).unwrap();
     std::fs::create_dir(mp.join("d")).unwrap();
@@ -166,17 +164,9 @@ fn images_that_are_not_cairn_are_named_by_every_command() {
     let zeros = dir.path().join("zeros.img");
     std::fs::File::create(&zeros).unwrap().set_len(64 << 20).unwrap();
     cases.push((zeros, "its first 128 KiB are all zeros"));
+    // Bytes with no structure any file system would recognise.
     let random = dir.path().join("random.img");
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let noise: Vec<u8> = (0..(4 << 20))
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    std::fs::write(&random, noise).unwrap();
+    std::fs::write(&random, patterned(4 << 20)).unwrap();
     cases.push((random, "it holds no cairn superblock, nor a backup copy"));
     for (img, what) in &cases {
         let before = digest(img);
@@ -258,10 +248,8 @@ fn the_root_directory_and_lost_found_belong_to_the_caller_or_to_root_owner() {
     }
     let mp = dir.path().join("mnt");
     std::fs::create_dir(&mp).unwrap();
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
     let g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "mount");
     for f in [mp.clone(), mp.join("lost+found")] {
         let m = std::fs::metadata(&f).unwrap();
         assert_eq!((m.uid(), m.gid()), (1000, 1001), "{}", f.display());

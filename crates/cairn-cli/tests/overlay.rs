@@ -71,8 +71,7 @@ fn overlayfs_runs_on_a_cairn_upper_layer() {
     let pid = daemon_pid(&mp);
     unmount(&mp, pid);
     assert_fsck_clean(&img, "after overlayfs on cairn");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "remount: {}", stderr(&o));
+    mount(&img, &mp, &[], "remount");
     let o = overlay(&lower, &upper, &work, &merged);
     assert!(o.status.success(), "second overlay mount: {}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(names(&merged), ["b2", "keep", "new"]);

@@ -57,10 +57,8 @@ fn seek_data_and_seek_hole_see_writes_still_in_the_page_cache() {
     assert_fsck_clean(&img, "after the writeback-cache mount");
 
     // Without the writeback cache cairn answers, and reports the holes.
-    let o = run(&["mount", p(&img), p(&mp), "-o", "writeback_cache=0"]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
     let _g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &["-o", "writeback_cache=0"], "mount");
     let f = std::fs::File::open(&path).unwrap();
     assert_eq!(seek(&f, 0, libc::SEEK_DATA).unwrap(), MIB);
     assert_eq!(seek(&f, MIB, libc::SEEK_HOLE).unwrap(), MIB + 4096);
@@ -98,10 +96,8 @@ fn small_buffered_writes_arrive_in_few_requests_and_keep_size_and_mtime() {
     drop(g);
     assert_fsck_clean(&img, "after small buffered writes");
 
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "remount: {}", stderr(&o));
     let _g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "remount");
     let after = std::fs::metadata(&path).unwrap();
     assert_eq!(after.len(), 4 * MIB);
     assert_eq!((after.mtime(), after.mtime_nsec()), (before.mtime(), before.mtime_nsec()));

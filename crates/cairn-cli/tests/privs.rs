@@ -38,16 +38,9 @@ fn as_nobody(groups: &[u32], cmd: &str) {
 /// A fresh image mounted with `allow_other` in a directory others may
 /// enter: (the directory, the guard, the daemon's pid, image, mount point).
 fn mount_for_others(name: &str) -> (tempfile::TempDir, Guard, u64, std::path::PathBuf, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, g, pid) = fresh_mount_with(name, "64M", &["-o", "allow_other"]);
     set_mode(dir.path(), 0o755);
-    let img = dir.path().join(name);
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
-    mkfs(&img, "64M");
-    let o = run(&["mount", p(&img), p(&mp), "-o", "allow_other"]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
+    let (img, mp) = (dir.path().join(name), g.0.clone());
     set_mode(&mp, 0o777);
     (dir, g, pid, img, mp)
 }
@@ -57,9 +50,7 @@ fn mount_for_others(name: &str) -> (tempfile::TempDir, Guard, u64, std::path::Pa
 fn remount(img: &Path, mp: &Path, pid: u64) -> u64 {
     unmount(mp, pid);
     assert_fsck_clean(img, "fsck");
-    let o = run(&["mount", p(img), p(mp), "-o", "allow_other"]);
-    assert!(o.status.success(), "remount: {}", stderr(&o));
-    daemon_pid(mp)
+    mount(img, mp, &["-o", "allow_other"], "remount")
 }
 
 #[test]
@@ -100,16 +91,12 @@ fn a_root_mount_is_open_to_other_users_unless_noallow_other() {
         return;
     }
     for (opts, others) in [(None, true), (Some("noallow_other"), false)] {
-        let dir = tempfile::tempdir().unwrap();
+        let Scratch { dir, img, mp } = scratch("o.img");
         set_mode(dir.path(), 0o755);
-        let (img, mp) = (dir.path().join("o.img"), dir.path().join("mnt"));
-        std::fs::create_dir(&mp).unwrap();
         mkfs(&img, "64M");
-        let mut args = vec!["mount", p(&img), p(&mp)];
-        args.extend(opts.iter().flat_map(|o| ["-o", *o]));
-        let o = run(&args);
-        assert!(o.status.success(), "mount: {}", stderr(&o));
-        let pid = daemon_pid(&mp);
+        let args: Vec<&str> = opts.iter().flat_map(|o| ["-o", *o]).collect();
+        let _g = Guard(mp.clone());
+        let pid = mount(&img, &mp, &args, "mount");
         std::fs::write(mp.join("f"), b"hello").unwrap();
         set_mode(&mp.join("f"), 0o644);
         let o = sh(&format!("setpriv --reuid {NOBODY} --regid {NOBODY} --clear-groups cat {}/f", mp.display()));

@@ -7,7 +7,6 @@
 mod common;
 
 use common::*;
-use std::io::Write;
 use std::process::Command;
 
 fn shutdown(mp: &std::path::Path, flush: bool) {
@@ -24,10 +23,7 @@ fn shutdown_fails_every_request_and_the_next_mount_replays() {
     let (dir, g, pid) = fresh_mount("sd.img", "128M");
     let mp = g.0.clone();
     let img = dir.path().join("sd.img");
-    let mut f = std::fs::File::create(mp.join("synced")).unwrap();
-    f.write_all(b"fsync'd before the shutdown").unwrap();
-    f.sync_all().unwrap();
-    drop(f);
+    write_synced(&mp.join("synced"), b"fsync'd before the shutdown");
     std::fs::create_dir(mp.join("flushed-by-f")).unwrap();
     shutdown(&mp, true);
     let err = std::fs::metadata(mp.join("synced")).expect_err("a request after the shutdown");
@@ -38,27 +34,20 @@ fn shutdown_fails_every_request_and_the_next_mount_replays() {
 
     // Not clean: the next mount replays the journal; fsck replays it too.
     assert_fsck_clean(&img, "after shutdown -f");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "mount");
     assert!(counters(&mp)["journal.replayed_records_at_mount"] > 0, "nothing was replayed");
     assert_eq!(std::fs::read(mp.join("synced")).unwrap(), b"fsync'd before the shutdown");
     assert!(mp.join("flushed-by-f").is_dir(), "shutdown -f commits first");
     assert!(!mp.join("after").exists());
 
     // Without -f: what was fsync'd survives; nothing fails but EIO.
-    let mut f = std::fs::File::create(mp.join("synced2")).unwrap();
-    f.write_all(b"second").unwrap();
-    f.sync_all().unwrap();
-    drop(f);
+    write_synced(&mp.join("synced2"), b"second");
     shutdown(&mp, false);
     let err = std::fs::read_dir(&mp).and_then(|mut d| d.next().transpose()).expect_err("readdir after the shutdown");
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
     unmount(&mp, pid);
     assert_fsck_clean(&img, "after shutdown");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "mount");
     assert_eq!(std::fs::read(mp.join("synced2")).unwrap(), b"second");
     unmount(&mp, pid);
     assert_fsck_clean(&img, "after the last unmount");
@@ -91,23 +80,16 @@ fn a_read_only_mount_after_a_shutdown_replays_the_journal_first() {
     let (dir, g, pid) = fresh_mount("sdro.img", "128M");
     let mp = g.0.clone();
     let img = dir.path().join("sdro.img");
-    let mut f = std::fs::File::create(mp.join("synced")).unwrap();
-    f.write_all(b"fsync'd before the shutdown").unwrap();
-    f.sync_all().unwrap();
-    drop(f);
+    write_synced(&mp.join("synced"), b"fsync'd before the shutdown");
     shutdown(&mp, false);
     unmount(&mp, pid);
-    let o = run(&["mount", p(&img), p(&mp), "-o", "ro"]);
-    assert!(o.status.success(), "read-only mount after a shutdown: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &["-o", "ro"], "read-only mount after a shutdown");
     assert_eq!(std::fs::read(mp.join("synced")).unwrap(), b"fsync'd before the shutdown");
     let err = std::fs::write(mp.join("new"), b"x").expect_err("a read-only mount");
     assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
     unmount(&mp, pid);
     assert_fsck_clean(&img, "after the read-only mount");
     // Nothing is pending any more: a second read-only mount replays nothing.
-    let o = run(&["mount", p(&img), p(&mp), "-o", "ro"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &["-o", "ro"], "a second read-only mount");
     unmount(&mp, pid);
 }

@@ -40,9 +40,7 @@ fn statx_reports_the_birth_time_and_it_survives_writes_renames_and_remounts() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), secs.to_string());
     unmount(&mp, pid);
     let img = dir.path().join("bt.img");
-    let o = run(&["mount", p(&img), p(&mp)]);
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let pid = daemon_pid(&mp);
+    let pid = mount(&img, &mp, &[], "mount");
     assert_eq!(created(&g_path), born, "the birth time changed across a remount");
     assert_eq!(created(&mp.join("d")), dir_born);
     unmount(&mp, pid);

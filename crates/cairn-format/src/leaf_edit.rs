@@ -153,19 +153,8 @@ pub fn leaf_remove_logged(seed: u32, b: &mut [u8], key: u64) -> Option<(Vec<u8>,
 mod tests {
     use super::*;
     use crate::btree::{Node, NodeBody, KIND_DIRENTS};
+    use crate::test_rng::Rng;
     use std::collections::BTreeMap;
-
-    /// A small deterministic generator (xorshift), so the test needs no
-    /// dependency and replays the same sequence every run.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
 
     fn encode(seed: u32, blk: u64, size: usize, model: &BTreeMap<u64, Vec<u8>>) -> Vec<u8> {
         let node = Node {

@@ -77,6 +77,8 @@ pub mod xattr;
 
 #[cfg(test)]
 mod golden;
+#[cfg(test)]
+mod test_rng;
 
 pub use error::FormatError;
 

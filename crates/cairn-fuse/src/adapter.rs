@@ -32,7 +32,7 @@
 use crate::arming::Asked;
 use crate::coherence::DirectWriteCoherence;
 use crate::convert::{errno, file_attr, from_system_time, kind_of_dtype, negative_attr};
-use crate::metrics::{Metrics, Op};
+use crate::metrics::{Metrics, Op, Timer};
 use crate::privs::{self, KernelNotifier, LazyCaller};
 use crate::shutdown;
 use crate::space::SpaceGuard;
@@ -341,6 +341,24 @@ impl CairnFuse {
         }
     }
 
+    /// GETATTR's and STATX's answer: the attributes of `ino` (the engine
+    /// call timed by `t`), or the errno to reply. A request naming a file
+    /// handle is what a buffered write sends before it fills the page
+    /// cache: the space guard may refuse it ([`Self::refusal`]).
+    fn attributes(
+        &self,
+        t: &mut Timer<'_>,
+        req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+    ) -> Result<cairn_core::Attr, Errno> {
+        let a = t.call(|| self.fs.inodes().getattr(ino.0)).map_err(|e| errno(&e))?;
+        match self.refusal(req, fh, &a) {
+            Some(e) => Err(e),
+            None => Ok(a),
+        }
+    }
+
     /// The error for a GETATTR (or STATX) `req` of file `a`, naming file
     /// handle `fh` if it does: see `space::SpaceGuard::refusal`.
     fn refusal(&self, req: &Request, fh: Option<FileHandle>, a: &cairn_core::Attr) -> Option<Errno> {
@@ -421,19 +439,12 @@ impl Filesystem for CairnFuse {
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let asked = Asked::now(req.pid());
         let mut t = self.metrics.timer(Op::Getattr);
-        match t.call(|| self.fs.inodes().getattr(ino.0)) {
+        match self.attributes(&mut t, req, ino, fh) {
             Ok(a) => {
-                // A GETATTR naming a file handle is what a buffered write
-                // sends before it fills the page cache: the space guard may
-                // refuse it.
-                if let Some(e) = self.refusal(req, fh, &a) {
-                    reply.error(e);
-                    return;
-                }
                 reply.attr(&self.attr_ttl(&a), &file_attr(&a));
                 self.space.replied(&a, asked);
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -450,17 +461,13 @@ impl Filesystem for CairnFuse {
     ) {
         let asked = Asked::now(req.pid());
         let mut t = self.metrics.timer(Op::Statx);
-        match t.call(|| self.fs.inodes().getattr(ino.0)) {
+        match self.attributes(&mut t, req, ino, fh) {
             Ok(a) => {
-                if let Some(e) = self.refusal(req, fh, &a) {
-                    reply.error(e);
-                    return;
-                }
                 let (attributes, mask) = crate::convert::statx_attributes(a.flags);
                 reply.statx_with_attributes(&self.attr_ttl(&a), &file_attr(&a), attributes, mask);
                 self.space.replied(&a, asked);
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -706,44 +713,13 @@ impl Filesystem for CairnFuse {
         }
     }
 
-    /// FLUSH is answered ENOSYS (the kernel sets `no_flush` and stops
-    /// sending it): without an OPEN reply there is no FOPEN_NOFLUSH, and
-    /// there is nothing to flush (every write has reached cairn; with the
-    /// writeback cache the kernel writes its pages back before FLUSH).
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: fuser::LockOwner, reply: ReplyEmpty) {
-        let _t = self.metrics.timer(Op::Flush);
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        let _t = self.metrics.timer(Op::Release);
-        reply.ok();
-    }
-
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        let _t = self.metrics.timer(Op::Releasedir);
-        reply.ok();
-    }
+    // FLUSH, RELEASE, OPENDIR and RELEASEDIR: declined, as the null
+    // server declines them (`declined.rs`).
+    crate::declined_requests!();
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         let mut t = self.metrics.timer(Op::Fsync);
         Self::empty(reply, t.call(|| self.fs.files().fsync(ino.0, datasync)));
-    }
-
-    /// OPENDIR is answered ENOSYS too (`no_opendir`: directories open as if
-    /// with FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE, no OPENDIR or RELEASEDIR).
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _t = self.metrics.timer(Op::Opendir);
-        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {

@@ -42,6 +42,7 @@ mod callers;
 mod chattr;
 mod coherence;
 pub mod convert;
+pub mod declined;
 pub mod metrics;
 pub mod option_table;
 pub mod options;

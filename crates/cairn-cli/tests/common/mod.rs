@@ -79,6 +79,44 @@ pub fn wait_gone(pid: u64, limit: Duration, what: &str) {
     }
 }
 
+/// A new temporary directory holding the path of an image `name` (not
+/// made yet) and an empty mount point `mnt`.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+    pub img: PathBuf,
+    pub mp: PathBuf,
+}
+
+pub fn scratch(name: &str) -> Scratch {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join(name);
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    Scratch { dir, img, mp }
+}
+
+/// `cairn mount IMG MP ARGS...`, which must succeed (`what` names the step
+/// in the failure): the daemon's pid.
+pub fn mount(img: &Path, mp: &Path, args: &[&str], what: &str) -> u64 {
+    let o = run(&[&["mount", p(img), p(mp)], args].concat());
+    assert!(o.status.success(), "{what}: {}", stderr(&o));
+    daemon_pid(mp)
+}
+
+/// `cairn umount MP`, which must succeed.
+pub fn cairn_umount(mp: &Path) {
+    let o = run(&["umount", p(mp)]);
+    assert!(o.status.success(), "cairn umount: {}{}", stdout(&o), stderr(&o));
+}
+
+/// `cairn stats PATH --json` (an image or a mount point), which must
+/// succeed, parsed.
+pub fn stats_json(path: &Path) -> serde_json::Value {
+    let o = run(&["stats", p(path), "--json"]);
+    assert!(o.status.success(), "stats: {}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
 /// A fresh image `name` of `size` in a new temporary directory, mounted at
 /// its `mnt`: (the directory, the unmount guard, the daemon's pid).
 pub fn fresh_mount(name: &str, size: &str) -> (tempfile::TempDir, Guard, u64) {
@@ -87,16 +125,11 @@ pub fn fresh_mount(name: &str, size: &str) -> (tempfile::TempDir, Guard, u64) {
 
 /// [`fresh_mount`] with extra `cairn mount` arguments (`["-o", "..."]`).
 pub fn fresh_mount_with(name: &str, size: &str, args: &[&str]) -> (tempfile::TempDir, Guard, u64) {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join(name);
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir(&mp).unwrap();
+    let Scratch { dir, img, mp } = scratch(name);
     mkfs(&img, size);
-    let o = run(&[&["mount", p(&img), p(&mp)], args].concat());
-    assert!(o.status.success(), "mount: {}", stderr(&o));
-    let g = Guard(mp.clone());
-    let pid = daemon_pid(&mp);
-    (dir, g, pid)
+    let guard = Guard(mp.clone());
+    let pid = mount(&img, &mp, args, "mount");
+    (dir, guard, pid)
 }
 
 /// Runs `cairn fsck` on `img` and fails the test (`what`) unless it is clean.
@@ -106,9 +139,7 @@ pub fn assert_fsck_clean(img: &Path, what: &str) {
 }
 
 pub fn daemon_pid(mp: &Path) -> u64 {
-    let o = run(&["stats", p(mp), "--json"]);
-    assert!(o.status.success(), "stats: {}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let v = stats_json(mp);
     assert!(v["counters"]["journal.commits"].as_u64().is_some(), "{v}");
     v["pid"].as_u64().unwrap()
 }
@@ -123,9 +154,7 @@ impl Drop for Guard {
 }
 
 pub fn counters(mp: &Path) -> std::collections::BTreeMap<String, u64> {
-    let o = run(&["stats", p(mp), "--json"]);
-    assert!(o.status.success(), "stats: {}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let v = stats_json(mp);
     v["counters"].as_object().unwrap().iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect()
 }
 
@@ -154,4 +183,21 @@ pub fn per_op(what: &str, n: u64, d: &std::collections::BTreeMap<String, u64>) {
 
 pub fn sh(cmd: &str) -> Output {
     Command::new("sh").arg("-c").arg(cmd).output().expect("run sh")
+}
+
+/// Writes `data` to the file at `path` (made or truncated) and fsyncs it.
+pub fn write_synced(path: &Path, data: &[u8]) {
+    std::fs::write(path, data).unwrap();
+    std::fs::File::open(path).unwrap().sync_all().unwrap();
+}
+
+/// Byte `i` of the test pattern (a multiplicative hash of `i`: not zeros,
+/// and no block of it the same as the next).
+pub fn pattern(i: usize) -> u8 {
+    ((i as u64 * 2_654_435_761) >> 13) as u8
+}
+
+/// The first `len` bytes of the test [`pattern`].
+pub fn patterned(len: usize) -> Vec<u8> {
+    (0..len).map(pattern).collect()
 }

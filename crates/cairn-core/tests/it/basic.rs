@@ -175,8 +175,7 @@ fn backend_nice_values() -> Vec<i64> {
 
 #[test]
 fn the_backend_thread_runs_at_its_nice_value() {
-    let dev = new_image(16);
-    let fs = mount(&dev);
+    let (_dev, fs) = mounted_image(16);
     // Every backend of this test process runs at the default (no test mounts
     // with another value) once it has started: a thread has its name before
     // it lowers its priority, so a backend of another test that is just
@@ -233,15 +232,13 @@ fn mkfs_makes_lost_found_and_the_image_still_reads_as_never_mounted() {
     assert_eq!(attr.mode & 0o7777, 0o700);
     assert_eq!(attr.uid, 0);
     assert_eq!(names(&fs, ino).len(), 2, "only . and ..: {:?}", names(&fs, ino));
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after mkfs made /lost+found");
+    unmount_clean(&fs, dev.as_ref(), "after mkfs made /lost+found");
 }
 
 #[test]
 fn rename_whiteout_leaves_a_whiteout_owned_by_the_caller_in_one_transaction() {
     use cairn_core::RENAME_WHITEOUT;
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(64);
     let root = Ctx::root();
     let user = Ctx { uid: 1000, gid: 1000, ..Ctx::root() };
     let a = fs.names().mknod(&root, ROOT, b"a", libc::S_IFREG | 0o644, 0).unwrap().ino;
@@ -280,8 +277,7 @@ fn rename_whiteout_leaves_a_whiteout_owned_by_the_caller_in_one_transaction() {
     let mut n = names(&fs, ROOT);
     n.sort();
     assert_eq!(n, [".", "..", "a", "b", "dir", "sg", "there"]);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after whiteout renames");
+    unmount_clean(&fs, dev.as_ref(), "after whiteout renames");
     let fs = mount(&dev);
     assert_eq!(fs.lookup(sg, b"dir").unwrap().mode, libc::S_IFCHR);
     fs.unmount().unwrap();

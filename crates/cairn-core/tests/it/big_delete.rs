@@ -6,7 +6,7 @@
 //! extents): the extent map, the bitmaps and the frees are exactly those of
 //! a written file, without 5 GiB of data to hold in memory.
 
-use crate::common::{fsck_clean_mem, stat};
+use crate::common::{fsck_clean_mem, stat, unmount_clean};
 use cairn_core::crashdev::RecordingDevice;
 use cairn_core::dev::{BlockDevice, MemDevice};
 use cairn_core::mkfs::{format, MkfsOptions};
@@ -75,8 +75,7 @@ fn deleting_a_10_gib_file_of_1_3_million_extents_with_a_1_mib_journal() {
         stat(&fs, "reaper.steps"),
         stat(&fs, "journal.commits")
     );
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after deleting 1.3 M extents");
+    unmount_clean(&fs, dev.as_ref(), "after deleting 1.3 M extents");
 }
 
 /// A crash at any point of a large delete leaves an image that fsck finds
@@ -146,8 +145,7 @@ fn a_crash_anywhere_in_a_large_delete_is_finished_at_mount() {
                     gone += 1;
                 }
             }
-            fs.unmount().unwrap();
-            fsck_clean_mem(img.as_ref(), &format!("{what}, after the mount that finished it"));
+            unmount_clean(&fs, img.as_ref(), &format!("{what}, after the mount that finished it"));
             states += 1;
         }
     }

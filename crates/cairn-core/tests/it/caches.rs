@@ -98,8 +98,7 @@ fn a_tiny_budget_keeps_every_name_and_attribute_right() {
     check(&fs);
     // Twice: the second pass answers from what the first left cached.
     check(&fs);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after 20,000 files through a tiny cache");
+    unmount_clean(&fs, dev.as_ref(), "after 20,000 files through a tiny cache");
     let fs = mount_with(&dev, tiny(100, 100));
     check(&fs);
     fs.unmount().unwrap();
@@ -138,14 +137,12 @@ fn an_open_unlinked_file_survives_reclaim_and_is_freed_at_its_last_forget() {
     }
     assert_eq!(fs.statfs().unwrap().files_free, free_before - 6000 + 1, "not freed after its last forget");
     assert!(fs.inodes().getattr(f).is_err());
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the open unlinked file");
+    unmount_clean(&fs, dev.as_ref(), "after the open unlinked file");
 }
 
 #[test]
 fn negative_entries_go_when_the_name_appears() {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (_dev, fs) = mounted_image(64);
     let c = Ctx::root();
     let d = fs.names().mkdir(&c, 1, b"d", 0o755).unwrap().ino;
     let other = fs.names().mknod(&c, 1, b"other", libc::S_IFREG | 0o644, 0).unwrap().ino;
@@ -292,8 +289,7 @@ fn a_lookup_never_finds_a_name_a_finished_rename_moved_away() {
     let checked: u64 = lookers.into_iter().map(|t| t.join().unwrap()).sum();
     assert!(checked > 1000, "only {checked} lookups saw a settled state");
     assert!(stat(&fs, "dcache.hits") > 0);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after renames under lookups");
+    unmount_clean(&fs, dev.as_ref(), "after renames under lookups");
 }
 
 fn hold_many(opts: MountOptions, n: u64) -> (u64, u64, u64) {
@@ -329,8 +325,7 @@ fn hold_many(opts: MountOptions, n: u64) -> (u64, u64, u64) {
         fs.inodes().forget(*f, 2);
     }
     assert_eq!(stat(&fs, "icache.lookup_refs"), 10, "the directories' references are left");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after holding many inodes");
+    unmount_clean(&fs, dev.as_ref(), "after holding many inodes");
     (most, refs, bytes)
 }
 

@@ -133,8 +133,7 @@ fn replays_every_file(crashed: Vec<u8>, what: &str) {
     for i in [0, 749, 1499] {
         assert!(fs.lookup(d, format!("file-{i:05}-with-a-longer-name").as_bytes()).is_ok(), "{what}: file {i}");
     }
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), what);
+    unmount_clean(&fs, dev.as_ref(), what);
 }
 
 #[test]

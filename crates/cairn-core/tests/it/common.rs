@@ -23,6 +23,14 @@ pub fn mount(dev: &Arc<MemDevice>) -> Arc<Fs> {
     Fs::mount(d, MountOptions::default()).expect("mount")
 }
 
+/// A freshly formatted in-memory image of `mib` MiB, mounted with default
+/// options: (the image, the mount).
+pub fn mounted_image(mib: u64) -> (Arc<MemDevice>, Arc<Fs>) {
+    let dev = new_image(mib);
+    let fs = mount(&dev);
+    (dev, fs)
+}
+
 /// Mounts `dev` with `opts`.
 pub fn mount_with(dev: &Arc<MemDevice>, opts: MountOptions) -> Arc<Fs> {
     let d: Arc<dyn BlockDevice> = dev.clone();
@@ -74,6 +82,13 @@ pub fn fsck_clean_mem(dev: &dyn BlockDevice, what: &str) -> cairn_fsck::Report {
         panic!("{what}: fsck finds {} problem(s):\n{}", report.errors_left(), problems.join("\n"));
     }
     report
+}
+
+/// Unmounts `fs` and runs the independent checker on its image `dev`,
+/// which must be clean (`what` names the moment). Returns the report.
+pub fn unmount_clean(fs: &Fs, dev: &dyn BlockDevice, what: &str) -> cairn_fsck::Report {
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev, what)
 }
 
 /// Creates `name` in the root and writes it 1 MiB at a time until the file

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 #[test]
 fn parallel_namespace_and_data_ops() {
-    let dev = new_image(128);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(128);
     let c = Ctx::root();
     let shared = fs.names().mkdir(&c, 1, b"shared", 0o755).unwrap().ino;
     let other = fs.names().mkdir(&c, 1, b"other", 0o755).unwrap().ino;

@@ -2,7 +2,7 @@
 //! sequentially, and sixteen written at once, end in few extents (counted
 //! as filefrag counts them: physically contiguous runs merged).
 
-use crate::common::{fsck_clean_mem, stat};
+use crate::common::{stat, unmount_clean};
 use cairn_core::mkfs::{format, MkfsOptions};
 use cairn_core::testdev::SparseDevice;
 use cairn_core::{Ctx, Fs, MountOptions};
@@ -47,8 +47,7 @@ fn a_file_written_sequentially_is_one_extent_per_group_it_crosses() {
         // own bitmaps and inode table.
         eprintln!("1 GiB sequential (mb_optimize_scan={}): {n} extents", u8::from(optimize));
         assert!(n <= 10, "1 GiB written sequentially is in {n} extents");
-        fs.unmount().unwrap();
-        fsck_clean_mem(dev.as_ref(), "after the sequential write");
+        unmount_clean(&fs, dev.as_ref(), "after the sequential write");
     }
 }
 
@@ -88,6 +87,5 @@ fn sixteen_files_written_at_once_stay_in_few_extents() {
     }
     assert_eq!(stat(&fs, "alloc.mb.prealloc_held"), 0, "preallocations outlive their files");
     fs.debug_check_consistency();
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the parallel writes");
+    unmount_clean(&fs, dev.as_ref(), "after the parallel writes");
 }

@@ -4,7 +4,7 @@
 //! freed leaves and internal nodes, the root collapsing level by level) is
 //! taken, and the names, the listing and fsck must agree with the model.
 
-use crate::common::{fsck_clean_mem, mount_with, new_image_with};
+use crate::common::{mount_with, new_image_with, unmount_clean};
 use cairn_core::mkfs::MkfsOptions;
 use cairn_core::{Ctx, Fs, MountOptions};
 use rand::seq::SliceRandom;
@@ -98,6 +98,5 @@ fn a_three_level_directory_grown_and_emptied_in_random_order_matches_its_model()
     assert!(listing(&fs, dir).is_empty());
     assert!(fs.inodes().getattr(dir).unwrap().blocks < blocks_full, "the emptied tree kept its nodes");
     fs.names().rmdir(ROOT, b"d").unwrap();
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the directory was emptied");
+    unmount_clean(&fs, dev.as_ref(), "after the directory was emptied");
 }

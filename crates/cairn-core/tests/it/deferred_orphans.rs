@@ -84,8 +84,7 @@ fn a_file_freed_before_the_commit_never_touches_the_orphan_tree() {
     let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
     let report = fsck_clean_mem(crashed.as_ref(), "crash after the commit of unlinks and frees");
     drop(report);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after unmount");
+    unmount_clean(&fs, dev.as_ref(), "after unmount");
 }
 
 #[test]
@@ -128,8 +127,7 @@ fn unmount_frees_the_orphans_still_waiting_for_a_commit() {
     held_files(&fs, 20);
     unlink_all(&fs, 20);
     assert_eq!(stat(&fs, "orphans.waiting"), 20);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after unmount with orphans waiting");
+    unmount_clean(&fs, dev.as_ref(), "after unmount with orphans waiting");
     let fs = mount_with(&dev, opts());
     assert_eq!(fs.statfs().unwrap().files_free, free0);
     fs.unmount().unwrap();
@@ -184,6 +182,5 @@ fn times_set_on_an_unlinked_file_take_no_transaction() {
     assert!(stat(&fs, "tx.handles") > handles);
     fs.inodes().forget(ino, 1);
     wait_reaped(&fs);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after unmount");
+    unmount_clean(&fs, dev.as_ref(), "after unmount");
 }

@@ -7,8 +7,7 @@ use cairn_core::Ctx;
 
 #[test]
 fn enospc_then_delete_and_refill() {
-    let dev = new_image(48);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(48);
     let first = fill_up(&fs, b"big1");
     assert!(first > 30 << 20, "filled only {first} bytes");
     // Metadata still works on a full file system (it has a reserve).
@@ -32,8 +31,7 @@ fn enospc_then_delete_and_refill() {
 /// here were stress-ng's "hdd: incorrect data found" (it ignores the count).
 #[test]
 fn churn_through_blocks_waiting_for_the_journal_never_writes_short() {
-    let dev = new_image(48);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(48);
     let chunk = vec![9u8; 256 << 10];
     for round in 0..12 {
         let name = format!("churn{round}");
@@ -48,8 +46,7 @@ fn churn_through_blocks_waiting_for_the_journal_never_writes_short() {
         assert_eq!(fs.inodes().getattr(f.ino).unwrap().size, 16 << 20);
         fs.inodes().forget(f.ino, 1);
     }
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the churn");
+    unmount_clean(&fs, dev.as_ref(), "after the churn");
 }
 
 /// Issue 32, item 6 (xfstests generic/449): a POSIX ACL that cannot be
@@ -57,8 +54,7 @@ fn churn_through_blocks_waiting_for_the_journal_never_writes_short() {
 /// file's mode. Now the mode changes only with the ACL.
 #[test]
 fn an_acl_that_does_not_fit_changes_nothing() {
-    let dev = new_image(48);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(48);
     let c = Ctx::root();
     let f = fs.names().mknod(&c, 1, b"f", libc::S_IFREG | 0o640, 0).unwrap().ino;
     let others: Vec<u64> = (0..4000)
@@ -107,8 +103,7 @@ fn an_acl_that_does_not_fit_changes_nothing() {
 /// failed with ENOSPC. Available space now leaves the reserve out.
 #[test]
 fn fallocate_of_nearly_all_available_space_succeeds() {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (_dev, fs) = mounted_image(64);
     let f = fs.names().mknod(&Ctx::root(), 1, b"spc", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let s = fs.statfs().unwrap();
     assert!(s.blocks_avail < s.blocks_free, "the reserve is not left out: {s:?}");
@@ -122,8 +117,7 @@ fn fallocate_of_nearly_all_available_space_succeeds() {
 /// no whiteout behind that no entry names.
 #[test]
 fn a_whiteout_rename_that_finds_no_space_leaves_no_whiteout() {
-    let dev = new_image(48);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(48);
     let c = Ctx::root();
     let d = fs.names().mkdir(&c, 1, b"d", 0o755).unwrap().ino;
     for i in 0..400 {
@@ -149,8 +143,7 @@ fn a_whiteout_rename_that_finds_no_space_leaves_no_whiteout() {
         }
     }
     assert!(enospc > 0, "no rename ran out of space: the test proves nothing");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after whiteout renames on a full file system");
+    unmount_clean(&fs, dev.as_ref(), "after whiteout renames on a full file system");
 }
 
 /// FITRIM (and `-o discard`) discard only blocks no file holds: a trim
@@ -193,8 +186,7 @@ fn trims_racing_writers_never_discard_live_data() {
         let want = data[0];
         assert!(want != 0 && data.iter().all(|b| *b == want), "f{i} lost bytes to a discard");
     }
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after trims racing writers");
+    unmount_clean(&fs, dev.as_ref(), "after trims racing writers");
     let fs = mount(&dev);
     for i in 0..7u32 {
         let a = fs.lookup(1, format!("f{i}").as_bytes()).unwrap();
@@ -210,8 +202,7 @@ fn trims_racing_writers_never_discard_live_data() {
 /// it now waits for the FORGET and the reaper.
 #[test]
 fn an_allocation_waits_for_the_forget_of_a_file_unlinked_while_held() {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(64);
     let root = Ctx::root();
     let big = fs.names().mknod(&root, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let s = fs.statfs().unwrap();
@@ -233,8 +224,7 @@ fn an_allocation_waits_for_the_forget_of_a_file_unlinked_while_held() {
     assert!(stat("reaper.forget_waits") >= 1, "the fallocate did not wait for the FORGET");
     assert_eq!(stat("reaper.held_unlinked"), 0);
     fs.inodes().forget(next, 1);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the wait");
+    unmount_clean(&fs, dev.as_ref(), "after the wait");
 }
 
 /// Issue 50, items 1 and 2: a write-back of the kernel's dirty pages that
@@ -245,8 +235,7 @@ fn an_allocation_waits_for_the_forget_of_a_file_unlinked_while_held() {
 /// shrinks the file.
 #[test]
 fn a_write_back_that_does_not_fit_is_refused_and_keeps_the_durable_bytes() {
-    let dev = new_image(48);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(48);
     let c = Ctx::root();
     let f = fs.names().mknod(&c, 1, b"appends", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let durable: Vec<u8> = (0..6000u32).map(|i| (i % 251) as u8).collect();
@@ -266,8 +255,7 @@ fn a_write_back_that_does_not_fit_is_refused_and_keeps_the_durable_bytes() {
     let a = fs.lookup(1, b"appends").unwrap();
     assert!(a.size >= 6000, "after the remount the file is {} bytes", a.size);
     assert_eq!(fs.files().read(a.ino, 0, 6000).unwrap(), durable, "durable bytes changed");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the refused write-back");
+    unmount_clean(&fs, dev.as_ref(), "after the refused write-back");
 }
 
 /// Issue 50, item 6: the largest file size is the kernel's (`i64::MAX`),
@@ -275,8 +263,7 @@ fn a_write_back_that_does_not_fit_is_refused_and_keeps_the_durable_bytes() {
 /// limit is stored and reads back after a remount.
 #[test]
 fn a_byte_at_the_largest_offsets_is_stored() {
-    let dev = new_image(48);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(48);
     let f = fs.names().mknod(&Ctx::root(), 1, b"sparse", libc::S_IFREG | 0o644, 0).unwrap().ino;
     let last = i64::MAX as u64 - 1;
     assert_eq!(fs.files().write_back(f, 1 << 52, b"A").unwrap(), 1);
@@ -288,6 +275,5 @@ fn a_byte_at_the_largest_offsets_is_stored() {
     assert_eq!(a.size, last + 1);
     assert_eq!(fs.files().read(a.ino, 1 << 52, 1).unwrap(), b"A");
     assert_eq!(fs.files().read(a.ino, last, 1).unwrap(), b"Z");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after bytes at the largest offsets");
+    unmount_clean(&fs, dev.as_ref(), "after bytes at the largest offsets");
 }

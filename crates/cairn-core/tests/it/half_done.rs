@@ -57,8 +57,7 @@ fn describe(fs: &Fs) -> BTreeMap<String, String> {
 
 /// The image every operation starts from.
 fn base_image() -> Vec<u8> {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(64);
     let root = Ctx::root();
     let u = u32::MAX;
     let d = fs.names().mkdir(&root, 1, b"acl", 0o777).unwrap().ino;
@@ -168,8 +167,7 @@ fn every_operation_that_fails_at_any_allocation_leaves_nothing_half_done() {
         assert_ne!(before, done, "{name} changed nothing");
         // (An operation that allocates nothing here, say a link into a leaf
         // with room, is still checked: done once, fsck clean.)
-        fs.unmount().unwrap();
-        fsck_clean_mem(dev.as_ref(), name);
+        unmount_clean(&fs, dev.as_ref(), name);
 
         for nth in 1..=allocations {
             let dev = Arc::new(MemDevice::from_bytes(base.clone()));

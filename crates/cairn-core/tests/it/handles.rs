@@ -15,8 +15,7 @@ fn errno<T: std::fmt::Debug>(r: cairn_core::Result<T>) -> i32 {
 
 #[test]
 fn dot_finds_any_live_inode_with_its_generation() {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(64);
     let c = Ctx::root();
     let d = fs.names().mkdir(&c, 1, b"d", 0o755).unwrap();
     let f = fs.names().mknod(&c, d.ino, b"f", libc::S_IFREG | 0o644, 0).unwrap();
@@ -38,14 +37,12 @@ fn dot_finds_any_live_inode_with_its_generation() {
     assert_eq!(errno(fs.lookup(u64::MAX / 2, b".")), libc::ESTALE);
     assert_eq!(errno(fs.lookup(0, b".")), libc::ESTALE);
     assert!(!fs.is_read_only());
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after lookups by number");
+    unmount_clean(&fs, dev.as_ref(), "after lookups by number");
 }
 
 #[test]
 fn the_root_reports_generation_zero() {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (_dev, fs) = mounted_image(64);
     let d = fs.names().mkdir(&Ctx::root(), 1, b"d", 0o755).unwrap();
     assert_ne!(d.generation, 0, "a test of nothing: cairn's generations are random");
     assert_eq!(fs.inodes().getattr(1).unwrap().generation, 0);

@@ -19,8 +19,7 @@ fn user(uid: u32) -> Ctx {
 
 #[test]
 fn immutable_refuses_every_change_until_cleared_and_survives_a_remount() {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(64);
     let root = Ctx::root();
     let f = fs.names().mknod(&root, 1, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
     fs.files().write(f, 0, b"original").unwrap();
@@ -57,14 +56,12 @@ fn immutable_refuses_every_change_until_cleared_and_survives_a_remount() {
     fs.names().unlink(1, b"g").unwrap();
     fs.inodes().forget(f, 2);
     fs.inodes().forget(other, 1);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the immutable file");
+    unmount_clean(&fs, dev.as_ref(), "after the immutable file");
 }
 
 #[test]
 fn an_immutable_directory_keeps_its_entries_and_an_append_only_one_only_grows() {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(64);
     let root = Ctx::root();
     let d = fs.names().mkdir(&root, 1, b"d", 0o755).unwrap().ino;
     let inside = fs.names().mknod(&root, d, b"in", libc::S_IFREG | 0o644, 0).unwrap().ino;
@@ -82,14 +79,12 @@ fn an_immutable_directory_keeps_its_entries_and_an_append_only_one_only_grows() 
     fs.names().rename(1, b"out", d, b"moved", 0).unwrap();
     eperm(fs.names().unlink(d, b"in"), "unlink in an append-only directory");
     eperm(fs.names().rename(d, b"moved", 1, b"back", 0), "rename out of an append-only directory");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the directories");
+    unmount_clean(&fs, dev.as_ref(), "after the directories");
 }
 
 #[test]
 fn append_only_takes_appends_and_rewrites_of_the_same_bytes_only() {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(64);
     let root = Ctx::root();
     let f = fs.names().mknod(&root, 1, b"log", libc::S_IFREG | 0o644, 0).unwrap().ino;
     fs.files().write(f, 0, b"line 1\n").unwrap();
@@ -117,14 +112,12 @@ fn append_only_takes_appends_and_rewrites_of_the_same_bytes_only() {
     eperm(fs.setxattr(f, b"user.x", b"1", 0), "setxattr");
     assert_eq!(fs.files().read(f, 0, 100).unwrap(), b"line 1\nline 2\nline 3\n");
     fs.inodes().forget(f, 1);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the append-only file");
+    unmount_clean(&fs, dev.as_ref(), "after the append-only file");
 }
 
 #[test]
 fn who_may_set_which_flags_and_what_is_refused() {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (_dev, fs) = mounted_image(64);
     let f = fs.names().mknod(&user(1000), 1, b"mine", libc::S_IFREG | 0o644, 0).unwrap().ino;
     fs.files().set_inode_flags(&user(1000), f, ATTR_NODUMP | ATTR_NOATIME).unwrap();
     eperm(fs.files().set_inode_flags(&user(1000), f, ATTR_IMMUTABLE), "an owner setting i without the capability");
@@ -138,8 +131,7 @@ fn who_may_set_which_flags_and_what_is_refused() {
 
 #[test]
 fn new_inodes_inherit_s_d_a_and_dirsync_but_never_i_or_a() {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (_dev, fs) = mounted_image(64);
     let root = Ctx::root();
     let d = fs.names().mkdir(&root, 1, b"d", 0o755).unwrap().ino;
     fs.files().set_inode_flags(&root, d, ATTR_SYNC | ATTR_NODUMP | ATTR_NOATIME | ATTR_DIRSYNC | ATTR_APPEND).unwrap();

@@ -18,8 +18,7 @@ fn create(fs: &Fs, name: &str) -> cairn_core::Result<u64> {
 
 #[test]
 fn creates_in_a_row_take_consecutive_numbers_from_the_counter() {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(64);
     let inos: Vec<u64> = (0..500).map(|i| create(&fs, &format!("f{i}")).unwrap()).collect();
     assert!(inos.windows(2).all(|w| w[1] == w[0] + 1), "numbers not consecutive: {:?}", &inos[..8]);
     assert_eq!(stat(&fs, "alloc.inodes_by_search"), 0);
@@ -34,14 +33,12 @@ fn creates_in_a_row_take_consecutive_numbers_from_the_counter() {
     fs.unmount().unwrap();
     let fs = mount(&dev);
     assert_eq!(create(&fs, "after-remount").unwrap(), next + 1, "the counter did not survive a remount");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after counter allocations");
+    unmount_clean(&fs, dev.as_ref(), "after counter allocations");
 }
 
 #[test]
 fn once_the_counter_wraps_freed_numbers_are_found_by_a_search() {
-    let dev = new_image(16);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(16);
     let mut inos = Vec::new();
     while let Ok(ino) = create(&fs, &format!("f{}", inos.len())) {
         inos.push(ino);
@@ -62,8 +59,7 @@ fn once_the_counter_wraps_freed_numbers_are_found_by_a_search() {
     let sf = fs.statfs().unwrap();
     let extra = create(&fs, "one-too-many");
     assert!(extra.is_err(), "more inodes than the image holds: n {n}, {sf:?}, got {extra:?}");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the counter wrapped");
+    unmount_clean(&fs, dev.as_ref(), "after the counter wrapped");
 }
 
 /// 8 MiB groups of 512 inodes (32 inode-table blocks each).
@@ -94,8 +90,7 @@ fn a_fresh_groups_inode_table_is_not_read_and_a_used_groups_is() {
         create(&fs, &format!("b{i}")).unwrap();
     }
     assert!(stat(&fs, "alloc.itable_blocks_unread") > 0, "group 2 is fresh");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after creates into fresh tables");
+    unmount_clean(&fs, dev.as_ref(), "after creates into fresh tables");
 }
 
 #[test]
@@ -127,7 +122,6 @@ fn creates_into_zeroed_inode_tables_survive_a_crash_at_every_flush() {
             let a = fs.lookup(1, format!("f{i}").as_bytes()).unwrap_or_else(|e| panic!("f{i} lost at op {f}: {e}"));
             fs.inodes().getattr(a.ino).unwrap_or_else(|e| panic!("f{i}'s inode unreadable at op {f}: {e}"));
         }
-        fs.unmount().unwrap();
-        fsck_clean_mem(d.as_ref(), "crash state of creates into zeroed tables");
+        unmount_clean(&fs, d.as_ref(), "crash state of creates into zeroed tables");
     }
 }

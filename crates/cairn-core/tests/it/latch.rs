@@ -1,7 +1,7 @@
 //! The error latch over a device that fails: corruption and I/O errors mark
 //! the superblock `STATE_ERRORS` and then act as `-o errors=` says.
 
-use crate::common::{fsck_clean_mem, stat};
+use crate::common::{fsck_clean_mem, stat, unmount_clean};
 use cairn_core::dev::{BlockDevice, MemDevice};
 use cairn_core::mkfs::{format, MkfsOptions};
 use cairn_core::testdev::FaultDevice;
@@ -80,8 +80,7 @@ fn failed_flush_aborts_the_journal() {
     assert!(fs.files().fsync(a.ino, false).is_err());
     assert_eq!(fs.names().mkdir(&c, ROOT, b"d", 0o755).unwrap_err().errno(), libc::EROFS);
     fault.heal();
-    fs.unmount().unwrap();
-    fsck_clean_mem(mem.as_ref(), "after a failed flush");
+    unmount_clean(&fs, mem.as_ref(), "after a failed flush");
 }
 
 /// A read error with errors=continue: the request fails with EIO, the flag

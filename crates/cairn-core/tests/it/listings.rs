@@ -49,8 +49,7 @@ fn a_listed_inode_not_in_core_is_read_from_its_table_and_not_cached() {
         fs.inodes().forget(f, 1);
     }
     assert_eq!(stat(&fs, "icache.lookup_refs"), refs);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after listing");
+    unmount_clean(&fs, dev.as_ref(), "after listing");
 }
 
 #[test]
@@ -66,8 +65,7 @@ fn an_unlink_after_the_listing_keeps_the_file_until_the_forget() {
     wait_reaped(&fs);
     assert!(matches!(fs.inodes().getattr(f), Err(FsError::Errno(libc::ENOENT))), "freed at the FORGET");
     assert_eq!(fs.statfs().unwrap().files_free, free + 1);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the unlink and forget");
+    unmount_clean(&fs, dev.as_ref(), "after the unlink and forget");
 }
 
 #[test]
@@ -81,8 +79,7 @@ fn an_entry_that_did_not_fit_gives_its_reference_back() {
     fs.names().unlink(d, b"f0").unwrap();
     wait_reaped(&fs);
     assert_eq!(fs.statfs().unwrap().files_free, free + 1);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the unlink");
+    unmount_clean(&fs, dev.as_ref(), "after the unlink");
 }
 
 #[test]
@@ -95,8 +92,7 @@ fn an_entry_freed_since_the_listing_began_is_not_given() {
     let r = fs.listing_entry(files[1], true, |_| panic!("a freed inode's attributes were listed"));
     assert!(matches!(r, Err(FsError::Errno(libc::ENOENT))), "{r:?}");
     assert_eq!(stat(&fs, "icache.lookup_refs"), refs, "no reference is left behind");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the listing");
+    unmount_clean(&fs, dev.as_ref(), "after the listing");
 }
 
 /// Two threads list a directory over and over (every third entry "does not
@@ -163,8 +159,7 @@ fn listings_racing_with_unlinks() {
     wait_reaped(&fs);
     assert_eq!(fs.first_error(), None);
     assert_eq!(stat(&fs, "icache.lookup_refs"), refs0, "every reference a listing took was given back");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after the race");
+    unmount_clean(&fs, dev.as_ref(), "after the race");
 }
 
 /// Before the reaper checked the inode bitmap, a file whose last reference

@@ -54,8 +54,7 @@ fn overwrites_of_written_blocks_take_no_transaction_and_keep_their_bytes() {
     fs.unmount().unwrap();
     let fs = mount_with(&dev, opts(true));
     assert_eq!(fs.files().read(ino, 0, model.len() as u32).unwrap(), model);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after fast-path overwrites");
+    unmount_clean(&fs, dev.as_ref(), "after fast-path overwrites");
 }
 
 #[test]
@@ -94,8 +93,7 @@ fn writes_that_allocate_extend_or_convert_are_journaled() {
     fs.files().write(pre, 200, b"def").unwrap();
     assert_eq!(fast(&fs), 1);
     assert!(stat(&fs, "overwrite.fallbacks") >= 3);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after journaled writes");
+    unmount_clean(&fs, dev.as_ref(), "after journaled writes");
 }
 
 #[test]
@@ -204,8 +202,7 @@ fn crash_read(rec: &RecordingDevice, upto: usize, len: u32) -> (Vec<u8>, cairn_c
     let fs = Fs::mount(d.clone(), opts(true)).expect("crash state mounts");
     let a = fs.lookup(1, b"f").unwrap();
     let bytes = fs.files().read(a.ino, 0, len).unwrap();
-    fs.unmount().unwrap();
-    fsck_clean_mem(d.as_ref(), "crash state");
+    unmount_clean(&fs, d.as_ref(), "crash state");
     (bytes, a)
 }
 
@@ -367,8 +364,7 @@ fn fast_path_writers_race_with_truncate_punch_hole_and_journaled_writes() {
     assert_eq!(fs.files().read(shared, 5 * REGION, REGION as u32).unwrap(), vec![6u8; REGION as usize]);
     assert!(stat(&fs, "overwrite.fast_writes") >= 4 * 3000);
     fs.debug_check_consistency();
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after racing writers");
+    unmount_clean(&fs, dev.as_ref(), "after racing writers");
 }
 
 #[test]
@@ -388,8 +384,7 @@ fn dirty_times_of_many_files_are_logged_through_a_tiny_cache_and_journal() {
     assert_eq!(stat(&fs, "overwrite.dirty_times_queued"), 0);
     assert_eq!(stat(&fs, "overwrite.lazy_times_logged"), 2000);
     assert!(stat(&fs, "cache.evictions") > 0, "the tiny cache never evicted");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after logging 2000 dirty times");
+    unmount_clean(&fs, dev.as_ref(), "after logging 2000 dirty times");
     let fs = mount_with(&dev, o);
     for (k, &ino) in inos.iter().enumerate() {
         assert_eq!(fs.inodes().getattr(ino).unwrap().mtime, want[k], "file f{k}");

@@ -3,7 +3,7 @@
 //! creates lost without a crash), and single operations far larger than the
 //! log (reproduction 2: deleting a file of tens of thousands of extents).
 
-use crate::common::{fsck_clean_mem, stat};
+use crate::common::{stat, unmount_clean};
 use cairn_core::dev::{BlockDevice, MemDevice};
 use cairn_core::mkfs::{format, MkfsOptions};
 use cairn_core::testdev::FaultDevice;
@@ -69,8 +69,7 @@ fn fsynced_creates_survive_a_tiny_cache_and_a_slow_flush() {
     assert!(st > 100, "the cache should have evicted under pressure, evicted {st}");
     assert_eq!(stat(&fs, "tx.credit_overruns"), 0);
     fs.debug_check_consistency();
-    fs.unmount().unwrap();
-    fsck_clean_mem(mem.as_ref(), "after the tiny-cache workload");
+    unmount_clean(&fs, mem.as_ref(), "after the tiny-cache workload");
     let fs = mount_on(mem.clone(), 64);
     for name in &synced {
         let a =
@@ -124,8 +123,7 @@ fn check_big_delete(mkfs: MkfsOptions, mib: u64, extents: u64) {
     fs.files().sync_fs().unwrap();
     fs.debug_check_consistency();
     assert_eq!(stat(&fs, "alloc.free_blocks"), free_before, "every block of the file is free again");
-    fs.unmount().unwrap();
-    fsck_clean_mem(mem.as_ref(), "after the big delete");
+    unmount_clean(&fs, mem.as_ref(), "after the big delete");
 }
 
 /// Reproduction 2: 1 KiB blocks, the default journal, a file of 60,000
@@ -162,8 +160,7 @@ fn truncating_a_file_larger_than_the_log() {
     let big = vec![7u8; 8 << 20];
     assert_eq!(fs.files().write(f, 0, &big).unwrap() as usize, big.len());
     assert_eq!(fs.files().read(f, (8 << 20) - 4, 4).unwrap(), vec![7u8; 4]);
-    fs.unmount().unwrap();
-    fsck_clean_mem(mem.as_ref(), "after the big truncate");
+    unmount_clean(&fs, mem.as_ref(), "after the big truncate");
 }
 
 /// fallocate of more than the free space fails with ENOSPC after mapping
@@ -188,8 +185,7 @@ fn fallocate_past_the_free_space_leaves_a_consistent_file() {
     assert_eq!(e.errno(), libc::ENOSPC);
     fs.files().sync_fs().unwrap();
     assert_eq!(stat(&fs, "tx.credit_overruns"), 0);
-    fs.unmount().unwrap();
-    fsck_clean_mem(mem.as_ref(), "after a fallocate that ran out of space");
+    unmount_clean(&fs, mem.as_ref(), "after a fallocate that ran out of space");
 }
 
 /// A readdir whose callback looks up every entry, `.` and `..` included

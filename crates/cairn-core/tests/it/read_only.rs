@@ -16,8 +16,7 @@ fn ro() -> MountOptions {
 
 #[test]
 fn a_read_only_mount_turns_read_write_and_its_changes_survive_a_crash() {
-    let dev = new_image(64);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(64);
     let c = Ctx::root();
     let old = fs.names().mknod(&c, ROOT, b"old", libc::S_IFREG | 0o644, 0).unwrap().ino;
     fs.files().write(old, 0, b"before").unwrap();
@@ -45,8 +44,7 @@ fn a_read_only_mount_turns_read_write_and_its_changes_survive_a_crash() {
     let fs = mount(&crashed);
     assert_eq!(fs.files().read(new, 0, 100).unwrap(), b"after");
     assert_eq!(fs.files().read(old, 0, 100).unwrap(), b"before");
-    fs.unmount().unwrap();
-    fsck_clean_mem(crashed.as_ref(), "after a crash of a mount turned read-write");
+    unmount_clean(&fs, crashed.as_ref(), "after a crash of a mount turned read-write");
 }
 
 #[test]
@@ -75,6 +73,5 @@ fn an_image_file_opened_read_only_is_reopened_for_writing_and_keeps_its_lock() {
     let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(f.path(), true).unwrap());
     let fs = cairn_core::Fs::mount(dev.clone(), ro()).unwrap();
     assert_eq!(fs.files().read(ino, 0, 20_000).unwrap(), vec![5u8; 10_000]);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after a mount turned read-write and unmounted");
+    unmount_clean(&fs, dev.as_ref(), "after a mount turned read-write and unmounted");
 }

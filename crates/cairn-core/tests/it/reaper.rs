@@ -23,13 +23,26 @@ fn fragmented(fs: &Fs, name: &str, n: u64) -> u64 {
     ino
 }
 
+/// A fresh `mib` MiB image mounted with `opts(sync_delete)`, holding
+/// `name`: a [`fragmented`] file of `n` extents. (The image, the mount,
+/// the file's inode.)
+fn mount_fragmented(mib: u64, sync_delete: bool, name: &str, n: u64) -> (Arc<MemDevice>, Arc<Fs>, u64) {
+    let dev = new_image(mib);
+    let fs = mount_with(&dev, opts(sync_delete));
+    let ino = fragmented(&fs, name, n);
+    (dev, fs, ino)
+}
+
+/// Commits everything, then the free blocks statfs reports.
+fn synced_free_blocks(fs: &Fs) -> u64 {
+    fs.files().sync_fs().unwrap();
+    fs.statfs().unwrap().blocks_free
+}
+
 #[test]
 fn a_large_delete_is_queued_counted_free_and_done_by_the_reaper() {
-    let dev = new_image(256);
-    let fs = mount_with(&dev, opts(false));
-    let big = fragmented(&fs, "big", 20_000);
-    fs.files().sync_fs().unwrap();
-    let free_before = fs.statfs().unwrap().blocks_free;
+    let (dev, fs, big) = mount_fragmented(256, false, "big", 20_000);
+    let free_before = synced_free_blocks(&fs);
     fs.names().unlink(1, b"big").unwrap();
     fs.inodes().forget(big, 1); // the kernel's FORGET: the last reference goes
     assert_eq!(stat(&fs, "reaper.queued"), 1);
@@ -44,8 +57,7 @@ fn a_large_delete_is_queued_counted_free_and_done_by_the_reaper() {
     assert_eq!(stat(&fs, "reaper.backlog_blocks"), 0);
     let free_after = fs.statfs().unwrap().blocks_free;
     assert!(free_after >= free_before + 20_000);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after a deferred delete");
+    unmount_clean(&fs, dev.as_ref(), "after a deferred delete");
 }
 
 #[test]
@@ -87,8 +99,7 @@ fn writing_right_after_deleting_a_large_file_does_not_fail_for_space() {
         off += u64::from(n);
     }
     assert_eq!(fs.inodes().getattr(new).unwrap().size, want);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after delete-then-write on a full disk");
+    unmount_clean(&fs, dev.as_ref(), "after delete-then-write on a full disk");
 }
 
 /// A write that finds the disk full while the reaper holds a queued file
@@ -98,9 +109,7 @@ fn writing_right_after_deleting_a_large_file_does_not_fail_for_space() {
 /// writer's 300 s limit ran out (the stall `bench/run frag` hit).
 #[test]
 fn a_full_disk_write_never_waits_for_the_reaper_holding_its_io_lock() {
-    let dev = new_image(128);
-    let fs = mount_with(&dev, opts(false));
-    let old = fragmented(&fs, "old", 4_000);
+    let (dev, fs, old) = mount_fragmented(128, false, "old", 4_000);
     // The writer's inode in the same stripe as `old`'s.
     let mut n = 0;
     let new = loop {
@@ -130,31 +139,24 @@ fn a_full_disk_write_never_waits_for_the_reaper_holding_its_io_lock() {
     fs.debug_hold_reaper(false);
     assert!(rx.recv_timeout(Duration::from_secs(60)).is_ok(), "the writer and the reaper wait for each other");
     assert_eq!(writer.join().unwrap().unwrap(), 8 << 20);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after a full-disk write beside the reaper");
+    unmount_clean(&fs, dev.as_ref(), "after a full-disk write beside the reaper");
 }
 
 #[test]
 fn sync_delete_frees_on_the_callers_thread() {
-    let dev = new_image(128);
-    let fs = mount_with(&dev, opts(true));
-    let big = fragmented(&fs, "big", 5_000);
+    let (dev, fs, big) = mount_fragmented(128, true, "big", 5_000);
     fs.names().unlink(1, b"big").unwrap();
     fs.inodes().forget(big, 1);
     assert_eq!(stat(&fs, "reaper.deferred"), 0);
     assert_eq!(stat(&fs, "reaper.backlog_inodes"), 0);
     assert_eq!(stat(&fs, "reaper.done"), 1);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after a sync delete");
+    unmount_clean(&fs, dev.as_ref(), "after a sync delete");
 }
 
 #[test]
 fn a_crash_before_the_reaper_finishes_is_finished_by_the_next_mount() {
-    let dev = new_image(256);
-    let fs = mount_with(&dev, opts(false));
-    let big = fragmented(&fs, "big", 20_000);
-    fs.files().sync_fs().unwrap();
-    let free_before = fs.statfs().unwrap().blocks_free;
+    let (dev, fs, big) = mount_fragmented(256, false, "big", 20_000);
+    let free_before = synced_free_blocks(&fs);
     fs.names().unlink(1, b"big").unwrap();
     fs.inodes().forget(big, 1);
     fs.files().sync_fs().unwrap();
@@ -162,13 +164,11 @@ fn a_crash_before_the_reaper_finishes_is_finished_by_the_next_mount() {
     // anywhere in its steps; every step is its own transaction).
     let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
     wait_reaped(&fs);
-    fs.unmount().unwrap();
-    fsck_clean_mem(crashed.as_ref(), "crash state after the unlink");
+    unmount_clean(&fs, crashed.as_ref(), "crash state after the unlink");
     let fs = mount_with(&crashed, opts(false));
     assert!(fs.lookup(1, b"big").is_err());
     assert!(fs.statfs().unwrap().blocks_free >= free_before + 20_000);
-    fs.unmount().unwrap();
-    fsck_clean_mem(crashed.as_ref(), "after the next mount finished the delete");
+    unmount_clean(&fs, crashed.as_ref(), "after the next mount finished the delete");
 }
 
 fn truncate(fs: &Fs, ino: u64, size: u64) {
@@ -183,11 +183,8 @@ fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
 
 #[test]
 fn a_large_truncate_returns_at_once_and_the_reaper_frees_the_rest() {
-    let dev = new_image(256);
-    let fs = mount_with(&dev, opts(false));
-    let f = fragmented(&fs, "f", 20_000);
-    fs.files().sync_fs().unwrap();
-    let free_before = fs.statfs().unwrap().blocks_free;
+    let (dev, fs, f) = mount_fragmented(256, false, "f", 20_000);
+    let free_before = synced_free_blocks(&fs);
     truncate(&fs, f, 10 * 8192);
     assert_eq!(stat(&fs, "reaper.truncates_queued"), 1, "a 20,000-extent truncate was not deferred");
     assert_eq!(fs.inodes().getattr(f).unwrap().size, 10 * 8192);
@@ -197,15 +194,12 @@ fn a_large_truncate_returns_at_once_and_the_reaper_frees_the_rest() {
     assert!(fs.statfs().unwrap().blocks_free >= free_before + 19_990);
     let data = read_all(&fs, f);
     assert_eq!(data.len(), 10 * 8192);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after a deferred truncate");
+    unmount_clean(&fs, dev.as_ref(), "after a deferred truncate");
 }
 
 #[test]
 fn growing_a_file_while_its_truncate_is_queued_never_shows_the_old_bytes() {
-    let dev = new_image(256);
-    let fs = mount_with(&dev, opts(false));
-    let f = fragmented(&fs, "f", 20_000);
+    let (dev, fs, f) = mount_fragmented(256, false, "f", 20_000);
     let g = fragmented(&fs, "g", 20_000);
     fs.debug_hold_reaper(true);
     truncate(&fs, f, 0);
@@ -225,43 +219,34 @@ fn growing_a_file_while_its_truncate_is_queued_never_shows_the_old_bytes() {
     fs.debug_hold_reaper(false);
     wait_reaped(&fs);
     assert_eq!(stat(&fs, "reaper.backlog_blocks"), 0);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after growing files with queued truncates");
+    unmount_clean(&fs, dev.as_ref(), "after growing files with queued truncates");
 }
 
 #[test]
 fn a_crash_with_a_truncate_queued_is_finished_by_the_next_mount() {
-    let dev = new_image(256);
-    let fs = mount_with(&dev, opts(false));
-    let f = fragmented(&fs, "f", 20_000);
-    fs.files().sync_fs().unwrap();
-    let free_before = fs.statfs().unwrap().blocks_free;
+    let (dev, fs, f) = mount_fragmented(256, false, "f", 20_000);
+    let free_before = synced_free_blocks(&fs);
     fs.debug_hold_reaper(true);
     truncate(&fs, f, 8192);
     fs.files().sync_fs().unwrap();
     let crashed = Arc::new(MemDevice::from_bytes(dev.snapshot()));
     fs.debug_hold_reaper(false);
-    fs.unmount().unwrap();
-    fsck_clean_mem(crashed.as_ref(), "crash state with a truncate queued");
+    unmount_clean(&fs, crashed.as_ref(), "crash state with a truncate queued");
     let fs = mount_with(&crashed, opts(false));
     let f = fs.lookup(1, b"f").unwrap().ino;
     assert_eq!(fs.inodes().getattr(f).unwrap().size, 8192);
     assert!(fs.statfs().unwrap().blocks_free >= free_before + 19_998);
-    fs.unmount().unwrap();
-    fsck_clean_mem(crashed.as_ref(), "after the next mount finished the truncate");
+    unmount_clean(&fs, crashed.as_ref(), "after the next mount finished the truncate");
 }
 
 #[test]
 fn sync_delete_truncates_on_the_callers_thread() {
-    let dev = new_image(256);
-    let fs = mount_with(&dev, opts(true));
-    let f = fragmented(&fs, "f", 20_000);
+    let (dev, fs, f) = mount_fragmented(256, true, "f", 20_000);
     let before = fs.inodes().getattr(f).unwrap().blocks;
     truncate(&fs, f, 0);
     assert_eq!(stat(&fs, "reaper.truncates_queued"), 0);
     assert!(fs.inodes().getattr(f).unwrap().blocks < before / 1000, "the truncate left blocks behind");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after a sync truncate");
+    unmount_clean(&fs, dev.as_ref(), "after a sync truncate");
 }
 
 #[test]
@@ -284,8 +269,7 @@ fn forget_of_an_unlinked_small_file_only_queues_it() {
             wait_reaped(&fs);
         }
         assert_eq!(fs.statfs().unwrap().files_free, files_free + 1, "the inode was not freed");
-        fs.unmount().unwrap();
-        fsck_clean_mem(dev.as_ref(), "after an unlinked file's FORGET");
+        unmount_clean(&fs, dev.as_ref(), "after an unlinked file's FORGET");
     }
 }
 
@@ -329,6 +313,5 @@ fn small_deletes_are_reaped_in_batches() {
     fs.debug_hold_reaper(false);
     wait_reaped(&fs);
     assert!(stat(&fs, "reaper.wakeups") > before);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after batched deletes");
+    unmount_clean(&fs, dev.as_ref(), "after batched deletes");
 }

@@ -10,6 +10,21 @@ use cairn_core::resize::grow;
 use cairn_core::Ctx;
 use std::sync::Arc;
 
+/// Writes a new file `big` of `mib` MiB of `fill` into the grown space,
+/// each 1 MiB write whole; its inode.
+fn write_big(fs: &cairn_core::Fs, mib: u64, fill: u8) -> u64 {
+    let big = fs.names().mknod(&Ctx::root(), 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let chunk = vec![fill; 1 << 20];
+    for i in 0..mib {
+        assert_eq!(
+            fs.files().write(big, i << 20, &chunk).unwrap() as usize,
+            chunk.len(),
+            "write {i} in the grown space"
+        );
+    }
+    big
+}
+
 /// A 256 MiB device holding a file system of `fs_mib` in groups of 4 MiB.
 fn small_fs_on_big_device(fs_mib: u64) -> Arc<MemDevice> {
     let dev = Arc::new(MemDevice::new(256 << 20));
@@ -49,20 +64,11 @@ fn growing_keeps_every_file_and_the_new_space_is_usable() {
         assert_eq!(&fs.files().read(a.ino, 0, data.len() as u32).unwrap(), data, "{name} changed");
     }
     // The new space takes a file larger than the old file system.
-    let big = fs.names().mknod(&root, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    let chunk = vec![5u8; 1 << 20];
-    for i in 0..60u64 {
-        assert_eq!(
-            fs.files().write(big, i << 20, &chunk).unwrap() as usize,
-            chunk.len(),
-            "write {i} in the grown space"
-        );
-    }
+    write_big(&fs, 60, 5);
     for i in 0..3000u32 {
         fs.names().mknod(&root, 1, format!("n{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
     }
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after using the new space");
+    unmount_clean(&fs, dev.as_ref(), "after using the new space");
 }
 
 #[test]
@@ -104,8 +110,7 @@ fn a_full_file_system_grows_and_its_last_group_fills_up() {
     let fs = mount(&dev);
     let more = fill_up(&fs, b"more");
     assert!(more > 28 << 20, "only {more} bytes fit after growing from 10 to 40 MiB ({filled} before)");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after filling the grown file system");
+    unmount_clean(&fs, dev.as_ref(), "after filling the grown file system");
 }
 
 /// `Fs::grow`: a mounted file system grows while other threads create and
@@ -147,22 +152,13 @@ fn a_mounted_file_system_grows_under_concurrent_writers() {
     assert_eq!(after.blocks, 25600);
     assert!(after.files > before.files && after.blocks_free > before.blocks_free + 20_000, "{after:?}");
     // More than the old file system held, written at once.
-    let big = fs.names().mknod(&root, 1, b"big", libc::S_IFREG | 0o644, 0).unwrap().ino;
-    let chunk = vec![7u8; 1 << 20];
-    for i in 0..40u64 {
-        assert_eq!(
-            fs.files().write(big, i << 20, &chunk).unwrap() as usize,
-            chunk.len(),
-            "write {i} in the grown space"
-        );
-    }
+    let big = write_big(&fs, 40, 7);
     // A second grow, to the most the descriptor table allows.
     let g2 = fs.grow(256 << 20).expect("grow again");
     assert_eq!(g2.new_groups, 64);
     let e = fs.grow(512 << 20).unwrap_err();
     assert!(e.to_string().contains("at most"), "{e}");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after growing while mounted");
+    unmount_clean(&fs, dev.as_ref(), "after growing while mounted");
     let fs = mount(&dev);
     assert_eq!(fs.statfs().unwrap().blocks, 65536);
     for (t, (dir, n)) in made.into_iter().enumerate() {
@@ -188,8 +184,7 @@ fn a_mounted_grow_refuses_shrinking_and_read_only() {
     let fs = cairn_core::Fs::mount(d, cairn_core::MountOptions { read_only: true, ..Default::default() }).unwrap();
     let e = fs.grow(64 << 20).unwrap_err();
     assert!(e.to_string().to_lowercase().contains("read-only"), "{e}");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after refused grows");
+    unmount_clean(&fs, dev.as_ref(), "after refused grows");
 }
 
 /// mkfs reserves descriptor blocks for growth: a 1 GiB image of 128 MiB

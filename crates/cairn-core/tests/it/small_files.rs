@@ -75,8 +75,7 @@ fn small_files_written_in_a_row_lie_side_by_side_and_the_run_outlives_commits() 
     // Unmount gives the runs back: the free count on disk is the same
     // after a remount, and the checker finds the bitmaps right.
     let free = fs.statfs().unwrap().blocks_free;
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after small files");
+    unmount_clean(&fs, dev.as_ref(), "after small files");
     let fs = mount(&dev);
     assert_eq!(fs.statfs().unwrap().blocks_free, free);
     assert_eq!(stat(&fs, "alloc.mb.group_prealloc_held"), 0);
@@ -93,8 +92,7 @@ fn with_locality_groups_off_no_runs_are_made() {
     assert_eq!(stat(&fs, "alloc.mb.group_prealloc"), 0);
     assert_eq!(stat(&fs, "alloc.mb.group_preallocated"), 0);
     assert_eq!(stat(&fs, "alloc.mb.group_prealloc_runs"), 0);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "small files without locality groups");
+    unmount_clean(&fs, dev.as_ref(), "small files without locality groups");
 }
 
 /// Two threads writing small files at once: each file is whole and the
@@ -102,8 +100,7 @@ fn with_locality_groups_off_no_runs_are_made() {
 /// buddy at each commit).
 #[test]
 fn two_writers_of_small_files_at_once() {
-    let dev = new_image(128);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(128);
     std::thread::scope(|s| {
         for t in 0..2 {
             let fs = &fs;
@@ -120,16 +117,14 @@ fn two_writers_of_small_files_at_once() {
             assert_eq!(fs.files().read(a.ino, 0, 4096).unwrap(), vec![0x33; 4096]);
         }
     }
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "two writers of small files");
+    unmount_clean(&fs, dev.as_ref(), "two writers of small files");
 }
 
 /// Filling a file system with small files: the blocks held in runs are
 /// given back before ENOSPC, so small files fill it as far as large ones.
 #[test]
 fn small_files_fill_a_file_system_to_the_end() {
-    let dev = new_image(48);
-    let fs = mount(&dev);
+    let (dev, fs) = mounted_image(48);
     let mut n = 0u64;
     let data = vec![0x44u8; 48 << 10];
     loop {
@@ -148,6 +143,5 @@ fn small_files_fill_a_file_system_to_the_end() {
     // worth for data).
     eprintln!("full after {n} files: {} blocks available", st.blocks_avail);
     assert!(st.blocks_avail <= 64 + 12 + 16, "{} blocks still available after {n} files", st.blocks_avail);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "a file system full of small files");
+    unmount_clean(&fs, dev.as_ref(), "a file system full of small files");
 }

@@ -77,8 +77,7 @@ fn values_of_every_size_round_trip_and_free_their_blocks() {
         }
         fs.setxattr(f, b"user.v", &want, 0).unwrap();
         assert_eq!(fs_blocks(&fs, f), 1 + vblocks(len), "{len} bytes: the xattr block and its value blocks");
-        fs.unmount().unwrap();
-        fsck_clean_mem(dev.as_ref(), &format!("a {len}-byte value"));
+        unmount_clean(&fs, dev.as_ref(), &format!("a {len}-byte value"));
 
         fs = mount_with(&dev, opts());
         assert_eq!(fs.getxattr(f, b"user.v").unwrap(), want, "{len} bytes after a remount");
@@ -93,8 +92,7 @@ fn values_of_every_size_round_trip_and_free_their_blocks() {
         assert_eq!(settled_free(&fs), free0, "{len} bytes: removexattr left blocks behind");
         assert_eq!(fs_blocks(&fs, f), 1);
     }
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "every size removed");
+    unmount_clean(&fs, dev.as_ref(), "every size removed");
 }
 
 #[test]
@@ -114,8 +112,7 @@ fn linux_errors_for_large_values() {
     fs.setxattr(f, b"security.s", &value(5_000, 4), 0).unwrap();
     assert_eq!(fs.getxattr(f, b"trusted.t").unwrap(), value(30_000, 3));
     assert_eq!(fs.listxattr(f).unwrap(), b"user.x\0trusted.t\0security.s\0");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "large values in three namespaces");
+    unmount_clean(&fs, dev.as_ref(), "large values in three namespaces");
 }
 
 #[test]
@@ -161,8 +158,7 @@ fn many_large_values_until_enospc_lose_nothing() {
     for (f, name, v) in &set {
         assert_eq!(&fs.getxattr(*f, name.as_bytes()).unwrap(), v, "{name} of {f}");
     }
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "a full disk of large xattrs");
+    unmount_clean(&fs, dev.as_ref(), "a full disk of large xattrs");
     let fs = mount_with(&dev, opts());
     for (f, name, v) in &set {
         assert_eq!(&fs.getxattr(*f, name.as_bytes()).unwrap(), v, "{name} of {f} after a remount");
@@ -197,8 +193,7 @@ fn a_block_with_large_values_is_shared_and_freed_with_its_last_inode() {
     assert_eq!(fs_blocks(&fs, inos[0]), one_set);
     let used = free0 - settled_free(&fs);
     assert_eq!(used, one_set, "40 identical sets with large values took {used} blocks");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "40 inodes sharing large values");
+    unmount_clean(&fs, dev.as_ref(), "40 inodes sharing large values");
 
     // One inode changes a small attribute: its block is copied, values too.
     let fs = mount_with(&dev, opts());
@@ -209,8 +204,7 @@ fn a_block_with_large_values_is_shared_and_freed_with_its_last_inode() {
     // ... and back: it shares the first block again; its copy is freed.
     fs.setxattr(inos[0], b"user.tag", b"same", 0).unwrap();
     assert_eq!(free0 - settled_free(&fs), one_set);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "copied and shared again");
+    unmount_clean(&fs, dev.as_ref(), "copied and shared again");
 
     // Deleting the inodes: the block and its values go with the last one.
     let fs = mount_with(&dev, opts());
@@ -226,8 +220,7 @@ fn a_block_with_large_values_is_shared_and_freed_with_its_last_inode() {
             assert!(now >= free0, "the last delete did not free the block and its values: {now} < {free0}");
         }
     }
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "every sharer deleted");
+    unmount_clean(&fs, dev.as_ref(), "every sharer deleted");
 }
 
 /// The image's geometry and seed, read from the superblock.
@@ -259,8 +252,7 @@ fn damaged_value_blocks_are_euclean_and_fsck_finds_them() {
     let big = value(50_000, 5);
     fs.setxattr(f, b"user.big", &big, 0).unwrap();
     fs.setxattr(f, b"user.ok", b"fine", 0).unwrap();
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "before the damage");
+    unmount_clean(&fs, dev.as_ref(), "before the damage");
     let (xblk, ext) = externals(&dev, f);
     assert_eq!(ext.len(), 1);
     let bs = 4096u64;
@@ -294,8 +286,7 @@ fn images_without_the_feature_keep_values_inline() {
     assert_eq!(errno(fs.setxattr(f, b"user.b", &value(5000, 1), 0)), libc::E2BIG);
     assert_eq!(errno(fs.setxattr(f, b"user.b", &value(2000, 1), 0)), libc::ENOSPC);
     assert_eq!(fs_blocks(&fs, f), 1);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "an image without external values");
+    unmount_clean(&fs, dev.as_ref(), "an image without external values");
 }
 
 #[test]
@@ -382,6 +373,5 @@ fn nombcache_gives_every_inode_its_own_values() {
     // (The emptied root directory's leaf goes too.)
     let free = settled_free(&fs);
     assert!((free0..=free0 + 1).contains(&free), "{free} free, {free0} before");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "nombcache with large values");
+    unmount_clean(&fs, dev.as_ref(), "nombcache with large values");
 }

@@ -51,8 +51,7 @@ fn identical_sets_share_blocks_up_to_the_refcount_limit() {
     // {a, b}), then {a, b} hits.
     assert!(stat(&fs, "mbcache.hits") >= 3000 - 10, "{} hits", stat(&fs, "mbcache.hits"));
     assert!(stat(&fs, "mbcache.refcount_limit") > 0);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "3000 shared sets");
+    unmount_clean(&fs, dev.as_ref(), "3000 shared sets");
 
     // After a remount the cache is empty: reading a file's xattrs caches its
     // block, and new files share it.
@@ -72,8 +71,7 @@ fn identical_sets_share_blocks_up_to_the_refcount_limit() {
     }
     fs.files().sync_fs().unwrap();
     assert!(free1 - free_blocks(&fs) <= 1, "new files did not share the block read back");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after remount and more sharing");
+    unmount_clean(&fs, dev.as_ref(), "after remount and more sharing");
 }
 
 #[test]
@@ -123,8 +121,7 @@ fn nombcache_gives_every_inode_its_own_block() {
     assert_eq!(free0 - free_blocks(&fs), 100);
     assert_eq!(stat(&fs, "mbcache.enabled"), 0);
     assert_eq!(stat(&fs, "mbcache.entries"), 0);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "nombcache");
+    unmount_clean(&fs, dev.as_ref(), "nombcache");
 }
 
 #[test]
@@ -169,8 +166,7 @@ fn concurrent_setters_lose_no_update_and_keep_refcounts_exact() {
     }
     assert!(stat(&fs, "mbcache.hits") > 1000);
     fs.debug_check_consistency();
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after concurrent setters");
+    unmount_clean(&fs, dev.as_ref(), "after concurrent setters");
 }
 
 /// The bar: 100,000 files with the same large xattrs take about 100
@@ -202,8 +198,7 @@ fn a_hundred_thousand_identical_sets_take_about_a_hundred_blocks() {
     assert_eq!(stat(&fs, "mbcache.blocks_saved_since_mount") + used, 100_000);
     assert_eq!(stat(&fs, "mbcache.shared_blocks_since_mount"), used);
     assert!((98..=110).contains(&used), "{used} blocks");
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "100,000 shared sets");
+    unmount_clean(&fs, dev.as_ref(), "100,000 shared sets");
 }
 
 // ------------------------------------------------------------ POSIX ACLs
@@ -266,6 +261,5 @@ fn acls_keep_the_mode_in_step_and_are_inherited() {
     assert!(fs.getxattr(tmp.ino, b"system.posix_acl_access").is_ok());
     // 50 files with the same inherited ACL share one xattr block.
     assert!(stat(&fs, "mbcache.hits") >= 49);
-    fs.unmount().unwrap();
-    fsck_clean_mem(dev.as_ref(), "after ACLs");
+    unmount_clean(&fs, dev.as_ref(), "after ACLs");
 }

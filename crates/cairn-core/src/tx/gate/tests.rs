@@ -57,6 +57,19 @@ impl<F: Fn() + Sync> Owner<F> {
         self.ran_on.lock().unwrap().expect("the push's work ran")
     }
 
+    /// [`Owner::push`], timed: how long it took.
+    fn timed_push(&self) -> Duration {
+        let t0 = Instant::now();
+        self.push();
+        t0.elapsed()
+    }
+
+    /// Nobody inside, nothing asked: the gate's state is all clear.
+    #[track_caller]
+    fn assert_idle(&self) {
+        assert_eq!(self.gate.state.load(SeqCst), 0);
+    }
+
     /// A quiesce: the pushing thread runs the work itself.
     fn quiesce(&self) {
         match self.gate.push(false) {
@@ -103,7 +116,7 @@ fn the_last_operation_out_runs_the_swap_while_new_ones_wait() {
         // long depends on when its thread first ran.
         assert!(entrant.join().unwrap() > Duration::ZERO);
     });
-    assert_eq!(owner.gate.state.load(SeqCst), 0);
+    owner.assert_idle();
     assert_eq!(owner.gate.empties(), (0, 0));
 }
 
@@ -112,7 +125,7 @@ fn an_empty_gate_swaps_on_the_pushing_thread() {
     for patience in [None, Some(PATIENCE)] {
         let owner = Owner::new(patience, || ());
         assert_eq!(owner.push(), thread::current().id());
-        assert_eq!(owner.gate.state.load(SeqCst), 0);
+        owner.assert_idle();
     }
 }
 
@@ -148,7 +161,7 @@ fn operations_and_pushes_never_overlap(patience: Option<Duration>, drain: Option
         stop.store(true, SeqCst);
     });
     assert_eq!(swaps.load(SeqCst), 2000);
-    assert_eq!(owner.gate.state.load(SeqCst), 0);
+    owner.assert_idle();
 }
 
 #[test]
@@ -191,7 +204,7 @@ fn a_close_that_does_not_drain_is_given_up_and_tried_again() {
         owner.leave();
         push.join().unwrap();
     });
-    assert_eq!(owner.gate.state.load(SeqCst), 0);
+    owner.assert_idle();
 }
 
 #[test]
@@ -210,7 +223,7 @@ fn the_last_attempt_waits_for_the_drain() {
         owner.leave();
         assert_eq!(push.join().unwrap(), thread::current().id());
     });
-    assert_eq!(owner.gate.state.load(SeqCst), 0);
+    owner.assert_idle();
 }
 
 #[test]
@@ -232,7 +245,7 @@ fn a_push_waits_for_an_empty_gate_while_operations_go_on() {
         assert_eq!(push.join().unwrap(), thread::current().id());
     });
     assert_eq!(owner.gate.empties(), (1, 0));
-    assert_eq!(owner.gate.state.load(SeqCst), 0);
+    owner.assert_idle();
 }
 
 #[test]
@@ -241,11 +254,7 @@ fn a_push_out_of_patience_closes_on_the_operations_inside() {
     let owner = &Owner::new(Some(patience), || ());
     owner.enter();
     thread::scope(|s| {
-        let push = s.spawn(|| {
-            let t0 = Instant::now();
-            owner.push();
-            t0.elapsed()
-        });
+        let push = s.spawn(|| owner.timed_push());
         wait_for(&owner.gate, CLOSED);
         let (tx, rx) = std::sync::mpsc::channel();
         s.spawn(move || {
@@ -259,7 +268,7 @@ fn a_push_out_of_patience_closes_on_the_operations_inside() {
         assert!(rx.recv_timeout(Duration::from_secs(20)).is_ok(), "the gate did not reopen after the swap");
     });
     assert_eq!(owner.gate.empties(), (0, 1));
-    assert_eq!(owner.gate.state.load(SeqCst), 0);
+    owner.assert_idle();
 }
 
 #[test]
@@ -275,7 +284,7 @@ fn a_quiesce_runs_on_the_pushing_thread_once_the_gate_drains() {
         owner.leave();
         quiesce.join().unwrap();
     });
-    assert_eq!(owner.gate.state.load(SeqCst), 0);
+    owner.assert_idle();
 }
 
 #[test]
@@ -312,16 +321,12 @@ fn a_push_defers_for_an_old_operation_then_closes_regardless() {
     owner.enter();
     thread::sleep(YOUNG * 4);
     thread::scope(|s| {
-        let push = s.spawn(|| {
-            let t0 = Instant::now();
-            owner.push();
-            t0.elapsed()
-        });
+        let push = s.spawn(|| owner.timed_push());
         // The push defers, then closes and waits for this operation.
         wait_for(&owner.gate, CLOSED);
         owner.leave();
         assert!(push.join().unwrap() >= MAX_DEFER);
     });
     assert_eq!(owner.gate.defers(), (1, 1));
-    assert_eq!(owner.gate.state.load(SeqCst), 0);
+    owner.assert_idle();
 }
