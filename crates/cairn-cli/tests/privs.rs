@@ -249,6 +249,36 @@ fn an_owners_writes_drop_suid_and_sgid_and_stat_shows_it_at_once() {
     unmount(&mp, pid);
 }
 
+/// A fresh mount skips the privilege drop of a write until it has seen an
+/// inode with a set-id bit (`InodeCache::privs_in_use`): a set-id file found
+/// on disk after a remount, listed and then written by its owner, must lose
+/// its bits as on the mount that set them. (The engine test
+/// `kill_privs_sees_set_id_bits_and_capabilities_given_after_the_mount`
+/// pins the listing's own path; here the kernel's requests load the inode
+/// before the write.)
+#[test]
+fn a_write_after_a_remount_drops_the_set_id_bits_found_on_disk() {
+    if !can_mount() {
+        return;
+    }
+    let (_d, _g, pid, img, mp) = mount_for_others("listing.img");
+    let dir = mp.join("d");
+    std::fs::create_dir(&dir).unwrap();
+    set_mode(&dir, 0o777);
+    let f = dir.join("f");
+    std::fs::write(&f, b"this is a test\n").unwrap();
+    chown(&f, NOBODY, NOBODY);
+    set_mode(&f, 0o6755);
+    let pid = remount(&img, &mp, pid);
+    let o = sh(&format!("ls -l {}", dir.display()));
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("rwsr-sr-x"), "{}", stderr(&o));
+    as_nobody(&[NOBODY], &format!("dd if=/dev/zero of={} bs=4096 count=1 conv=notrunc status=none", f.display()));
+    assert_eq!(mode(&f), 0o755, "the owner's write dropped suid and the group-executable sgid");
+    let pid = remount(&img, &mp, pid);
+    assert_eq!(mode(&f), 0o755, "on disk");
+    unmount(&mp, pid);
+}
+
 /// Files are made with MKNOD (`mknod_create`, CREATE answered ENOSYS): the
 /// `open(O_CREAT)` that makes a 0444 file may still write it (POSIX: the
 /// creator gets the access it asked for), a second open for writing is

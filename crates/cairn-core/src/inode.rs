@@ -319,6 +319,12 @@ pub struct InodeCache {
     /// then the hot paths skip the checks (see `inode_flags`). Per mount:
     /// one mount's flags cost another in the same process nothing.
     flags_in_use: AtomicBool,
+    /// Whether any inode of this mount with a set-id bit or an xattr block
+    /// has been loaded, created or stored: until then a write has no
+    /// privilege to drop (see `FileIo::kill_privs`) and skips the look at
+    /// the inode, whose lock a write in flight holds. Only ever set, per
+    /// mount, like `flags_in_use`.
+    privs_in_use: AtomicBool,
 }
 
 impl Default for InodeCache {
@@ -336,6 +342,7 @@ impl InodeCache {
             refs: LookupRefs::default(),
             evicted_seq: AtomicU64::new(0),
             flags_in_use: AtomicBool::new(false),
+            privs_in_use: AtomicBool::new(false),
         }
     }
 
@@ -355,6 +362,25 @@ impl InodeCache {
         if d.attr_flags & PROTECTING != 0 {
             self.note_protected();
         }
+        self.note_privs(d);
+    }
+
+    /// Notes `d`'s set-id bits and xattr block (a file capability may be
+    /// in it), as it comes into the cache or is stored. Set before the
+    /// change that gave them is committed or answered, so a write that
+    /// comes after sees it.
+    pub(crate) fn note_privs(&self, d: &DiskInode) {
+        if (d.mode & (libc::S_ISUID | libc::S_ISGID) != 0 || d.xattr_block != 0)
+            && !self.privs_in_use.load(Ordering::Relaxed)
+        {
+            self.privs_in_use.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether any inode of this mount may have a privilege for a write to
+    /// drop (a set-id bit or a file capability); false: none has.
+    pub(crate) fn privs_in_use(&self) -> bool {
+        self.privs_in_use.load(Ordering::Acquire)
     }
 
     /// Whether an unreferenced entry may be dropped (see "busy or dirty").

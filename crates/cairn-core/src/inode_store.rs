@@ -131,6 +131,9 @@ impl InodeStore {
 
     /// The attributes of inode `ino` as `d` holds them, with these times.
     pub(crate) fn disk_attr(&self, ino: u64, d: &DiskInode, mtime: Timestamp, ctime: Timestamp) -> Attr {
+        // What the kernel is told of may be written next, cached or not (a
+        // listing's entry is not): see `InodeCache::privs_in_use`.
+        self.icache.note_privs(d);
         Attr {
             ino,
             generation: if ino == cairn_format::ROOT_INO { 0 } else { d.generation },
@@ -157,6 +160,7 @@ impl InodeStore {
         // The running checkpoint's sequence is stable while a handle holds
         // the gate (a push moves it on under the closed gate).
         st.stored_seq.fetch_max(self.engine.meta().running_seq().load(Ordering::Acquire), Ordering::AcqRel);
+        self.icache.note_privs(&st.d);
         if st.lazy_time.lock().is_none() {
             return tx.store_inode(st.ino, &st.d);
         }

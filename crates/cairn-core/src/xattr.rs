@@ -71,11 +71,14 @@ use cairn_format::xattr::*;
 use cairn_format::FormatError;
 use std::sync::atomic::Ordering::Relaxed;
 
+/// Xattr block `blk`, verified in full when the buffer cache reads it;
+/// a cached copy, which only `write_block` changes, is parsed without its
+/// checksum (see `XattrBlock::decode_verified`).
 fn load(meta: &Meta, blk: u64) -> Result<XattrBlock> {
     let seed = meta.seed();
     let buf = meta.bufs().get(blk, |b, d| XattrBlock::decode(seed, b, d).map(|_| ()).map_err(Into::into))?;
     let d = buf.read();
-    Ok(XattrBlock::decode(seed, blk, &d)?)
+    Ok(XattrBlock::decode_verified(blk, &d)?)
 }
 
 /// Reads external value `x` of xattr block `owner`, verified; returns it

@@ -315,11 +315,16 @@ impl FileIo {
     /// `suidgid(gid)` says the caller may keep it: the caller is in the
     /// file's group `gid` or holds CAP_FSETID. Whether to drop set-id bits
     /// at all (the caller lacks CAP_FSETID; any chown) is the caller's
-    /// decision. Costs one look at the inode when there is nothing to drop.
-    /// Returns whether the mode changed: the kernel's cached attributes then
+    /// decision. Costs nothing while no inode of the mount has a set-id bit
+    /// or an xattr block (`InodeCache::privs_in_use`: the look at the inode
+    /// would wait for the inode lock a write in flight holds), else one
+    /// look at the inode when there is nothing to drop. Returns whether the mode changed: the kernel's cached attributes then
     /// still show the old bits, and the adapter tells it.
     pub fn kill_privs(&self, ino: u64, suidgid: Option<&dyn Fn(u32) -> bool>) -> Result<bool> {
         const CAPS: &[u8] = b"security.capability";
+        if !self.inodes.cache().privs_in_use() {
+            return Ok(false);
+        }
         let needs = |st: &crate::inode::InodeState| -> Result<(u32, bool)> {
             let m = st.d.mode;
             let mut bits = 0;

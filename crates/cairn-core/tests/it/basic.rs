@@ -282,3 +282,39 @@ fn rename_whiteout_leaves_a_whiteout_owned_by_the_caller_in_one_transaction() {
     assert_eq!(fs.lookup(sg, b"dir").unwrap().mode, libc::S_IFCHR);
     fs.unmount().unwrap();
 }
+
+/// A write's privilege drop (`FileIo::kill_privs`) is skipped while no
+/// inode of the mount has a set-id bit or an xattr block: what a chmod, a
+/// setxattr, or a listing of a file loaded from disk shows must turn it on.
+#[test]
+fn kill_privs_sees_set_id_bits_and_capabilities_given_after_the_mount() {
+    let dev = new_image(64);
+    let fs = mount(&dev);
+    let root = Ctx::root();
+    let f = fs.names().mknod(&root, ROOT, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    let outsider = |_gid: u32| false;
+    assert!(!fs.files().kill_privs(f, Some(&outsider)).unwrap(), "nothing to drop");
+    fs.files().setattr(&root, f, &SetAttr { mode: Some(0o6755), ..Default::default() }).unwrap();
+    assert!(fs.files().kill_privs(f, Some(&outsider)).unwrap(), "a chmod's set-id bits");
+    assert_eq!(fs.inodes().getattr(f).unwrap().mode & 0o7777, 0o755);
+    let g = fs.names().mknod(&root, ROOT, b"g", libc::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.setxattr(g, b"security.capability", b"caps", 0).unwrap();
+    fs.unmount().unwrap();
+
+    // A new mount: the first the engine hears of `g` is a listing's entry
+    // (read from its inode-table buffer, not loaded into the cache).
+    let fs = mount(&dev);
+    let mut seen = false;
+    fs.listing_entry(g, true, |a| {
+        seen = a.ino == g;
+        true
+    })
+    .unwrap();
+    assert!(seen);
+    assert!(!fs.files().kill_privs(g, None).unwrap(), "no mode change");
+    fs.inodes().forget(g, 1);
+    let e = fs.getxattr(g, b"security.capability").unwrap_err();
+    assert_eq!(e.errno(), libc::ENODATA, "the capability was dropped");
+    fs.unmount().unwrap();
+    fsck_clean_mem(dev.as_ref(), "after the drops");
+}
