@@ -33,6 +33,7 @@ pub fn check(image: &Path) -> Result<(), String> {
     let shown = image.display();
     let what = match identify(&head) {
         Content::Cairn => return Ok(()),
+        Content::Encrypted => return Err(encrypted(image)),
         Content::Foreign(f) => {
             let hint = f.hint().map(|h| format!(" ({h})")).unwrap_or_default();
             return Err(format!("{shown} is not a cairn file system: it holds {}{hint}", f.name()));
@@ -46,6 +47,11 @@ pub fn check(image: &Path) -> Result<(), String> {
             .to_string(),
     };
     Err(format!("{shown} is not a cairn file system: {what}"))
+}
+
+/// What every command says of an encrypted image it was given no key for.
+pub fn encrypted(image: &Path) -> String {
+    format!("{} is an encrypted cairn image: give --key-file FILE or --passphrase-stdin", image.display())
 }
 
 /// Whether a backup superblock sits where mkfs puts one, under any

@@ -36,6 +36,7 @@ pub struct MkfsArgs<'a> {
 fn occupant(head: &[u8]) -> Option<&'static str> {
     match identify(head) {
         Content::Cairn => Some("a cairn file system"),
+        Content::Encrypted => Some("an encrypted cairn file system"),
         Content::Foreign(f) => Some(f.name()),
         Content::Empty | Content::Zeros | Content::Unknown => None,
     }

@@ -1,0 +1,199 @@
+//! Encrypted images (#54): the header's two copies on the raw device, the
+//! keys, and the encrypting device the engine runs on.
+//!
+//! ## Purpose
+//! An encrypted image is a header region ([`cairn_format::crypt_header`]:
+//! the header at byte 0, its copy at 512 KiB) followed by an ordinary cairn
+//! file system whose every block is encrypted with AES-256-XTS
+//! ([`device::CryptDevice`]). Nothing above the device knows: layout,
+//! superblock, journal and fsck are those of a plain image. This module
+//! puts the header on a raw device ([`create`]), reads it back, picking the
+//! copy when the primary is damaged ([`read_header`]), and opens the
+//! encrypted device with a secret ([`open`]).
+//!
+//! ## What it protects
+//! Confidentiality at rest: without a secret the image's bytes after the
+//! header show nothing of names, contents or metadata. Not integrity: XTS
+//! has no tag, so whoever can write the image can replace a block with
+//! garbage (the metadata checksums may notice, file data will not) or with
+//! an older copy of itself (rollback), undetected. See docs/encryption.md.
+//!
+//! ## Durability
+//! [`create`] writes the copy, flushes, then the primary, and flushes: a
+//! crash leaves at least one verifying copy once either was complete.
+
+pub mod device;
+pub mod keys;
+pub mod locked;
+
+use crate::dev::BlockDevice;
+use cairn_format::crypt_header::{self, Argon2Cost, Copy, CryptHeader, COPY_OFFSET, HEADER_BYTES};
+use cairn_format::FormatError;
+pub use device::{BlockCipher, CryptDevice, Discards};
+pub use keys::{measure_cost, MasterKey, Secret};
+use thiserror::Error;
+
+/// Why an encrypted image could not be made or opened.
+#[derive(Debug, Error)]
+pub enum CryptError {
+    #[error("wrong passphrase or key file (no key slot opens with it)")]
+    WrongKey,
+    #[error("the encryption header has no key slot in use")]
+    NoSlots,
+    #[error("the {0} is empty")]
+    EmptySecret(&'static str),
+    #[error("key file {0}: {1}")]
+    KeyFile(String, std::io::Error),
+    #[error("key file {0} is longer than 8 MiB")]
+    KeyFileTooLong(String),
+    #[error("damaged encryption header (and its copy): {0}")]
+    Header(#[from] FormatError),
+    #[error("not an encrypted cairn image")]
+    NotEncrypted,
+    #[error("key derivation: {0}")]
+    Cost(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Whether the raw device's first bytes carry the encrypted header's magic
+/// number (damaged or not).
+pub fn is_encrypted(raw: &dyn BlockDevice) -> bool {
+    let mut head = [0u8; 8];
+    raw.read_at(&mut head, 0).is_ok() && crypt_header::has_magic(&head)
+}
+
+fn read_copy(raw: &dyn BlockDevice, at: u64) -> Vec<u8> {
+    let mut b = vec![0u8; HEADER_BYTES];
+    if raw.read_at(&mut b, at).is_err() {
+        b.fill(0);
+    }
+    b
+}
+
+/// The header of the encrypted image on `raw`, and which copy it came
+/// from; [`CryptError::NotEncrypted`] when neither copy has the magic
+/// number.
+pub fn read_header(raw: &dyn BlockDevice) -> Result<(CryptHeader, Copy), CryptError> {
+    let primary = read_copy(raw, 0);
+    let copy = read_copy(raw, COPY_OFFSET);
+    if !crypt_header::has_magic(&primary) && !crypt_header::has_magic(&copy) {
+        return Err(CryptError::NotEncrypted);
+    }
+    Ok(crypt_header::pick(&primary, &copy)?)
+}
+
+/// Writes both copies of `header` (the copy first, each flushed).
+pub fn write_header(raw: &dyn BlockDevice, header: &CryptHeader) -> Result<(), CryptError> {
+    let bytes = header.encode();
+    raw.write_at(&bytes, COPY_OFFSET)?;
+    raw.flush()?;
+    raw.write_at(&bytes, 0)?;
+    raw.flush()?;
+    Ok(())
+}
+
+/// Makes `raw` an encrypted image for a file system of `block_size`
+/// blocks, openable with `secret` (its slot derived at `cost`), and returns
+/// the device to format.
+pub fn create<D: BlockDevice>(
+    raw: D,
+    block_size: u32,
+    secret: &Secret,
+    cost: Argon2Cost,
+) -> Result<CryptDevice<D>, CryptError> {
+    let (header, master) = keys::new_header(block_size, secret, cost)?;
+    if raw.size() < header.data_offset + u64::from(block_size) {
+        return Err(CryptError::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the image is too small for the encryption header",
+        )));
+    }
+    write_header(&raw, &header)?;
+    let cipher = BlockCipher::new(&master, block_size)?;
+    Ok(CryptDevice::new(raw, cipher, header.data_offset, Discards::Refused))
+}
+
+/// Opens the encrypted image on `raw` with `secret`. Nothing is written
+/// unless the secret opened a slot; then a damaged primary header is
+/// rewritten from its copy (where the device is writable).
+pub fn open<D: BlockDevice>(raw: D, secret: &Secret, discards: Discards) -> Result<CryptDevice<D>, CryptError> {
+    let (header, from) = read_header(&raw)?;
+    let (master, slot) = keys::unlock(&header, secret)?;
+    tracing::debug!(slot, "encryption key slot opened");
+    if from == Copy::Backup && raw.writable() {
+        tracing::warn!("the encryption header was damaged; restored from its copy");
+        raw.write_at(&header.encode(), 0)?;
+        raw.flush()?;
+    }
+    let cipher = BlockCipher::new(&master, header.block_size)?;
+    Ok(CryptDevice::new(raw, cipher, header.data_offset, discards))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dev::MemDevice;
+    use zeroize::Zeroizing;
+
+    const CHEAP: Argon2Cost = Argon2Cost { memory_kib: 64, passes: 1, lanes: 1 };
+
+    fn key(b: &[u8]) -> Secret {
+        Secret::key_file(Zeroizing::new(b.to_vec())).unwrap()
+    }
+
+    #[test]
+    fn create_then_open_sees_the_same_blocks() {
+        let dev = create(MemDevice::new(4 << 20), 4096, &key(b"k1"), CHEAP).unwrap();
+        dev.write_at(&[0xab; 4096], 0).unwrap();
+        let raw = MemDevice::from_bytes(dev.inner().snapshot());
+        assert!(is_encrypted(&raw));
+        assert!(matches!(
+            open(MemDevice::from_bytes(raw.snapshot()), &key(b"k2"), Discards::Refused),
+            Err(CryptError::WrongKey)
+        ));
+        let again = open(raw, &key(b"k1"), Discards::Refused).unwrap();
+        let mut b = [0u8; 4096];
+        again.read_at(&mut b, 0).unwrap();
+        assert_eq!(b, [0xab; 4096]);
+        assert_eq!(again.size(), (4 << 20) - crypt_header::DATA_OFFSET);
+    }
+
+    #[test]
+    fn a_damaged_primary_is_restored_from_its_copy_after_unlocking() {
+        let dev = create(MemDevice::new(4 << 20), 4096, &key(b"k"), CHEAP).unwrap();
+        let good = dev.inner().snapshot()[..HEADER_BYTES].to_vec();
+        dev.inner().write_at(&[0xee; 64], 300).unwrap();
+        let raw = MemDevice::from_bytes(dev.inner().snapshot());
+        assert!(matches!(
+            open(MemDevice::from_bytes(raw.snapshot()), &key(b"x"), Discards::Refused),
+            Err(CryptError::WrongKey)
+        ));
+        let opened = open(raw, &key(b"k"), Discards::Refused).unwrap();
+        assert_eq!(opened.inner().snapshot()[..HEADER_BYTES], good[..]);
+        // Both copies damaged: a clear error, not a panic.
+        let both = MemDevice::from_bytes(opened.inner().snapshot());
+        both.write_at(&[0xee; 64], 300).unwrap();
+        both.write_at(&[0xee; 64], COPY_OFFSET + 300).unwrap();
+        assert!(matches!(open(both, &key(b"k"), Discards::Refused), Err(CryptError::Header(_))));
+        assert!(matches!(read_header(&MemDevice::new(1 << 20)), Err(CryptError::NotEncrypted)));
+    }
+
+    #[test]
+    fn mkfs_and_fsck_run_on_an_encrypted_device() {
+        let dev = create(MemDevice::new(64 << 20), 4096, &key(b"k"), CHEAP).unwrap();
+        let opts = crate::mkfs::MkfsOptions::default();
+        crate::mkfs::format(&dev, &opts, &mut |_, _| {}).unwrap();
+        let sb = crate::dev::read_superblock(&dev).unwrap();
+        assert_eq!(sb.block_size(), 4096);
+        let raw = dev.inner().snapshot();
+        assert!(!raw.windows(8).any(|w| w == b"CAIRNFS\0"), "no plaintext superblock magic in the image");
+        let dev = std::sync::Arc::new(dev);
+        crate::mkfs::create_lost_found(dev.clone()).unwrap();
+        let dev = open(MemDevice::from_bytes(dev.inner().snapshot()), &key(b"k"), Discards::Refused).unwrap();
+        let mut plain = vec![0u8; dev.size() as usize];
+        dev.read_at(&mut plain, 0).unwrap();
+        let report = cairn_fsck::check_image(&plain, &cairn_fsck::Options::default()).unwrap();
+        assert!(report.is_clean(), "{:?}", report.problems);
+    }
+}
