@@ -23,6 +23,12 @@ use std::path::Path;
 /// be read here (the command then reports that itself); otherwise why it
 /// is not one.
 pub fn check(image: &Path) -> Result<(), String> {
+    check_keyed(image, false)
+}
+
+/// As [`check`], for a command given a secret (`keyed`): an encrypted
+/// image passes then (the command unlocks it).
+pub fn check_keyed(image: &Path, keyed: bool) -> Result<(), String> {
     let Ok(mut f) = std::fs::File::open(image) else { return Ok(()) };
     // A block device's length is where its end is.
     let Ok(size) = f.seek(SeekFrom::End(0)) else { return Ok(()) };
@@ -33,6 +39,7 @@ pub fn check(image: &Path) -> Result<(), String> {
     let shown = image.display();
     let what = match identify(&head) {
         Content::Cairn => return Ok(()),
+        Content::Encrypted if keyed => return Ok(()),
         Content::Encrypted => return Err(encrypted(image)),
         Content::Foreign(f) => {
             let hint = f.hint().map(|h| format!(" ({h})")).unwrap_or_default();
@@ -87,5 +94,10 @@ mod tests {
         cairn[..8].copy_from_slice(b"CAIRNFS\0");
         assert_eq!(try_with(&cairn), Ok(()), "a damaged cairn superblock is cairn's");
         assert_eq!(check(&dir.path().join("missing")), Ok(()), "the command says it is missing");
+        let mut enc = vec![0u8; 4096];
+        enc[..8].copy_from_slice(b"CAIRNCRY");
+        let e = try_with(&enc).unwrap_err();
+        assert!(e.contains("is an encrypted cairn image: give --key-file"), "{e}");
+        assert_eq!(check_keyed(&img, true), Ok(()));
     }
 }

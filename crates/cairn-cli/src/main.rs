@@ -11,6 +11,7 @@
 
 mod control;
 mod daemon_log;
+mod fsck_cmd;
 mod image_check;
 mod image_lock;
 mod inspect_cmd;
@@ -24,6 +25,7 @@ mod stats_summary;
 mod syslog;
 mod tune_cmd;
 mod umount_cmd;
+mod unlock;
 mod whoami;
 
 use clap::{Parser, Subcommand};
@@ -81,6 +83,12 @@ enum Cmd {
         /// Print nothing on success.
         #[arg(long, short)]
         quiet: bool,
+        /// Encrypt every block with AES-256-XTS under a random master key, kept in a key slot
+        /// opened by --key-file FILE or --passphrase-stdin (see docs/encryption.md).
+        #[arg(long)]
+        encrypt: bool,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
     },
     /// Mount IMAGE at MOUNTPOINT; returns once it is mounted (the daemon stays in the background).
     Mount {
@@ -104,6 +112,8 @@ enum Cmd {
         /// Internal: log to syslog (a background daemon started without --log).
         #[arg(long, hide = true)]
         syslog: bool,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
     },
     /// Unmount MOUNTPOINT and return once its daemon has committed, marked the image clean and
     /// released it (then `cairn fsck`, a copy or a new mount can use the image at once).
@@ -131,6 +141,8 @@ enum Cmd {
         /// the first backup that verifies when the primary does not.
         #[arg(short = 'b', value_name = "N")]
         backup_superblock: Option<u64>,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
     },
     /// Run the benchmark suite (bench/run in the source tree): cairn beside tmpfs, ext4, XFS,
     /// btrfs and fuse2fs. Arguments go to bench/run: [EXPERIMENT...] [--quick] [--fs LIST]
@@ -325,6 +337,8 @@ fn run(cmd: Cmd) -> ExitCode {
             root_owner,
             force,
             quiet,
+            encrypt,
+            keys,
         } => {
             init_logging("warn");
             let a = mkfs_cmd::MkfsArgs {
@@ -338,20 +352,23 @@ fn run(cmd: Cmd) -> ExitCode {
                 root_owner: root_owner.as_deref(),
                 force,
                 quiet,
+                encrypt,
+                keys: &keys,
             };
             finish("mkfs", mkfs_cmd::run(&a))
         }
-        Cmd::Mount { image, mountpoint, options, foreground, log, notify_ready, syslog } => {
+        Cmd::Mount { image, mountpoint, options, foreground, log, notify_ready, syslog, keys } => {
             if syslog {
                 syslog::init(log_filter("info"));
             } else {
                 init_logging(if foreground { "info" } else { "warn" });
             }
-            let a = mount_cmd::MountArgs { image, mountpoint, options, foreground, log, notify_ready };
+            let a = mount_cmd::MountArgs { image, mountpoint, options, foreground, log, notify_ready, keys };
             finish("mount", mount_cmd::run(&a))
         }
-        Cmd::Fsck { image, repair, preen, no_changes: _, backup_superblock } => {
-            fsck(&image, cairn_fsck::Options { repair, backup_superblock, preen, progress: fsck_progress() })
+        Cmd::Fsck { image, repair, preen, no_changes: _, backup_superblock, keys } => {
+            let opts = cairn_fsck::Options { repair, backup_superblock, preen, progress: fsck_progress() };
+            fsck_cmd::run(&image, opts, &keys)
         }
         cmd => run_tool(cmd),
     }
@@ -403,22 +420,6 @@ fn run_tool(cmd: Cmd) -> ExitCode {
         }
         Cmd::Mkfs { .. } | Cmd::Mount { .. } | Cmd::Fsck { .. } => unreachable!("run handles mkfs, mount and fsck"),
     }
-}
-
-/// `cairn fsck`: exit codes as e2fsck's.
-fn fsck(image: &std::path::Path, opts: cairn_fsck::Options) -> ExitCode {
-    init_logging("warn");
-    // An image that was never cairn's is named, not checked (a backup
-    // superblock named with -b says it is cairn's).
-    if opts.backup_superblock.is_none() {
-        if let Err(m) = image_check::check(image) {
-            eprintln!("cairn fsck: {m}");
-            return ExitCode::from(8);
-        }
-    }
-    let mut out = std::io::stdout();
-    let code = cairn_fsck::run(image, &opts, &mut out);
-    ExitCode::from(u8::try_from(code).unwrap_or(8))
 }
 
 /// Exit 0, or 1 with `cairn CMD: message` on stderr.

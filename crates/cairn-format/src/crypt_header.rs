@@ -257,7 +257,10 @@ impl CryptHeader {
         }
         let data_offset = u64_at(b, 56);
         let past_copy = COPY_OFFSET + HEADER_BYTES as u64;
-        if data_offset < past_copy || data_offset > MAX_DATA_OFFSET || !data_offset.is_multiple_of(u64::from(block_size)) {
+        if data_offset < past_copy
+            || data_offset > MAX_DATA_OFFSET
+            || !data_offset.is_multiple_of(u64::from(block_size))
+        {
             return Err(corrupt(format!("data offset {data_offset}")));
         }
         if u32_at(b, 164) as usize != SLOTS || b[SLOTS_AT + SLOTS * SLOT_BYTES..CRC_AT].iter().any(|&x| x != 0) {

@@ -35,6 +35,7 @@ use aes::cipher::KeyInit;
 use aes::Aes256;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use xts_mode::{get_tweak_default, Xts128};
 
 /// AES-256-XTS keyed by a master key, its key schedules in locked memory.
@@ -76,7 +77,8 @@ pub enum Discards {
 /// An encrypted view of `D` (see the module's essay).
 pub struct CryptDevice<D> {
     inner: D,
-    cipher: BlockCipher,
+    /// Shared by every handle on the same image (see `crypt::Unlocked`).
+    cipher: Arc<BlockCipher>,
     data_offset: u64,
     /// The file system's bytes: the inner device past `data_offset`, whole blocks.
     size: AtomicU64,
@@ -89,7 +91,7 @@ fn whole_blocks(bytes: u64, bs: u64) -> u64 {
 
 impl<D: BlockDevice> CryptDevice<D> {
     /// Encrypted blocks on `inner` from byte `data_offset` on.
-    pub fn new(inner: D, cipher: BlockCipher, data_offset: u64, discards: Discards) -> CryptDevice<D> {
+    pub fn new(inner: D, cipher: Arc<BlockCipher>, data_offset: u64, discards: Discards) -> CryptDevice<D> {
         let bs = cipher.block_size as u64;
         let size = whole_blocks(inner.size().saturating_sub(data_offset), bs);
         CryptDevice { inner, cipher, data_offset, size: size.into(), discards }
@@ -215,10 +217,10 @@ mod tests {
     use super::*;
     use crate::dev::MemDevice;
 
-    fn cipher_from(key: &[u8; 64], bs: u32) -> BlockCipher {
+    fn cipher_from(key: &[u8; 64], bs: u32) -> Arc<BlockCipher> {
         let mut m = Locked::<[u8; 64]>::zeroed().unwrap();
         m.get_mut().copy_from_slice(key);
-        BlockCipher::new(&MasterKey::from_locked(m), bs).unwrap()
+        Arc::new(BlockCipher::new(&MasterKey::from_locked(m), bs).unwrap())
     }
 
     fn hex(s: &str) -> Vec<u8> {

@@ -31,6 +31,7 @@ use cairn_format::crypt_header::{self, Argon2Cost, Copy, CryptHeader, COPY_OFFSE
 use cairn_format::FormatError;
 pub use device::{BlockCipher, CryptDevice, Discards};
 pub use keys::{measure_cost, MasterKey, Secret};
+use std::sync::Arc;
 use thiserror::Error;
 
 /// Why an encrypted image could not be made or opened.
@@ -110,24 +111,45 @@ pub fn create<D: BlockDevice>(
         )));
     }
     write_header(&raw, &header)?;
-    let cipher = BlockCipher::new(&master, block_size)?;
+    let cipher = Arc::new(BlockCipher::new(&master, block_size)?);
     Ok(CryptDevice::new(raw, cipher, header.data_offset, Discards::Refused))
 }
 
-/// Opens the encrypted image on `raw` with `secret`. Nothing is written
+/// An unlocked image: its key and layout, which make decrypting devices
+/// over any handle on the image (a read-only mount's second, writable
+/// handle for its journal replay uses the same key without asking again).
+pub struct Unlocked {
+    cipher: Arc<BlockCipher>,
+    data_offset: u64,
+    /// The key slot the secret opened.
+    pub slot: usize,
+}
+
+impl Unlocked {
+    /// The decrypting device over `raw`, a handle on the unlocked image.
+    pub fn device<D: BlockDevice>(&self, raw: D, discards: Discards) -> CryptDevice<D> {
+        CryptDevice::new(raw, self.cipher.clone(), self.data_offset, discards)
+    }
+}
+
+/// Unlocks the encrypted image on `raw` with `secret`. Nothing is written
 /// unless the secret opened a slot; then a damaged primary header is
 /// rewritten from its copy (where the device is writable).
-pub fn open<D: BlockDevice>(raw: D, secret: &Secret, discards: Discards) -> Result<CryptDevice<D>, CryptError> {
-    let (header, from) = read_header(&raw)?;
+pub fn unlock(raw: &dyn BlockDevice, secret: &Secret) -> Result<Unlocked, CryptError> {
+    let (header, from) = read_header(raw)?;
     let (master, slot) = keys::unlock(&header, secret)?;
-    tracing::debug!(slot, "encryption key slot opened");
     if from == Copy::Backup && raw.writable() {
         tracing::warn!("the encryption header was damaged; restored from its copy");
         raw.write_at(&header.encode(), 0)?;
         raw.flush()?;
     }
-    let cipher = BlockCipher::new(&master, header.block_size)?;
-    Ok(CryptDevice::new(raw, cipher, header.data_offset, discards))
+    let cipher = Arc::new(BlockCipher::new(&master, header.block_size)?);
+    Ok(Unlocked { cipher, data_offset: header.data_offset, slot })
+}
+
+/// [`unlock`], then the decrypting device over `raw`.
+pub fn open<D: BlockDevice>(raw: D, secret: &Secret, discards: Discards) -> Result<CryptDevice<D>, CryptError> {
+    Ok(unlock(&raw, secret)?.device(raw, discards))
 }
 
 #[cfg(test)]
