@@ -22,10 +22,13 @@
 //!
 //! ## Holes
 //! A punched hole reads as zeros, which is no block's ciphertext: so
-//! [`BlockDevice::zero_range`] says it cannot (mkfs then writes encrypted
-//! zeros), and [`BlockDevice::discard`] is refused unless the device was
-//! made with discards allowed (they tell whoever reads the image which
-//! blocks are free, as LUKS' `allow-discards`).
+//! [`BlockDevice::zero_range`] writes encrypted zeros instead (mkfs and
+//! resize zero the inode tables through it, 1/64 of the image at the
+//! default inode ratio, and the engine may then skip reading a table block
+//! before its first inode is taken, as on a plain image), and
+//! [`BlockDevice::discard`] is refused unless the device was made with
+//! discards allowed (they tell whoever reads the image which blocks are
+//! free, as LUKS' `allow-discards`).
 
 use super::keys::MasterKey;
 use super::locked::Locked;
@@ -185,8 +188,16 @@ impl<D: BlockDevice> BlockDevice for CryptDevice<D> {
     fn size(&self) -> u64 {
         self.size.load(Ordering::Acquire)
     }
-    fn zero_range(&self, _off: u64, len: u64) -> io::Result<bool> {
-        Ok(len == 0)
+    fn zero_range(&self, off: u64, len: u64) -> io::Result<bool> {
+        const CHUNK: u64 = 1 << 20;
+        let zeros = vec![0u8; CHUNK.min(len) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(CHUNK) as usize;
+            self.write_at(&zeros[..n], off + done)?;
+            done += n as u64;
+        }
+        Ok(true)
     }
     fn discard(&self, off: u64, len: u64) -> io::Result<bool> {
         match self.discards {
@@ -286,14 +297,19 @@ mod tests {
     }
 
     #[test]
-    fn holes_and_discards_are_refused_by_default() {
+    fn zeroing_writes_encrypted_zeros_and_discards_are_refused_by_default() {
         let dev = CryptDevice::new(MemDevice::new(64 << 10), cipher_from(&[3; 64], 1024), 4096, Discards::Refused);
-        dev.write_at(&[1u8; 1024], 0).unwrap();
-        assert!(!dev.zero_range(0, 1024).unwrap());
+        dev.write_at(&[1u8; 3072], 0).unwrap();
         assert!(!dev.discard(0, 1024).unwrap());
         let mut b = [0u8; 1024];
         dev.read_at(&mut b, 0).unwrap();
-        assert_eq!(b, [1u8; 1024], "nothing was punched");
+        assert_eq!(b, [1u8; 1024], "nothing was discarded");
+        assert!(dev.zero_range(1024, 2048).unwrap());
+        let mut b = [9u8; 3072];
+        dev.read_at(&mut b, 0).unwrap();
+        assert_eq!((&b[..1024], &b[1024..]), (&[1u8; 1024][..], &[0u8; 2048][..]));
+        let raw = dev.inner().snapshot();
+        assert!(raw[4096 + 1024..4096 + 3072].iter().any(|&x| x != 0), "the zeros are stored encrypted");
         let allowed = CryptDevice::new(MemDevice::new(64 << 10), cipher_from(&[3; 64], 1024), 4096, Discards::Allowed);
         assert!(allowed.discard(0, 1024).unwrap());
     }

@@ -204,10 +204,12 @@ mod tests {
     #[test]
     fn mkfs_and_fsck_run_on_an_encrypted_device() {
         let dev = create(MemDevice::new(64 << 20), 4096, &key(b"k"), CHEAP).unwrap();
-        let opts = crate::mkfs::MkfsOptions::default();
+        let opts = crate::mkfs::MkfsOptions { blocks_per_group: Some(4096), ..Default::default() };
         crate::mkfs::format(&dev, &opts, &mut |_, _| {}).unwrap();
         let sb = crate::dev::read_superblock(&dev).unwrap();
-        assert_eq!(sb.block_size(), 4096);
+        assert_eq!((sb.block_size(), sb.group_count), (4096, 4));
+        let zeroed = sb.feature_compat & cairn_format::superblock::COMPAT_ITABLES_ZEROED != 0;
+        assert!(zeroed, "the inode tables were zeroed with encrypted zeros");
         let raw = dev.inner().snapshot();
         assert!(!raw.windows(8).any(|w| w == b"CAIRNFS\0"), "no plaintext superblock magic in the image");
         let dev = std::sync::Arc::new(dev);
