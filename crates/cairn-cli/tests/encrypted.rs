@@ -78,6 +78,11 @@ fn an_encrypted_image_shows_nothing_and_reads_back_with_its_key() {
     let _g = Guard(mp.clone());
     assert_eq!(counters(&mp).get("dev.encrypted"), Some(&1), "the daemon runs on the encrypting device");
     write_tree(&mp);
+    std::fs::File::open(mp.join(NAMES[2])).unwrap().sync_all().unwrap();
+    let c = counters(&mp);
+    if c.get("dev.direct_data") == Some(&1) {
+        assert!(c["dev.direct_write_bytes"] > 0, "file data went through O_DIRECT, encrypted: {c:?}");
+    }
     check_tree(&mp);
     unmount(&mp, pid);
 
