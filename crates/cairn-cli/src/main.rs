@@ -15,6 +15,7 @@ mod fsck_cmd;
 mod image_check;
 mod image_lock;
 mod inspect_cmd;
+mod key_cmd;
 mod loopdev;
 mod mkfs_cmd;
 mod mount_cmd;
@@ -47,6 +48,16 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// What `cairn key` does.
+#[derive(Subcommand)]
+enum KeyAction {
+    /// List the used key slots (kind and key derivation cost); needs no key.
+    List {
+        /// The encrypted image.
+        image: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -169,6 +180,11 @@ enum Cmd {
     Trim {
         /// The image file (or block device).
         image: PathBuf,
+    },
+    /// The key slots of an encrypted image (see docs/encryption.md).
+    Key {
+        #[command(subcommand)]
+        action: KeyAction,
     },
     /// Change the label, UUID, error behaviour or default mount options of an unmounted file system (as tune2fs -L / -U / -e / -o); with none, print them.
     Tune {
@@ -411,6 +427,10 @@ fn run_tool(cmd: Cmd) -> ExitCode {
         Cmd::Tune { image, label, uuid, errors, mount_options } => {
             init_logging("warn");
             finish_printing("tune", tune_cmd::run(&image, label, uuid.as_deref(), errors.as_deref(), mount_options))
+        }
+        Cmd::Key { action: KeyAction::List { image } } => {
+            init_logging("warn");
+            finish_printing("key", key_cmd::list(&image))
         }
         Cmd::Trim { image } => {
             init_logging("warn");

@@ -73,6 +73,12 @@ fn an_encrypted_image_shows_nothing_and_reads_back_with_its_key() {
     let o = run(&["mkfs", p(&img), "--size", "128M", "--encrypt", "--key-file", p(&key)]);
     assert!(o.status.success(), "mkfs: {}", stderr(&o));
     assert!(stdout(&o).contains("encrypted with aes-xts-plain64"), "{}", stdout(&o));
+    let o = run(&["key", "list", p(&img)]);
+    assert!(o.status.success(), "key list: {}", stderr(&o));
+    let listing = stdout(&o);
+    assert!(listing.contains("aes-xts-plain64, blocks of 4096 bytes from byte 1048576"), "{listing}");
+    assert!(listing.contains("slot 0: key file, Argon2id "), "{listing}");
+    assert_eq!(listing.lines().count(), 2, "one slot: {listing}");
 
     let pid = mount(&img, &mp, &["--key-file", p(&key)]);
     let _g = Guard(mp.clone());
@@ -157,6 +163,7 @@ fn passphrase_on_standard_input_and_no_conversion_of_plain_images() {
     let pass = b"correct horse battery staple\n";
     let o = run_with_stdin(&["mkfs", p(&img), "--size", "64M", "--encrypt", "--passphrase-stdin", "--quiet"], pass);
     assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    assert!(stdout(&run(&["key", "list", p(&img)])).contains("slot 0: passphrase, Argon2id "));
     let o = run_with_stdin(&["mount", p(&img), p(&mp), "--passphrase-stdin"], pass);
     assert!(o.status.success(), "mount: {}", stderr(&o));
     let _g = Guard(mp.clone());
@@ -174,6 +181,8 @@ fn passphrase_on_standard_input_and_no_conversion_of_plain_images() {
     let o = run(&["mkfs", p(&plain), "--encrypt", "--key-file", p(&key)]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("does not convert one"), "{}", stderr(&o));
+    let o = run(&["key", "list", p(&plain)]);
+    assert!(!o.status.success() && stderr(&o).contains("not an encrypted image"), "{}", stderr(&o));
     let o = run(&["fsck", p(&plain), "--key-file", p(&key)]);
     assert_eq!(o.status.code(), Some(8));
     assert!(stderr(&o).contains("not an encrypted image"), "{}", stderr(&o));
