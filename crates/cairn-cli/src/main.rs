@@ -58,6 +58,31 @@ enum KeyAction {
         /// The encrypted image.
         image: PathBuf,
     },
+    /// Add a key slot for a new key file or passphrase (given an existing key).
+    Add {
+        image: PathBuf,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
+        #[command(flatten)]
+        new: unlock::NewKeyArgs,
+    },
+    /// Replace the key of the slot the given key opens.
+    Change {
+        image: PathBuf,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
+        #[command(flatten)]
+        new: unlock::NewKeyArgs,
+    },
+    /// Remove a key slot (--slot N, or the one the given key opens); never the last.
+    Remove {
+        image: PathBuf,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
+        /// The slot to remove (`cairn key list` shows them).
+        #[arg(long, value_name = "N")]
+        slot: Option<usize>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -428,9 +453,15 @@ fn run_tool(cmd: Cmd) -> ExitCode {
             init_logging("warn");
             finish_printing("tune", tune_cmd::run(&image, label, uuid.as_deref(), errors.as_deref(), mount_options))
         }
-        Cmd::Key { action: KeyAction::List { image } } => {
+        Cmd::Key { action } => {
             init_logging("warn");
-            finish_printing("key", key_cmd::list(&image))
+            let done = match &action {
+                KeyAction::List { image } => key_cmd::list(image),
+                KeyAction::Add { image, keys, new } => key_cmd::edit(image, keys, key_cmd::Edit::Add(new)),
+                KeyAction::Change { image, keys, new } => key_cmd::edit(image, keys, key_cmd::Edit::Change(new)),
+                KeyAction::Remove { image, keys, slot } => key_cmd::edit(image, keys, key_cmd::Edit::Remove(*slot)),
+            };
+            finish_printing("key", done)
         }
         Cmd::Trim { image } => {
             init_logging("warn");

@@ -54,6 +54,25 @@ impl KeyArgs {
     }
 }
 
+/// The secret of a new key slot (`cairn key add|change`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct NewKeyArgs {
+    /// The new slot opens with the key in FILE.
+    #[arg(long, value_name = "FILE", conflicts_with = "new_passphrase_stdin")]
+    pub new_key_file: Option<PathBuf>,
+    /// The new slot opens with a passphrase read from standard input.
+    #[arg(long, conflicts_with = "passphrase_stdin")]
+    pub new_passphrase_stdin: bool,
+}
+
+impl NewKeyArgs {
+    /// Reads the new secret; one of the two must be given.
+    pub fn secret(&self) -> Result<Secret, String> {
+        let as_key = KeyArgs { key_file: self.new_key_file.clone(), passphrase_stdin: self.new_passphrase_stdin };
+        as_key.secret()?.ok_or_else(|| "give the new key: --new-key-file FILE or --new-passphrase-stdin".into())
+    }
+}
+
 /// What turns a raw handle on the image into the device a command runs
 /// on: nothing for a plain image, the unlocked key for an encrypted one.
 pub enum Opener {

@@ -190,3 +190,40 @@ fn passphrase_on_standard_input_and_no_conversion_of_plain_images() {
     assert!(!o.status.success() && stderr(&o).contains("--encrypt needs"), "{}", stderr(&o));
     assert!(std::fs::read(&plain).unwrap() == before, "the plain image changed");
 }
+
+#[test]
+fn key_slots_are_added_changed_and_removed_but_not_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("enc.img");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::write(&a, b"first key").unwrap();
+    std::fs::write(&b, b"second key").unwrap();
+    let o = run(&["mkfs", p(&img), "--size", "32M", "--encrypt", "--key-file", p(&a), "--quiet"]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    let opens = |args: &[&str], stdin: &[u8]| {
+        let o = run_with_stdin(&[&["fsck", p(&img)], args].concat(), stdin);
+        assert!(matches!(o.status.code(), Some(0 | 8)), "fsck: {}{}", stdout(&o), stderr(&o));
+        o.status.code() == Some(0)
+    };
+
+    let o = run(&["key", "add", p(&img), "--key-file", p(&a), "--new-key-file", p(&b)]);
+    assert!(stdout(&o).contains("key slot 1 added"), "{}{}", stdout(&o), stderr(&o));
+    assert!(opens(&["--key-file", p(&b)], b"") && opens(&["--key-file", p(&a)], b""));
+
+    let o = run_with_stdin(&["key", "change", p(&img), "--key-file", p(&b), "--new-passphrase-stdin"], b"pw\n");
+    assert!(stdout(&o).contains("key slot 1 changed"), "{}{}", stdout(&o), stderr(&o));
+    assert!(!opens(&["--key-file", p(&b)], b""), "the old key of a changed slot no longer opens");
+    assert!(opens(&["--passphrase-stdin"], b"pw\n"));
+
+    let o = run(&["key", "remove", p(&img), "--key-file", p(&a), "--slot", "1"]);
+    assert!(stdout(&o).contains("key slot 1 removed"), "{}{}", stdout(&o), stderr(&o));
+    assert!(!opens(&["--passphrase-stdin"], b"pw\n"));
+
+    let before = std::fs::read(&img).unwrap();
+    let o = run(&["key", "remove", p(&img), "--key-file", p(&a)]);
+    assert!(!o.status.success() && stderr(&o).contains("last key slot"), "{}", stderr(&o));
+    let o = run(&["key", "add", p(&img), "--key-file", p(&b), "--new-key-file", p(&b)]);
+    assert!(!o.status.success() && stderr(&o).contains("wrong passphrase or key file"), "{}", stderr(&o));
+    assert!(std::fs::read(&img).unwrap() == before, "a refused change wrote nothing");
+    assert_eq!(stdout(&run(&["key", "list", p(&img)])).lines().count(), 2, "one slot left");
+}

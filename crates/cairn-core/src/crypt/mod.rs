@@ -53,6 +53,12 @@ pub enum CryptError {
     NotEncrypted,
     #[error("key derivation: {0}")]
     Cost(String),
+    #[error("every key slot is in use (at most {})", crypt_header::SLOTS)]
+    NoFreeSlot,
+    #[error("key slot {0} is not in use")]
+    NoSuchSlot(usize),
+    #[error("slot {0} is the last key slot: removing it would lock the image for good")]
+    LastSlot(usize),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -152,6 +158,51 @@ pub fn open<D: BlockDevice>(raw: D, secret: &Secret, discards: Discards) -> Resu
     Ok(unlock(&raw, secret)?.device(raw, discards))
 }
 
+/// A change to the key slots of the image on `raw`, made by whoever holds
+/// a secret that opens one of them.
+#[derive(Debug)]
+pub enum SlotChange<'a> {
+    /// A new slot for this secret, derived at this cost.
+    Add(&'a Secret, Argon2Cost),
+    /// The slot the secret opened now opens with this one instead.
+    Change(&'a Secret, Argon2Cost),
+    /// This slot, or with `None` the one the secret opened, is emptied.
+    Remove(Option<usize>),
+}
+
+/// Applies `change` to the header on `raw`, unlocking it with `secret`;
+/// the slot changed. The header is rewritten (copy first, generation
+/// bumped) only once the secret opened a slot and the change is allowed.
+pub fn change_slots(raw: &dyn BlockDevice, secret: &Secret, change: SlotChange) -> Result<usize, CryptError> {
+    let (mut header, _) = read_header(raw)?;
+    let (master, opened) = keys::unlock(&header, secret)?;
+    let slot = match change {
+        SlotChange::Add(new, cost) => {
+            let free = header.slots.iter().position(Option::is_none).ok_or(CryptError::NoFreeSlot)?;
+            header.slots[free] = Some(keys::make_slot(&master, new, cost)?);
+            free
+        }
+        SlotChange::Change(new, cost) => {
+            header.slots[opened] = Some(keys::make_slot(&master, new, cost)?);
+            opened
+        }
+        SlotChange::Remove(which) => {
+            let i = which.unwrap_or(opened);
+            if header.slots.get(i).and_then(Option::as_ref).is_none() {
+                return Err(CryptError::NoSuchSlot(i));
+            }
+            if header.used_slots().count() == 1 {
+                return Err(CryptError::LastSlot(i));
+            }
+            header.slots[i] = None;
+            i
+        }
+    };
+    header.generation += 1;
+    write_header(raw, &header)?;
+    Ok(slot)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,6 +250,34 @@ mod tests {
         both.write_at(&[0xee; 64], COPY_OFFSET + 300).unwrap();
         assert!(matches!(open(both, &key(b"k"), Discards::Refused), Err(CryptError::Header(_))));
         assert!(matches!(read_header(&MemDevice::new(1 << 20)), Err(CryptError::NotEncrypted)));
+    }
+
+    #[test]
+    fn slots_are_added_changed_and_removed_but_never_the_last() {
+        let dev = create(MemDevice::new(2 << 20), 4096, &key(b"a"), CHEAP).unwrap();
+        let raw = dev.inner();
+        assert_eq!(change_slots(raw, &key(b"a"), SlotChange::Add(&key(b"b"), CHEAP)).unwrap(), 1);
+        assert!(matches!(change_slots(raw, &key(b"x"), SlotChange::Add(&key(b"c"), CHEAP)), Err(CryptError::WrongKey)));
+        assert_eq!(change_slots(raw, &key(b"b"), SlotChange::Change(&key(b"c"), CHEAP)).unwrap(), 1);
+        assert!(matches!(unlock(raw, &key(b"b")), Err(CryptError::WrongKey)), "the changed key no longer opens");
+        assert_eq!(unlock(raw, &key(b"c")).unwrap().slot, 1);
+        assert!(matches!(change_slots(raw, &key(b"c"), SlotChange::Remove(Some(5))), Err(CryptError::NoSuchSlot(5))));
+        assert_eq!(change_slots(raw, &key(b"c"), SlotChange::Remove(Some(0))).unwrap(), 0);
+        assert!(matches!(unlock(raw, &key(b"a")), Err(CryptError::WrongKey)));
+        assert!(matches!(change_slots(raw, &key(b"c"), SlotChange::Remove(None)), Err(CryptError::LastSlot(1))));
+        let (h, _) = read_header(raw).unwrap();
+        assert_eq!((h.generation, h.used_slots().count()), (4, 1));
+        let copy = MemDevice::new(2 << 20);
+        copy.write_at(&raw.snapshot()[COPY_OFFSET as usize..][..HEADER_BYTES], COPY_OFFSET).unwrap();
+        assert_eq!(read_header(&copy).unwrap().0, h, "the copy was rewritten too");
+        // Every slot in use: no room for another.
+        for _ in 0..crypt_header::SLOTS - 1 {
+            change_slots(raw, &key(b"c"), SlotChange::Add(&key(b"d"), CHEAP)).unwrap();
+        }
+        assert!(matches!(
+            change_slots(raw, &key(b"c"), SlotChange::Add(&key(b"e"), CHEAP)),
+            Err(CryptError::NoFreeSlot)
+        ));
     }
 
     #[test]
