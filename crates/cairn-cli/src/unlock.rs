@@ -3,7 +3,7 @@
 //!
 //! Every command that opens an image takes `--key-file FILE` and
 //! `--passphrase-stdin` ([`KeyArgs`]). A command opens the raw image as
-//! usual (its lock, `O_DIRECT`), then hands it to [`device`]: a plain image
+//! usual (its lock, `O_DIRECT`), then hands it to an [`Opener`]: a plain image
 //! is used as it is; an encrypted one (`cairn_core::crypt`) is unlocked with
 //! the secret and the command runs on the decrypting device. An encrypted
 //! image without a secret, a secret for a plain image, and a wrong secret
