@@ -46,6 +46,9 @@ pub fn check_keyed(image: &Path, keyed: bool) -> Result<(), String> {
             return Err(format!("{shown} is not a cairn file system: it holds {}{hint}", f.name()));
         }
         Content::Empty => return Err(format!("{shown} is empty: not a cairn file system (`cairn mkfs` makes one)")),
+        // The primary encryption header overwritten: its copy says what this is.
+        _ if has_encrypted_copy(&f) && keyed => return Ok(()),
+        _ if has_encrypted_copy(&f) => return Err(encrypted(image)),
         _ if has_backup_superblock(&f, size) => return Ok(()),
         Content::Zeros if head.len() as u64 == size => "it is all zeros (`cairn mkfs` makes one)".to_string(),
         Content::Zeros => format!("its first {} KiB are all zeros (`cairn mkfs` makes one)", HEAD_BYTES / 1024),
@@ -54,6 +57,13 @@ pub fn check_keyed(image: &Path, keyed: bool) -> Result<(), String> {
             .to_string(),
     };
     Err(format!("{shown} is not a cairn file system: {what}"))
+}
+
+/// Whether the copy of an encrypted image's header is where mkfs puts it.
+fn has_encrypted_copy(f: &std::fs::File) -> bool {
+    let mut magic = [0u8; 8];
+    f.read_exact_at(&mut magic, cairn_format::crypt_header::COPY_OFFSET).is_ok()
+        && cairn_format::crypt_header::has_magic(&magic)
 }
 
 /// What every command says of an encrypted image it was given no key for.
@@ -99,5 +109,8 @@ mod tests {
         let e = try_with(&enc).unwrap_err();
         assert!(e.contains("is an encrypted cairn image: give --key-file"), "{e}");
         assert_eq!(check_keyed(&img, true), Ok(()));
+        let mut lost_primary = vec![0u8; 600 << 10];
+        lost_primary[512 << 10..(512 << 10) + 8].copy_from_slice(b"CAIRNCRY");
+        assert!(try_with(&lost_primary).unwrap_err().contains("is an encrypted cairn image"));
     }
 }

@@ -226,4 +226,14 @@ fn key_slots_are_added_changed_and_removed_but_not_the_last() {
     assert!(!o.status.success() && stderr(&o).contains("wrong passphrase or key file"), "{}", stderr(&o));
     assert!(std::fs::read(&img).unwrap() == before, "a refused change wrote nothing");
     assert_eq!(stdout(&run(&["key", "list", p(&img)])).lines().count(), 2, "one slot left");
+
+    // The primary header lost: the copy names and opens the image, and a
+    // repairing fsck puts the primary back.
+    let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 4096], 0).unwrap();
+    let o = run(&["fsck", p(&img)]);
+    assert!(stderr(&o).contains("is an encrypted cairn image"), "{}", stderr(&o));
+    let o = run(&["fsck", p(&img), "--key-file", p(&a), "-y"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(&std::fs::read(&img).unwrap()[..8], b"CAIRNCRY", "the primary header is back");
 }

@@ -63,11 +63,13 @@ pub enum CryptError {
     Io(#[from] std::io::Error),
 }
 
-/// Whether the raw device's first bytes carry the encrypted header's magic
-/// number (damaged or not).
+/// Whether either copy of the encrypted header on the raw device starts
+/// with its magic number (damaged or not).
 pub fn is_encrypted(raw: &dyn BlockDevice) -> bool {
-    let mut head = [0u8; 8];
-    raw.read_at(&mut head, 0).is_ok() && crypt_header::has_magic(&head)
+    [0, COPY_OFFSET].into_iter().any(|at| {
+        let mut head = [0u8; 8];
+        raw.read_at(&mut head, at).is_ok() && crypt_header::has_magic(&head)
+    })
 }
 
 fn read_copy(raw: &dyn BlockDevice, at: u64) -> Vec<u8> {
@@ -229,6 +231,8 @@ mod tests {
         let mut b = [0u8; 4096];
         again.read_at(&mut b, 0).unwrap();
         assert_eq!(b, [0xab; 4096]);
+        again.inner().write_at(&[0u8; HEADER_BYTES], 0).unwrap();
+        assert!(is_encrypted(again.inner()), "the copy still says so");
         assert_eq!(again.size(), (4 << 20) - crypt_header::DATA_OFFSET);
     }
 
