@@ -36,7 +36,7 @@ done
 
 FUZZ_DIR=$CAIRN_ROOT/fuzz
 WORK=${FUZZ_WORK:-/var/tmp/cairn-fuzz}
-all=(superblock group_desc inode tree_node xattr_block journal_record mount_image fsck_image)
+all=(superblock group_desc inode tree_node xattr_block journal_record mount_image fsck_image crypt_header)
 if [[ $list -eq 1 ]]; then
     printf '%s\n' "${all[@]}"
     exit 0

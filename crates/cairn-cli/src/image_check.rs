@@ -23,6 +23,12 @@ use std::path::Path;
 /// be read here (the command then reports that itself); otherwise why it
 /// is not one.
 pub fn check(image: &Path) -> Result<(), String> {
+    check_keyed(image, false)
+}
+
+/// As [`check`], for a command given a secret (`keyed`): an encrypted
+/// image passes then (the command unlocks it).
+pub fn check_keyed(image: &Path, keyed: bool) -> Result<(), String> {
     let Ok(mut f) = std::fs::File::open(image) else { return Ok(()) };
     // A block device's length is where its end is.
     let Ok(size) = f.seek(SeekFrom::End(0)) else { return Ok(()) };
@@ -33,11 +39,16 @@ pub fn check(image: &Path) -> Result<(), String> {
     let shown = image.display();
     let what = match identify(&head) {
         Content::Cairn => return Ok(()),
+        Content::Encrypted if keyed => return Ok(()),
+        Content::Encrypted => return Err(encrypted(image)),
         Content::Foreign(f) => {
             let hint = f.hint().map(|h| format!(" ({h})")).unwrap_or_default();
             return Err(format!("{shown} is not a cairn file system: it holds {}{hint}", f.name()));
         }
         Content::Empty => return Err(format!("{shown} is empty: not a cairn file system (`cairn mkfs` makes one)")),
+        // The primary encryption header overwritten: its copy says what this is.
+        _ if has_encrypted_copy(&f) && keyed => return Ok(()),
+        _ if has_encrypted_copy(&f) => return Err(encrypted(image)),
         _ if has_backup_superblock(&f, size) => return Ok(()),
         Content::Zeros if head.len() as u64 == size => "it is all zeros (`cairn mkfs` makes one)".to_string(),
         Content::Zeros => format!("its first {} KiB are all zeros (`cairn mkfs` makes one)", HEAD_BYTES / 1024),
@@ -46,6 +57,18 @@ pub fn check(image: &Path) -> Result<(), String> {
             .to_string(),
     };
     Err(format!("{shown} is not a cairn file system: {what}"))
+}
+
+/// Whether the copy of an encrypted image's header is where mkfs puts it.
+fn has_encrypted_copy(f: &std::fs::File) -> bool {
+    let mut magic = [0u8; 8];
+    f.read_exact_at(&mut magic, cairn_format::crypt_header::COPY_OFFSET).is_ok()
+        && cairn_format::crypt_header::has_magic(&magic)
+}
+
+/// What every command says of an encrypted image it was given no key for.
+pub fn encrypted(image: &Path) -> String {
+    format!("{} is an encrypted cairn image: give --key-file FILE or --passphrase-stdin", image.display())
 }
 
 /// Whether a backup superblock sits where mkfs puts one, under any
@@ -81,5 +104,13 @@ mod tests {
         cairn[..8].copy_from_slice(b"CAIRNFS\0");
         assert_eq!(try_with(&cairn), Ok(()), "a damaged cairn superblock is cairn's");
         assert_eq!(check(&dir.path().join("missing")), Ok(()), "the command says it is missing");
+        let mut enc = vec![0u8; 4096];
+        enc[..8].copy_from_slice(b"CAIRNCRY");
+        let e = try_with(&enc).unwrap_err();
+        assert!(e.contains("is an encrypted cairn image: give --key-file"), "{e}");
+        assert_eq!(check_keyed(&img, true), Ok(()));
+        let mut lost_primary = vec![0u8; 600 << 10];
+        lost_primary[512 << 10..(512 << 10) + 8].copy_from_slice(b"CAIRNCRY");
+        assert!(try_with(&lost_primary).unwrap_err().contains("is an encrypted cairn image"));
     }
 }

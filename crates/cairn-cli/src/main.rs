@@ -11,9 +11,11 @@
 
 mod control;
 mod daemon_log;
+mod fsck_cmd;
 mod image_check;
 mod image_lock;
 mod inspect_cmd;
+mod key_cmd;
 mod loopdev;
 mod mkfs_cmd;
 mod mount_cmd;
@@ -24,6 +26,7 @@ mod stats_summary;
 mod syslog;
 mod tune_cmd;
 mod umount_cmd;
+mod unlock;
 mod whoami;
 
 use clap::{Parser, Subcommand};
@@ -45,6 +48,41 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// What `cairn key` does.
+#[derive(Subcommand)]
+enum KeyAction {
+    /// List the used key slots (kind and key derivation cost); needs no key.
+    List {
+        /// The encrypted image.
+        image: PathBuf,
+    },
+    /// Add a key slot for a new key file or passphrase (given an existing key).
+    Add {
+        image: PathBuf,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
+        #[command(flatten)]
+        new: unlock::NewKeyArgs,
+    },
+    /// Replace the key of the slot the given key opens.
+    Change {
+        image: PathBuf,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
+        #[command(flatten)]
+        new: unlock::NewKeyArgs,
+    },
+    /// Remove a key slot (--slot N, or the one the given key opens); never the last.
+    Remove {
+        image: PathBuf,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
+        /// The slot to remove (`cairn key list` shows them).
+        #[arg(long, value_name = "N")]
+        slot: Option<usize>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -81,6 +119,12 @@ enum Cmd {
         /// Print nothing on success.
         #[arg(long, short)]
         quiet: bool,
+        /// Encrypt every block with AES-256-XTS under a random master key, kept in a key slot
+        /// opened by --key-file FILE or --passphrase-stdin (see docs/encryption.md).
+        #[arg(long)]
+        encrypt: bool,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
     },
     /// Mount IMAGE at MOUNTPOINT; returns once it is mounted (the daemon stays in the background).
     Mount {
@@ -104,6 +148,8 @@ enum Cmd {
         /// Internal: log to syslog (a background daemon started without --log).
         #[arg(long, hide = true)]
         syslog: bool,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
     },
     /// Unmount MOUNTPOINT and return once its daemon has committed, marked the image clean and
     /// released it (then `cairn fsck`, a copy or a new mount can use the image at once).
@@ -131,6 +177,8 @@ enum Cmd {
         /// the first backup that verifies when the primary does not.
         #[arg(short = 'b', value_name = "N")]
         backup_superblock: Option<u64>,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
     },
     /// Run the benchmark suite (bench/run in the source tree): cairn beside tmpfs, ext4, XFS,
     /// btrfs and fuse2fs. Arguments go to bench/run: [EXPERIMENT...] [--quick] [--fs LIST]
@@ -157,6 +205,11 @@ enum Cmd {
     Trim {
         /// The image file (or block device).
         image: PathBuf,
+    },
+    /// The key slots of an encrypted image (see docs/encryption.md).
+    Key {
+        #[command(subcommand)]
+        action: KeyAction,
     },
     /// Change the label, UUID, error behaviour or default mount options of an unmounted file system (as tune2fs -L / -U / -e / -o); with none, print them.
     Tune {
@@ -325,6 +378,8 @@ fn run(cmd: Cmd) -> ExitCode {
             root_owner,
             force,
             quiet,
+            encrypt,
+            keys,
         } => {
             init_logging("warn");
             let a = mkfs_cmd::MkfsArgs {
@@ -338,20 +393,23 @@ fn run(cmd: Cmd) -> ExitCode {
                 root_owner: root_owner.as_deref(),
                 force,
                 quiet,
+                encrypt,
+                keys: &keys,
             };
             finish("mkfs", mkfs_cmd::run(&a))
         }
-        Cmd::Mount { image, mountpoint, options, foreground, log, notify_ready, syslog } => {
+        Cmd::Mount { image, mountpoint, options, foreground, log, notify_ready, syslog, keys } => {
             if syslog {
                 syslog::init(log_filter("info"));
             } else {
                 init_logging(if foreground { "info" } else { "warn" });
             }
-            let a = mount_cmd::MountArgs { image, mountpoint, options, foreground, log, notify_ready };
+            let a = mount_cmd::MountArgs { image, mountpoint, options, foreground, log, notify_ready, keys };
             finish("mount", mount_cmd::run(&a))
         }
-        Cmd::Fsck { image, repair, preen, no_changes: _, backup_superblock } => {
-            fsck(&image, cairn_fsck::Options { repair, backup_superblock, preen, progress: fsck_progress() })
+        Cmd::Fsck { image, repair, preen, no_changes: _, backup_superblock, keys } => {
+            let opts = cairn_fsck::Options { repair, backup_superblock, preen, progress: fsck_progress() };
+            fsck_cmd::run(&image, opts, &keys)
         }
         cmd => run_tool(cmd),
     }
@@ -395,6 +453,16 @@ fn run_tool(cmd: Cmd) -> ExitCode {
             init_logging("warn");
             finish_printing("tune", tune_cmd::run(&image, label, uuid.as_deref(), errors.as_deref(), mount_options))
         }
+        Cmd::Key { action } => {
+            init_logging("warn");
+            let done = match &action {
+                KeyAction::List { image } => key_cmd::list(image),
+                KeyAction::Add { image, keys, new } => key_cmd::edit(image, keys, key_cmd::Edit::Add(new)),
+                KeyAction::Change { image, keys, new } => key_cmd::edit(image, keys, key_cmd::Edit::Change(new)),
+                KeyAction::Remove { image, keys, slot } => key_cmd::edit(image, keys, key_cmd::Edit::Remove(*slot)),
+            };
+            finish_printing("key", done)
+        }
         Cmd::Trim { image } => {
             init_logging("warn");
             let trimmed = mount_cmd::trim_image(&image)
@@ -403,22 +471,6 @@ fn run_tool(cmd: Cmd) -> ExitCode {
         }
         Cmd::Mkfs { .. } | Cmd::Mount { .. } | Cmd::Fsck { .. } => unreachable!("run handles mkfs, mount and fsck"),
     }
-}
-
-/// `cairn fsck`: exit codes as e2fsck's.
-fn fsck(image: &std::path::Path, opts: cairn_fsck::Options) -> ExitCode {
-    init_logging("warn");
-    // An image that was never cairn's is named, not checked (a backup
-    // superblock named with -b says it is cairn's).
-    if opts.backup_superblock.is_none() {
-        if let Err(m) = image_check::check(image) {
-            eprintln!("cairn fsck: {m}");
-            return ExitCode::from(8);
-        }
-    }
-    let mut out = std::io::stdout();
-    let code = cairn_fsck::run(image, &opts, &mut out);
-    ExitCode::from(u8::try_from(code).unwrap_or(8))
 }
 
 /// Exit 0, or 1 with `cairn CMD: message` on stderr.

@@ -5,9 +5,11 @@
 //! partition table, ...) unless `--force`: formatting the wrong file is the
 //! one mistake mkfs cannot undo.
 
+use cairn_core::crypt::{self, measure_cost};
 use cairn_core::dev::{BlockDevice, FileDevice};
 use cairn_core::mkfs::{create_lost_found, format, MkfsOptions};
 use cairn_core::{human_bytes as human, parse_size};
+use cairn_format::crypt_header::{CIPHER, DATA_OFFSET};
 use cairn_format::foreign::{identify, Content, HEAD_BYTES};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::OpenOptions;
@@ -29,6 +31,9 @@ pub struct MkfsArgs<'a> {
     pub root_owner: Option<&'a str>,
     pub force: bool,
     pub quiet: bool,
+    /// `--encrypt`: an encrypted image (#54) opened by `keys`' secret.
+    pub encrypt: bool,
+    pub keys: &'a crate::unlock::KeyArgs,
 }
 
 /// What `head` holds that mkfs must not overwrite unasked: a cairn file
@@ -36,6 +41,7 @@ pub struct MkfsArgs<'a> {
 fn occupant(head: &[u8]) -> Option<&'static str> {
     match identify(head) {
         Content::Cairn => Some("a cairn file system"),
+        Content::Encrypted => Some("an encrypted cairn file system"),
         Content::Foreign(f) => Some(f.name()),
         Content::Empty | Content::Zeros | Content::Unknown => None,
     }
@@ -65,6 +71,13 @@ fn parse_owner(o: &str) -> Result<(u32, u32), String> {
 /// Runs `cairn mkfs`.
 pub fn run(a: &MkfsArgs) -> Result<(), String> {
     let shown = a.image.display();
+    if a.encrypt != a.keys.given() {
+        return Err(if a.encrypt {
+            "--encrypt needs the secret that will open the image: --key-file FILE or --passphrase-stdin".into()
+        } else {
+            "--key-file and --passphrase-stdin are for an encrypted image: add --encrypt".into()
+        });
+    }
     let meta = std::fs::metadata(a.image).ok();
     let is_blockdev = meta.as_ref().is_some_and(|m| m.file_type().is_block_device());
     if meta.as_ref().is_some_and(|m| m.is_dir()) {
@@ -80,8 +93,10 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
             let head = read_head(a.image).map_err(|e| format!("cannot read {shown}: {e}"))?;
             if let Some(what) = occupant(&head) {
                 if !a.force {
+                    let no_conversion =
+                        if a.encrypt { " (--encrypt makes a new file system; it does not convert one)" } else { "" };
                     return Err(format!(
-                        "{shown} already holds {what}; refusing to overwrite it (use --force to format anyway)"
+                        "{shown} already holds {what}; refusing to overwrite it{no_conversion} (use --force to format anyway)"
                     ));
                 }
                 if !a.quiet {
@@ -122,6 +137,8 @@ pub fn run(a: &MkfsArgs) -> Result<(), String> {
     }
     // Validate the geometry before touching the file.
     let planned_size = size.unwrap_or_else(|| meta.as_ref().map(|m| m.len()).unwrap_or(0));
+    // An encrypted image's file system starts after the header region.
+    let planned_size = if a.encrypt { planned_size.saturating_sub(DATA_OFFSET) } else { planned_size };
     if !is_blockdev {
         cairn_core::mkfs::plan(planned_size, &opts)
             .map_err(|e| format!("cannot format {}: {e}", human(planned_size)))?;
@@ -160,8 +177,9 @@ fn format_locked(a: &MkfsArgs, opts: &mut MkfsOptions, is_blockdev: bool, size: 
             return Err(format!("--size {} is larger than the device ({})", human(s), human(dev.size())));
         }
         // The file system takes the first `s` bytes of the device.
-        opts.size = Some(s);
+        opts.size = Some(if a.encrypt { s.saturating_sub(DATA_OFFSET) } else { s });
     }
+    let dev = secure(a, dev)?;
     let bar = if a.quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
     bar.set_style(
         ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} descriptor blocks ({eta})")
@@ -169,7 +187,7 @@ fn format_locked(a: &MkfsArgs, opts: &mut MkfsOptions, is_blockdev: bool, size: 
     );
     bar.set_message("formatting");
     let t0 = std::time::Instant::now();
-    let summary = format(&dev, opts, &mut |done, total| {
+    let summary = format(&*dev, opts, &mut |done, total| {
         if t0.elapsed().as_millis() > 300 || bar.length() != Some(0) {
             bar.set_length(total);
             bar.set_position(done);
@@ -177,7 +195,7 @@ fn format_locked(a: &MkfsArgs, opts: &mut MkfsOptions, is_blockdev: bool, size: 
     })
     .map_err(|e| format!("mkfs of {shown} failed: {e}"))?;
     bar.finish_and_clear();
-    create_lost_found(Arc::new(dev)).map_err(|e| format!("mkfs of {shown} failed creating /lost+found: {e}"))?;
+    create_lost_found(dev).map_err(|e| format!("mkfs of {shown} failed creating /lost+found: {e}"))?;
     if !a.quiet {
         let uuid: String = summary.uuid.iter().map(|b| format!("{b:02x}")).collect();
         println!(
@@ -191,6 +209,28 @@ fn format_locked(a: &MkfsArgs, opts: &mut MkfsOptions, is_blockdev: bool, size: 
         );
     }
     Ok(())
+}
+
+/// The device to format: the image itself, or with `--encrypt` the
+/// encrypting device behind a new header whose one key slot `a.keys`'
+/// secret opens (its Argon2id cost measured here).
+fn secure(a: &MkfsArgs, dev: FileDevice) -> Result<Arc<dyn BlockDevice>, String> {
+    if !a.encrypt {
+        return Ok(Arc::new(dev));
+    }
+    let shown = a.image.display();
+    let secret = a.keys.secret()?.ok_or("--encrypt needs --key-file FILE or --passphrase-stdin")?;
+    let cost = measure_cost().map_err(|e| format!("cannot measure the key derivation: {e}"))?;
+    let dev = crypt::create(dev, a.block_size, &secret, cost).map_err(|e| format!("cannot encrypt {shown}: {e}"))?;
+    if !a.quiet {
+        println!(
+            "cairn mkfs: {shown}: encrypted with {CIPHER}; key slot 0 ({:?}): Argon2id, {} MiB, {} passes",
+            secret.kind,
+            cost.memory_kib >> 10,
+            cost.passes
+        );
+    }
+    Ok(Arc::new(dev))
 }
 
 #[cfg(test)]

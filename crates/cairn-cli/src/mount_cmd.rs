@@ -34,6 +34,19 @@ pub struct MountArgs {
     pub log: Option<PathBuf>,
     /// Internal: tell the parent on stdout when mounted.
     pub notify_ready: bool,
+    /// The secret of an encrypted image (`-o keyfile=FILE` also gives a key file).
+    pub keys: crate::unlock::KeyArgs,
+}
+
+impl MountArgs {
+    /// `--key-file`, else `-o keyfile=`; `--passphrase-stdin`.
+    fn keys(&self, settings: &cairn_fuse::Settings) -> crate::unlock::KeyArgs {
+        let mut keys = self.keys.clone();
+        if keys.key_file.is_none() && !keys.passphrase_stdin {
+            keys.key_file.clone_from(&settings.key_file);
+        }
+        keys
+    }
 }
 
 const READY: &str = "cairn-ready";
@@ -57,7 +70,7 @@ fn precheck(a: &MountArgs) -> Result<cairn_fuse::Settings, String> {
         Ok(_) => {}
         Err(e) => return Err(format!("image {}: {e}", a.image.display())),
     }
-    crate::image_check::check(&a.image)?;
+    crate::image_check::check_keyed(&a.image, a.keys(&settings).given())?;
     if !whoami::is_root() && !crate::remount_cmd::is_remount(&a.options) {
         fuse_device_usable()?;
     }
@@ -121,6 +134,16 @@ fn start_daemon(a: &MountArgs, settings: &cairn_fuse::Settings) -> Result<(), St
     for o in &a.options {
         cmd.arg("-o").arg(o);
     }
+    if let Some(k) = &a.keys.key_file {
+        cmd.arg("--key-file").arg(std::path::absolute(k).unwrap_or_else(|_| k.clone()));
+    }
+    // A passphrase goes to the daemon through a pipe on its standard input.
+    let passphrase = if a.keys.passphrase_stdin {
+        cmd.arg("--passphrase-stdin");
+        Some(read_all_stdin()?)
+    } else {
+        None
+    };
     let asked = a.log.clone().or_else(|| settings.log_file.clone());
     let dest = daemon_log::destination(asked.as_deref(), &image);
     let stderr = daemon_log::open(&dest)?;
@@ -129,8 +152,12 @@ fn start_daemon(a: &MountArgs, settings: &cairn_fuse::Settings) -> Result<(), St
     }
     // The log file is the daemon's stderr, opened here: the daemon itself
     // needs no --log.
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).process_group(0).current_dir("/");
+    let stdin = if passphrase.is_some() { Stdio::piped() } else { Stdio::null() };
+    cmd.stdin(stdin).stdout(Stdio::piped()).stderr(stderr).process_group(0).current_dir("/");
     let mut child = cmd.spawn().map_err(|e| format!("cannot start the cairn daemon: {e}"))?;
+    if let (Some(p), Some(mut pipe)) = (passphrase, child.stdin.take()) {
+        pipe.write_all(&p).map_err(|e| format!("cannot hand the passphrase to the cairn daemon: {e}"))?;
+    }
     let out = child.stdout.take().expect("stdout is piped");
     for line in BufReader::new(out).lines() {
         let Ok(line) = line else { break };
@@ -148,6 +175,17 @@ fn start_daemon(a: &MountArgs, settings: &cairn_fuse::Settings) -> Result<(), St
     }
     let status = child.wait().map_err(|e| e.to_string())?;
     Err(format!("the cairn daemon exited before the file system was mounted ({status})"))
+}
+
+/// Standard input, whole, in memory that is zeroed when dropped.
+fn read_all_stdin() -> Result<zeroize::Zeroizing<Vec<u8>>, String> {
+    use std::io::Read;
+    let mut bytes = zeroize::Zeroizing::new(Vec::new());
+    std::io::stdin()
+        .take(cairn_core::crypt::keys::MAX_KEY_FILE)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read the passphrase from standard input: {e}"))?;
+    Ok(bytes)
 }
 
 /// The daemon proper (also `--foreground`).
@@ -168,7 +206,11 @@ fn serve(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), String> {
 /// while the device is writable (see `cairn_core`'s `ro_recovery`). Where
 /// the image cannot be written, the mount goes on and refuses with the
 /// reason.
-fn recover_for_read_only(image: &Path, dev: Arc<dyn cairn_core::dev::BlockDevice>) -> Result<(), String> {
+fn recover_for_read_only(
+    image: &Path,
+    dev: Arc<dyn cairn_core::dev::BlockDevice>,
+    opener: &crate::unlock::Opener,
+) -> Result<(), String> {
     let pending = match Fs::pending_replay(dev) {
         Ok(n) => n,
         // The mount reports it, with the same words as always.
@@ -186,7 +228,7 @@ fn recover_for_read_only(image: &Path, dev: Arc<dyn cairn_core::dev::BlockDevice
         "recovery required on a read-only mount of {}: replaying the journal (the image is written for the replay only)",
         image.display()
     );
-    Fs::replay_journal(Arc::new(rw))
+    Fs::replay_journal(opener.device(rw))
         .map_err(|e| format!("cannot mount {}: the journal replay failed: {e}", image.display()))?;
     Ok(())
 }
@@ -196,7 +238,8 @@ fn recover_for_read_only(image: &Path, dev: Arc<dyn cairn_core::dev::BlockDevice
 pub fn trim_image(image: &Path) -> Result<u64, String> {
     crate::image_check::check(image)?;
     let settings = cairn_fuse::Settings::default();
-    let fs = open_engine(image, &settings, &|m| eprintln!("cairn: {m}"))?;
+    let keys = crate::unlock::KeyArgs::default();
+    let fs = open_engine(image, &settings, &keys, &|m| eprintln!("cairn: {m}"))?;
     let trimmed = fs.trim(0, u64::MAX, 0).map_err(|e| format!("{}: {e}", image.display()));
     let unmounted = fs.unmount().map_err(|e| format!("{}: unmount: {e}", image.display()));
     let bytes = trimmed?;
@@ -204,7 +247,12 @@ pub fn trim_image(image: &Path) -> Result<u64, String> {
     Ok(bytes)
 }
 
-fn open_engine(image: &Path, settings: &cairn_fuse::Settings, note: &dyn Fn(&str)) -> Result<Arc<Fs>, String> {
+fn open_engine(
+    image: &Path,
+    settings: &cairn_fuse::Settings,
+    keys: &crate::unlock::KeyArgs,
+    note: &dyn Fn(&str),
+) -> Result<Arc<Fs>, String> {
     let ro = settings.engine.read_only;
     let mut dev = FileDevice::open(image, ro).map_err(|e| format!("cannot open image {}: {e}", image.display()))?;
     image_lock::lock_for_mount(&dev, image, note)?;
@@ -216,9 +264,10 @@ fn open_engine(image: &Path, settings: &cairn_fuse::Settings, note: &dyn Fn(&str
             );
         }
     }
-    let dev: Arc<dyn cairn_core::dev::BlockDevice> = Arc::new(dev);
+    let opener = crate::unlock::Opener::for_image(&dev, image, keys)?;
+    let dev = opener.device(dev);
     if ro {
-        recover_for_read_only(image, dev.clone())?;
+        recover_for_read_only(image, dev.clone(), &opener)?;
     }
     Fs::mount(dev, settings.engine.clone()).map_err(|e| match e {
         cairn_core::FsError::Corrupt(cairn_format::FormatError::Incompatible(why)) => {
@@ -251,7 +300,8 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
         std::fs::canonicalize(&a.mountpoint).map_err(|e| format!("mount point {}: {e}", a.mountpoint.display()))?;
     let notify = a.notify_ready;
     let note = move |m: &str| note(notify, m);
-    let fs = open_engine(&image, &settings, &note)?;
+    let keys = a.keys(&settings);
+    let fs = open_engine(&image, &settings, &keys, &note)?;
     let mut settings = settings;
     let lo = match attach_loop(&image, &mut settings) {
         Ok(lo) => lo,

@@ -25,7 +25,9 @@ pub trait BlockDevice: Send + Sync {
     fn size(&self) -> u64;
     /// Makes `len` bytes at `off` read as zeros, if the device can do it
     /// without writing them (a hole punched in an image file); false if
-    /// not, and nothing is changed. mkfs uses it for the inode tables.
+    /// not, and nothing is changed. mkfs uses it for the inode tables. (An
+    /// encrypted device writes encrypted zeros: a hole would not decrypt
+    /// to zeros.)
     fn zero_range(&self, _off: u64, _len: u64) -> io::Result<bool> {
         Ok(false)
     }

@@ -34,6 +34,7 @@
 
 #[cfg(feature = "testing")]
 pub mod crashdev;
+pub mod crypt;
 pub mod dev;
 pub mod direct_data;
 pub mod error;

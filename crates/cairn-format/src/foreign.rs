@@ -27,6 +27,8 @@ pub const HEAD_BYTES: usize = 128 * 1024;
 pub enum Content {
     /// cairn's magic number at byte 0 (its superblock may still be damaged).
     Cairn,
+    /// An encrypted cairn image's header (`crypt_header`) at byte 0.
+    Encrypted,
     /// A format cairn knows by name.
     Foreign(Foreign),
     /// Nothing at all: a file of length 0.
@@ -143,6 +145,9 @@ pub fn identify(head: &[u8]) -> Content {
     }
     if crate::superblock::Superblock::has_magic(head) {
         return Content::Cairn;
+    }
+    if crate::crypt_header::has_magic(head) {
+        return Content::Encrypted;
     }
     let known: [(Foreign, bool); 14] = [
         (Foreign::Xfs, magic(head, 0, b"XFSB")),

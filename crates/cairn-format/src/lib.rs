@@ -61,6 +61,7 @@ pub mod bitmap;
 pub mod btree;
 pub mod checksum;
 pub mod codec;
+pub mod crypt_header;
 pub mod dirent;
 pub mod error;
 pub mod extent;

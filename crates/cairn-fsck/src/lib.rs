@@ -323,18 +323,27 @@ fn summarize(ctx: &mut Ctx) {
 /// Checks the unmounted image at `path`, writing human-readable findings to `out`;
 /// returns the fsck(8) exit code: 0 clean, 1 errors corrected (only with repair), 4 errors left uncorrected, 8 operational error (cannot open/read the image, not a cairn image, etc).
 pub fn run(path: &Path, opts: &Options, out: &mut dyn Write) -> i32 {
-    let shown = path.display();
+    run_with(&path.display().to_string(), opts, out, &|| check(path, opts))
+}
+
+/// As [`run`], on an image that `source` holds (an encrypted image's
+/// decrypting device, say), named `shown` in the report.
+pub fn run_on(source: &dyn ImageSource, shown: &str, opts: &Options, out: &mut dyn Write) -> i32 {
+    run_with(shown, opts, out, &|| check_image(source, opts))
+}
+
+fn run_with(shown: &str, opts: &Options, out: &mut dyn Write, check: &dyn Fn() -> Result<Report, FsckError>) -> i32 {
     // Every read is bounds-checked and nothing panics on damaged input by
     // design; should a bug still panic, report it as an operational error
     // rather than abort the caller. (The progress callback is the caller's;
     // after a panic nothing of the check is used again.)
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(path, opts)));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check));
     let report = match result {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             // Some errors name the image themselves ("IMG is in use").
             let text = e.to_string();
-            if text.starts_with(&shown.to_string()) {
+            if text.starts_with(shown) {
                 let _ = writeln!(out, "cairn fsck: {text}");
             } else {
                 let _ = writeln!(out, "cairn fsck: {shown}: {text}");
@@ -351,7 +360,7 @@ pub fn run(path: &Path, opts: &Options, out: &mut dyn Write) -> i32 {
             return 8;
         }
     };
-    let _ = write_report(&report, &shown.to_string(), opts, out);
+    let _ = write_report(&report, shown, opts, out);
     exit_code(&report, opts)
 }
 

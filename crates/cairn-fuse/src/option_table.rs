@@ -262,6 +262,11 @@ pub const OPTIONS: &[Spec] = &[
             p.s.log_file = Some(std::path::PathBuf::from(v.text()));
             Ok(())
         }),
+    spec(&["keyfile"], Path, Cairn, Text("none (a plain image)"),
+        "open an encrypted image with the key in FILE (as --key-file FILE; for fstab)", |p, _, v| {
+            p.s.key_file = Some(std::path::PathBuf::from(v.text()));
+            Ok(())
+        }),
     spec(&["cache_mb"], count("N", 4, 1 << 20), Cairn, Text("1/16 of RAM, 64..1024"),
         "memory for the engine's caches, MiB: 15/32 to the metadata buffer cache (which sizes the images awaiting their home write, loaded buddies and a checkpoint's copies), 1/8 each to the inode and dentry caches",
         |p, _, v| {

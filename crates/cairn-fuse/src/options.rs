@@ -77,6 +77,8 @@ pub struct Settings {
     pub fsname: Option<String>,
     /// Where the background daemon logs (`-o log=FILE`, as `--log FILE`).
     pub log_file: Option<std::path::PathBuf>,
+    /// The key file of an encrypted image (`-o keyfile=FILE`, as `--key-file FILE`).
+    pub key_file: Option<std::path::PathBuf>,
     /// Mount as "fuseblk" over this block device (see [`crate::session_config`]).
     pub block_device: Option<String>,
     /// `fuseblk` / `nofuseblk`: `None` lets the command decide (fuseblk when root).
@@ -123,6 +125,7 @@ impl Default for Settings {
             fuse: Vec::new(),
             fsname: None,
             log_file: None,
+            key_file: None,
             block_device: None,
             fuseblk: None,
             readahead_kb: 1024,

@@ -1,0 +1,239 @@
+//! Encrypted images (#54) through the CLI, mounted for real: what the
+//! image file shows of the files written into it (nothing), the round trip
+//! through unmount and remount, fsck with the key, and the refusals (a
+//! wrong key, no key, a key for a plain image, `mkfs --encrypt` over a plain
+//! image) that leave the image's bytes as they were.
+
+mod common;
+
+use common::*;
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+
+const MARKER: &str = "plaintext-marker-7f3a91c2";
+const NAMES: [&str; 3] = ["confidential-dir-q8z", "tax-return-2026-w4k.txt", "diary-entry-m2v"];
+
+/// Which of `needles` the file at `path` holds (grep: a byte-wise scan
+/// of a debug build would take a minute).
+fn found_in(path: &Path, needles: &[&str]) -> Vec<String> {
+    let mut grep = std::process::Command::new("grep");
+    grep.args(["-a", "-F", "-o"]);
+    for n in needles {
+        grep.arg("-e").arg(n);
+    }
+    let o = grep.arg(path).output().expect("run grep");
+    assert!(o.status.code().is_some_and(|c| c < 2), "grep: {}", stderr(&o));
+    let mut found: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+fn mount(img: &Path, mp: &Path, args: &[&str]) -> u64 {
+    let o = run(&[&["mount", p(img), p(mp)], args].concat());
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    daemon_pid(mp)
+}
+
+/// Runs cairn with `input` on its standard input.
+fn run_with_stdin(args: &[&str], input: &[u8]) -> std::process::Output {
+    let mut child =
+        cairn().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn write_tree(mp: &Path) {
+    let dir = mp.join(NAMES[0]);
+    std::fs::create_dir(&dir).unwrap();
+    // A small file, and one large enough for the O_DIRECT data path.
+    std::fs::write(dir.join(NAMES[1]), MARKER.repeat(10)).unwrap();
+    std::fs::write(mp.join(NAMES[2]), MARKER.repeat(40_000)).unwrap();
+    std::os::unix::fs::symlink(MARKER, mp.join("link")).unwrap();
+}
+
+fn check_tree(mp: &Path) {
+    let small = std::fs::read_to_string(mp.join(NAMES[0]).join(NAMES[1])).unwrap();
+    assert_eq!(small, MARKER.repeat(10));
+    let large = std::fs::read_to_string(mp.join(NAMES[2])).unwrap();
+    assert!(large == MARKER.repeat(40_000), "the large file reads back");
+    assert_eq!(std::fs::read_link(mp.join("link")).unwrap().to_str(), Some(MARKER));
+}
+
+#[test]
+fn an_encrypted_image_shows_nothing_and_reads_back_with_its_key() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mp, key) = (dir.path().join("enc.img"), dir.path().join("mnt"), dir.path().join("key"));
+    std::fs::create_dir(&mp).unwrap();
+    std::fs::write(&key, b"a key file's bytes: 0123456789abcdef").unwrap();
+    let o = run(&["mkfs", p(&img), "--size", "128M", "--encrypt", "--key-file", p(&key)]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    assert!(stdout(&o).contains("encrypted with aes-xts-plain64"), "{}", stdout(&o));
+    let o = run(&["key", "list", p(&img)]);
+    assert!(o.status.success(), "key list: {}", stderr(&o));
+    let listing = stdout(&o);
+    assert!(listing.contains("aes-xts-plain64, blocks of 4096 bytes from byte 1048576"), "{listing}");
+    assert!(listing.contains("slot 0: key file, Argon2id "), "{listing}");
+    assert_eq!(listing.lines().count(), 2, "one slot: {listing}");
+
+    let pid = mount(&img, &mp, &["--key-file", p(&key)]);
+    let _g = Guard(mp.clone());
+    assert_eq!(counters(&mp).get("dev.encrypted"), Some(&1), "the daemon runs on the encrypting device");
+    write_tree(&mp);
+    std::fs::File::open(mp.join(NAMES[2])).unwrap().sync_all().unwrap();
+    let c = counters(&mp);
+    if c.get("dev.direct_data") == Some(&1) {
+        assert!(c["dev.direct_write_bytes"] > 0, "file data went through O_DIRECT, encrypted: {c:?}");
+    }
+    check_tree(&mp);
+    unmount(&mp, pid);
+
+    let needles = [MARKER, NAMES[0], NAMES[1], NAMES[2], "lost+found", "CAIRNFS"];
+    assert_eq!(found_in(&img, &needles), Vec::<String>::new(), "the image shows plaintext");
+    // The scan itself finds what is there: the header's magic number.
+    assert_eq!(found_in(&img, &["CAIRNCRY"]), ["CAIRNCRY"]);
+
+    let o = run(&["fsck", p(&img), "--key-file", p(&key)]);
+    assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("clean"), "{}", stdout(&o));
+
+    // Again, the key file given as a mount option (as fstab gives it).
+    let pid = mount(&img, &mp, &["-o", &format!("keyfile={}", p(&key))]);
+    check_tree(&mp);
+    unmount(&mp, pid);
+    assert_eq!(run(&["fsck", p(&img), "--key-file", p(&key)]).status.code(), Some(0));
+}
+
+#[test]
+fn wrong_or_missing_keys_are_refused_and_change_nothing() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mp) = (dir.path().join("enc.img"), dir.path().join("mnt"));
+    let (key, bad) = (dir.path().join("key"), dir.path().join("bad"));
+    std::fs::create_dir(&mp).unwrap();
+    std::fs::write(&key, b"right").unwrap();
+    std::fs::write(&bad, b"wrong").unwrap();
+    let o = run(&["mkfs", p(&img), "--size", "64M", "--encrypt", "--key-file", p(&key), "--quiet"]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    let before = std::fs::read(&img).unwrap();
+
+    let o = run(&["mount", p(&img), p(&mp), "--key-file", p(&bad)]);
+    assert!(!o.status.success() && !is_mounted(&mp));
+    assert!(stderr(&o).contains("wrong passphrase or key file"), "{}", stderr(&o));
+    let o = run(&["fsck", p(&img), "--key-file", p(&bad), "-y"]);
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    assert!(stderr(&o).contains("wrong passphrase or key file"), "{}", stderr(&o));
+    let o = run_with_stdin(&["fsck", p(&img), "--passphrase-stdin"], b"rights\n");
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+
+    // Without a key every command says what the image is.
+    let tries: [&[&str]; 6] = [
+        &["mount", p(&img), p(&mp)],
+        &["fsck", p(&img)],
+        &["inspect", p(&img), "super"],
+        &["stats", p(&img)],
+        &["tune", p(&img), "--label", "x"],
+        &["trim", p(&img)],
+    ];
+    for args in tries {
+        let o = run(args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(stderr(&o).contains("is an encrypted cairn image: give --key-file"), "{args:?}: {}", stderr(&o));
+    }
+    // mkfs (with or without --encrypt) will not overwrite it unasked.
+    let o = run(&["mkfs", p(&img), "--encrypt", "--key-file", p(&bad)]);
+    assert!(!o.status.success() && stderr(&o).contains("already holds an encrypted cairn file system"));
+    assert!(std::fs::read(&img).unwrap() == before, "the image changed");
+}
+
+#[test]
+fn passphrase_on_standard_input_and_no_conversion_of_plain_images() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mp, plain) = (dir.path().join("enc.img"), dir.path().join("mnt"), dir.path().join("plain.img"));
+    std::fs::create_dir(&mp).unwrap();
+    let pass = b"correct horse battery staple\n";
+    let o = run_with_stdin(&["mkfs", p(&img), "--size", "64M", "--encrypt", "--passphrase-stdin", "--quiet"], pass);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    assert!(stdout(&run(&["key", "list", p(&img)])).contains("slot 0: passphrase, Argon2id "));
+    let o = run_with_stdin(&["mount", p(&img), p(&mp), "--passphrase-stdin"], pass);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let _g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    std::fs::write(mp.join(NAMES[1]), MARKER).unwrap();
+    unmount(&mp, pid);
+    assert!(found_in(&img, &[MARKER]).is_empty());
+    let o = run_with_stdin(&["fsck", p(&img), "--passphrase-stdin"], pass);
+    assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
+
+    mkfs(&plain, "64M");
+    let before = std::fs::read(&plain).unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, b"k").unwrap();
+    let o = run(&["mkfs", p(&plain), "--encrypt", "--key-file", p(&key)]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("does not convert one"), "{}", stderr(&o));
+    let o = run(&["key", "list", p(&plain)]);
+    assert!(!o.status.success() && stderr(&o).contains("not an encrypted image"), "{}", stderr(&o));
+    let o = run(&["fsck", p(&plain), "--key-file", p(&key)]);
+    assert_eq!(o.status.code(), Some(8));
+    assert!(stderr(&o).contains("not an encrypted image"), "{}", stderr(&o));
+    let o = run(&["mkfs", p(&plain), "--encrypt"]);
+    assert!(!o.status.success() && stderr(&o).contains("--encrypt needs"), "{}", stderr(&o));
+    assert!(std::fs::read(&plain).unwrap() == before, "the plain image changed");
+}
+
+#[test]
+fn key_slots_are_added_changed_and_removed_but_not_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("enc.img");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::write(&a, b"first key").unwrap();
+    std::fs::write(&b, b"second key").unwrap();
+    let o = run(&["mkfs", p(&img), "--size", "32M", "--encrypt", "--key-file", p(&a), "--quiet"]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    let opens = |args: &[&str], stdin: &[u8]| {
+        let o = run_with_stdin(&[&["fsck", p(&img)], args].concat(), stdin);
+        assert!(matches!(o.status.code(), Some(0 | 8)), "fsck: {}{}", stdout(&o), stderr(&o));
+        o.status.code() == Some(0)
+    };
+
+    let o = run(&["key", "add", p(&img), "--key-file", p(&a), "--new-key-file", p(&b)]);
+    assert!(stdout(&o).contains("key slot 1 added"), "{}{}", stdout(&o), stderr(&o));
+    assert!(opens(&["--key-file", p(&b)], b"") && opens(&["--key-file", p(&a)], b""));
+
+    let o = run_with_stdin(&["key", "change", p(&img), "--key-file", p(&b), "--new-passphrase-stdin"], b"pw\n");
+    assert!(stdout(&o).contains("key slot 1 changed"), "{}{}", stdout(&o), stderr(&o));
+    assert!(!opens(&["--key-file", p(&b)], b""), "the old key of a changed slot no longer opens");
+    assert!(opens(&["--passphrase-stdin"], b"pw\n"));
+
+    let o = run(&["key", "remove", p(&img), "--key-file", p(&a), "--slot", "1"]);
+    assert!(stdout(&o).contains("key slot 1 removed"), "{}{}", stdout(&o), stderr(&o));
+    assert!(!opens(&["--passphrase-stdin"], b"pw\n"));
+
+    let before = std::fs::read(&img).unwrap();
+    let o = run(&["key", "remove", p(&img), "--key-file", p(&a)]);
+    assert!(!o.status.success() && stderr(&o).contains("last key slot"), "{}", stderr(&o));
+    let o = run(&["key", "add", p(&img), "--key-file", p(&b), "--new-key-file", p(&b)]);
+    assert!(!o.status.success() && stderr(&o).contains("wrong passphrase or key file"), "{}", stderr(&o));
+    assert!(std::fs::read(&img).unwrap() == before, "a refused change wrote nothing");
+    assert_eq!(stdout(&run(&["key", "list", p(&img)])).lines().count(), 2, "one slot left");
+
+    // The primary header lost: the copy names and opens the image, and a
+    // repairing fsck puts the primary back.
+    let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 4096], 0).unwrap();
+    let o = run(&["fsck", p(&img)]);
+    assert!(stderr(&o).contains("is an encrypted cairn image"), "{}", stderr(&o));
+    let o = run(&["fsck", p(&img), "--key-file", p(&a), "-y"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(&std::fs::read(&img).unwrap()[..8], b"CAIRNCRY", "the primary header is back");
+}
