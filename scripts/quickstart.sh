@@ -54,7 +54,7 @@ if ! command -v cargo >/dev/null && [[ -x $HOME/.cargo/bin/cargo ]]; then
 fi
 if ! command -v cargo >/dev/null; then
     cat >&2 <<'EOF'
-cargo was not found. cairn needs Rust 1.85 or newer; Debian 12's own rustc is too old.
+cargo was not found. cairn needs Rust 1.89 or newer; Debian 12's own rustc is too old.
 Install rustup (https://rustup.rs):
     curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y
     . "$HOME/.cargo/env"
