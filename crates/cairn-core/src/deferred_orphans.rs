@@ -84,6 +84,10 @@ struct Waiting {
 #[derive(Default)]
 pub struct DeferredOrphans {
     set: Mutex<Waiting>,
+    /// Adds that operations recorded and their handles have not applied
+    /// yet (`tx::JoinAction`; gate plan §7.3): a remove that meets one
+    /// cancels it, so neither reaches the list.
+    unapplied: Mutex<foldhash::HashSet<u64>>,
     pub deferred: AtomicU64,
     pub cancelled: AtomicU64,
     pub flushed: AtomicU64,
@@ -116,6 +120,17 @@ impl DeferredOrphans {
         w.aside += credits;
         self.deferred.fetch_add(1, Relaxed);
         true
+    }
+
+    /// Notes an add of `ino` that its handle's end will apply.
+    pub fn note_unapplied_add(&self, ino: u64) {
+        self.unapplied.lock().insert(ino);
+    }
+
+    /// Takes the unapplied add of `ino` out: false if there is none (it was
+    /// applied, or a remove cancelled it).
+    pub fn take_unapplied_add(&self, ino: u64) -> bool {
+        self.unapplied.lock().remove(&ino)
     }
 
     /// Takes `ino` out if it is here: the credits the caller gives back

@@ -199,9 +199,10 @@ impl Engine {
             let tx = self.txm.begin(&self.meta, credits, &|| self.commit())?;
             let r = f(&tx);
             let changed = tx.changed();
-            // The allocation bitmaps change at the handle's end (see
-            // `alloc::intents`); a failure there fails the operation.
-            let r = match (r, tx.apply_intents()) {
+            // The allocation bitmaps and the orphan list change at the
+            // handle's end (see `alloc::intents`, `tx::JoinAction`); a
+            // failure there fails the operation.
+            let r = match (r, tx.apply_at_end()) {
                 (r, Ok(())) => r,
                 (_, Err(e)) => Err(e),
             };

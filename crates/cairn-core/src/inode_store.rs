@@ -61,7 +61,8 @@ use crate::inode::InodeCache;
 use crate::inode::{InodeRef, InodeState};
 use crate::io_locks::IoLocks;
 use crate::journal::credits;
-use crate::tx::Tx;
+use crate::meta::Meta;
+use crate::tx::{JoinAction, Tx};
 use crate::types::*;
 use cairn_format::btree::KIND_ORPHANS;
 use cairn_format::inode::*;
@@ -157,9 +158,8 @@ impl InodeStore {
     /// times merged in (see `inode`), and notes the checkpoint that holds it
     /// (for `fdatasync`).
     pub(crate) fn store(&self, tx: &Tx<'_>, st: &InodeState) -> Result<()> {
-        // The running checkpoint's sequence is stable while a handle holds
-        // the gate (a push moves it on under the closed gate).
-        st.stored_seq.fetch_max(self.engine.meta().running_seq().load(Ordering::Acquire), Ordering::AcqRel);
+        // The handle's end notes the checkpoint it joins.
+        tx.join_action(JoinAction::StoredSeq(st.stored_seq.clone()))?;
         self.icache.note_privs(&st.d);
         if st.lazy_time.lock().is_none() {
             return tx.store_inode(st.ino, &st.d);
@@ -181,37 +181,29 @@ impl InodeStore {
     /// Credits of adding to (or removing from) the orphan list (one level
     /// more than now: another insert may deepen it before ours).
     pub(crate) fn orphan_credits(&self) -> Result<u64> {
-        Ok(credits::tree_insert(self.orphan_levels()? + 1))
+        orphan_credits(self.engine.meta())
     }
 
-    /// Puts `st` on the orphan list: in the set the next swap inserts
-    /// (`deferred_orphans`) when there is room, else into the tree now.
+    /// Puts `st` on the orphan list at the handle's end (see
+    /// [`run_join_actions`]).
     pub(crate) fn orphan_add(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
         if st.d.flags & INODE_FLAG_ORPHAN != 0 {
             return Ok(());
         }
-        // The set's base: two whole inserts (see `deferred_orphans`).
-        let base = 2 * self.orphan_credits()?;
-        if !self.engine.meta().orphans().add(st.ino, base, tx.log_limit() / 4, |c| tx.reserve_aside(c)) {
-            let mut root = self.engine.meta().orphan_root().lock();
-            self.orphan_tree().insert(tx, &mut root, st.ino, &[])?;
-            self.engine.meta().orphans().direct.fetch_add(1, Ordering::Relaxed);
-        }
+        self.engine.meta().orphans().note_unapplied_add(st.ino);
+        tx.join_action(JoinAction::OrphanAdd(st.ino))?;
         st.d.flags |= INODE_FLAG_ORPHAN;
         Ok(())
     }
 
-    /// Takes `st` off the orphan list: out of the deferred set if its
-    /// insert is still waiting there (no tree work), else out of the tree.
+    /// Takes `st` off the orphan list at the handle's end; an add that no
+    /// handle has applied yet is cancelled instead (gate plan §7.3).
     pub(crate) fn orphan_remove(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
         if st.d.flags & INODE_FLAG_ORPHAN == 0 {
             return Ok(());
         }
-        if let Some(credits) = self.engine.meta().orphans().cancel(st.ino) {
-            tx.release_aside(credits);
-        } else {
-            let mut root = self.engine.meta().orphan_root().lock();
-            self.orphan_tree().remove(tx, &mut root, st.ino)?;
+        if !self.engine.meta().orphans().take_unapplied_add(st.ino) {
+            tx.join_action(JoinAction::OrphanRemove(st.ino))?;
         }
         st.d.flags &= !INODE_FLAG_ORPHAN;
         Ok(())
@@ -415,6 +407,7 @@ impl InodeStore {
     /// ([`flush_deferred_orphans`]).
     pub(crate) fn install_orphan_flush(&self) {
         self.engine.txm().set_swap_hook(flush_deferred_orphans);
+        self.engine.txm().set_join_hook(run_join_actions);
     }
 
     /// Finishes what the orphan list holds (mount and unmount): frees
@@ -680,6 +673,43 @@ impl InodeStore {
             self.reap_queued();
         }
     }
+}
+
+/// The join hook (`tx::manager`): a handle's orphan-list actions at its
+/// end. An add goes into the set the next swap inserts
+/// (`deferred_orphans`) when there is room, else into the tree now; a
+/// remove takes the inode out of that set if its insert still waits there
+/// (no tree work), else out of the tree.
+fn run_join_actions(tx: &Tx<'_>, actions: &[JoinAction]) -> Result<()> {
+    let meta = tx.meta();
+    let mut tree = Tree::new(meta, KIND_ORPHANS, 0, 0);
+    for action in actions {
+        match *action {
+            JoinAction::OrphanAdd(ino) if meta.orphans().take_unapplied_add(ino) => {
+                // The set's base: two whole inserts (see `deferred_orphans`).
+                let base = 2 * orphan_credits(meta)?;
+                if !meta.orphans().add(ino, base, tx.log_limit() / 4, |c| tx.reserve_aside(c)) {
+                    tree.insert(tx, &mut meta.orphan_root().lock(), ino, &[])?;
+                    meta.orphans().direct.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            JoinAction::OrphanRemove(ino) => match meta.orphans().cancel(ino) {
+                Some(credits) => tx.release_aside(credits),
+                None => {
+                    tree.remove(tx, &mut meta.orphan_root().lock(), ino)?;
+                }
+            },
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Credits of adding to (or removing from) the orphan list (one level
+/// more than now: another insert may deepen it before ours).
+fn orphan_credits(meta: &Meta) -> Result<u64> {
+    let root = *meta.orphan_root().lock();
+    Ok(credits::tree_insert(crate::btree::levels(meta, root, KIND_ORPHANS, 0)? + 1))
 }
 
 /// The swap hook (`tx::manager`): inserts the deferred orphans into the

@@ -8,7 +8,7 @@
 //! handles to keep their changes private until their end, those shared
 //! blocks must change only at the end. So the operation decides in memory
 //! (the buddy, the inode map, the counters, as before) and records a
-//! [`BitmapIntent`]; `Tx::apply_intents`, at the end of `Engine::change`,
+//! [`BitmapIntent`]; `Tx::apply_at_end`, at the end of `Engine::change`,
 //! applies them with the group lock held, still inside today's gate, so
 //! nothing outside the allocator can tell the difference yet.
 //!

@@ -41,6 +41,22 @@ pub(super) trait Host: Sync {
     fn note_overrun(&self, used: u64, credits: u64);
     /// An operation restarts with more credits.
     fn note_restart(&self);
+    /// What runs a handle's orphan-list actions at its end.
+    fn join_hook(&self) -> Option<super::manager::JoinHook>;
+}
+
+/// A change a handle's end makes besides the allocator's intents (step S2
+/// of `docs/gate-plan.md`): what an operation decided about state that
+/// other handles share, applied where the handle's changes would join the
+/// committed-item list.
+pub enum JoinAction {
+    /// Put inode `ino` on the orphan list (`inode_store::orphan_add`).
+    OrphanAdd(u64),
+    /// Take inode `ino` off the orphan list.
+    OrphanRemove(u64),
+    /// Note that an inode was stored in the running checkpoint (for
+    /// `fdatasync`: the inode's `stored_seq`).
+    StoredSeq(Arc<std::sync::atomic::AtomicU64>),
 }
 
 /// A transaction handle (see the module essay).
@@ -59,6 +75,8 @@ pub struct Tx<'a> {
     /// Allocation bitmap changes for the handle's end (`alloc::intents`),
     /// with their tickets.
     intents: RefCell<Vec<(u64, BitmapIntent)>>,
+    /// The other changes of the handle's end ([`JoinAction`]).
+    actions: RefCell<Vec<JoinAction>>,
 }
 
 impl<'a> Tx<'a> {
@@ -73,6 +91,7 @@ impl<'a> Tx<'a> {
             touched: Cell::new(false),
             mark,
             intents: RefCell::default(),
+            actions: RefCell::default(),
         }
     }
 
@@ -90,18 +109,56 @@ impl<'a> Tx<'a> {
     /// Whether this handle changed any buffer (newly dirtied or not), or
     /// recorded a change of the allocation bitmaps.
     pub fn changed(&self) -> bool {
-        self.touched.get() || !self.intents.borrow().is_empty()
+        self.touched.get() || !self.intents.borrow().is_empty() || !self.actions.borrow().is_empty()
     }
 
-    /// Applies the allocation bitmap changes the operation recorded (see
-    /// `alloc::intents`): the end of `Engine::change`, inside the gate.
-    pub(crate) fn apply_intents(&self) -> Result<()> {
+    /// Records `action` for the handle's end; a handle that does not defer
+    /// (a commit's own, a quiesced change) runs it at once.
+    pub(crate) fn join_action(&self, action: JoinAction) -> Result<()> {
+        if self.entered.is_none() {
+            return self.run_actions(vec![action]);
+        }
+        self.touched.set(true);
+        let mut actions = self.actions.borrow_mut();
+        if let JoinAction::StoredSeq(s) = &action {
+            // An operation stores its inodes more than once.
+            if actions.iter().any(|a| matches!(a, JoinAction::StoredSeq(t) if Arc::ptr_eq(s, t))) {
+                return Ok(());
+            }
+        }
+        actions.push(action);
+        Ok(())
+    }
+
+    /// Applies what the operation recorded for its end: the join actions,
+    /// then the allocation bitmap changes (see `alloc::intents`), those of
+    /// the actions' own tree work included. The end of `Engine::change`,
+    /// inside the gate.
+    pub(crate) fn apply_at_end(&self) -> Result<()> {
+        let actions = std::mem::take(&mut *self.actions.borrow_mut());
+        if !actions.is_empty() {
+            self.run_actions(actions)?;
+        }
         let intents = std::mem::take(&mut *self.intents.borrow_mut());
         if intents.is_empty() {
             return Ok(());
         }
         let seq = self.meta.running_seq().load(Ordering::Acquire);
         self.meta.alloc().apply_intents(self, &intents, seq)
+    }
+
+    fn run_actions(&self, actions: Vec<JoinAction>) -> Result<()> {
+        let seq = self.meta.running_seq().load(Ordering::Acquire);
+        for a in &actions {
+            if let JoinAction::StoredSeq(stored) = a {
+                stored.fetch_max(seq, Ordering::AcqRel);
+            }
+        }
+        let orphans = actions.iter().any(|a| !matches!(a, JoinAction::StoredSeq(_)));
+        match self.mgr.join_hook() {
+            Some(hook) if orphans => hook(self, &actions),
+            _ => Ok(()),
+        }
     }
 
     /// Notes a change to a buffer that was already dirty.
@@ -190,10 +247,10 @@ impl crate::buffer::Change for Tx<'_> {
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
-        if !self.intents.get_mut().is_empty() {
+        if !self.intents.get_mut().is_empty() || !self.actions.get_mut().is_empty() {
             // Only an unwinding operation ends without `Engine::change`'s
             // apply: apply what it recorded, so that memory and disk agree.
-            if let Err(e) = self.apply_intents() {
+            if let Err(e) = self.apply_at_end() {
                 tracing::error!(error = %e, "a handle that ended early could not apply its bitmap changes");
             }
         }

@@ -42,7 +42,7 @@
 //! inode lock or an allocator lock when it is dropped.
 
 use super::gate::{Entry, Gate, Push, Turn};
-use super::handle::{Host, Tx};
+use super::handle::{Host, JoinAction, Tx};
 use crate::buffer::cil::Batch;
 use crate::error::{FsError, Result};
 use crate::journal::{Journal, Latch};
@@ -98,11 +98,17 @@ pub struct TxManager {
     /// checkpoint being closed (the deferred orphan inserts,
     /// `deferred_orphans`). Set once, by the file system at mount.
     swap_hook: std::sync::OnceLock<SwapHook>,
+    /// Runs a handle's join actions at its end (the orphan list's adds and
+    /// removes: `inode_store`).
+    join_hook: std::sync::OnceLock<JoinHook>,
     pub stats: TxStats,
 }
 
 /// See [`TxManager::set_swap_hook`].
 pub type SwapHook = fn(&Tx<'_>) -> Result<()>;
+
+/// See [`TxManager::set_join_hook`].
+pub type JoinHook = fn(&Tx<'_>, &[JoinAction]) -> Result<()>;
 
 impl TxManager {
     /// `max_dirty`: the most buffers one checkpoint may hold whatever the
@@ -130,6 +136,7 @@ impl TxManager {
             snapshots: AtomicU64::new(0),
             committed_snapshots: AtomicU64::new(0),
             swap_hook: std::sync::OnceLock::new(),
+            join_hook: std::sync::OnceLock::new(),
             stats: TxStats::default(),
         }
     }
@@ -138,6 +145,12 @@ impl TxManager {
     /// ignored.
     pub fn set_swap_hook(&self, hook: SwapHook) {
         let _ = self.swap_hook.set(hook);
+    }
+
+    /// Sets the hook that runs a handle's join actions at its end (see
+    /// `handle::JoinAction`); a second call is ignored.
+    pub fn set_join_hook(&self, hook: JoinHook) {
+        let _ = self.join_hook.set(hook);
     }
 
     /// Buffers one checkpoint may hold, over all its handles.
@@ -401,5 +414,9 @@ impl Host for TxManager {
 
     fn note_restart(&self) {
         self.stats.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn join_hook(&self) -> Option<JoinHook> {
+        self.join_hook.get().copied()
     }
 }

@@ -24,5 +24,5 @@ pub mod gate;
 pub mod handle;
 pub mod manager;
 
-pub use handle::Tx;
+pub use handle::{JoinAction, Tx};
 pub use manager::TxManager;
