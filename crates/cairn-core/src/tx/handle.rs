@@ -42,8 +42,11 @@ pub(super) trait Host: Sync {
     /// An operation restarts with more credits.
     fn note_restart(&self);
     /// What runs a handle's orphan-list actions at its end.
-    fn join_hook(&self) -> Option<super::manager::JoinHook>;
+    fn join_hook(&self) -> Option<JoinHook>;
 }
+
+/// What runs a handle's join actions at its end (`TxManager::set_join_hook`).
+pub type JoinHook = fn(&Tx<'_>, &[JoinAction]) -> Result<()>;
 
 /// A change a handle's end makes besides the allocator's intents (step S2
 /// of `docs/gate-plan.md`): what an operation decided about state that

@@ -42,7 +42,7 @@
 //! inode lock or an allocator lock when it is dropped.
 
 use super::gate::{Entry, Gate, Push, Turn};
-use super::handle::{Host, JoinAction, Tx};
+use super::handle::{Host, JoinHook, Tx};
 use crate::buffer::cil::Batch;
 use crate::error::{FsError, Result};
 use crate::journal::{Journal, Latch};
@@ -106,9 +106,6 @@ pub struct TxManager {
 
 /// See [`TxManager::set_swap_hook`].
 pub type SwapHook = fn(&Tx<'_>) -> Result<()>;
-
-/// See [`TxManager::set_join_hook`].
-pub type JoinHook = fn(&Tx<'_>, &[JoinAction]) -> Result<()>;
 
 impl TxManager {
     /// `max_dirty`: the most buffers one checkpoint may hold whatever the
