@@ -16,8 +16,9 @@
 //! [`DeferredOrphans`] is a small set of inode numbers in memory, with the
 //! log credits set aside for their inserts. An unlink (or a truncate that leaves
 //! work for the reaper) marks the inode `INODE_FLAG_ORPHAN` as before, and
-//! adds its number here instead of inserting it into the tree
-//! (`inode_store::orphan_add`); credits for the insert ([`CREDITS_EACH`], and
+//! its handle's end adds its number here instead of inserting it into the
+//! tree (`inode_store::orphan_add` records a `tx::JoinAction`, the join hook
+//! `run_join_actions` applies it); credits for the insert ([`CREDITS_EACH`], and
 //! a base for the set) are reserved aside from the log's room, as a
 //! handle's would be, so the invariant of the
 //! transaction manager (dirty buffers + reservations ≤ the record's limit)
