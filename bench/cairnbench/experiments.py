@@ -1296,24 +1296,3 @@ class MetaLatency(Experiment):
         r50, _ = timed(lambda i: os.rename(f"{d}/f{i}", f"{d}/g{i}"))
         u50, _ = timed(lambda i: os.unlink(f"{d}/g{i}"))
         return {"create_us": c50, "stat_us": s50, "rename_us": r50, "unlink_us": u50, "create_p99_us": c99}
-
-
-# After the classes it builds on (it imports them from here).
-from .floor import Floor  # noqa: E402
-from .realwork import RealWork  # noqa: E402
-
-ALL = [
-    DbenchSync(),
-    FsMark(),
-    XattrBench(),
-    Fragmented(),
-    FioOverwrite(),
-    FioRandRead(),
-    FioSeqWrite(),
-    Sequential(),
-    MetaLatency(),
-    FsMarkScale(),
-    Floor(),
-    RealWork(),
-]
-BY_NAME = {e.name: e for e in ALL}
