@@ -62,8 +62,8 @@ pub struct GroupState {
     /// Inode-table blocks from this index on are all zeros at home and were
     /// never changed in this mount (see `inodes`); the table's length: none.
     pub itable_fresh_from: u32,
-    /// Uses of this group's bits recorded by handles that have not ended,
-    /// by ticket (see `intents`); the buddy stays loaded while any is.
+    /// Intents on this group's bits recorded by handles that have not
+    /// ended, by ticket (see `intents`); the buddy stays loaded while any is.
     pub unjoined: Vec<(u64, crate::buffer::BitmapIntent)>,
 }
 

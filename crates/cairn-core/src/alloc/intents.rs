@@ -27,9 +27,9 @@
 //!   its number is not handed out yet.
 //!
 //! ## Invariants
-//! * A group with unapplied uses keeps its buddy loaded (eviction skips it):
-//!   a buddy rebuilt from a bitmap that lacks them would hand the blocks out
-//!   twice.
+//! * A group with unapplied intents keeps its buddy loaded (eviction skips
+//!   it): a buddy rebuilt from a bitmap that lacks their uses would hand the
+//!   blocks out twice.
 //! * Everything a handle records is applied before the handle leaves the
 //!   gate, so a checkpoint never sees half of one (the swap's consistency
 //!   check still holds).
@@ -212,8 +212,8 @@ mod tests {
     #[test]
     fn an_inode_number_is_not_handed_out_again_before_its_free_is_applied() {
         let (bufs, alloc) = allocator();
-        let h = |_: u8| Deferring { bufs: &bufs, intents: RefCell::default() };
-        let (creator, unlinker, other) = (h(0), h(1), h(2));
+        let h = || Deferring { bufs: &bufs, intents: RefCell::default() };
+        let (creator, unlinker, other) = (h(), h(), h());
         let ino = alloc.alloc_inode(&creator, false).unwrap();
         creator.end(&alloc).unwrap();
         alloc.free_inode(&unlinker, ino, false).unwrap();

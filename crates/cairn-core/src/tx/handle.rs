@@ -110,9 +110,9 @@ impl<'a> Tx<'a> {
     }
 
     /// Whether this handle changed any buffer (newly dirtied or not), or
-    /// recorded a change of the allocation bitmaps.
+    /// recorded a change of the allocation bitmaps or the orphan list.
     pub fn changed(&self) -> bool {
-        self.touched.get() || !self.intents.borrow().is_empty() || !self.actions.borrow().is_empty()
+        self.touched.get()
     }
 
     /// Records `action` for the handle's end; a handle that does not defer
@@ -121,13 +121,16 @@ impl<'a> Tx<'a> {
         if self.entered.is_none() {
             return self.run_actions(vec![action]);
         }
-        self.touched.set(true);
         let mut actions = self.actions.borrow_mut();
-        if let JoinAction::StoredSeq(s) = &action {
-            // An operation stores its inodes more than once.
-            if actions.iter().any(|a| matches!(a, JoinAction::StoredSeq(t) if Arc::ptr_eq(s, t))) {
-                return Ok(());
+        match &action {
+            // An operation stores its inodes more than once. A note of the
+            // checkpoint changes nothing: a restart may drop it.
+            JoinAction::StoredSeq(s) => {
+                if actions.iter().any(|a| matches!(a, JoinAction::StoredSeq(t) if Arc::ptr_eq(s, t))) {
+                    return Ok(());
+                }
             }
+            JoinAction::OrphanAdd(_) | JoinAction::OrphanRemove(_) => self.touched.set(true),
         }
         actions.push(action);
         Ok(())
@@ -254,7 +257,7 @@ impl Drop for Tx<'_> {
             // Only an unwinding operation ends without `Engine::change`'s
             // apply: apply what it recorded, so that memory and disk agree.
             if let Err(e) = self.apply_at_end() {
-                tracing::error!(error = %e, "a handle that ended early could not apply its bitmap changes");
+                tracing::error!(error = %e, "a handle that ended early could not apply its recorded changes");
             }
         }
         if let Some((entry, entered)) = self.entered {
