@@ -199,20 +199,20 @@ impl Engine {
             let tx = self.txm.begin(&self.meta, credits, &|| self.commit())?;
             let r = f(&tx);
             let changed = tx.changed();
-            // The allocation bitmaps and the orphan list change at the
-            // handle's end (see `alloc::intents`, `tx::JoinAction`); a
-            // failure there fails the operation.
-            let r = match (r, tx.apply_at_end()) {
-                (r, Ok(())) => r,
-                (_, Err(e)) => Err(e),
-            };
             if let Err(e) = &r {
-                // Latch while the handle still holds the gate: a commit
-                // waiting for it must see the abort and not snapshot half an
+                // Latch before the join: the join lets a waiting commit
+                // swap, and it must see the abort and not take half an
                 // operation.
                 self.txm.latch.note(self.meta.dev(), e, changed);
             }
-            drop(tx);
+            // The allocation bitmaps and the orphan list change at the
+            // handle's end (see `alloc::intents`, `tx::JoinAction`); a
+            // failure there fails the operation (and has aborted the
+            // journal).
+            let r = match (r, tx.join()) {
+                (r, Ok(())) => r,
+                (_, Err(e)) => Err(e),
+            };
             match r {
                 Err(FsError::NeedCredits(n)) if !changed => credits = n,
                 Err(FsError::Errno(libc::ENOSPC))

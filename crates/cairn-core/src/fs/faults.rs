@@ -15,6 +15,12 @@ impl Fs {
         self.engine.meta().alloc().faults.arm(nth);
     }
 
+    /// Makes the `nth` allocation from now panic (an operation that unwinds
+    /// half-way).
+    pub fn panic_at_allocation(&self, nth: u64) {
+        self.engine.meta().alloc().faults.arm_panic(nth);
+    }
+
     /// Block and inode allocations asked for since mount.
     pub fn allocations(&self) -> u64 {
         self.engine.meta().alloc().faults.calls()

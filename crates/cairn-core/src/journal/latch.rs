@@ -162,8 +162,9 @@ impl Latch {
         self.latch(dev, e, journal);
     }
 
-    /// A commit failed: the journal is aborted whatever the policy.
-    pub fn commit_failed(&self, dev: &Arc<dyn BlockDevice>, e: &FsError) {
+    /// A commit failed, or an operation ended half done (its end failed, or
+    /// it unwound): the journal is aborted whatever the policy.
+    pub fn abort_half_done(&self, dev: &Arc<dyn BlockDevice>, e: &FsError) {
         self.latch(dev, e, JournalFate::AbortHalfDone);
     }
 

@@ -43,6 +43,10 @@ pub(super) trait Host: Sync {
     fn note_restart(&self);
     /// What runs a handle's orphan-list actions at its end.
     fn join_hook(&self) -> Option<JoinHook>;
+    /// A handle's end failed, or a handle that changed something ended
+    /// without joining (an unwinding operation): the journal aborts before
+    /// the handle leaves the gate, so no checkpoint takes half of it.
+    fn abort_half_done(&self, meta: &Meta, e: &FsError);
 }
 
 /// What runs a handle's join actions at its end (`TxManager::set_join_hook`).
@@ -80,6 +84,8 @@ pub struct Tx<'a> {
     intents: RefCell<Vec<(u64, BitmapIntent)>>,
     /// The other changes of the handle's end ([`JoinAction`]).
     actions: RefCell<Vec<JoinAction>>,
+    /// Set by [`Tx::join`]; a handle dropped without it is unwinding.
+    joined: bool,
 }
 
 impl<'a> Tx<'a> {
@@ -95,6 +101,7 @@ impl<'a> Tx<'a> {
             mark,
             intents: RefCell::default(),
             actions: RefCell::default(),
+            joined: false,
         }
     }
 
@@ -136,11 +143,25 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
+    /// Ends the handle: applies what the operation recorded for its end
+    /// (see [`Tx::apply_at_end`]) and leaves the gate. The end of
+    /// `Engine::change`, which has latched the operation's own error first.
+    /// A failure here latches an abort before the handle leaves the gate
+    /// (the latch rule: no swap runs between half-applied changes and the
+    /// abort), and is the operation's error.
+    pub(crate) fn join(mut self) -> Result<()> {
+        self.joined = true;
+        let r = self.apply_at_end();
+        if let Err(e) = &r {
+            self.mgr.abort_half_done(self.meta, e);
+        }
+        r
+    }
+
     /// Applies what the operation recorded for its end: the join actions,
     /// then the allocation bitmap changes (see `alloc::intents`), those of
-    /// the actions' own tree work included. The end of `Engine::change`,
-    /// inside the gate.
-    pub(crate) fn apply_at_end(&self) -> Result<()> {
+    /// the actions' own tree work included.
+    fn apply_at_end(&self) -> Result<()> {
         let actions = std::mem::take(&mut *self.actions.borrow_mut());
         if !actions.is_empty() {
             self.run_actions(actions)?;
@@ -253,9 +274,15 @@ impl crate::buffer::Change for Tx<'_> {
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
-        if !self.intents.get_mut().is_empty() || !self.actions.get_mut().is_empty() {
+        if !self.joined && self.entered.is_some() {
             // Only an unwinding operation ends without `Engine::change`'s
-            // apply: apply what it recorded, so that memory and disk agree.
+            // join. If it changed anything, its changes are half an
+            // operation: abort before leaving the gate. Then apply what it
+            // recorded, so that memory and disk agree.
+            if self.changed() {
+                let e = FsError::Io(std::io::Error::other("an operation ended half-way (a panic)"));
+                self.mgr.abort_half_done(self.meta, &e);
+            }
             if let Err(e) = self.apply_at_end() {
                 tracing::error!(error = %e, "a handle that ended early could not apply its recorded changes");
             }

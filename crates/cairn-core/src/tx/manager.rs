@@ -317,7 +317,7 @@ impl TxManager {
             // Not unpinned: the buffers stay in flight, so they are never
             // re-read from stale homes; nothing more is committed.
             drop(snap);
-            self.latch.commit_failed(meta.dev(), &e);
+            self.latch.abort_half_done(meta.dev(), &e);
             return Err(e);
         }
         meta.bufs().cil.unpin(snap);
@@ -343,7 +343,7 @@ impl TxManager {
         let _c = self.commit_lock.lock();
         self.latch.check_commit()?;
         if let Err(e) = self.log.checkpoint_all() {
-            self.latch.commit_failed(meta.dev(), &e);
+            self.latch.abort_half_done(meta.dev(), &e);
             return Err(e);
         }
         if self.latch.errors() > 0 {
@@ -415,5 +415,9 @@ impl Host for TxManager {
 
     fn join_hook(&self) -> Option<JoinHook> {
         self.join_hook.get().copied()
+    }
+
+    fn abort_half_done(&self, meta: &Meta, e: &FsError) {
+        self.latch.abort_half_done(meta.dev(), e);
     }
 }
