@@ -64,7 +64,7 @@ pub struct GroupState {
     pub itable_fresh_from: u32,
     /// Intents on this group's bits recorded by handles that have not
     /// ended, by ticket (see `intents`); the buddy stays loaded while any is.
-    pub unjoined: Vec<(u64, crate::buffer::BitmapIntent)>,
+    pub unjoined: Vec<(u64, crate::buffer::BitmapIntent, Option<std::sync::Arc<crate::buffer::join::JoinGroup>>)>,
 }
 
 /// One block group in memory.

@@ -41,6 +41,7 @@
 use super::groups::{Bitmap, GroupState};
 use super::Allocator;
 use crate::alloc::buddy::Mark;
+use crate::buffer::join::{JoinGroup, Merge};
 use crate::buffer::{BitmapIntent, Change};
 use crate::error::Result;
 use cairn_format::FormatError;
@@ -76,17 +77,33 @@ impl Allocator {
     pub(super) fn record(&self, tx: &dyn Change, st: &mut GroupState, intent: BitmapIntent, seq: u64) -> Result<()> {
         let is_free = matches!(intent, BitmapIntent::FreeBlocks { .. } | BitmapIntent::FreeInode { .. });
         if is_free {
-            while let Some(i) = st.unjoined.iter().position(|(_, u)| u.used_by(intent)) {
-                let (_, used) = st.unjoined.swap_remove(i);
+            let mut i = 0;
+            while i < st.unjoined.len() {
+                let (_, used, owner) = &st.unjoined[i];
+                if !used.used_by(intent) {
+                    i += 1;
+                    continue;
+                }
+                // A running group's use: join with it, so that the use and
+                // this free are applied together, in their order.
+                if let (Some(mine), Some(theirs)) = (tx.group(), owner) {
+                    if JoinGroup::merge(mine, theirs) == Merge::Joined {
+                        i += 1;
+                        continue;
+                    }
+                }
+                // Its group's join runs (and waits for this group's lock),
+                // or this writer is direct: apply the use now, directly.
+                let (_, used, _) = st.unjoined.swap_remove(i);
                 self.stats.intents_applied_early.fetch_add(1, Relaxed);
-                self.apply_locked(tx, st, used, seq)?;
+                tx.as_direct(&mut |d| self.apply_locked(d, st, used, seq))?;
             }
         }
         let ticket = self.tickets.fetch_add(1, Relaxed);
         if !tx.defer_bitmap(ticket, intent) {
             return self.apply_locked(tx, st, intent, seq);
         }
-        st.unjoined.push((ticket, intent));
+        st.unjoined.push((ticket, intent, tx.group().cloned()));
         Ok(())
     }
 
@@ -95,7 +112,7 @@ impl Allocator {
     pub fn apply_intents(&self, tx: &dyn Change, intents: &[(u64, BitmapIntent)], seq: u64) -> Result<()> {
         for &(ticket, intent) in intents {
             let mut st = self.lock_group(intent.group());
-            match st.unjoined.iter().position(|(t, _)| *t == ticket) {
+            match st.unjoined.iter().position(|(t, _, _)| *t == ticket) {
                 Some(i) => drop(st.unjoined.swap_remove(i)),
                 // A use that a free of the same bits applied already.
                 None => continue,
@@ -141,7 +158,7 @@ impl Allocator {
     /// (the caller holds the group's lock as `st`): it is not in use any
     /// more, though its number is not free yet.
     pub(super) fn inode_freeing(st: &GroupState, idx: u64) -> bool {
-        st.unjoined.iter().any(|&(_, i)| matches!(i, BitmapIntent::FreeInode { idx: x, .. } if x == idx))
+        st.unjoined.iter().any(|&(_, i, _)| matches!(i, BitmapIntent::FreeInode { idx: x, .. } if x == idx))
     }
 
     /// Frees inode `idx` of group `g` in memory and on disk: only now may
@@ -188,6 +205,23 @@ mod tests {
         fn defer_bitmap(&self, ticket: u64, intent: BitmapIntent) -> bool {
             self.intents.borrow_mut().push((ticket, intent));
             true
+        }
+        fn as_direct(&self, f: &mut dyn FnMut(&dyn Change) -> Result<()>) -> Result<()> {
+            f(&Direct(self.bufs))
+        }
+    }
+
+    /// A writer that applies at once.
+    struct Direct<'a>(&'a BufferCache);
+
+    impl Change for Direct<'_> {
+        fn bufs(&self) -> &BufferCache {
+            self.0
+        }
+        fn charge(&self, _: u64) {}
+        fn touch(&self) {}
+        fn as_direct(&self, f: &mut dyn FnMut(&dyn Change) -> Result<()>) -> Result<()> {
+            f(self)
         }
     }
 

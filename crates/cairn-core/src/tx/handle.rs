@@ -6,17 +6,28 @@
 //! takes `&Meta` ([`Tx::meta`] for an operation's reads); changing code takes
 //! `&Tx`: the only ways to dirty a buffer, allocate or free go through a `Tx`.
 //!
+//! The handle's changes stay private until its end (`buffer::join`): the
+//! chunks it changes are claimed for its join group, and its allocation
+//! intents and [`JoinAction`]s are recorded. [`Tx::join`], at the end of
+//! `Engine::change`, hands them to the group; the group's last member joins
+//! it (its claims become dirty chunks of the running checkpoint, then the
+//! actions and intents are applied by the handle as a direct writer) and
+//! the others wait for that. A handle that unwinds without joining after
+//! changing something aborts the journal, then joins.
+//!
 //! Credits: [`Tx::require`] states the operation's worst case once it knows
 //! it (tree depths are known only after the inode is locked). If that is
 //! more than the handle reserved, the reservation grows when the log has
 //! room; otherwise, if nothing was changed yet, the operation fails with
 //! [`FsError::NeedCredits`] and is restarted with the larger reservation
-//! after a commit. Every newly dirtied buffer is charged; charging past the
+//! after a commit. Every buffer the handle's group claims first, and every
+//! buffer a direct writer newly dirties, is charged; charging past the
 //! reservation is an accounting bug, counted in `journal.credit_overruns`.
 
 use super::gate::Entry;
+use crate::buffer::join::{EndWork, Finish, JoinGroup, Sealed};
 use crate::buffer::probe::HandleMark;
-use crate::buffer::{BitmapIntent, Buf};
+use crate::buffer::{BitmapIntent, Buf, Change};
 use crate::error::{FsError, Result};
 use crate::meta::Meta;
 use cairn_format::btree::Node;
@@ -52,19 +63,7 @@ pub(super) trait Host: Sync {
 /// What runs a handle's join actions at its end (`TxManager::set_join_hook`).
 pub type JoinHook = fn(&Tx<'_>, &[JoinAction]) -> Result<()>;
 
-/// A change a handle's end makes besides the allocator's intents (step S2
-/// of `docs/gate-plan.md`): what an operation decided about state that
-/// other handles share, applied where the handle's changes would join the
-/// committed-item list.
-pub enum JoinAction {
-    /// Put inode `ino` on the orphan list (`inode_store::orphan_add`).
-    OrphanAdd(u64),
-    /// Take inode `ino` off the orphan list.
-    OrphanRemove(u64),
-    /// Note that an inode was stored in the running checkpoint (for
-    /// `fdatasync`: the inode's `stored_seq`).
-    StoredSeq(Arc<std::sync::atomic::AtomicU64>),
-}
+pub use crate::buffer::join::JoinAction;
 
 /// A transaction handle (see the module essay).
 pub struct Tx<'a> {
@@ -79,11 +78,14 @@ pub struct Tx<'a> {
     touched: Cell<bool>,
     /// The handle's mark for the conflict probe (`buffer::probe`), when on.
     mark: Option<Arc<HandleMark>>,
-    /// Allocation bitmap changes for the handle's end (`alloc::intents`),
-    /// with their tickets.
-    intents: RefCell<Vec<(u64, BitmapIntent)>>,
-    /// The other changes of the handle's end ([`JoinAction`]).
-    actions: RefCell<Vec<JoinAction>>,
+    /// What the handle's end applies: allocation bitmap changes with their
+    /// tickets (`alloc::intents`) and [`JoinAction`]s.
+    work: RefCell<EndWork>,
+    /// The join group the handle's changes are claimed for (`buffer::join`);
+    /// `None` for a direct writer.
+    group: Option<Arc<JoinGroup>>,
+    /// The handle applies its group's end, as a direct writer.
+    direct: Cell<bool>,
     /// Set by [`Tx::join`]; a handle dropped without it is unwinding.
     joined: bool,
 }
@@ -99,8 +101,9 @@ impl<'a> Tx<'a> {
             used: Cell::new(0),
             touched: Cell::new(false),
             mark,
-            intents: RefCell::default(),
-            actions: RefCell::default(),
+            work: RefCell::default(),
+            group: entered.map(|_| JoinGroup::new()),
+            direct: Cell::new(false),
             joined: false,
         }
     }
@@ -125,10 +128,11 @@ impl<'a> Tx<'a> {
     /// Records `action` for the handle's end; a handle that does not defer
     /// (a commit's own, a quiesced change) runs it at once.
     pub(crate) fn join_action(&self, action: JoinAction) -> Result<()> {
-        if self.entered.is_none() {
+        if Change::group(self).is_none() {
             return self.run_actions(vec![action]);
         }
-        let mut actions = self.actions.borrow_mut();
+        let mut work = self.work.borrow_mut();
+        let actions = &mut work.actions;
         match &action {
             // An operation stores its inodes more than once. A note of the
             // checkpoint changes nothing: a restart may drop it.
@@ -143,33 +147,53 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    /// Ends the handle: applies what the operation recorded for its end
-    /// (see [`Tx::apply_at_end`]) and leaves the gate. The end of
+    /// Ends the handle: its group joins the running checkpoint (see
+    /// [`Tx::end`]) and the handle leaves the gate. The end of
     /// `Engine::change`, which has latched the operation's own error first.
     /// A failure here latches an abort before the handle leaves the gate
     /// (the latch rule: no swap runs between half-applied changes and the
     /// abort), and is the operation's error.
     pub(crate) fn join(mut self) -> Result<()> {
         self.joined = true;
-        let r = self.apply_at_end();
+        let r = self.end();
         if let Err(e) = &r {
             self.mgr.abort_half_done(self.meta, e);
         }
         r
     }
 
-    /// Applies what the operation recorded for its end: the join actions,
-    /// then the allocation bitmap changes (see `alloc::intents`), those of
-    /// the actions' own tree work included.
-    fn apply_at_end(&self) -> Result<()> {
-        let actions = std::mem::take(&mut *self.actions.borrow_mut());
+    /// The handle is finished: hands its end work to its group and, as the
+    /// group's last member, joins it (its claimed buffers, then the join
+    /// actions and the allocation intents, those of the actions' own tree
+    /// work included, in the order they were recorded); otherwise waits for
+    /// the member that does.
+    fn end(&self) -> Result<()> {
+        let Some(group) = &self.group else { return Ok(()) };
+        let work = std::mem::take(&mut *self.work.borrow_mut());
+        match group.finish(work) {
+            Finish::Wait if group.wait_joined() => Ok(()),
+            Finish::Wait => Err(FsError::Shutdown),
+            Finish::Last(mut sealed) => {
+                self.direct.set(true);
+                let r = self.apply_group(&mut sealed);
+                sealed.done(r.is_ok());
+                r
+            }
+        }
+    }
+
+    fn apply_group(&self, sealed: &mut Sealed) -> Result<()> {
+        self.meta.bufs().join_group(sealed);
+        let actions = std::mem::take(&mut sealed.work.actions);
         if !actions.is_empty() {
             self.run_actions(actions)?;
         }
-        let intents = std::mem::take(&mut *self.intents.borrow_mut());
+        let mut intents = std::mem::take(&mut sealed.work.intents);
         if intents.is_empty() {
             return Ok(());
         }
+        // Merged members' intents, in the order they were recorded.
+        intents.sort_unstable_by_key(|&(ticket, _)| ticket);
         let seq = self.meta.running_seq().load(Ordering::Acquire);
         self.meta.alloc().apply_intents(self, &intents, seq)
     }
@@ -263,12 +287,21 @@ impl crate::buffer::Change for Tx<'_> {
         self.mark.as_ref()
     }
     fn defer_bitmap(&self, ticket: u64, intent: BitmapIntent) -> bool {
-        if self.entered.is_none() {
+        if Change::group(self).is_none() {
             return false;
         }
         self.touched.set(true);
-        self.intents.borrow_mut().push((ticket, intent));
+        self.work.borrow_mut().intents.push((ticket, intent));
         true
+    }
+    fn group(&self) -> Option<&Arc<JoinGroup>> {
+        self.group.as_ref().filter(|_| !self.direct.get())
+    }
+    fn as_direct(&self, f: &mut dyn FnMut(&dyn Change) -> Result<()>) -> Result<()> {
+        let was = self.direct.replace(true);
+        let r = f(self);
+        self.direct.set(was);
+        r
     }
 }
 
@@ -277,13 +310,13 @@ impl Drop for Tx<'_> {
         if !self.joined && self.entered.is_some() {
             // Only an unwinding operation ends without `Engine::change`'s
             // join. If it changed anything, its changes are half an
-            // operation: abort before leaving the gate. Then apply what it
-            // recorded, so that memory and disk agree.
+            // operation: abort before leaving the gate. Then join as usual,
+            // so that memory and disk agree and merged partners go on.
             if self.changed() {
                 let e = FsError::Io(std::io::Error::other("an operation ended half-way (a panic)"));
                 self.mgr.abort_half_done(self.meta, &e);
             }
-            if let Err(e) = self.apply_at_end() {
+            if let Err(e) = self.end() {
                 tracing::error!(error = %e, "a handle that ended early could not apply its recorded changes");
             }
         }
