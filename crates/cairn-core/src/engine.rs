@@ -116,9 +116,13 @@ impl Engine {
         self.txm.latch.check_writable()
     }
 
-    /// Writes the superblock as it stands into its buffer (logged by `tx`).
-    pub(crate) fn write_sb_buffer(&self, tx: &Tx<'_>) -> Result<()> {
-        self.meta.write_sb_buffer(tx, self.txm.latch.flagged())
+    /// Logs the superblock as it stands (its state, mount count, times)
+    /// in the running checkpoint: a direct change with no handle running,
+    /// as every change of the superblock is (a swap writes it too).
+    pub(crate) fn log_superblock(&self) -> Result<()> {
+        self.writable()?;
+        let flagged = self.txm.latch.flagged();
+        self.txm.quiesced_change(&self.meta, crate::tx::manager::MARGIN, |tx| self.meta.write_sb_buffer(tx, flagged))
     }
 
     /// Makes everything logged before this call durable; concurrent callers

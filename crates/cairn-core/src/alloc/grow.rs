@@ -173,6 +173,8 @@ impl Allocator {
         self.disk_free_blocks.fetch_add(added.blocks, Relaxed);
         self.alloc_free.fetch_add(added.blocks, Relaxed);
         self.free_inodes.fetch_add(added.inodes, Relaxed);
+        self.joined_free_blocks.fetch_add(added.blocks, Relaxed);
+        self.joined_free_inodes.fetch_add(added.inodes, Relaxed);
         // The old last group: its buddy was built for its old length.
         let grp = self.groups.get(last);
         grp.free.fetch_add(to_last as u32, Relaxed);

@@ -126,12 +126,20 @@ impl Allocator {
         match intent {
             BitmapIntent::UseBlocks { g, off, n } => {
                 self.change_disk_bitmap(tx, g, Bitmap::Block, off..off + n, Mark::Used, 0)?;
+                self.joined_free_blocks.fetch_sub(n, Relaxed);
             }
-            BitmapIntent::FreeBlocks { g, off, n } => self.apply_block_free(tx, st, g, off, n, seq)?,
+            BitmapIntent::FreeBlocks { g, off, n } => {
+                self.apply_block_free(tx, st, g, off, n, seq)?;
+                self.joined_free_blocks.fetch_add(n, Relaxed);
+            }
             BitmapIntent::UseInode { g, idx, dir } => {
                 self.change_disk_bitmap(tx, g, Bitmap::Inode, idx..idx + 1, Mark::Used, i64::from(dir))?;
+                self.joined_free_inodes.fetch_sub(1, Relaxed);
             }
-            BitmapIntent::FreeInode { g, idx, dir } => self.apply_inode_free(tx, st, g, idx, dir)?,
+            BitmapIntent::FreeInode { g, idx, dir } => {
+                self.apply_inode_free(tx, st, g, idx, dir)?;
+                self.joined_free_inodes.fetch_add(1, Relaxed);
+            }
         }
         Ok(())
     }

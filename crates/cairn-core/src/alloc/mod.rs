@@ -125,8 +125,14 @@ pub struct Allocator {
     /// are written back (set by the FUSE space guard while the disk is
     /// nearly full): other writes leave them free (see [`Allocator::room_for_writes`]).
     held_for_write_back: AtomicU64,
-    /// Free inodes (superblock counter).
+    /// Free inodes (the allocator's count: an allocation takes one at once).
     pub free_inodes: AtomicU64,
+    /// Free blocks and inodes as the applied bitmap changes say: changed
+    /// only where an intent is applied (in a join, or by a direct writer),
+    /// so the superblock a swap writes agrees with that checkpoint's
+    /// bitmaps while handles run across it (see `intents`).
+    pub(crate) joined_free_blocks: AtomicU64,
+    pub(crate) joined_free_inodes: AtomicU64,
     /// Where the next inode search starts.
     pub next_ino: AtomicU64,
     /// Names recorded intents (see `intents`).
@@ -203,6 +209,8 @@ impl Allocator {
             reserve: metadata_reserve(geo.total_blocks),
             held_for_write_back: AtomicU64::new(0),
             free_inodes: AtomicU64::new(fi),
+            joined_free_blocks: AtomicU64::new(fb),
+            joined_free_inodes: AtomicU64::new(fi),
             next_ino: AtomicU64::new(next_ino.clamp(cairn_format::FIRST_INO, geo.total_inodes())),
             tickets: AtomicU64::new(1),
             stats: AllocStats::default(),

@@ -180,7 +180,7 @@ impl Fs {
             sb.mount_count = sb.mount_count.wrapping_add(1);
             sb.last_mount_time = now().sec as u64;
         }
-        self.engine.change(credits::DEFAULT, |tx| self.engine.write_sb_buffer(tx))?;
+        self.engine.log_superblock()?;
         self.inodes.process_orphans(false)?;
         // The not-clean superblock goes home before anything else is logged:
         // a superblock that says clean then means an empty log (the journal
@@ -248,7 +248,7 @@ impl Fs {
         self.inodes.process_orphans(true)?;
         self.engine.meta().alloc().discard_all_preallocs(self.engine.meta().bufs());
         self.engine.meta().sb().lock().state |= STATE_CLEAN;
-        self.engine.change(credits::DEFAULT, |tx| self.engine.write_sb_buffer(tx))?;
+        self.engine.log_superblock()?;
         // Everything home and the log empty; blocks freed meanwhile are
         // released (and discarded under `-o discard`).
         self.files.commit_and_checkpoint()
@@ -569,7 +569,7 @@ impl Fs {
     /// cached buffer.
     #[cfg(feature = "testing")]
     pub fn debug_check_consistency(&self) {
-        self.engine.txm().quiesced(|| {
+        self.engine.txm().quiesced(self.engine.meta(), || {
             self.engine.meta().bufs().debug_check_consistency();
             self.engine.meta().alloc().debug_check_consistency();
         });

@@ -46,8 +46,14 @@ pub(super) trait Host: Sync {
     fn try_extend(&self, meta: &Meta, extra: u64) -> bool;
     /// Gives back `credits` of reservation.
     fn release(&self, credits: u64);
-    /// The handle leaves the gate after holding it `held_us`.
+    /// The handle leaves the admission gate after `held_us`.
     fn leave(&self, meta: &Meta, entry: Entry, held_us: u64);
+    /// A finished handle enters the join gate (waiting while a push holds
+    /// it closed).
+    fn enter_join(&self, meta: &Meta) -> Entry;
+    /// The join leaves the gate after `held_us` (and runs a waiting push's
+    /// swap if it is the last one out).
+    fn leave_join(&self, meta: &Meta, entry: Entry, held_us: u64);
     /// A handle dirtied more buffers than it reserved (an accounting bug).
     fn note_overrun(&self, used: u64, credits: u64);
     /// An operation restarts with more credits.
@@ -155,11 +161,7 @@ impl<'a> Tx<'a> {
     /// abort), and is the operation's error.
     pub(crate) fn join(mut self) -> Result<()> {
         self.joined = true;
-        let r = self.end();
-        if let Err(e) = &r {
-            self.mgr.abort_half_done(self.meta, e);
-        }
-        r
+        self.end()
     }
 
     /// The handle is finished: hands its end work to its group and, as the
@@ -169,17 +171,35 @@ impl<'a> Tx<'a> {
     /// the member that does.
     fn end(&self) -> Result<()> {
         let Some(group) = &self.group else { return Ok(()) };
+        if !self.changed() {
+            // Nothing claimed, recorded or merged (at most a note that an
+            // unchanged inode was stored): nothing to join.
+            return Ok(());
+        }
         let work = std::mem::take(&mut *self.work.borrow_mut());
-        match group.finish(work) {
-            Finish::Wait if group.wait_joined() => Ok(()),
-            Finish::Wait => Err(FsError::Shutdown),
+        // Sealing happens inside the join gate, so no swap falls between
+        // a group's seal and its join (an intent applied early for a sealed
+        // group lands in the group's checkpoint: `alloc::intents`).
+        let entry = self.mgr.enter_join(self.meta);
+        let t0 = Instant::now();
+        let r = match group.finish(work) {
+            Finish::Wait => {
+                self.mgr.leave_join(self.meta, entry, t0.elapsed().as_micros() as u64);
+                return if group.wait_joined() { Ok(()) } else { Err(FsError::Shutdown) };
+            }
             Finish::Last(mut sealed) => {
                 self.direct.set(true);
                 let r = self.apply_group(&mut sealed);
                 sealed.done(r.is_ok());
                 r
             }
+        };
+        if let Err(e) = &r {
+            // Before leaving the gate: no swap may take the half-applied end.
+            self.mgr.abort_half_done(self.meta, e);
         }
+        self.mgr.leave_join(self.meta, entry, t0.elapsed().as_micros() as u64);
+        r
     }
 
     fn apply_group(&self, sealed: &mut Sealed) -> Result<()> {

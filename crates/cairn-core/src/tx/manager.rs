@@ -15,31 +15,38 @@
 //! built while handles keep within their credits.
 //!
 //! ## Commit
-//! [`TxManager::commit`] closes the gate (see `gate`) only to rewrite the
+//! A handle holds two gates (see `gate`). The *admission* gate, from begin
+//! to end, which only a quiesce closes (a grow, a consistency check: it
+//! waits for every handle however long). And the *join* gate, only for its
+//! join: a handle's changes are private until its end (`buffer::join`), and
+//! join the running checkpoint in the few microseconds its join holds that
+//! gate. [`TxManager::commit`] closes the join gate only to rewrite the
 //! superblock buffer and to swap the committed-item list for an empty one
 //! (see `cil`: a few locks, whatever the amount dirty): [`TxManager`]'s
-//! `swap`, which needs nothing but the manager and [`Meta`]. It runs on
-//! whichever thread finds the gate empty first (the gate hands it the
-//! turn): the commit's, or the last handle's to leave, in its drop, so no
-//! thread need be scheduled while the gate holds operations out. Its result
-//! (or its panic) reaches the commit through `swapped`. The commit first
-//! waits up to `-o push_patience_us` for such a moment without closing the
-//! gate, so that nobody waits but for the swap itself; a close that has not
-//! drained after `-o push_drain_us` (a handle inside lost its CPU) is given
-//! up and tried again, so a preempted handle holds up the push but not the
-//! other handles. Capturing
-//! the buffers, the log write, the barriers and the home writes run with the
-//! gate released, so operations go on meanwhile. The captured buffers
-//! stay pinned (in flight) until their home writes are done. Commits are
-//! serialised by the commit mutex, which also groups concurrent syncs: a
-//! caller whose changes a commit started after its arrival already covered
-//! returns at once.
+//! `swap`, which needs nothing but the manager and [`Meta`]. Handles that
+//! run across the swap are not waited for: a capture restores what they
+//! claimed. The swap runs on whichever thread finds the gate empty first
+//! (the gate hands it the turn): the commit's, or the last join's to leave,
+//! so no thread need be scheduled while the gate holds joins out. Its
+//! result (or its panic) reaches the commit through `swapped`. The
+//! commit first waits up to `-o push_patience_us` for such a moment without
+//! closing the gate; a close that has not drained after `-o push_drain_us`
+//! is given up and tried again (policies from when a handle held the gate
+//! from begin to end; step S6 of `docs/gate-plan.md` measures whether they
+//! still earn their keep). Capturing the buffers, the log write, the
+//! barriers and the home writes run with the gate released, so operations
+//! go on meanwhile. The captured buffers stay pinned (in flight) until
+//! their home writes are done. Commits are serialised by the commit mutex,
+//! which also groups concurrent syncs: a caller whose changes a commit
+//! started after its arrival already covered returns at once.
 //!
 //! ## Locking order
-//! commit mutex → gate → inode locks → buffer-cache shards. The swap, run on
-//! a handle's thread as that handle leaves, takes only what a swap takes
-//! (the superblock buffer, the insertion lists): a handle must not hold an
-//! inode lock or an allocator lock when it is dropped.
+//! commit mutex → admission gate (a quiesce) → inode locks → buffer-cache
+//! shards → buffer data → buffer log state → join groups; a handle's end:
+//! join gate → group locks of the allocator → buffers. The swap, run on a
+//! joining thread as its join leaves, takes only what a swap takes (the
+//! superblock buffer, the orphan tree, the insertion lists): a handle must
+//! not hold an inode lock or an allocator lock when it ends.
 
 use super::gate::{Entry, Gate, Push, Turn};
 use super::handle::{Host, JoinHook, Tx};
@@ -74,16 +81,23 @@ pub struct TxStats {
     pub group_joins: AtomicU64,
     /// Steps of long operations (truncate, delete, large writes).
     pub steps: AtomicU64,
-    /// Longest time one handle held the gate (shared), in µs: a commit
-    /// waits for every running handle, and new handles wait behind it.
+    /// Longest time one handle ran, begin to end, in µs.
     pub gate_hold_us_max: AtomicU64,
+    /// Longest time one join held the gate (shared), in µs: a commit waits
+    /// for the joins inside, and new joins wait behind it.
+    pub join_us_max: AtomicU64,
 }
 
 /// See the module essay.
 pub struct TxManager {
     pub log: Journal,
     pub latch: Latch,
+    /// Entered by a handle's join, for the few microseconds of it; a
+    /// push closes it for its swap (see `gate`).
     gate: Gate,
+    /// Entered by every handle from begin to end; only a quiesce closes it,
+    /// waiting for every handle however long.
+    admit: Gate,
     /// What the running commit's swap returned (or its panic), handed from
     /// whichever thread took the turn to the commit.
     swapped: Mutex<Option<std::thread::Result<Result<Batch>>>>,
@@ -126,6 +140,7 @@ impl TxManager {
             log,
             latch,
             gate: Gate::new(patience, drain),
+            admit: Gate::new(None, None),
             swapped: Mutex::new(None),
             commit_lock: Mutex::new(()),
             reserved: AtomicU64::new(0),
@@ -157,11 +172,15 @@ impl TxManager {
 
     /// Runs `f` with no handle and no commit running (the invariants of
     /// the cache and the allocator hold then).
-    pub fn quiesced<R>(&self, f: impl FnOnce() -> R) -> R {
+    pub fn quiesced<R>(&self, meta: &Meta, f: impl FnOnce() -> R) -> R {
         let _c = self.commit_lock.lock();
-        let Push::Mine(turn) = self.gate.push(false) else { unreachable!("a quiesce delegates nothing") };
+        let Push::Mine(turn) = self.admit.push(false) else { unreachable!("a quiesce delegates nothing") };
+        if cfg!(debug_assertions) {
+            // No handle runs now: the in-memory invariants must hold.
+            meta.alloc().debug_check_consistency();
+        }
         let r = catch_unwind(AssertUnwindSafe(f));
-        self.gate.open(turn);
+        self.admit.open(turn);
         r.unwrap_or_else(|p| resume_unwind(p))
     }
 
@@ -170,11 +189,11 @@ impl TxManager {
     /// adds groups the allocator serves at once). Its changes join the
     /// running checkpoint.
     pub fn quiesced_change<R>(&self, meta: &Meta, credits: u64, f: impl FnOnce(&Tx<'_>) -> Result<R>) -> Result<R> {
-        self.quiesced(|| f(&Tx::new(meta, self, None, credits)))
+        self.quiesced(meta, || f(&Tx::new(meta, self, None, credits)))
     }
 
-    /// A handle leaves the gate (its drop); if it is the last one out of a
-    /// gate closed for a commit, it runs the commit's swap.
+    /// A join leaves the gate; if it is the last one out of a gate closed
+    /// for a commit, it runs the commit's swap.
     fn leave_gate(&self, meta: &Meta, entry: Entry) {
         if let Some(turn) = self.gate.leave(entry) {
             self.take_turn(meta, turn);
@@ -189,7 +208,7 @@ impl TxManager {
         self.gate.open(turn);
     }
 
-    /// Under the closed gate, with no handle inside: rewrites the superblock
+    /// Under the closed gate, with no join inside: rewrites the superblock
     /// buffer and swaps the committed-item list for an empty one.
     fn swap(&self, meta: &Meta) -> Result<Batch> {
         let t0 = Instant::now();
@@ -197,9 +216,10 @@ impl TxManager {
         // journal: its half-done changes must not be pushed.
         self.latch.check_commit()?;
         if cfg!(debug_assertions) {
-            // No handle runs now: the in-memory invariants must hold.
+            // No join runs now: what is listed is exactly what is dirty.
+            // (The allocator's identity holds only with no handle running:
+            // `quiesced` checks it.)
             meta.bufs().debug_check_consistency();
-            meta.alloc().debug_check_consistency();
         }
         if let Some(hook) = self.swap_hook.get() {
             // Its changes are charged to the credits set aside for them.
@@ -274,18 +294,7 @@ impl TxManager {
         }
         self.stats.handles.fetch_add(1, Ordering::Relaxed);
         self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
-        let (entry, waited) = self.gate.enter();
-        if let Some(w) = waited {
-            let us = w.wall.as_micros() as u64;
-            let cil = &meta.bufs().cil.stats;
-            cil.writer_wait.add(us);
-            cil.writer_wait_us_max.fetch_max(us, Relaxed);
-            if w.preempted {
-                cil.writer_waits_preempted.fetch_add(1, Relaxed);
-            } else {
-                cil.writer_wait_on_cpu_us_max.fetch_max(us, Relaxed);
-            }
-        }
+        let (entry, _) = self.admit.enter();
         Ok(Tx::new(meta, self, Some((entry, Instant::now())), credits))
     }
 
@@ -365,6 +374,7 @@ impl Publish for TxManager {
         put("tx.max_credits", t.max_credits.load(Relaxed));
         put("tx.steps", t.steps.load(Relaxed));
         put("tx.gate_hold_us_max", t.gate_hold_us_max.load(Relaxed));
+        put("tx.join_us_max", t.join_us_max.load(Relaxed));
         let (empty, impatient) = self.gate.empties();
         put("tx.push_empty_swaps", empty);
         put("tx.push_impatient_closes", impatient);
@@ -398,8 +408,31 @@ impl Host for TxManager {
         self.reserved.fetch_sub(credits, Ordering::AcqRel);
     }
 
-    fn leave(&self, meta: &Meta, entry: Entry, held_us: u64) {
+    fn leave(&self, _meta: &Meta, entry: Entry, held_us: u64) {
         self.stats.gate_hold_us_max.fetch_max(held_us, Ordering::Relaxed);
+        // Only a quiesce closes this gate, and it takes no turn from it.
+        let turn = self.admit.leave(entry);
+        debug_assert!(turn.is_none(), "a quiesce delegates nothing");
+    }
+
+    fn enter_join(&self, meta: &Meta) -> Entry {
+        let (entry, waited) = self.gate.enter();
+        if let Some(w) = waited {
+            let us = w.wall.as_micros() as u64;
+            let cil = &meta.bufs().cil.stats;
+            cil.writer_wait.add(us);
+            cil.writer_wait_us_max.fetch_max(us, Relaxed);
+            if w.preempted {
+                cil.writer_waits_preempted.fetch_add(1, Relaxed);
+            } else {
+                cil.writer_wait_on_cpu_us_max.fetch_max(us, Relaxed);
+            }
+        }
+        entry
+    }
+
+    fn leave_join(&self, meta: &Meta, entry: Entry, held_us: u64) {
+        self.stats.join_us_max.fetch_max(held_us, Ordering::Relaxed);
         self.leave_gate(meta, entry);
     }
 
