@@ -683,6 +683,13 @@ fn fuse_over_io_uring_serves_a_real_mount_and_unmounts_cleanly() {
     assert!(sh(&format!("setfattr -n user.k -v hello {}", p(&mp.join("big")))).status.success());
     let o = sh(&format!("getfattr --only-values -n user.k {}", p(&mp.join("big"))));
     assert_eq!(stdout(&o), "hello");
+    // Payloads of a KiB or more (the 1 MiB writes above, this value) are
+    // parsed where the kernel wrote them in the ring entry, and the reply
+    // made meanwhile waits aside: both must arrive whole.
+    let long = "x".repeat(3000);
+    assert!(sh(&format!("setfattr -n user.long -v {long} {}", p(&mp.join("big")))).status.success());
+    let o = sh(&format!("getfattr --only-values -n user.long {}", p(&mp.join("big"))));
+    assert_eq!(stdout(&o), long);
     let after = counters(&mp);
     let ring = after["fuse.io_uring_requests"] - before.get("fuse.io_uring_requests").copied().unwrap_or(0);
     let all = after["fuse.requests"] - before["fuse.requests"];
@@ -698,6 +705,8 @@ fn fuse_over_io_uring_serves_a_real_mount_and_unmounts_cleanly() {
     let pid = mount(&img, &mp, &["-o", "io_uring=0"], "mount");
     assert_eq!(std::fs::read(mp.join("big")).unwrap(), big);
     assert_eq!(std::fs::read(d.join("r3")).unwrap(), b"333");
+    let o = sh(&format!("getfattr --only-values -n user.long {}", p(&mp.join("big"))));
+    assert_eq!(stdout(&o), long);
     assert_eq!(counters(&mp)["fuse.io_uring_requests"], 0);
     unmount(&mp, pid);
     assert_fsck_clean(&img, "after the /dev/fuse mount");

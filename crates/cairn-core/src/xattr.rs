@@ -150,8 +150,8 @@ pub fn list(meta: &Meta, st: &InodeState) -> Result<Vec<u8>> {
 }
 
 /// Writes block `blk` (`new`: freshly allocated, not read first, logged
-/// whole) by `fill` in the running transaction: the one place this module
-/// changes buffer bytes.
+/// whole) by `fill` in the running transaction: with [`write_refcount`],
+/// the only places this module changes buffer bytes.
 fn write_buf(tx: &Tx<'_>, blk: u64, new: bool, fill: impl FnOnce(&mut [u8])) -> Result<()> {
     let buf = if new { tx.meta().bufs().get_new(tx, blk) } else { tx.meta().bufs().get(blk, |_, _| Ok(()))? };
     tx.modify(&buf, 0..tx.meta().bs(), fill);
@@ -160,6 +160,19 @@ fn write_buf(tx: &Tx<'_>, blk: u64, new: bool, fill: impl FnOnce(&mut [u8])) -> 
 
 fn write_block(tx: &Tx<'_>, blk: u64, xb: &XattrBlock, new: bool) -> Result<()> {
     write_buf(tx, blk, new, |d| xb.encode(tx.meta().seed(), blk, d))
+}
+
+/// Writes `refcount` into block `blk` (cached: just loaded) in place, the
+/// field and the checksum, logged as the header's chunk: a reference taken
+/// or dropped re-encodes no entry and compares no copy of the block.
+fn write_refcount(tx: &Tx<'_>, blk: u64, refcount: u32) -> Result<()> {
+    let buf = tx.meta().bufs().get(blk, |_, _| Ok(()))?;
+    let (seed, bs) = (tx.meta().seed(), tx.meta().bs());
+    tx.modify_mapped(&buf, |d| {
+        let changed = XattrBlock::set_encoded_refcount(seed, d, refcount);
+        ((), cairn_format::journal::range_chunks(bs, changed.start, changed.len()))
+    });
+    Ok(())
 }
 
 /// Frees `blocks` (any order), a run at a time.
@@ -306,7 +319,7 @@ fn share_existing(tx: &Tx<'_>, key: u32, wants: &[Want], old: u64) -> Result<Opt
             continue;
         }
         xb.refcount += 1;
-        write_block(tx, cand.block, &xb, false)?;
+        write_refcount(tx, cand.block, xb.refcount)?;
         stats.refs_shared.fetch_add(1, Relaxed);
         if xb.refcount == 2 {
             stats.became_shared.fetch_add(1, Relaxed);
@@ -520,7 +533,7 @@ pub fn release(tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
             free_blocks(tx, blocks)?;
         } else {
             xb.refcount -= 1;
-            write_block(tx, blk, &xb, false)?;
+            write_refcount(tx, blk, xb.refcount)?;
             let stats = &share.cache.stats;
             stats.refs_unshared.fetch_add(1, Relaxed);
             if xb.refcount == 1 {

@@ -71,6 +71,8 @@ pub const XVAL_MAGIC: u32 = 0x3156_5843;
 /// Header size of a value block.
 pub const XVAL_HEADER: usize = 40;
 
+/// Offset of the block's refcount.
+const REFCOUNT_OFF: usize = 4;
 /// Offset of the block's crc32c.
 const CSUM_OFF: usize = 28;
 /// Offset of a value block's crc32c.
@@ -271,6 +273,18 @@ impl XattrBlock {
         h.max(1)
     }
 
+    /// Sets the refcount of the encoded block `out` in place: the field and
+    /// the checksum, giving the bytes [`XattrBlock::encode`] writes for the
+    /// same entries with that refcount (the content hash depends on the
+    /// entries only), without encoding them again. Returns the bytes it may
+    /// have changed (within the header).
+    pub fn set_encoded_refcount(seed: u32, out: &mut [u8], refcount: u32) -> std::ops::Range<usize> {
+        put_u32(out, REFCOUNT_OFF, refcount);
+        let c = crc_skipping(seed, out, CSUM_OFF);
+        put_u32(out, CSUM_OFF, c);
+        0..XATTR_HEADER
+    }
+
     /// Encodes into a whole block.
     ///
     /// # Panics
@@ -293,7 +307,7 @@ impl XattrBlock {
         }
         out.fill(0);
         put_u32(out, 0, XATTR_MAGIC);
-        put_u32(out, 4, self.refcount);
+        put_u32(out, REFCOUNT_OFF, self.refcount);
         put_u32(out, 8, Self::content_hash(&self.entries));
         put_u16(out, 12, self.entries.len() as u16);
         put_u64(out, 16, blocknr);
@@ -338,7 +352,7 @@ impl XattrBlock {
         const W: &str = XATTR_BLOCK;
         let bad = |d: &str| Err(FormatError::corrupt(W, blocknr, d));
         check_header(W, XATTR_MAGIC, blocknr, b)?;
-        let refcount = get_u32(b, 4);
+        let refcount = get_u32(b, REFCOUNT_OFF);
         if refcount == 0 || refcount > XATTR_REFCOUNT_MAX {
             return bad("refcount out of range");
         }
@@ -552,6 +566,27 @@ mod tests {
         assert!(XattrBlock::decode_verified(10, &value).is_err(), "content hash");
         b[0] ^= 1;
         assert!(XattrBlock::decode_verified(10, &b).is_err(), "magic");
+    }
+
+    /// A refcount set in place gives the very bytes of a block encoded with
+    /// it, which decode (checksum included) to that refcount.
+    #[test]
+    fn a_refcount_set_in_place_is_the_encoded_block() {
+        let mut blk = XattrBlock {
+            refcount: 5,
+            entries: vec![XattrEntry::inline(1, b"k", &[7; 200]), XattrEntry::inline(2, b"t", b"v")],
+        };
+        let mut b = vec![0u8; BS];
+        blk.encode(SEED, 10, &mut b);
+        for refcount in [6, 1, XATTR_REFCOUNT_MAX] {
+            let changed = XattrBlock::set_encoded_refcount(SEED, &mut b, refcount);
+            assert!(changed.end <= XATTR_HEADER);
+            blk.refcount = refcount;
+            let mut want = vec![0u8; BS];
+            blk.encode(SEED, 10, &mut want);
+            assert_eq!(b, want, "refcount {refcount}");
+            assert_eq!(XattrBlock::decode(SEED, 10, &b).unwrap(), blk);
+        }
     }
 
     #[test]

@@ -24,14 +24,19 @@
 //! FORGET, INTERRUPT and notifications stay on `/dev/fuse`, whose threads
 //! keep running.
 //!
-//! fuser parses a request from one contiguous buffer, so each request is
-//! reassembled (in header, fixed struct, payload) into the thread's buffer;
-//! the fixed struct's length is what the in header's `len` leaves after the
-//! header and the payload. The headers go just before the buffer's second
-//! page, so a WRITE's data starts on a page boundary, as the payload
-//! buffers do (a READ's reply is read straight into one): cairn moves file
-//! data between them and its image with `O_DIRECT`, which wants aligned
-//! memory.
+//! fuser parses a request from one contiguous buffer (in header, fixed
+//! struct, payload); the fixed struct's length is what the in header's `len`
+//! leaves after the header and the payload. Each entry's payload buffer
+//! starts one page into its allocation, and a request with a payload of a
+//! KiB or more (a WRITE's data, a SETXATTR's value) is parsed where the
+//! kernel wrote it: its headers are copied into that page, just before the
+//! payload, and the buffer is lent to the request until it is answered (a
+//! reply made meanwhile waits in the entry's stash and is moved into the
+//! buffer when it comes back). Smaller requests are copied whole into the
+//! thread's buffer, laid out alike. Either way a WRITE's data starts on a
+//! page boundary, as the payload buffers do (a READ's reply is read straight
+//! into one): cairn moves file data between them and its image with
+//! `O_DIRECT`, which wants aligned memory.
 //!
 //! ## Replies
 //! A reply may come from another thread (fuser's replies are `Send`): the
@@ -99,8 +104,33 @@ pub(crate) struct UringParams {
 #[derive(Debug)]
 struct EntryBufs {
     header: Box<[u8]>,
+    /// One page of room for the request's headers, then the payload buffer
+    /// the kernel knows (`PAGE..`). Empty while lent to a request (`lent`).
     payload: PageBuf,
+    /// The payload buffer is lent to the request being served (its headers
+    /// were put in the page before it, so the request is parsed where the
+    /// kernel wrote it): a reply meanwhile waits in `stash`.
+    lent: bool,
+    /// A reply's payload made while the buffer was lent, moved into the
+    /// buffer when it comes back.
+    stash: Vec<u8>,
+    /// Bytes the payload buffer holds after its page of headroom.
+    capacity: usize,
     replied: bool,
+}
+
+impl EntryBufs {
+    /// Where a reply's payload goes now: the ring's payload buffer, or the
+    /// stash while that buffer is lent.
+    fn reply_area(&mut self, len: usize) -> &mut [u8] {
+        if self.lent {
+            self.stash.clear();
+            self.stash.resize(len, 0);
+            &mut self.stash[..]
+        } else {
+            &mut self.payload[PAGE..PAGE + len]
+        }
+    }
 }
 
 /// One ring entry's buffers, shared by the queue thread and the reply.
@@ -115,7 +145,10 @@ impl UringReply {
         Arc::new(UringReply {
             bufs: Mutex::new(EntryBufs {
                 header: vec![0u8; HEADER_SIZE.max(4096)].into_boxed_slice(),
-                payload: PageBuf::zeroed(payload_size),
+                payload: PageBuf::zeroed(PAGE + payload_size),
+                lent: false,
+                stash: Vec::new(),
+                capacity: payload_size,
                 replied: true,
             }),
             done: Condvar::new(),
@@ -130,31 +163,16 @@ impl UringReply {
             return Err(io::Error::other("FUSE reply shorter than its header"));
         }
         let b = &mut *b;
-        let mut at = 0usize;
-        let mut payload_len = 0usize;
-        let mut overflow = false;
-        for s in data {
-            let mut s: &[u8] = s;
-            if at < OUT_HEADER {
-                let n = (OUT_HEADER - at).min(s.len());
-                b.header[at..at + n].copy_from_slice(&s[..n]);
-                at += n;
-                s = &s[n..];
-            }
-            if s.is_empty() {
-                continue;
-            }
-            if payload_len + s.len() > b.payload.len() {
-                overflow = true;
-                break;
-            }
-            b.payload[payload_len..payload_len + s.len()].copy_from_slice(s);
-            payload_len += s.len();
-        }
-        if overflow {
+        let header_len = OUT_HEADER;
+        let mut payload_len = total - header_len;
+        if payload_len > b.capacity {
             error!("FUSE reply of {total} bytes does not fit the ring entry");
+            copy_skipping(data, 0, &mut b.header[..header_len]);
             b.header[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
             payload_len = 0;
+        } else {
+            copy_skipping(data, 0, &mut b.header[..header_len]);
+            copy_skipping(data, header_len, b.reply_area(payload_len));
         }
         self.complete(b, payload_len);
         Ok(())
@@ -170,7 +188,7 @@ impl UringReply {
 
     /// Size of the entry's payload buffer.
     pub(crate) fn payload_capacity(&self) -> usize {
-        self.bufs.lock().payload.len()
+        self.bufs.lock().capacity
     }
 
     /// Replies to `unique` with the bytes `fill` writes into the entry's
@@ -185,13 +203,36 @@ impl UringReply {
         let b = &mut *b;
         // The entry is this request's until `replied`: the queue thread
         // waits for it and takes nothing else from the buffers meanwhile.
-        let (error, payload_len) = match fill(&mut b.payload[..max]) {
+        let (error, payload_len) = match fill(b.reply_area(max)) {
             Ok(n) => (0i32, n.min(max)),
             Err(e) => (-e.code(), 0),
         };
+        if b.lent {
+            b.stash.truncate(payload_len);
+        }
         b.header[..OUT_HEADER].copy_from_slice(&out_header(OUT_HEADER + payload_len, error, unique));
         self.complete(b, payload_len);
         Ok(())
+    }
+}
+
+/// Copies the bytes of `data` (slices taken as one) from offset `skip`
+/// into `to`, until `to` is full.
+fn copy_skipping(data: &[IoSlice<'_>], mut skip: usize, to: &mut [u8]) {
+    let mut at = 0usize;
+    for s in data {
+        if at == to.len() {
+            break;
+        }
+        if skip >= s.len() {
+            skip -= s.len();
+            continue;
+        }
+        let s = &s[skip..];
+        skip = 0;
+        let n = s.len().min(to.len() - at);
+        to[at..at + n].copy_from_slice(&s[..n]);
+        at += n;
     }
 }
 
@@ -381,8 +422,8 @@ pub(crate) fn queue_thread<FS: Filesystem>(
                     iov_len: b.header.len(),
                 },
                 libc::iovec {
-                    iov_base: b.payload.as_mut_ptr().cast(),
-                    iov_len: b.payload.len(),
+                    iov_base: b.payload[PAGE..].as_mut_ptr().cast(),
+                    iov_len: b.capacity,
                 },
             ]
         })
@@ -444,6 +485,54 @@ pub(crate) fn queue_thread<FS: Filesystem>(
     }
 }
 
+/// Payloads from this size up are parsed where the kernel wrote them (the
+/// entry's buffer is lent to the request); smaller ones are copied, which
+/// costs less than a reply's detour through the stash.
+const LEND_FROM: usize = 1024;
+
+/// Where a request's contiguous form is: in the entry's own payload buffer
+/// (lent, with the headers put in the page before the payload) or in the
+/// thread's buffer (copied).
+enum Reassembled {
+    Lent(PageBuf, std::ops::Range<usize>),
+    Copied(std::ops::Range<usize>),
+    Malformed,
+}
+
+/// Puts the request in the entry's buffers `b` into its contiguous form
+/// (headers, then the payload on a page boundary); returns where it is and
+/// the commit id and unique of the request.
+fn reassemble(b: &mut EntryBufs, req_buf: &mut PageBuf) -> (u64, u64, Reassembled) {
+    let h = &b.header;
+    let word = |at: usize| u32::from_ne_bytes(h[at..at + 4].try_into().unwrap()) as usize;
+    let commit_id = u64::from_ne_bytes(h[ENT_COMMIT_ID..ENT_COMMIT_ID + 8].try_into().unwrap());
+    let unique = u64::from_ne_bytes(h[8..16].try_into().unwrap());
+    let (len, payload_sz) = (word(0), word(ENT_PAYLOAD_SZ));
+    let valid = len >= IN_HEADER + payload_sz
+        && len - IN_HEADER - payload_sz <= OP_IN
+        && payload_sz <= b.capacity;
+    if !valid {
+        return (commit_id, unique, Reassembled::Malformed);
+    }
+    let op_len = len - IN_HEADER - payload_sz;
+    let heads = IN_HEADER + op_len;
+    // The payload at `PAGE` (the headers stay 8-aligned).
+    let aligned = heads <= PAGE && heads % 8 == 0;
+    let start = if aligned { PAGE - heads } else { 0 };
+    if aligned && payload_sz >= LEND_FROM {
+        let mut buf = std::mem::replace(&mut b.payload, PageBuf::zeroed(0));
+        b.lent = true;
+        buf[start..start + IN_HEADER].copy_from_slice(&b.header[..IN_HEADER]);
+        buf[start + IN_HEADER..PAGE].copy_from_slice(&b.header[OP_IN..OP_IN + op_len]);
+        let at = start..start + len;
+        return (commit_id, unique, Reassembled::Lent(buf, at));
+    }
+    req_buf[start..start + IN_HEADER].copy_from_slice(&h[..IN_HEADER]);
+    req_buf[start + IN_HEADER..start + heads].copy_from_slice(&h[OP_IN..OP_IN + op_len]);
+    req_buf[start + heads..start + len].copy_from_slice(&b.payload[PAGE..PAGE + payload_sz]);
+    (commit_id, unique, Reassembled::Copied(start..start + len))
+}
+
 /// Reassembles, dispatches and waits for the reply of the request in
 /// `entry`; returns its commit id.
 fn serve<FS: Filesystem>(
@@ -451,54 +540,18 @@ fn serve<FS: Filesystem>(
     entry: &Arc<UringReply>,
     req_buf: &mut PageBuf,
 ) -> u64 {
-    let (commit_id, unique, valid, at) = {
+    let (commit_id, unique, form) = {
         let mut b = entry.bufs.lock();
-        let h = &b.header;
-        let word = |at: usize| u32::from_ne_bytes(h[at..at + 4].try_into().unwrap()) as usize;
-        let commit_id = u64::from_ne_bytes(h[ENT_COMMIT_ID..ENT_COMMIT_ID + 8].try_into().unwrap());
-        let unique = u64::from_ne_bytes(h[8..16].try_into().unwrap());
-        let (len, payload_sz) = (word(0), word(ENT_PAYLOAD_SZ));
-        let valid = len >= IN_HEADER + payload_sz
-            && len - IN_HEADER - payload_sz <= OP_IN
-            && payload_sz <= b.payload.len();
-        let mut at = 0..0;
-        if valid {
-            let op_len = len - IN_HEADER - payload_sz;
-            let heads = IN_HEADER + op_len;
-            // The payload at `PAGE` (the headers stay 8-aligned).
-            let start = if heads <= PAGE && heads % 8 == 0 { PAGE - heads } else { 0 };
-            req_buf[start..start + IN_HEADER].copy_from_slice(&h[..IN_HEADER]);
-            req_buf[start + IN_HEADER..start + heads].copy_from_slice(&h[OP_IN..OP_IN + op_len]);
-            req_buf[start + heads..start + len].copy_from_slice(&b.payload[..payload_sz]);
-            at = start..start + len;
-        }
         b.replied = false;
-        (commit_id, unique, valid, at)
+        reassemble(&mut b, req_buf)
     };
-    let reply = || crate::reply::ReplySender::Uring(entry.clone());
-    match valid
-        .then(|| RequestWithSender::new(se.ch.sender(), &req_buf[at]))
-        .flatten()
-    {
-        Some(req) => {
-            let req = req.with_uring(reply());
-            if let Ok(Operation::Destroy(_)) = req.request.operation() {
-                if let Some(fs) = se.filesystem.fs.as_ref() {
-                    fs.destroy_request();
-                }
-                req.reply::<ReplyEmpty>().ok();
-            } else if matches!(
-                req.request.operation(),
-                Ok(Operation::Forget(_) | Operation::BatchForget(_))
-            ) {
-                // No reply exists for these (the kernel sends them through
-                // /dev/fuse); never wait for one.
-                req.dispatch(se);
-                entry.bufs.lock().replied = true;
-            } else {
-                req.dispatch(se);
-            }
-        }
+    let bytes = match &form {
+        Reassembled::Lent(buf, at) => Some(&buf[at.clone()]),
+        Reassembled::Copied(at) => Some(&req_buf[at.clone()]),
+        Reassembled::Malformed => None,
+    };
+    match bytes.and_then(|bytes| RequestWithSender::new(se.ch.sender(), bytes)) {
+        Some(req) => dispatch(se, entry, req),
         None => {
             error!("io_uring: malformed FUSE request {unique}; answering EIO");
             let out = out_header(OUT_HEADER, -libc::EIO, unique);
@@ -509,7 +562,42 @@ fn serve<FS: Filesystem>(
     while !b.replied {
         entry.done.wait(&mut b);
     }
+    if let Reassembled::Lent(buf, _) = form {
+        // The request is gone: the buffer comes back, with the reply's
+        // payload if one was made meanwhile.
+        let b = &mut *b;
+        b.payload = buf;
+        b.lent = false;
+        b.payload[PAGE..PAGE + b.stash.len()].copy_from_slice(&b.stash);
+        b.stash.clear();
+    }
     commit_id
+}
+
+/// Hands a parsed request to the file system (DESTROY, and FORGET which has
+/// no reply, handled here).
+fn dispatch<FS: Filesystem>(
+    se: &SessionEventLoop<FS>,
+    entry: &Arc<UringReply>,
+    req: RequestWithSender<'_>,
+) {
+    let req = req.with_uring(crate::reply::ReplySender::Uring(entry.clone()));
+    if let Ok(Operation::Destroy(_)) = req.request.operation() {
+        if let Some(fs) = se.filesystem.fs.as_ref() {
+            fs.destroy_request();
+        }
+        req.reply::<ReplyEmpty>().ok();
+    } else if matches!(
+        req.request.operation(),
+        Ok(Operation::Forget(_) | Operation::BatchForget(_))
+    ) {
+        // No reply exists for these (the kernel sends them through
+        // /dev/fuse); never wait for one.
+        req.dispatch(se);
+        entry.bufs.lock().replied = true;
+    } else {
+        req.dispatch(se);
+    }
 }
 
 /// Whether FUSE over io_uring can be used by a new mount: the kernel
