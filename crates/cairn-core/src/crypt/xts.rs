@@ -7,27 +7,30 @@
 //! `C_j = E_K1(P_j ^ T_j) ^ T_j`, where `T_0 = E_K2(n)` and each `T_{j+1}`
 //! is `T_j` times α in GF(2^128). `xts-mode` does exactly that, one piece
 //! at a time: every piece is a separate call into the `aes` crate, which
-//! then sets up its backend anew (the VAES backend broadcasts the 15 round
-//! keys into vector registers per call) and runs one AES whose 14 rounds
-//! wait on each other. Measured: 229 MB/s for encryption on this machine,
-//! slower than the file system around it.
+//! picks and sets up its backend anew per call and runs one AES whose 14
+//! rounds wait on each other. Measured (`examples/xts_speed.rs`): about
+//! 450 MB per CPU second on this machine, slower than the file system
+//! around it.
 //!
 //! The pieces of a unit are independent once the masks `T_j` are known, so
-//! here each block is done in three passes: the masks of the block are
-//! computed (by `xts-mode` itself, see below), XORed into the data, the data
-//! is encrypted with one `encrypt_blocks` call of the `aes` crate (which
-//! pipelines 8 pieces with AES-NI, 30 with VAES), and the masks are XORed
-//! in again. No step of the cipher or of the field arithmetic is written
-//! here: AES is the `aes` crate's, the masks are `xts-mode`'s.
+//! here each block is done in three passes: its masks are computed (one AES
+//! of the block number with K2, then a doubling per piece), XORed into the
+//! data, the data is encrypted with one `encrypt_blocks` call of the `aes`
+//! crate (which pipelines 8 pieces with AES-NI), and the masks are XORed in
+//! again. AES is the `aes` crate's, nothing of it is written here.
 //!
-//! ## The masks from `xts-mode`
-//! `Xts128::encrypt_sector` computes `E1(P_j ^ T_j) ^ T_j`. Given a "cipher"
-//! whose every output block is zeros as `E1` ([`Masks::Zeros`]), that is
-//! `T_j` whatever `P_j` was: so `Xts128::new(Zeros, Tweak(K2))` writes the
-//! mask sequence of a data unit into a buffer of the unit's size. It costs
-//! a few cycles a piece (no AES), against the AES's own cost; the
-//! IEEE 1619 vectors and a comparison with `xts-mode`'s own encryption
-//! over many units and sizes hold the construction to the standard.
+//! ## The doubling
+//! Multiplying by α (IEEE 1619 §5.2) is a shift left of the mask as a
+//! little-endian 128-bit number and, when a bit falls off the top, an XOR
+//! with 0x87: [`times_alpha`], one line. `xts-mode` does the same
+//! privately; no published field crate has XTS's bit order (`polyval` and
+//! `ghash` have their own). Having `xts-mode` itself compute the masks (by
+//! giving `Xts128` a "cipher" that outputs zeros as K1, so that each output
+//! piece is its mask) was tried first: it spent 3 to 4 times the AES's own
+//! time on them, one trait call per piece (see `examples/xts_speed.rs` and
+//! the commit that replaced it). The IEEE 1619 vectors and a property test
+//! against `xts-mode`'s own encryption, over block sizes, block counts and
+//! block numbers, hold this to the standard.
 //!
 //! ## Invariants
 //! The block size is a multiple of 16 bytes, so no data unit needs
@@ -38,14 +41,10 @@
 use super::keys::MasterKey;
 use super::locked::Locked;
 use super::CryptError;
-use aes::cipher::consts::{U1, U16};
-use aes::cipher::{
-    Array, Block, BlockCipherDecrypt, BlockCipherEncBackend, BlockCipherEncClosure, BlockCipherEncrypt, BlockSizeUser,
-    InOut, KeyInit, ParBlocksSizeUser,
-};
+use aes::cipher::consts::U16;
+use aes::cipher::{Array, Block, BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
 use aes::Aes256;
-use xts_mode::{get_tweak_default, Xts128};
-use zeroize::Zeroizing;
+use zeroize::{Zeroize, Zeroizing};
 
 /// The two AES-256 key schedules of XTS: K1 encrypts the data, K2 the tweaks.
 struct XtsKeys {
@@ -94,10 +93,16 @@ impl BlockCipher {
     /// unit's masks (see the module's essay).
     fn each_unit(&self, buf: &mut [u8], first: u64, cipher: impl Fn(&mut [Block<Aes256>])) {
         assert!(buf.len().is_multiple_of(self.block_size), "XTS on a piece of a block");
-        let masker = Xts128::new(Masks::Zeros, Masks::Tweak(&self.keys.tweak));
         let mut masks = Zeroizing::new(vec![0u8; self.block_size]);
-        for (unit, data) in (u128::from(first)..).zip(buf.chunks_exact_mut(self.block_size)) {
-            masker.encrypt_sector(&mut masks[..], get_tweak_default(unit));
+        for (unit, data) in (first..).zip(buf.chunks_exact_mut(self.block_size)) {
+            let mut t0 = Array(u128::from(unit).to_le_bytes());
+            self.keys.tweak.encrypt_block(&mut t0);
+            let mut t = u128::from_le_bytes(t0.0);
+            t0.0.zeroize();
+            for m in masks.chunks_exact_mut(16) {
+                m.copy_from_slice(&t.to_le_bytes());
+                t = times_alpha(t);
+            }
             xor_into(data, &masks);
             let (pieces, rest) = Array::<u8, U16>::slice_as_chunks_mut(data);
             debug_assert!(rest.is_empty());
@@ -107,47 +112,16 @@ impl BlockCipher {
     }
 }
 
+/// `t` times α in XTS's GF(2^128), `t` as a little-endian number (IEEE
+/// 1619-2007 §5.2): shift left, and fold the bit shifted out back in as
+/// x^7 + x^2 + x + 1 (0x87), without a branch on the secret bit.
+fn times_alpha(t: u128) -> u128 {
+    (t << 1) ^ ((t >> 127) * 0x87)
+}
+
 fn xor_into(data: &mut [u8], masks: &[u8]) {
     for (d, m) in data.iter_mut().zip(masks) {
         *d ^= m;
-    }
-}
-
-/// The two "ciphers" that make `xts-mode` write masks: K2's AES for the
-/// tweak, and a cipher that outputs zeros for the data.
-enum Masks<'k> {
-    Zeros,
-    Tweak(&'k Aes256),
-}
-
-impl BlockSizeUser for Masks<'_> {
-    type BlockSize = U16;
-}
-
-impl BlockCipherEncrypt for Masks<'_> {
-    fn encrypt_with_backend(&self, f: impl BlockCipherEncClosure<BlockSize = U16>) {
-        match self {
-            Masks::Zeros => f.call(&ZerosBackend),
-            Masks::Tweak(aes) => aes.encrypt_with_backend(f),
-        }
-    }
-}
-
-/// Every block it "encrypts" comes out as zeros.
-struct ZerosBackend;
-
-impl BlockSizeUser for ZerosBackend {
-    type BlockSize = U16;
-}
-
-impl ParBlocksSizeUser for ZerosBackend {
-    type ParBlocksSize = U1;
-}
-
-impl BlockCipherEncBackend for ZerosBackend {
-    #[inline(always)]
-    fn encrypt_block(&self, mut block: InOut<'_, '_, Block<Self>>) {
-        block.get_out().fill(0);
     }
 }
 
@@ -155,6 +129,7 @@ impl BlockCipherEncBackend for ZerosBackend {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use xts_mode::{get_tweak_default, Xts128};
 
     fn cipher_from(key: &[u8; 64], bs: u32) -> BlockCipher {
         let mut m = Locked::<[u8; 64]>::zeroed().unwrap();
@@ -200,8 +175,8 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         /// Same bytes as `xts-mode`'s encryption for any key, block size,
-        /// block count and first block number (high bits of the tweak
-        /// included), and decryption undoes it.
+        /// block count and first block number (masks that carry out of the
+        /// top bit included), and decryption undoes it.
         #[test]
         fn matches_xts_mode(
             key in prop::array::uniform32(any::<u8>()),
