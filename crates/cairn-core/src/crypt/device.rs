@@ -119,12 +119,17 @@ impl<D: BlockDevice> CryptDevice<D> {
         self.check_range(off, buf.len())?;
         let bs = self.bs();
         let (start, len) = self.span(off, buf.len());
-        let mut whole = vec![0u8; len];
-        if start != off || len != buf.len() {
-            self.read_with(&mut whole, start, data)?;
-        }
-        let skip = (off - start) as usize;
-        whole[skip..skip + buf.len()].copy_from_slice(buf);
+        // Whole blocks (every engine write) are copied once; a piece is
+        // patched into the blocks around it, read first.
+        let mut whole = if start == off && len == buf.len() {
+            buf.to_vec()
+        } else {
+            let mut around = vec![0u8; len];
+            self.read_with(&mut around, start, data)?;
+            let skip = (off - start) as usize;
+            around[skip..skip + buf.len()].copy_from_slice(buf);
+            around
+        };
         self.cipher.encrypt(&mut whole, start / bs);
         let at = self.data_offset + start;
         if data {
