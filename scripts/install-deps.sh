@@ -16,6 +16,7 @@
 #   util-linux, procps, coreutils, attr, acl   losetup, findmnt, flock, pgrep, getfattr/setfattr
 #   stress-ng      file-system stressors (tests/external/stress-ng.sh)
 #   fio, dbench, fsmark   benchmarks (scripts/speed-check.sh; fsmark is Debian's fs_mark)
+#   gocryptfs, cryfs   encrypting FUSE file systems: `bench/run crypt` measures encrypted cairn beside them
 #   libacl1-dev    needed to build pjdfstest (cargo install pjdfstest --version 0.2.2)
 #   fsx            not a Debian package: cargo install fsx --version 0.2.0 (fsx-rs, the File
 #                  System eXerciser) into /usr/local/bin, for tests/external/fsx.sh
@@ -36,7 +37,7 @@ RUNTIME_ONLY=0
 case ${1:-} in
 --runtime) RUNTIME_ONLY=1 ;;
 "") ;;
--h | --help) sed -n '2,29p' "$0"; exit 0 ;;
+-h | --help) sed -n '2,30p' "$0"; exit 0 ;;
 *) echo "unknown argument $1" >&2; exit 2 ;;
 esac
 
@@ -49,7 +50,7 @@ fi
 log() { printf '[install-deps] %s\n' "$*" >&2; }
 
 RUNTIME_PKGS=(fuse3 bash-completion build-essential pkg-config util-linux procps coreutils)
-TEST_PKGS=(e2fsprogs fuse2fs attr acl stress-ng fio dbench fsmark libacl1-dev xfsprogs btrfs-progs
+TEST_PKGS=(e2fsprogs fuse2fs attr acl stress-ng fio dbench fsmark gocryptfs cryfs libacl1-dev xfsprogs btrfs-progs
     libfuse3-dev shellcheck kmod
     autoconf automake libtool make gcc patch xfslibs-dev uuid-dev libattr1-dev libaio-dev liburing-dev
     libgdbm-dev libgdbm-compat-dev bc dump psmisc gawk file quota libcap2-bin man-db)

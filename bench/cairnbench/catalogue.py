@@ -17,6 +17,7 @@ from .experiments import (
     Sequential,
     XattrBench,
 )
+from .crypt import Crypt
 from .floor import Floor
 from .realwork import RealWork
 
@@ -33,5 +34,6 @@ ALL = [
     FsMarkScale(),
     Floor(),
     RealWork(),
+    Crypt(),
 ]
 BY_NAME = {e.name: e for e in ALL}

@@ -54,6 +54,9 @@ class Experiment:
     chart = "bars"
     # In the list `bench/run` runs when no experiment is named.
     in_default = True
+    # The file systems it runs when --fs is not given (None: the default list
+    # and `extra_fs`), for an experiment about other file systems (crypt).
+    default_fs = None
     # At most this many repetitions per cell, whatever `--reps` says (None:
     # as many as asked), for an experiment whose cell takes many minutes.
     max_reps = None

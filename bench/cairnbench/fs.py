@@ -92,7 +92,17 @@ ENGINE = "cairn-engine"
 # transport and options with no engine behind it (its tree in memory, file bytes
 # not kept). Only experiments that name it in `Experiment.extra_fs` run it.
 NULLFS = "nullfs"
-USER_FS = ["cairn", "fuse2fs", BASELINE, ENGINE, NULLFS, *CAIRN_VARIANTS]
+# Encrypted file systems (issue #54, `bench/run crypt`): cairn on an encrypted
+# image (`cairn mkfs --encrypt`, unlocked with a key file), and the two
+# user-space encrypting file systems Debian packages, each stacked on ext4 on
+# a loop device over a file in the scratch tmpfs (ext4 mounted at
+# SCRATCH/NAME-lower, the ciphertext in its directory `c`).
+CAIRN_CRYPT = "cairn-crypt"
+STACKED = ["gocryptfs", "cryfs"]
+CRYPT_FS = [CAIRN_CRYPT, *STACKED]
+# The passphrase the stacked ones are made and mounted with (a file in the scratch).
+STACKED_PASSPHRASE = "cairn-bench"
+USER_FS = ["cairn", "fuse2fs", BASELINE, ENGINE, NULLFS, *CAIRN_VARIANTS, *CRYPT_FS]
 ROOT = os.geteuid() == 0
 KERNEL_FS = {"tmpfs", "ext4", "xfs", "btrfs"}
 
@@ -108,7 +118,7 @@ def driver_of(cairn_bin):
 
 def is_cairn(name):
     """cairn itself, cairn from another commit, or cairn with extra options."""
-    return name in ("cairn", BASELINE) or name in CAIRN_VARIANTS
+    return name in ("cairn", BASELINE, CAIRN_CRYPT) or name in CAIRN_VARIANTS
 
 
 def cairn_options(name):
@@ -152,6 +162,9 @@ NEEDS = {
     "xfs": [("mkfs.xfs", "xfsprogs")],
     "btrfs": [("mkfs.btrfs", "btrfs-progs")],
     "fuse2fs": [("fuse2fs", "fuse2fs"), ("mkfs.ext4", "e2fsprogs")],
+    CAIRN_CRYPT: [],
+    "gocryptfs": [("gocryptfs", "gocryptfs"), ("mkfs.ext4", "e2fsprogs")],
+    "cryfs": [("cryfs", "cryfs"), ("mkfs.ext4", "e2fsprogs")],
 }
 
 
@@ -236,6 +249,10 @@ class FileSystem:
         self.pid = None
         self.is_null = name == NULLFS
         self.proc = None  # the null server, a child of this process
+        self.is_stacked = name in STACKED
+        # An encrypted cairn's key file; a stacked one's lower ext4 and passphrase file.
+        self.key_file = os.path.join(scratch.path, f"{name}.key")
+        self.lower = os.path.join(scratch.path, f"{name}-lower")
 
     # ------------------------------------------------------------ lifecycle
 
@@ -263,8 +280,16 @@ class FileSystem:
         self.dev = out(["losetup", "--find", "--show", self.image]) if ROOT and not on_file else None
         self.src = self.dev or self.image
         q = dict(capture_output=True)
-        if self.is_cairn:
+        if self.name == CAIRN_CRYPT:
+            with open(self.key_file, "wb") as f:
+                f.write(os.urandom(64))
+            run([self.cairn, "mkfs", self.src, "--force", "--quiet", "--encrypt", "--key-file", self.key_file], **q)
+        elif self.is_cairn:
             run([self.cairn, "mkfs", self.src, "--force", "--quiet"], **q)
+        elif self.is_stacked:
+            run(["mkfs.ext4", "-q", "-F", self.src], **q)
+            self.init_stacked()
+            return
         elif self.name in ("ext4", "fuse2fs"):
             # Without root, the root directory must belong to the caller.
             owner = [] if ROOT else ["-E", "root_owner"]
@@ -275,10 +300,44 @@ class FileSystem:
             run(["mkfs.btrfs", "-q", "-f", self.dev], **q)
         self.mount()
 
+    def init_stacked(self):
+        """Makes gocryptfs or CryFS in the lower ext4's directory `c` (with
+        their default options) and mounts it."""
+        self.mount_lower()
+        os.makedirs(os.path.join(self.lower, "c"))
+        with open(self.key_file, "w") as f:
+            f.write(STACKED_PASSPHRASE + "\n")
+        if self.name == "gocryptfs":
+            run(["gocryptfs", "-init", "-q", "-passfile", self.key_file, os.path.join(self.lower, "c")],
+                capture_output=True)
+        self.mount()  # CryFS makes the file system at its first mount
+
+    def mount_lower(self):
+        os.makedirs(self.lower, exist_ok=True)
+        if not is_mounted(self.lower):
+            run(["mount", self.dev, self.lower])
+
+    def cryfs_env(self):
+        return {**os.environ, "CRYFS_FRONTEND": "noninteractive", "CRYFS_NO_UPDATE_CHECK": "true",
+                "CRYFS_LOCAL_STATE_DIR": os.path.join(self.scratch.path, "cryfs-state")}
+
+    def mount_stacked(self):
+        self.mount_lower()
+        cipher = os.path.join(self.lower, "c")
+        if self.name == "gocryptfs":
+            run(["gocryptfs", "-q", "-passfile", self.key_file, "-allow_other", cipher, self.mp], capture_output=True)
+        else:
+            subprocess.run(["cryfs", cipher, self.mp, "-o", "allow_other"], input=STACKED_PASSPHRASE + "\n",
+                           text=True, env=self.cryfs_env(), check=True, capture_output=True)
+        wait_until(lambda: is_mounted(self.mp), 60, f"{self.name} to mount")
+        self.pid = int(out(["pgrep", "-n", "-f", f"{self.name} .*{cipher} {self.mp}"]))
+
     def mount(self):
         """Mounts the already formatted file system (also after `unmount`;
         the null server starts empty)."""
-        if self.is_null:
+        if self.is_stacked:
+            self.mount_stacked()
+        elif self.is_null:
             opts = ["-o", "allow_other"] if ROOT else []
             proc = subprocess.Popen([driver_of(self.cairn), "nullfs", self.mp, *opts], stdin=subprocess.DEVNULL)
             self.pid, self.proc = proc.pid, proc
@@ -288,6 +347,8 @@ class FileSystem:
         elif self.is_cairn:
             opts = (["allow_other"] if ROOT else []) + cairn_options(self.name)
             opts = ["-o", ",".join(opts)] if opts else []
+            if self.name == CAIRN_CRYPT:
+                opts += ["--key-file", self.key_file]
             r = run([self.cairn, "mount", self.src, self.mp, *opts], check=False, capture_output=True, text=True)
             if r.returncode:
                 raise RuntimeError(f"cairn mount {' '.join(opts)} failed: {r.stderr.strip() or r.returncode}")
@@ -322,6 +383,12 @@ class FileSystem:
             self.pid = None
         if self.name == "fuse2fs" and daemon:
             wait_until(lambda: not os.path.exists(f"/proc/{daemon}"), 120, "fuse2fs to exit")
+        if self.is_stacked:
+            if self.pid:
+                pid = self.pid
+                wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 120, f"{self.name} to exit")
+                self.pid = None
+            run(["umount", self.lower])
 
     def remount_cold(self):
         """Empties every cache the file system keeps: unmount (the daemons
@@ -340,12 +407,14 @@ class FileSystem:
     def teardown(self):
         try:
             if is_mounted(self.mp):
-                if self.is_cairn or self.is_null or self.name == "fuse2fs":
+                if self.is_cairn or self.is_null or self.is_stacked or self.name == "fuse2fs":
                     self.unmount()
                 else:
                     run(["umount", self.mp], check=False, capture_output=True)
         except Exception:
             run(["umount", "-l", self.mp] if ROOT else ["fusermount3", "-uz", self.mp], check=False, capture_output=True)
+        if self.is_stacked and is_mounted(self.lower):
+            run(["umount", "-l", self.lower], check=False, capture_output=True)
         if self.dev:
             run(["losetup", "-d", self.dev], check=False, capture_output=True)
             self.dev = None
@@ -373,7 +442,7 @@ class FileSystem:
     def daemon_pid(self):
         """The PID of the user-space daemon serving the mount (cairn's or
         fuse2fs's), or None (a kernel file system, or not mounted)."""
-        if self.is_cairn or self.is_null:
+        if self.is_cairn or self.is_null or self.is_stacked:
             return self.pid
         if self.name == "fuse2fs" and is_mounted(self.mp):
             pid = run(["pgrep", "-n", "-f", f"fuse2fs {self.src} "], check=False, capture_output=True, text=True)

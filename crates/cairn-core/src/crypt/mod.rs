@@ -25,14 +25,16 @@
 pub mod device;
 pub mod keys;
 pub mod locked;
+pub mod xts;
 
 use crate::dev::BlockDevice;
 use cairn_format::crypt_header::{self, Argon2Cost, Copy, CryptHeader, COPY_OFFSET, HEADER_BYTES};
 use cairn_format::FormatError;
-pub use device::{BlockCipher, CryptDevice, Discards};
+pub use device::{CryptDevice, Discards};
 pub use keys::{measure_cost, MasterKey, Secret};
 use std::sync::Arc;
 use thiserror::Error;
+pub use xts::BlockCipher;
 
 /// Why an encrypted image could not be made or opened.
 #[derive(Debug, Error)]
