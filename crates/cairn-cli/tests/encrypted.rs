@@ -354,3 +354,131 @@ fn discards_on_an_encrypted_image_need_allow_discards() {
     let o = run(&["fsck", p(&img), "--key-file", p(&key)]);
     assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
 }
+
+/// Runs `command` (cairn's binary and `args`) on a pseudo-terminal
+/// (`script`), typing `typed` at it: a user at a terminal.
+fn at_terminal(args: &[&str], typed: &str) -> std::process::Output {
+    let line: Vec<String> =
+        std::iter::once(env!("CARGO_BIN_EXE_cairn")).chain(args.iter().copied()).map(str::to_string).collect();
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &line.join(" "), "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script(1)");
+    child.stdin.take().unwrap().write_all(typed.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_terminal_is_asked_for_the_passphrase() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mp, other) = (dir.path().join("enc.img"), dir.path().join("mnt"), dir.path().join("other.img"));
+    std::fs::create_dir(&mp).unwrap();
+    let o = at_terminal(&["mkfs", p(&img), "--size", "64M", "--encrypt", "--quiet"], "typed pass\ntyped pass\n");
+    assert!(o.status.success(), "mkfs: {}", stdout(&o));
+    assert!(stdout(&o).contains("The same passphrase again: "), "asked twice: {}", stdout(&o));
+    assert!(stdout(&run(&["key", "list", p(&img)])).contains("slot 0: passphrase"));
+    let o = at_terminal(&["mkfs", p(&other), "--size", "64M", "--encrypt"], "one\ntwo\n");
+    assert!(!o.status.success() && stdout(&o).contains("the two passphrases differ"), "{}", stdout(&o));
+    assert!(!other.exists(), "nothing was made");
+
+    // A background mount asks, and its daemon opens the image with it.
+    let o = at_terminal(&["mount", p(&img), p(&mp)], "typed pass\n");
+    assert!(o.status.success(), "mount: {}", stdout(&o));
+    assert!(stdout(&o).contains(&format!("Passphrase for {}: ", p(&img))), "{}", stdout(&o));
+    let _g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    std::fs::write(mp.join(NAMES[1]), MARKER).unwrap();
+    unmount(&mp, pid);
+    let o = at_terminal(&["fsck", p(&img)], "typed pass\n");
+    assert_eq!(o.status.code(), Some(0), "fsck: {}", stdout(&o));
+    let o = at_terminal(&["inspect", p(&img), "cat", &format!("/{}", NAMES[1])], "typed pass\n");
+    assert!(o.status.success() && stdout(&o).ends_with(MARKER), "inspect: {}", stdout(&o));
+    let o = at_terminal(&["fsck", p(&img)], "mistyped\n");
+    assert_eq!(o.status.code(), Some(8), "a wrong passphrase: {}", stdout(&o));
+    assert!(stdout(&o).contains("wrong passphrase or key file"), "{}", stdout(&o));
+}
+
+fn sha256(path: &Path) -> String {
+    let o = std::process::Command::new("sha256sum").arg(path).output().unwrap();
+    assert!(o.status.success());
+    stdout(&o).split_whitespace().next().unwrap().to_string()
+}
+
+/// Issue 54's "done when", through the CLI: made, mounted with a key file
+/// and with `-o keyfile=` (as an fstab line gives it), used, fsck'd, grown
+/// while mounted, re-keyed; the old key then opens nothing and changes
+/// nothing; the image holds none of the plaintext.
+#[test]
+fn an_encrypted_image_lives_its_life_through_the_cli() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mp) = (dir.path().join("enc.img"), dir.path().join("mnt"));
+    let (old_key, new_key) = (dir.path().join("old.key"), dir.path().join("new.key"));
+    std::fs::create_dir(&mp).unwrap();
+    std::fs::write(&old_key, b"the first key file").unwrap();
+    std::fs::write(&new_key, b"the key file after the change").unwrap();
+    let o = run(&["mkfs", p(&img), "--size", "96M", "--encrypt", "--key-file", p(&old_key), "--quiet"]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+
+    let pid = mount(&img, &mp, &["--key-file", p(&old_key)]);
+    let _g = Guard(mp.clone());
+    write_tree(&mp);
+    unmount(&mp, pid);
+    assert_eq!(run(&["fsck", p(&img), "--key-file", p(&old_key)]).status.code(), Some(0));
+
+    let pid = mount(&img, &mp, &["-o", &format!("keyfile={}", p(&old_key))]);
+    check_tree(&mp);
+    let size = |mp: &Path| nix_statvfs_bytes(mp);
+    let before = size(&mp);
+    let o = run(&["resize", p(&mp), "300M"]);
+    assert!(o.status.success(), "online grow: {}", stderr(&o));
+    assert!(stdout(&o).contains("while mounted"), "{}", stdout(&o));
+    assert!(size(&mp) > before + (150 << 20), "the mount grew: {before} -> {}", size(&mp));
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), (300 << 20) + (1 << 20), "the image file grew past its header");
+    // More than the old size holds: the new groups are used.
+    let big = patterned(120 << 20);
+    write_synced(&mp.join("past-the-old-end"), &big);
+    unmount(&mp, pid);
+    let o = run(&["fsck", p(&img), "--key-file", p(&old_key)]);
+    assert_eq!(o.status.code(), Some(0), "fsck after the online grow: {}{}", stdout(&o), stderr(&o));
+
+    let o = run(&["key", "change", p(&img), "--key-file", p(&old_key), "--new-key-file", p(&new_key)]);
+    assert!(o.status.success(), "key change: {}", stderr(&o));
+    let hash = sha256(&img);
+    for args in [
+        &["mount", p(&img), p(&mp), "--key-file", p(&old_key)][..],
+        &["fsck", p(&img), "-y", "--key-file", p(&old_key)],
+        &["resize", p(&img), "400M", "--key-file", p(&old_key)],
+        &["tune", p(&img), "-L", "x", "--key-file", p(&old_key)],
+    ] {
+        let o = run(args);
+        assert!(!o.status.success() && stderr(&o).contains("wrong passphrase or key file"), "{args:?}: {}", stderr(&o));
+    }
+    assert!(!is_mounted(&mp));
+    assert_eq!(sha256(&img), hash, "the old key changed the image");
+
+    let pid = mount(&img, &mp, &["--key-file", p(&new_key)]);
+    check_tree(&mp);
+    assert!(std::fs::read(mp.join("past-the-old-end")).unwrap() == big, "the file in the grown space reads back");
+    unmount(&mp, pid);
+    assert_eq!(run(&["fsck", p(&img), "--key-file", p(&new_key)]).status.code(), Some(0));
+
+    let needles = [MARKER, NAMES[0], NAMES[1], NAMES[2], "past-the-old-end", "lost+found"];
+    assert_eq!(found_in(&img, &needles), Vec::<String>::new(), "the image shows plaintext");
+}
+
+/// The bytes of the file system mounted at `mp` (statvfs).
+fn nix_statvfs_bytes(mp: &Path) -> u64 {
+    let o = std::process::Command::new("stat").args(["-f", "-c", "%b %S", p(mp)]).output().unwrap();
+    let text = stdout(&o);
+    let mut it = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+    it.next().unwrap() * it.next().unwrap()
+}
