@@ -15,6 +15,7 @@
 #   stress-ng  tests/external/stress-ng.sh (29 file-system stressors, 5 s each)
 #   survival   tests/external/survival.sh (data survives remounts and a daemon SIGKILL
 #              after syncfs)
+#   survival-enc  the same on an encrypted image (CAIRN_KEY_FILE, issue 54)
 #   fulldisk   tests/external/fulldisk.sh (a full disk, issue 50: eight regression cases:
 #              fsync'd data kept, ENOSPC from write(2) for every writer, reads never
 #              ENOSPC, EFBIG at the call, chattr +i/+a at the call, a fallocate leaves
@@ -22,6 +23,7 @@
 #              model-based harness: buffered, O_DIRECT, mmap and append writers fill
 #              48-192 MiB images until ENOSPC, every acknowledged chunk checked after
 #              umount + mount or SIGKILL + replay, fsck clean)
+#   fulldisk-enc  the eight cases and 6 harness runs on encrypted images (issue 54)
 #   install    tests/external/install.sh (the README's Install commands as printed: /usr/local
 #              and /sbin, `mount -a` of a fuse.cairn fstab line, remount ro/rw, man pages, bash
 #              completion, bench --help, --uninstall; the .deb and install.sh refusing each other)
@@ -31,6 +33,7 @@
 #   sigkill    tests/external/sigkill.sh 50 (50 cycles: a workload of fsync'd files and
 #              atomic renames, the daemon SIGKILLed at a random moment, remount, every
 #              fsync'd byte checked, fsck clean)
+#   sigkill-enc   tests/external/sigkill.sh 15 on an encrypted image (issue 54)
 #   pressure   tests/external/pressure.sh (cache_mb=4 on a disk-backed image under /var/tmp:
 #              60,000 creates in one directory while a walker stats it and drops the
 #              kernel caches and an fsync-er creates files; no error, no fsync'd file
@@ -61,7 +64,8 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
 
-ALL=(lint build unit pjdfstest stress-ng survival fulldisk install fsx sigkill pressure nfs xfstests bench mballoc fuzz)
+ALL=(lint build unit pjdfstest stress-ng survival survival-enc fulldisk fulldisk-enc install fsx sigkill sigkill-enc
+    pressure nfs xfstests bench mballoc fuzz)
 only=""
 skip=""
 quick=0
@@ -72,7 +76,7 @@ while [[ $# -gt 0 ]]; do
     --skip) skip=$2; shift ;;
     --quick) quick=1 ;;
     --no-deps) deps=0 ;;
-    -h | --help) sed -n '2,57p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,60p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -163,11 +167,17 @@ fi
 run_suite unit 30 cargo test --release --workspace -- --show-output --include-ignored
 run_suite pjdfstest 20 bash tests/external/pjdfstest.sh --compare
 run_suite stress-ng 20 bash tests/external/stress-ng.sh
+# The *-enc suites: the same harnesses on encrypted images (issue 54), one key file.
+ENC_KEY=$LOGS/encrypted-suites.key
+head -c 64 /dev/urandom >"$ENC_KEY"
 run_suite survival 15 bash tests/external/survival.sh
+run_suite survival-enc 15 env CAIRN_KEY_FILE="$ENC_KEY" bash tests/external/survival.sh
 run_suite fulldisk 10 bash tests/external/fulldisk.sh
+run_suite fulldisk-enc 12 env CAIRN_KEY_FILE="$ENC_KEY" bash tests/external/fulldisk.sh --runs 6 --cases 1,2,3,4,5,6,7,8
 run_suite install 5 bash tests/external/install.sh
 run_suite fsx 10 bash tests/external/fsx.sh
 run_suite sigkill 20 bash tests/external/sigkill.sh 50
+run_suite sigkill-enc 10 env CAIRN_KEY_FILE="$ENC_KEY" bash tests/external/sigkill.sh 15
 run_suite pressure 10 bash tests/external/pressure.sh
 run_suite nfs 5 bash tests/external/nfs.sh
 run_suite xfstests 20 bash tests/external/xfstests.sh --ci
@@ -187,7 +197,7 @@ passed=0
 failed=0
 skipped=0
 for s in "${ALL[@]}"; do
-    printf '%-10s %-8s %6s s\n' "$s" "${RESULT[$s]}" "${DURATION[$s]}"
+    printf '%-13s %-8s %6s s\n' "$s" "${RESULT[$s]}" "${DURATION[$s]}"
     case ${RESULT[$s]} in
     passed) passed=$((passed + 1)) ;;
     skipped) skipped=$((skipped + 1)) ;;

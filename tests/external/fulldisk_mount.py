@@ -132,6 +132,11 @@ class Fail(Exception):
     """A setup step failed: the run or case fails with this message."""
 
 
+# Encrypted images (issue 54, scripts/test.sh's fulldisk-enc): $CAIRN_KEY_FILE, given to
+# mkfs (with --encrypt), mount and fsck.
+KEY_ARGS = ["--key-file", os.environ["CAIRN_KEY_FILE"]] if os.environ.get("CAIRN_KEY_FILE") else []
+
+
 class Mount:
     def __init__(self, cairn, img, mnt):
         self.cairn, self.img, self.mnt = cairn, os.path.abspath(img), os.path.abspath(mnt)
@@ -139,12 +144,13 @@ class Mount:
         os.makedirs(self.mnt, exist_ok=True)
 
     def mkfs(self, size):
-        rc, out = run_cmd([self.cairn, "mkfs", self.img, "--size", size, "--force", "--quiet"], 120)
+        enc = ["--encrypt"] + KEY_ARGS if KEY_ARGS else []
+        rc, out = run_cmd([self.cairn, "mkfs", self.img, "--size", size, "--force", "--quiet"] + enc, 120)
         if rc != 0:
             raise Fail(f"cairn mkfs failed ({rc}): {out[-300:]}")
 
     def mount(self, opts=""):
-        argv = [self.cairn, "mount", self.img, self.mnt] + (["-o", opts] if opts else [])
+        argv = [self.cairn, "mount", self.img, self.mnt] + (["-o", opts] if opts else []) + KEY_ARGS
         if self not in _MOUNTS:
             _MOUNTS.append(self)
         rc, out = run_cmd(argv, 90)
@@ -210,7 +216,7 @@ class Mount:
 
     def fsck(self):
         """None if `cairn fsck` exits 0, else a message."""
-        rc, out = run_cmd([self.cairn, "fsck", self.img], 600)
+        rc, out = run_cmd([self.cairn, "fsck", self.img] + KEY_ARGS, 600)
         if rc == 0:
             return None
         tail = " | ".join(out.splitlines()[-6:])

@@ -15,6 +15,8 @@
 # Environment knobs (all optional):
 #   CAIRN            path to the cairn binary (default: target/release/cairn)
 #   CAIRN_MOUNT_OPTS extra -o options for cairn mount (comma-separated)
+#   CAIRN_KEY_FILE   encrypted images (issue 54): cairn_mkfs adds --encrypt --key-file FILE,
+#                    cairn_mount and cairn_fsck --key-file FILE (scripts/test.sh's *-enc suites)
 #   KEEP_FAILED=1    keep the scratch tmpfs of a failed run (for post-mortem), unmount the rest
 
 # Repository root: this file lives in tests/external/.
@@ -178,11 +180,19 @@ cairn_pids() {
     pgrep -f -- "cairn mount .*${mp}( |\$)" || true
 }
 
+# cairn_key_args: the key options of an encrypted run (CAIRN_KEY_FILE), one a line.
+cairn_key_args() {
+    [[ -n ${CAIRN_KEY_FILE:-} ]] && printf '%s\n' --key-file "$CAIRN_KEY_FILE"
+    return 0
+}
+
 cairn_mkfs() {
     local img=$1 size=$2
     shift 2
-    log "cairn mkfs $img --size $size $*"
-    "$CAIRN" mkfs "$img" --size "$size" --force "$@"
+    local keys=()
+    [[ -n ${CAIRN_KEY_FILE:-} ]] && keys=(--encrypt --key-file "$CAIRN_KEY_FILE")
+    log "cairn mkfs $img --size $size ${keys[*]} $*"
+    "$CAIRN" mkfs "$img" --size "$size" --force "${keys[@]}" "$@"
 }
 
 # cairn_mount IMG MP [OPTS]: mount and wait until the mount answers. Registers a forced
@@ -191,8 +201,10 @@ cairn_mount() {
     local img=$1 mp=$2 opts=${3:-allow_other,default_permissions}
     [[ -n ${CAIRN_MOUNT_OPTS:-} ]] && opts="$opts,$CAIRN_MOUNT_OPTS"
     mkdir -p "$mp"
-    log "cairn mount $img $mp -o $opts"
-    if ! "$CAIRN" mount "$img" "$mp" -o "$opts"; then
+    local keys
+    mapfile -t keys < <(cairn_key_args)
+    log "cairn mount $img $mp -o $opts ${keys[*]}"
+    if ! "$CAIRN" mount "$img" "$mp" -o "$opts" "${keys[@]}"; then
         warn "cairn mount failed"
         return 1
     fi
@@ -272,7 +284,9 @@ cairn_fsck() {
     local img=$1 label=${2:-} rc=0 out
     out=$(mktemp /tmp/cairn-fsck.XXXXXX)
     log "cairn fsck $img${label:+ ($label)}"
-    timeout 600 "$CAIRN" fsck "$img" >"$out" 2>&1 || rc=$?
+    local keys
+    mapfile -t keys < <(cairn_key_args)
+    timeout 600 "$CAIRN" fsck "$img" "${keys[@]}" >"$out" 2>&1 || rc=$?
     if [[ $rc -ne 0 ]]; then
         warn "cairn fsck exited $rc${label:+ after $label}; its output (last 60 lines):"
         tail -n 60 "$out" >&2

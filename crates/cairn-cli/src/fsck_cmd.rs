@@ -6,7 +6,9 @@
 //! (`FileDevice::lock_exclusive`, the lock fsck itself takes), unlocked with
 //! the secret (`unlock`), and checked through the decrypting device
 //! ([`DeviceSource`]), so every pass reads plaintext and a repair writes
-//! ciphertext. A wrong secret exits 8 and writes nothing.
+//! ciphertext. A wrong secret exits 8 and writes nothing. Without a key
+//! option, an encrypted image checked from a terminal asks for its
+//! passphrase.
 
 use crate::unlock::{KeyArgs, Opener};
 use cairn_core::dev::{BlockDevice, FileDevice};
@@ -41,14 +43,17 @@ pub fn run(image: &Path, opts: cairn_fsck::Options, keys: &KeyArgs) -> ExitCode 
     crate::init_logging("warn");
     // An image that was never cairn's is named, not checked (a backup
     // superblock named with -b says it is cairn's).
-    if opts.backup_superblock.is_none() || keys.given() {
-        if let Err(m) = crate::image_check::check_keyed(image, keys.given()) {
+    // A key given, or an encrypted image and a terminal to type its
+    // passphrase at: the decrypting path.
+    let keyed = keys.given() || (keys.available() && crate::unlock::is_encrypted_image(image));
+    if opts.backup_superblock.is_none() || keyed {
+        if let Err(m) = crate::image_check::check_keyed(image, keyed) {
             eprintln!("cairn fsck: {m}");
             return ExitCode::from(8);
         }
     }
     let mut out = std::io::stdout();
-    let code = if keys.given() {
+    let code = if keyed {
         match open_encrypted(image, &opts, keys) {
             Ok(source) => cairn_fsck::run_on(&source, &image.display().to_string(), &opts, &mut out),
             Err(m) => {

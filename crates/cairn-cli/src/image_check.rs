@@ -21,13 +21,8 @@ use std::path::Path;
 
 /// `Ok` if `image` holds a cairn file system, possibly damaged, or cannot
 /// be read here (the command then reports that itself); otherwise why it
-/// is not one.
-pub fn check(image: &Path) -> Result<(), String> {
-    check_keyed(image, false)
-}
-
-/// As [`check`], for a command given a secret (`keyed`): an encrypted
-/// image passes then (the command unlocks it).
+/// is not one. An encrypted image passes when the command can have its
+/// secret (`keyed`: given, or to be typed at a terminal) and unlocks it.
 pub fn check_keyed(image: &Path, keyed: bool) -> Result<(), String> {
     let Ok(mut f) = std::fs::File::open(image) else { return Ok(()) };
     // A block device's length is where its end is.
@@ -90,7 +85,7 @@ mod tests {
         let img = dir.path().join("x");
         let try_with = |bytes: &[u8]| {
             std::fs::write(&img, bytes).unwrap();
-            check(&img)
+            check_keyed(&img, false)
         };
         assert!(try_with(&[]).unwrap_err().contains("is empty"));
         assert!(try_with(&[0u8; 4096]).unwrap_err().contains("all zeros"));
@@ -103,7 +98,7 @@ mod tests {
         let mut cairn = vec![0u8; 4096];
         cairn[..8].copy_from_slice(b"CAIRNFS\0");
         assert_eq!(try_with(&cairn), Ok(()), "a damaged cairn superblock is cairn's");
-        assert_eq!(check(&dir.path().join("missing")), Ok(()), "the command says it is missing");
+        assert_eq!(check_keyed(&dir.path().join("missing"), false), Ok(()), "the command says it is missing");
         let mut enc = vec![0u8; 4096];
         enc[..8].copy_from_slice(b"CAIRNCRY");
         let e = try_with(&enc).unwrap_err();

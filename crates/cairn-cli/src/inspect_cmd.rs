@@ -15,9 +15,11 @@
 //!   ends there.
 //!
 //! The image's exclusive lock is taken, so a mounted image is refused (a
-//! mount's figures are in `cairn stats MOUNTPOINT`).
+//! mount's figures are in `cairn stats MOUNTPOINT`). An encrypted image is
+//! read through its decrypting device, given its key (`crate::unlock`).
 
-use cairn_core::dev::{BlockDevice, FileDevice};
+use crate::unlock::KeyArgs;
+use cairn_core::dev::BlockDevice;
 use cairn_core::{Fs, MountOptions};
 use cairn_format::group_desc::{gd_loc, GroupDesc, GD_BLOCK_UNINIT, GD_INODE_UNINIT, GD_SIZE};
 use cairn_format::journal::{read_record, JournalRegion, JournalSuper, LogPos, Walk};
@@ -45,22 +47,19 @@ pub enum What {
 }
 
 struct Image {
-    dev: Arc<FileDevice>,
+    dev: Arc<dyn BlockDevice>,
     sb: Superblock,
     geo: Geometry,
 }
 
 impl Image {
-    fn open(path: &Path) -> Result<Image, String> {
+    fn open(path: &Path, keys: &KeyArgs) -> Result<Image, String> {
         let shown = path.display();
-        crate::image_check::check(path)?;
-        let dev = FileDevice::open(path, true).map_err(|e| format!("cannot open {shown}: {e}"))?;
-        dev.lock_exclusive().map_err(|_| {
-            format!("{shown} is in use (mounted or being checked); `cairn stats MOUNTPOINT` shows a mount")
-        })?;
-        let sb = cairn_core::dev::read_superblock(&dev).map_err(|e| format!("{shown}: {e}"))?;
+        let in_use = "(mounted or being checked); `cairn stats MOUNTPOINT` shows a mount";
+        let dev = crate::unlock::open_image(path, true, keys, Some(in_use))?;
+        let sb = cairn_core::dev::read_superblock(dev.as_ref()).map_err(|e| format!("{shown}: {e}"))?;
         let geo = Geometry::new(&sb).map_err(|e| format!("{shown}: {e}"))?;
-        Ok(Image { dev: Arc::new(dev), sb, geo })
+        Ok(Image { dev, sb, geo })
     }
 
     fn block(&self, b: u64) -> std::io::Result<Vec<u8>> {
@@ -72,8 +71,8 @@ impl Image {
 }
 
 /// Runs `cairn inspect IMAGE WHAT`, writing to `out`.
-pub fn run(image: &Path, what: &What, out: &mut dyn Write) -> Result<(), String> {
-    let img = Image::open(image)?;
+pub fn run(image: &Path, what: &What, keys: &KeyArgs, out: &mut dyn Write) -> Result<(), String> {
+    let img = Image::open(image, keys)?;
     let w = |r: std::io::Result<()>| r.map_err(|e| format!("writing the output: {e}"));
     match what {
         What::Super => w(print_super(&img.sb, out)),
@@ -270,8 +269,7 @@ fn print_journal(img: &Image, out: &mut dyn Write) -> Result<(), String> {
 
 fn engine(img: &Image, path: &Path) -> Result<Arc<Fs>, String> {
     let opts = MountOptions { read_only: true, ..MountOptions::default() };
-    let dev: Arc<dyn BlockDevice> = img.dev.clone();
-    Fs::mount(dev, opts).map_err(|e| {
+    Fs::mount(img.dev.clone(), opts).map_err(|e| {
         format!(
             "{}: cannot read its files: {e} (`cairn inspect {} journal` lists the records; mount it once or run `cairn fsck --repair` to apply them)",
             path.display(),

@@ -66,9 +66,9 @@ pub fn edit(image: &Path, keys: &KeyArgs, edit: Edit) -> Result<String, String> 
     if !crypt::is_encrypted(&raw) {
         return Err(format!("{shown} is not an encrypted image: it has no key slots"));
     }
-    let secret = keys.secret()?.ok_or_else(|| crate::image_check::encrypted(image))?;
+    let secret = keys.secret_or_prompt(image)?.ok_or_else(|| crate::image_check::encrypted(image))?;
     let new = match &edit {
-        Edit::Add(n) | Edit::Change(n) => Some(n.secret()?),
+        Edit::Add(n) | Edit::Change(n) => Some(n.secret(image)?),
         Edit::Remove(_) => None,
     };
     let cost = || crypt::measure_cost().map_err(|e| format!("cannot measure the key derivation: {e}"));

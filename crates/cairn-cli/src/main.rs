@@ -11,6 +11,7 @@
 
 mod control;
 mod daemon_log;
+mod encrypted_mount;
 mod fsck_cmd;
 mod image_check;
 mod image_lock;
@@ -199,12 +200,20 @@ enum Cmd {
         /// After the summary of a mount, every counter.
         #[arg(long)]
         all: bool,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
     },
     /// Discard the free space of an unmounted image: holes punched in an image file
     /// (`fstrim` does the same on a mount point).
     Trim {
         /// The image file (or block device).
         image: PathBuf,
+        /// Discard an encrypted image's free space too (refused without it: a discard shows
+        /// which blocks are free; see docs/encryption.md).
+        #[arg(long)]
+        allow_discards: bool,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
     },
     /// The key slots of an encrypted image (see docs/encryption.md).
     Key {
@@ -227,6 +236,8 @@ enum Cmd {
         /// Default mount options, put before a mount's own -o (up to 64 bytes; "" clears them).
         #[arg(long, short = 'o', value_name = "OPTIONS")]
         mount_options: Option<String>,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
     },
     /// Grow a file system to SIZE, unmounted or mounted (as resize2fs): an image file is lengthened; shrinking is refused.
     Resize {
@@ -236,6 +247,8 @@ enum Cmd {
         image: PathBuf,
         /// The new size: 2G, 512M, ... (up to what the group descriptor table holds).
         size: String,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
     },
     /// Look inside an unmounted image without changing it (as debugfs, xfs_db, logdump): super, groups, stat FILE, ls [DIR], cat FILE, journal.
     Inspect {
@@ -243,6 +256,8 @@ enum Cmd {
         image: PathBuf,
         #[command(subcommand)]
         what: inspect_cmd::What,
+        #[command(flatten)]
+        keys: unlock::KeyArgs,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell), e.g.
     /// `cairn completions bash > /etc/bash_completion.d/cairn`.
@@ -426,9 +441,9 @@ fn run_tool(cmd: Cmd) -> ExitCode {
             Ok(code) => code,
             Err(m) => fail("bench", &m),
         },
-        Cmd::Stats { target, json, all } => {
+        Cmd::Stats { target, json, all, keys } => {
             init_logging("warn");
-            finish("stats", stats_cmd::run(&target, json, all))
+            finish("stats", stats_cmd::run(&target, json, all, &keys))
         }
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "cairn", &mut std::io::stdout());
@@ -439,19 +454,21 @@ fn run_tool(cmd: Cmd) -> ExitCode {
                 write_manpages(&dir).map(|n| format!("cairn manpages: {n} pages written to {}", dir.display()));
             finish_printing("manpages", written)
         }
-        Cmd::Resize { image, size } => {
+        Cmd::Resize { image, size, keys } => {
             init_logging("warn");
-            finish_printing("resize", resize_cmd::run(&image, &size))
+            finish_printing("resize", resize_cmd::run(&image, &size, &keys))
         }
-        Cmd::Inspect { image, what } => {
+        Cmd::Inspect { image, what, keys } => {
             init_logging("warn");
             default_sigpipe();
             let stdout = std::io::stdout();
-            finish("inspect", inspect_cmd::run(&image, &what, &mut stdout.lock()))
+            finish("inspect", inspect_cmd::run(&image, &what, &keys, &mut stdout.lock()))
         }
-        Cmd::Tune { image, label, uuid, errors, mount_options } => {
+        Cmd::Tune { image, label, uuid, errors, mount_options, keys } => {
             init_logging("warn");
-            finish_printing("tune", tune_cmd::run(&image, label, uuid.as_deref(), errors.as_deref(), mount_options))
+            let changes =
+                tune_cmd::Asked { label, uuid: uuid.as_deref(), errors: errors.as_deref(), mount_opts: mount_options };
+            finish_printing("tune", tune_cmd::run(&image, changes, &keys))
         }
         Cmd::Key { action } => {
             init_logging("warn");
@@ -463,9 +480,9 @@ fn run_tool(cmd: Cmd) -> ExitCode {
             };
             finish_printing("key", done)
         }
-        Cmd::Trim { image } => {
+        Cmd::Trim { image, allow_discards, keys } => {
             init_logging("warn");
-            let trimmed = mount_cmd::trim_image(&image)
+            let trimmed = mount_cmd::trim_image(&image, &keys, allow_discards)
                 .map(|bytes| format!("cairn trim: {}: {} discarded", image.display(), cairn_core::human_bytes(bytes)));
             finish_printing("trim", trimmed)
         }

@@ -71,12 +71,13 @@ fn parse_owner(o: &str) -> Result<(u32, u32), String> {
 /// Runs `cairn mkfs`.
 pub fn run(a: &MkfsArgs) -> Result<(), String> {
     let shown = a.image.display();
-    if a.encrypt != a.keys.given() {
-        return Err(if a.encrypt {
-            "--encrypt needs the secret that will open the image: --key-file FILE or --passphrase-stdin".into()
-        } else {
-            "--key-file and --passphrase-stdin are for an encrypted image: add --encrypt".into()
-        });
+    if a.encrypt && !a.keys.available() {
+        return Err("--encrypt needs the secret that will open the image: --key-file FILE or --passphrase-stdin \
+                    (or a terminal to type a passphrase at)"
+            .into());
+    }
+    if !a.encrypt && a.keys.given() {
+        return Err("--key-file and --passphrase-stdin are for an encrypted image: add --encrypt".into());
     }
     let meta = std::fs::metadata(a.image).ok();
     let is_blockdev = meta.as_ref().is_some_and(|m| m.file_type().is_block_device());
@@ -219,7 +220,8 @@ fn secure(a: &MkfsArgs, dev: FileDevice) -> Result<Arc<dyn BlockDevice>, String>
         return Ok(Arc::new(dev));
     }
     let shown = a.image.display();
-    let secret = a.keys.secret()?.ok_or("--encrypt needs --key-file FILE or --passphrase-stdin")?;
+    let secret =
+        a.keys.new_secret_or_prompt(a.image)?.ok_or("--encrypt needs --key-file FILE or --passphrase-stdin")?;
     let cost = measure_cost().map_err(|e| format!("cannot measure the key derivation: {e}"))?;
     let dev = crypt::create(dev, a.block_size, &secret, cost).map_err(|e| format!("cannot encrypt {shown}: {e}"))?;
     if !a.quiet {

@@ -70,7 +70,7 @@ fn precheck(a: &MountArgs) -> Result<cairn_fuse::Settings, String> {
         Ok(_) => {}
         Err(e) => return Err(format!("image {}: {e}", a.image.display())),
     }
-    crate::image_check::check_keyed(&a.image, a.keys(&settings).given())?;
+    crate::image_check::check_keyed(&a.image, a.keys(&settings).available())?;
     if !whoami::is_root() && !crate::remount_cmd::is_remount(&a.options) {
         fuse_device_usable()?;
     }
@@ -137,13 +137,16 @@ fn start_daemon(a: &MountArgs, settings: &cairn_fuse::Settings) -> Result<(), St
     if let Some(k) = &a.keys.key_file {
         cmd.arg("--key-file").arg(std::path::absolute(k).unwrap_or_else(|_| k.clone()));
     }
-    // A passphrase goes to the daemon through a pipe on its standard input.
+    // A passphrase, read or typed at the prompt, goes to the daemon through
+    // a pipe on its standard input.
     let passphrase = if a.keys.passphrase_stdin {
-        cmd.arg("--passphrase-stdin");
         Some(read_all_stdin()?)
     } else {
-        None
+        crate::encrypted_mount::prompted_passphrase(&image, &a.keys(settings))?
     };
+    if passphrase.is_some() {
+        cmd.arg("--passphrase-stdin");
+    }
     let asked = a.log.clone().or_else(|| settings.log_file.clone());
     let dest = daemon_log::destination(asked.as_deref(), &image);
     let stderr = daemon_log::open(&dest)?;
@@ -234,12 +237,14 @@ fn recover_for_read_only(
 }
 
 /// `cairn trim IMAGE`: mounts the engine alone (no FUSE), discards every
-/// free extent, unmounts; the bytes discarded.
-pub fn trim_image(image: &Path) -> Result<u64, String> {
-    crate::image_check::check(image)?;
-    let settings = cairn_fuse::Settings::default();
-    let keys = crate::unlock::KeyArgs::default();
-    let fs = open_engine(image, &settings, &keys, &|m| eprintln!("cairn: {m}"))?;
+/// free extent, unmounts; the bytes discarded. An encrypted image is
+/// trimmed only with `allow_discards` (`--allow-discards`): a discard
+/// shows which blocks are free.
+pub fn trim_image(image: &Path, keys: &crate::unlock::KeyArgs, allow_discards: bool) -> Result<u64, String> {
+    crate::image_check::check_keyed(image, keys.available())?;
+    crate::encrypted_mount::refuse_trim(image, allow_discards)?;
+    let mut settings = cairn_fuse::Settings { allow_discards, ..cairn_fuse::Settings::default() };
+    let fs = open_engine(image, &mut settings, &[], keys, &|m| eprintln!("cairn: {m}"))?;
     let trimmed = fs.trim(0, u64::MAX, 0).map_err(|e| format!("{}: {e}", image.display()));
     let unmounted = fs.unmount().map_err(|e| format!("{}: unmount: {e}", image.display()));
     let bytes = trimmed?;
@@ -247,9 +252,13 @@ pub fn trim_image(image: &Path) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// Opens, locks, unlocks (an encrypted image: `settings` then hold its
+/// default options and discard policy, see `encrypted_mount`) and mounts
+/// the engine; `own` are the mount's options as given.
 fn open_engine(
     image: &Path,
-    settings: &cairn_fuse::Settings,
+    settings: &mut cairn_fuse::Settings,
+    own: &[String],
     keys: &crate::unlock::KeyArgs,
     note: &dyn Fn(&str),
 ) -> Result<Arc<Fs>, String> {
@@ -265,7 +274,8 @@ fn open_engine(
         }
     }
     let opener = crate::unlock::Opener::for_image(&dev, image, keys)?;
-    let dev = opener.device(dev);
+    crate::encrypted_mount::apply(&opener, image, own, settings, note)?;
+    let dev = opener.device_with(dev, crate::encrypted_mount::discards(settings));
     if ro {
         recover_for_read_only(image, dev.clone(), &opener)?;
     }
@@ -301,8 +311,8 @@ fn serve_inner(a: &MountArgs, settings: cairn_fuse::Settings) -> Result<(), Stri
     let notify = a.notify_ready;
     let note = move |m: &str| note(notify, m);
     let keys = a.keys(&settings);
-    let fs = open_engine(&image, &settings, &keys, &note)?;
     let mut settings = settings;
+    let fs = open_engine(&image, &mut settings, &a.options, &keys, &note)?;
     let lo = match attach_loop(&image, &mut settings) {
         Ok(lo) => lo,
         Err(e) => {

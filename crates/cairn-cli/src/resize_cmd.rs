@@ -2,41 +2,45 @@
 //! `cairn_core::resize`). An image file is made longer first (sparse); a
 //! block device must already hold SIZE. `cairn resize MOUNTPOINT SIZE`
 //! grows a mounted one through its daemon's control socket (see
-//! `cairn_core`'s `online_resize`).
+//! `cairn_core`'s `online_resize`). An encrypted image is grown through its
+//! decrypting device, given its key; a mounted one by its daemon, which
+//! holds the key already.
 
-use cairn_core::dev::FileDevice;
+use crate::unlock::KeyArgs;
 use cairn_core::parse_size;
 use std::path::Path;
 
 /// Grows IMAGE (or the file system mounted at a directory) to SIZE; what
 /// to print.
-pub fn run(image: &Path, size: &str) -> Result<String, String> {
+pub fn run(image: &Path, size: &str, keys: &KeyArgs) -> Result<String, String> {
     let shown = image.display();
     let want = parse_size(size)?;
     if image.is_dir() {
+        if keys.given() {
+            return Err(format!("{shown} is a mount point: its daemon holds the key, give none"));
+        }
         return grow_mounted(image, want);
     }
-    crate::image_check::check(image)?;
-    let mut dev = FileDevice::open(image, false).map_err(|e| format!("cannot open {shown}: {e}"))?;
-    dev.lock_exclusive().map_err(|_| {
-        format!("{shown} is in use (mounted or being checked); give its mount point to grow it while mounted")
-    })?;
-    let sb = cairn_core::dev::read_superblock(&dev).map_err(|e| format!("{shown}: {e}"))?;
+    let in_use = "(mounted or being checked); give its mount point to grow it while mounted";
+    let dev = crate::unlock::open_image(image, false, keys, Some(in_use))?;
+    let sb = cairn_core::dev::read_superblock(dev.as_ref()).map_err(|e| format!("{shown}: {e}"))?;
     if want / u64::from(sb.block_size()) == sb.total_blocks {
         return Ok(grown(&shown.to_string(), &cairn_core::resize::unchanged(&sb), ""));
     }
     // Refused before the image file changes length.
     let bytes = cairn_core::resize::plan(&sb, want).map_err(|e| format!("{shown}: {e}"))?;
-    let old_len = dev.file().metadata().map(|m| m.len()).ok();
-    let regular = dev.file().metadata().is_ok_and(|m| m.is_file());
-    if regular && old_len.is_some_and(|l| l < bytes) {
-        dev.set_len(bytes).map_err(|e| format!("{shown}: cannot make the image {bytes} bytes long: {e}"))?;
+    let meta = std::fs::metadata(image).ok();
+    let old_len = meta.as_ref().filter(|m| m.is_file()).map(|m| m.len());
+    // An image file is lengthened (sparse); on an encrypted one, past its
+    // header (`grow_to` of the decrypting device).
+    if old_len.is_some() && dev.size() < bytes {
+        dev.grow_to(bytes).map_err(|e| format!("{shown}: cannot make the image long enough: {e}"))?;
     }
-    match cairn_core::resize::grow(&dev, bytes) {
+    match cairn_core::resize::grow(dev.as_ref(), bytes) {
         Ok(g) => Ok(grown(&shown.to_string(), &g, "")),
         Err(e) => {
-            if let (true, Some(l)) = (regular, old_len) {
-                let _ = dev.set_len(l);
+            if let Some(l) = old_len {
+                let _ = std::fs::OpenOptions::new().write(true).open(image).and_then(|f| f.set_len(l));
             }
             Err(format!("{shown}: {e}"))
         }

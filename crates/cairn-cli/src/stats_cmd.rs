@@ -2,21 +2,24 @@
 //! control socket) or the static figures of an image (from its superblock).
 
 use crate::control;
+use crate::unlock::KeyArgs;
 use cairn_core::human_bytes as human;
 use cairn_format::superblock::{Superblock, SB_SIZE, STATE_CLEAN, STATE_ERRORS};
 use serde_json::{json, Value};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// Runs `cairn stats TARGET`: for a mount, the summary (and with `all`
 /// every counter); for an image, its figures.
-pub fn run(target: &Path, as_json: bool, all: bool) -> Result<(), String> {
+pub fn run(target: &Path, as_json: bool, all: bool, keys: &KeyArgs) -> Result<(), String> {
     let meta = std::fs::metadata(target).map_err(|e| format!("{}: {e}", target.display()))?;
     let doc = if meta.is_dir() {
+        if keys.given() {
+            return Err(format!("{} is a mount point: its daemon holds the key, give none", target.display()));
+        }
         let canon = std::fs::canonicalize(target).map_err(|e| format!("{}: {e}", target.display()))?;
         control::fetch(&canon)?
     } else {
-        image_figures(target)?
+        image_figures(target, keys)?
     };
     if as_json {
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
@@ -26,12 +29,14 @@ pub fn run(target: &Path, as_json: bool, all: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn image_figures(path: &Path) -> Result<Value, String> {
-    crate::image_check::check(path)?;
-    let f = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+/// The figures of an image (not locked: a mounted image's superblock is
+/// as its daemon last wrote it), read through its decrypting device when
+/// encrypted.
+fn image_figures(path: &Path, keys: &KeyArgs) -> Result<Value, String> {
+    let dev = crate::unlock::open_image(path, true, keys, None)?;
+    let size = dev.size();
     let mut head = vec![0u8; SB_SIZE];
-    f.read_exact_at(&mut head, 0)
+    dev.read_at(&mut head, 0)
         .map_err(|_| format!("{} is not a cairn file system (too short for a superblock)", path.display()))?;
     if !Superblock::has_magic(&head) {
         return Err(format!("{} is not a cairn file system (no cairn superblock)", path.display()));

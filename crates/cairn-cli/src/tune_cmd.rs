@@ -1,20 +1,23 @@
 //! `cairn tune IMAGE [--label L] [--uuid U]`: names of an unmounted file
-//! system (see `cairn_core::tune`). With no change it prints them.
+//! system (see `cairn_core::tune`). With no change it prints them. An
+//! encrypted image is changed through its decrypting device, given its key.
 
-use cairn_core::dev::FileDevice;
+use crate::unlock::KeyArgs;
 use cairn_core::tune::{self, Changes};
 use std::path::Path;
 
+/// The changes asked for on the command line, as given.
+pub struct Asked<'a> {
+    pub label: Option<String>,
+    pub uuid: Option<&'a str>,
+    pub errors: Option<&'a str>,
+    pub mount_opts: Option<String>,
+}
+
 /// Applies the changes and returns what to print: the names and defaults now.
-pub fn run(
-    image: &Path,
-    label: Option<String>,
-    uuid: Option<&str>,
-    errors: Option<&str>,
-    mount_opts: Option<String>,
-) -> Result<String, String> {
+pub fn run(image: &Path, asked: Asked, keys: &KeyArgs) -> Result<String, String> {
+    let Asked { label, uuid, errors, mount_opts } = asked;
     let shown = image.display();
-    crate::image_check::check(image)?;
     let uuid = uuid.map(tune::parse_uuid).transpose().map_err(|e| e.to_string())?;
     let errors = errors.map(tune::parse_errors).transpose().map_err(|e| e.to_string())?;
     if let Some(o) = &mount_opts {
@@ -24,9 +27,9 @@ pub fn run(
     let changes = Changes { label, uuid, errors, mount_opts };
     let read_only =
         changes.label.is_none() && changes.uuid.is_none() && changes.errors.is_none() && changes.mount_opts.is_none();
-    let dev = FileDevice::open(image, read_only).map_err(|e| format!("cannot open {shown}: {e}"))?;
-    dev.lock_exclusive().map_err(|_| format!("{shown} is in use (mounted or being checked); unmount it first"))?;
-    let sb = if read_only { cairn_core::dev::read_superblock(&dev) } else { tune::tune(&dev, &changes) }
+    let dev = crate::unlock::open_image(image, read_only, keys, Some("(mounted or being checked); unmount it first"))?;
+    let dev = dev.as_ref();
+    let sb = if read_only { cairn_core::dev::read_superblock(dev) } else { tune::tune(dev, &changes) }
         .map_err(|e| format!("{shown}: {e}"))?;
     Ok(format!(
         "label: {}\nuuid:  {}\nerrors: {}\nmount options: {}",

@@ -133,18 +133,23 @@ fn wrong_or_missing_keys_are_refused_and_change_nothing() {
     assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
 
     // Without a key every command says what the image is.
-    let tries: [&[&str]; 6] = [
+    let tries: [&[&str]; 7] = [
         &["mount", p(&img), p(&mp)],
         &["fsck", p(&img)],
         &["inspect", p(&img), "super"],
         &["stats", p(&img)],
         &["tune", p(&img), "--label", "x"],
-        &["trim", p(&img)],
+        &["resize", p(&img), "128M"],
+        &["trim", p(&img), "--allow-discards"],
     ];
     for args in tries {
         let o = run(args);
         assert!(!o.status.success(), "{args:?}");
         assert!(stderr(&o).contains("is an encrypted cairn image: give --key-file"), "{args:?}: {}", stderr(&o));
+        // And with the wrong key, that it is the wrong key.
+        let o = run(&[args, &["--key-file", p(&bad)]].concat());
+        assert!(!o.status.success(), "{args:?}");
+        assert!(stderr(&o).contains("wrong passphrase or key file"), "{args:?}: {}", stderr(&o));
     }
     // mkfs (with or without --encrypt) will not overwrite it unasked.
     let o = run(&["mkfs", p(&img), "--encrypt", "--key-file", p(&bad)]);
@@ -236,4 +241,254 @@ fn key_slots_are_added_changed_and_removed_but_not_the_last() {
     let o = run(&["fsck", p(&img), "--key-file", p(&a), "-y"]);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert_eq!(&std::fs::read(&img).unwrap()[..8], b"CAIRNCRY", "the primary header is back");
+}
+
+/// `cairn` with `args` and the key file: its standard output, after
+/// asserting it succeeded.
+fn keyed(args: &[&str], key: &Path) -> String {
+    let o = run(&[args, &["--key-file", p(key)]].concat());
+    assert!(o.status.success(), "{args:?}: {}{}", stdout(&o), stderr(&o));
+    stdout(&o)
+}
+
+#[test]
+fn every_command_opens_an_encrypted_image_with_its_key() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mp, key) = (dir.path().join("enc.img"), dir.path().join("mnt"), dir.path().join("key"));
+    std::fs::create_dir(&mp).unwrap();
+    std::fs::write(&key, b"every command's key").unwrap();
+    let o = run(&["mkfs", p(&img), "--size", "64M", "--encrypt", "--key-file", p(&key), "--quiet"]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    let pid = mount(&img, &mp, &["--key-file", p(&key)]);
+    let _g = Guard(mp.clone());
+    std::fs::create_dir(mp.join(NAMES[0])).unwrap();
+    std::fs::write(mp.join(NAMES[0]).join(NAMES[1]), MARKER).unwrap();
+    unmount(&mp, pid);
+
+    assert!(keyed(&["inspect", p(&img), "super"], &key).contains("block size"));
+    assert!(keyed(&["inspect", p(&img), "groups"], &key).contains("block-bitmap"));
+    assert!(keyed(&["inspect", p(&img), "ls", &format!("/{}", NAMES[0])], &key).contains(NAMES[1]));
+    let path = format!("/{}/{}", NAMES[0], NAMES[1]);
+    assert_eq!(keyed(&["inspect", p(&img), "cat", &path], &key), MARKER);
+    let figures = keyed(&["stats", p(&img), "--json"], &key);
+    assert!(figures.contains("\"state\": \"clean\""), "{figures}");
+
+    let tuned = keyed(&["tune", p(&img), "-L", "secret-label", "-o", "noatime,allow_discards"], &key);
+    assert!(tuned.contains("label: secret-label") && tuned.contains("noatime,allow_discards"), "{tuned}");
+    assert!(keyed(&["tune", p(&img)], &key).contains("secret-label"));
+    assert!(found_in(&img, &["secret-label"]).is_empty(), "the label is encrypted too");
+
+    // The file system is the image less its 1 MiB of headers.
+    let grown = keyed(&["resize", p(&img), "160M"], &key);
+    assert!(grown.contains("grown from 63.0 MiB to 160.0 MiB"), "{grown}");
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 161 << 20, "lengthened past the header");
+    let o = run(&["fsck", p(&img), "--key-file", p(&key)]);
+    assert_eq!(o.status.code(), Some(0), "fsck after the grow: {}{}", stdout(&o), stderr(&o));
+
+    // The image's default options hold on an encrypted mount: noatime, and
+    // allow_discards lets fstrim through.
+    let pid = mount(&img, &mp, &["--key-file", p(&key)]);
+    let opts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let line = opts.lines().find(|l| l.contains(p(&mp))).unwrap_or_default().to_string();
+    assert!(line.contains("noatime"), "the default noatime was applied: {line}");
+    let o = std::process::Command::new("fstrim").arg("-v").arg(&mp).output().unwrap();
+    assert!(o.status.success(), "fstrim with allow_discards: {}", stderr(&o));
+    unmount(&mp, pid);
+
+    // A key for a plain image is an error, whatever the command.
+    let plain = dir.path().join("plain.img");
+    mkfs(&plain, "32M");
+    for args in [&["inspect", p(&plain), "super"][..], &["stats", p(&plain)], &["tune", p(&plain)]] {
+        let o = run(&[args, &["--key-file", p(&key)]].concat());
+        assert!(!o.status.success() && stderr(&o).contains("not an encrypted image: it needs no key"), "{args:?}");
+    }
+}
+
+#[test]
+fn discards_on_an_encrypted_image_need_allow_discards() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mp, key) = (dir.path().join("enc.img"), dir.path().join("mnt"), dir.path().join("key"));
+    std::fs::create_dir(&mp).unwrap();
+    std::fs::write(&key, b"discard key").unwrap();
+    let o = run(&["mkfs", p(&img), "--size", "64M", "--encrypt", "--key-file", p(&key), "--quiet"]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    let allocated = || {
+        let o = std::process::Command::new("du").args(["-B1", p(&img)]).output().unwrap();
+        stdout(&o).split_whitespace().next().unwrap().parse::<u64>().unwrap()
+    };
+
+    // -o discard alone: the mount goes on, says discards are off, and
+    // freeing a file punches no hole; fstrim is refused.
+    let o = run(&["mount", p(&img), p(&mp), "--key-file", p(&key), "-o", "discard"]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("-o discard is off: an encrypted image's free space is not discarded"),
+        "{}",
+        stderr(&o)
+    );
+    let _g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    write_synced(&mp.join("big"), &patterned(16 << 20));
+    let full = allocated();
+    std::fs::remove_file(mp.join("big")).unwrap();
+    sh(&format!("sync -f {}", p(&mp)));
+    let o = std::process::Command::new("fstrim").arg(&mp).output().unwrap();
+    assert!(!o.status.success(), "fstrim without allow_discards");
+    assert!(stderr(&o).contains("not supported"), "{}", stderr(&o));
+    unmount(&mp, pid);
+    assert!(allocated() >= full, "no hole was punched: {} < {full}", allocated());
+
+    let before = std::fs::read(&img).unwrap();
+    let o = run(&["trim", p(&img), "--key-file", p(&key)]);
+    assert!(!o.status.success() && stderr(&o).contains("--allow-discards"), "{}", stderr(&o));
+    assert!(std::fs::read(&img).unwrap() == before, "a refused trim wrote nothing");
+    let o = run(&["trim", p(&img), "--key-file", p(&key), "--allow-discards"]);
+    assert!(o.status.success(), "trim: {}", stderr(&o));
+    assert!(allocated() + (8 << 20) < full, "--allow-discards punched the free space: {} vs {full}", allocated());
+    let o = run(&["fsck", p(&img), "--key-file", p(&key)]);
+    assert_eq!(o.status.code(), Some(0), "fsck: {}{}", stdout(&o), stderr(&o));
+}
+
+/// Runs `command` (cairn's binary and `args`) on a pseudo-terminal
+/// (`script`), typing `typed` at it: a user at a terminal.
+fn at_terminal(args: &[&str], typed: &str) -> std::process::Output {
+    let line: Vec<String> =
+        std::iter::once(env!("CARGO_BIN_EXE_cairn")).chain(args.iter().copied()).map(str::to_string).collect();
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &line.join(" "), "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script(1)");
+    child.stdin.take().unwrap().write_all(typed.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_terminal_is_asked_for_the_passphrase() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mp, other) = (dir.path().join("enc.img"), dir.path().join("mnt"), dir.path().join("other.img"));
+    std::fs::create_dir(&mp).unwrap();
+    let o = at_terminal(&["mkfs", p(&img), "--size", "64M", "--encrypt", "--quiet"], "typed pass\ntyped pass\n");
+    assert!(o.status.success(), "mkfs: {}", stdout(&o));
+    assert!(stdout(&o).contains("The same passphrase again: "), "asked twice: {}", stdout(&o));
+    assert!(stdout(&run(&["key", "list", p(&img)])).contains("slot 0: passphrase"));
+    let o = at_terminal(&["mkfs", p(&other), "--size", "64M", "--encrypt"], "one\ntwo\n");
+    assert!(!o.status.success() && stdout(&o).contains("the two passphrases differ"), "{}", stdout(&o));
+    assert!(!other.exists(), "nothing was made");
+
+    // A background mount asks, and its daemon opens the image with it.
+    let o = at_terminal(&["mount", p(&img), p(&mp)], "typed pass\n");
+    assert!(o.status.success(), "mount: {}", stdout(&o));
+    assert!(stdout(&o).contains(&format!("Passphrase for {}: ", p(&img))), "{}", stdout(&o));
+    let _g = Guard(mp.clone());
+    let pid = daemon_pid(&mp);
+    std::fs::write(mp.join(NAMES[1]), MARKER).unwrap();
+    unmount(&mp, pid);
+    let o = at_terminal(&["fsck", p(&img)], "typed pass\n");
+    assert_eq!(o.status.code(), Some(0), "fsck: {}", stdout(&o));
+    let o = at_terminal(&["inspect", p(&img), "cat", &format!("/{}", NAMES[1])], "typed pass\n");
+    assert!(o.status.success() && stdout(&o).ends_with(MARKER), "inspect: {}", stdout(&o));
+    let o = at_terminal(&["fsck", p(&img)], "mistyped\n");
+    assert_eq!(o.status.code(), Some(8), "a wrong passphrase: {}", stdout(&o));
+    assert!(stdout(&o).contains("wrong passphrase or key file"), "{}", stdout(&o));
+}
+
+fn sha256(path: &Path) -> String {
+    let o = std::process::Command::new("sha256sum").arg(path).output().unwrap();
+    assert!(o.status.success());
+    stdout(&o).split_whitespace().next().unwrap().to_string()
+}
+
+/// Issue 54's "done when", through the CLI: made, mounted with a key file
+/// and with `-o keyfile=` through the fstab helper (as `mount -a` runs it), used, fsck'd, grown
+/// while mounted, re-keyed; the old key then opens nothing and changes
+/// nothing; the image holds none of the plaintext.
+#[test]
+fn an_encrypted_image_lives_its_life_through_the_cli() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mp) = (dir.path().join("enc.img"), dir.path().join("mnt"));
+    let (old_key, new_key) = (dir.path().join("old.key"), dir.path().join("new.key"));
+    std::fs::create_dir(&mp).unwrap();
+    std::fs::write(&old_key, b"the first key file").unwrap();
+    std::fs::write(&new_key, b"the key file after the change").unwrap();
+    let o = run(&["mkfs", p(&img), "--size", "96M", "--encrypt", "--key-file", p(&old_key), "--quiet"]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+
+    let pid = mount(&img, &mp, &["--key-file", p(&old_key)]);
+    let _g = Guard(mp.clone());
+    write_tree(&mp);
+    unmount(&mp, pid);
+    assert_eq!(run(&["fsck", p(&img), "--key-file", p(&old_key)]).status.code(), Some(0));
+
+    // As `mount -a` mounts an fstab line `IMG MP fuse.cairn keyfile=KEY,noatime`: mount(8)
+    // runs the helper with the line's options.
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mount.fuse.cairn");
+    let o = std::process::Command::new("sh")
+        .arg(&helper)
+        .args([p(&img), p(&mp), "-o", &format!("keyfile={},noatime", p(&old_key))])
+        .env("CAIRN", env!("CARGO_BIN_EXE_cairn"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "mount.fuse.cairn: {}", stderr(&o));
+    let pid = daemon_pid(&mp);
+    check_tree(&mp);
+    let size = |mp: &Path| nix_statvfs_bytes(mp);
+    let before = size(&mp);
+    let o = run(&["resize", p(&mp), "300M"]);
+    assert!(o.status.success(), "online grow: {}", stderr(&o));
+    assert!(stdout(&o).contains("while mounted"), "{}", stdout(&o));
+    assert!(size(&mp) > before + (150 << 20), "the mount grew: {before} -> {}", size(&mp));
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), (300 << 20) + (1 << 20), "the image file grew past its header");
+    // More than the old size holds: the new groups are used.
+    let big = patterned(120 << 20);
+    write_synced(&mp.join("past-the-old-end"), &big);
+    unmount(&mp, pid);
+    let o = run(&["fsck", p(&img), "--key-file", p(&old_key)]);
+    assert_eq!(o.status.code(), Some(0), "fsck after the online grow: {}{}", stdout(&o), stderr(&o));
+
+    let o = run(&["key", "change", p(&img), "--key-file", p(&old_key), "--new-key-file", p(&new_key)]);
+    assert!(o.status.success(), "key change: {}", stderr(&o));
+    let hash = sha256(&img);
+    for args in [
+        &["mount", p(&img), p(&mp), "--key-file", p(&old_key)][..],
+        &["fsck", p(&img), "-y", "--key-file", p(&old_key)],
+        &["resize", p(&img), "400M", "--key-file", p(&old_key)],
+        &["tune", p(&img), "-L", "x", "--key-file", p(&old_key)],
+    ] {
+        let o = run(args);
+        assert!(!o.status.success() && stderr(&o).contains("wrong passphrase or key file"), "{args:?}: {}", stderr(&o));
+    }
+    assert!(!is_mounted(&mp));
+    assert_eq!(sha256(&img), hash, "the old key changed the image");
+
+    let pid = mount(&img, &mp, &["--key-file", p(&new_key)]);
+    check_tree(&mp);
+    assert!(std::fs::read(mp.join("past-the-old-end")).unwrap() == big, "the file in the grown space reads back");
+    unmount(&mp, pid);
+    assert_eq!(run(&["fsck", p(&img), "--key-file", p(&new_key)]).status.code(), Some(0));
+
+    let needles = [MARKER, NAMES[0], NAMES[1], NAMES[2], "past-the-old-end", "lost+found"];
+    assert_eq!(found_in(&img, &needles), Vec::<String>::new(), "the image shows plaintext");
+}
+
+/// The bytes of the file system mounted at `mp` (statvfs).
+fn nix_statvfs_bytes(mp: &Path) -> u64 {
+    let o = std::process::Command::new("stat").args(["-f", "-c", "%b %S", p(mp)]).output().unwrap();
+    let text = stdout(&o);
+    let mut it = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+    it.next().unwrap() * it.next().unwrap()
 }

@@ -86,6 +86,9 @@ pub struct AdapterOptions {
     /// OPEN and a RELEASE request per open of any file; off, OPEN is
     /// answered ENOSYS once and opens cost no request (see `open`).
     pub parallel_dio: bool,
+    /// Answer `fstrim` (FITRIM) EOPNOTSUPP: an encrypted image mounted
+    /// without `-o allow_discards` (see the CLI's `encrypted_mount`).
+    pub trim_refused: bool,
     /// Free bytes below which the space guard gates buffered writes (see
     /// `space`); 0 turns it off. Set by the mount from `-o dirty_limit_mb`.
     pub space_reserve: u64,
@@ -119,6 +122,7 @@ impl Default for AdapterOptions {
             acl: true,
             io_uring: true,
             parallel_dio: false,
+            trim_refused: false,
             space_reserve: 0,
             serving_threads: 2,
             readdirplus_always: true,
@@ -908,6 +912,11 @@ impl Filesystem for CairnFuse {
             // `len` set to the bytes discarded. CAP_SYS_ADMIN, as ext4 asks.
             if req.uid() != 0 {
                 reply.error(Errno::EPERM);
+                return;
+            }
+            if self.opts.trim_refused {
+                tracing::warn!("fstrim refused: an encrypted image discards only with -o allow_discards");
+                reply.error(Errno::EOPNOTSUPP);
                 return;
             }
             let Some(range) = in_data.get(..24) else {

@@ -286,6 +286,11 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.discard = false;
         Ok(())
     }),
+    spec(&["allow_discards"], Flag, Cairn, Of(|p| Val::Bool(p.s.allow_discards)),
+        "let an encrypted image's discards (-o discard, fstrim) through: they show which blocks are free, so they are off without it (as LUKS' allow-discards); nothing on a plain image", |p, _, _| {
+        p.s.allow_discards = true;
+        Ok(())
+    }),
     spec(&["acl"], Flag, Cairn, Of(|p| Val::Bool(p.s.adapter.acl)), "POSIX ACLs (setfacl/getfacl, enforced by the kernel, inherited from default ACLs)", |p, _, _| {
         p.s.adapter.acl = true;
         Ok(())

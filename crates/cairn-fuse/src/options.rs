@@ -79,6 +79,9 @@ pub struct Settings {
     pub log_file: Option<std::path::PathBuf>,
     /// The key file of an encrypted image (`-o keyfile=FILE`, as `--key-file FILE`).
     pub key_file: Option<std::path::PathBuf>,
+    /// Let an encrypted image's discards through (`-o allow_discards`, as
+    /// LUKS' allow-discards); a plain image's always go.
+    pub allow_discards: bool,
     /// Mount as "fuseblk" over this block device (see [`crate::session_config`]).
     pub block_device: Option<String>,
     /// `fuseblk` / `nofuseblk`: `None` lets the command decide (fuseblk when root).
@@ -126,6 +129,7 @@ impl Default for Settings {
             fsname: None,
             log_file: None,
             key_file: None,
+            allow_discards: false,
             block_device: None,
             fuseblk: None,
             readahead_kb: 1024,

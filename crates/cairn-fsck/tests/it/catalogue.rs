@@ -25,14 +25,14 @@ use std::collections::BTreeMap;
 
 /// One kind of damage: what it does to an image and which paths (prefixes)
 /// may change because of it.
-struct Kind {
-    name: &'static str,
-    code: Code,
-    damage: fn(&mut Vec<u8>, &Names),
-    touches: &'static [&'static str],
+pub(crate) struct Kind {
+    pub(crate) name: &'static str,
+    pub(crate) code: Code,
+    pub(crate) damage: fn(&mut Vec<u8>, &Names),
+    pub(crate) touches: &'static [&'static str],
     /// `Some(why)`: found, but `--repair` does not fix it yet (the check
     /// then asserts that it still reports it, honestly, with exit 4).
-    not_repaired: Option<&'static str>,
+    pub(crate) not_repaired: Option<&'static str>,
 }
 
 const F1: &[&str] = &["/a/f1", "/a/b/f1link", "/f1root"];
@@ -50,7 +50,7 @@ fn backup_block(bytes: &[u8]) -> usize {
 
 /// Every kind, in the catalogue's order (the order failures are listed in;
 /// each kind's golden outputs are kept under its name).
-fn kinds() -> Vec<Kind> {
+pub(crate) fn kinds() -> Vec<Kind> {
     [
         superblock_kinds(),
         count_kinds(),
@@ -489,7 +489,7 @@ fn retype_entry(bytes: &mut [u8], dir: u64, name: &[u8], dtype: u8) {
     node.encode(seed, root, blk);
 }
 
-type Build = fn() -> (Vec<u8>, Names);
+pub(crate) type Build = fn() -> (Vec<u8>, Names);
 
 /// Rewrites the first extent of inode `ino`'s extent tree (its leftmost
 /// leaf), with a valid checksum.
@@ -514,7 +514,7 @@ fn edit_first_tree_extent(bytes: &mut [u8], ino: u64, f: impl FnOnce(&mut cairn_
     }
 }
 
-fn shapes() -> Vec<(&'static str, Build)> {
+pub(crate) fn shapes() -> Vec<(&'static str, Build)> {
     vec![
         ("4 KiB blocks, small groups", || golden::populated(48, &small_groups())),
         ("1 KiB blocks", || golden::populated(48, &one_kib_blocks())),

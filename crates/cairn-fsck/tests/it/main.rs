@@ -6,6 +6,7 @@ mod clean;
 mod common;
 mod corrupt;
 mod damaged_log;
+mod encrypted;
 mod fuzz;
 mod golden;
 mod operational;
