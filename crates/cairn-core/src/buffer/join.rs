@@ -270,13 +270,22 @@ pub(crate) struct Claim {
 }
 
 impl Claim {
+    /// Saves chunk `chunk`'s bytes from before the change: those inside
+    /// the changed range (`before`, from byte `at`) from `before`, the rest
+    /// from `live`, which the change did not touch there.
     fn save(&mut self, chunk: usize, before: &[u8], at: usize, live: &[u8]) {
         let cs = chunk_size(live.len());
         if self.undo.is_empty() {
             self.undo = vec![0; live.len()];
         }
-        for pos in chunk * cs..(chunk + 1) * cs {
-            self.undo[pos] = if pos >= at && pos < at + before.len() { before[pos - at] } else { live[pos] };
+        let (lo, hi) = (chunk * cs, (chunk + 1) * cs);
+        let (in_lo, in_hi) = (lo.max(at), hi.min(at + before.len()));
+        if in_lo >= in_hi {
+            self.undo[lo..hi].copy_from_slice(&live[lo..hi]);
+        } else {
+            self.undo[lo..in_lo].copy_from_slice(&live[lo..in_lo]);
+            self.undo[in_lo..in_hi].copy_from_slice(&before[in_lo - at..in_hi - at]);
+            self.undo[in_hi..hi].copy_from_slice(&live[in_hi..hi]);
         }
         self.chunks |= 1 << chunk;
     }
