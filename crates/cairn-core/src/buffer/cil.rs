@@ -37,7 +37,7 @@
 //! commit mutex → gate (closed, the swap) → insertion lists. The capture
 //! runs under the commit mutex only: buffer bytes (read) → buffer log state.
 
-use super::join::{restore, Claim};
+use super::join::joined_image;
 use super::{Buf, LogState};
 use crate::stats::{Histogram, Publish};
 use crate::thread_index::thread_index;
@@ -50,19 +50,7 @@ use std::sync::Arc;
 /// rarely share one).
 const LISTS: usize = 16;
 
-use crate::journal::image::{Captured, Image, ImageBytes};
-
-/// The bytes of `live` that joined groups made: a shared reference if no
-/// running group claims a chunk, else a copy with the claims' undo bytes
-/// restored (see `join`).
-pub(crate) fn joined_image(live: &Image, claims: &[Claim]) -> Image {
-    if claims.is_empty() {
-        return Image::clone(live);
-    }
-    let mut copy = ImageBytes::clone(live);
-    restore(&mut copy, claims);
-    Arc::new(copy)
-}
+use crate::journal::image::{Captured, Image};
 
 /// A buffer's image of a committing checkpoint, copied by a writer.
 pub(crate) struct Frozen {

@@ -38,6 +38,7 @@
 //! are locked in id order.
 
 use super::{BitmapIntent, Buf, LogState};
+use crate::journal::image::{Image, ImageBytes};
 use cairn_format::journal::{chunk_size, CHUNKS};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -352,6 +353,18 @@ pub(crate) fn claim(
     !had
 }
 
+/// The bytes of `live` that joined groups made: a shared reference if no
+/// running group claims a chunk, else a copy with the claims' undo bytes
+/// restored (see `join`).
+pub(crate) fn joined_image(live: &Image, claims: &[Claim]) -> Image {
+    if claims.is_empty() {
+        return Image::clone(live);
+    }
+    let mut copy = ImageBytes::clone(live);
+    restore(&mut copy, claims);
+    Arc::new(copy)
+}
+
 /// `image` with every claim's chunks restored, newest claim first (the
 /// bytes of the groups that joined, whatever runs now).
 pub(crate) fn restore(image: &mut [u8], claims: &[Claim]) {
@@ -378,7 +391,7 @@ impl super::BufferCache {
                 continue;
             }
             if st.dirty_seq != 0 && st.dirty_seq < running {
-                let image = super::cil::joined_image(&data, &st.claims);
+                let image = joined_image(&data, &st.claims);
                 self.cil.freeze(&mut st, image);
             }
             let mut map = 0;

@@ -566,7 +566,7 @@ impl BufferCache {
             if st.dirty_seq != 0 && st.dirty_seq < running {
                 // Committing and not captured yet: the push gets today's
                 // bytes (a reference; the copy is made just below).
-                let image = cil::joined_image(&guard, &st.claims);
+                let image = join::joined_image(&guard, &st.claims);
                 self.cil.freeze(&mut st, image);
             }
         }
