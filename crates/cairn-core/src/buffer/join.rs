@@ -265,8 +265,8 @@ pub(crate) struct Claim {
     /// The chunks to log when the group joins (the claimed ones, or more: a
     /// block logged whole).
     pub map: u64,
-    /// The claimed chunks' bytes from before the group changed them (a
-    /// block's worth; empty until a chunk is claimed).
+    /// The claimed chunks' bytes from before the group changed them: one
+    /// record per chunk, its index then its bytes, in the order claimed.
     pub undo: Vec<u8>,
 }
 
@@ -276,17 +276,15 @@ impl Claim {
     /// from `live`, which the change did not touch there.
     fn save(&mut self, chunk: usize, before: &[u8], at: usize, live: &[u8]) {
         let cs = chunk_size(live.len());
-        if self.undo.is_empty() {
-            self.undo = vec![0; live.len()];
-        }
         let (lo, hi) = (chunk * cs, (chunk + 1) * cs);
         let (in_lo, in_hi) = (lo.max(at), hi.min(at + before.len()));
+        self.undo.push(chunk as u8);
         if in_lo >= in_hi {
-            self.undo[lo..hi].copy_from_slice(&live[lo..hi]);
+            self.undo.extend_from_slice(&live[lo..hi]);
         } else {
-            self.undo[lo..in_lo].copy_from_slice(&live[lo..in_lo]);
-            self.undo[in_lo..in_hi].copy_from_slice(&before[in_lo - at..in_hi - at]);
-            self.undo[in_hi..hi].copy_from_slice(&live[in_hi..hi]);
+            self.undo.extend_from_slice(&live[lo..in_lo]);
+            self.undo.extend_from_slice(&before[in_lo - at..in_hi - at]);
+            self.undo.extend_from_slice(&live[in_hi..hi]);
         }
         self.chunks |= 1 << chunk;
     }
@@ -308,9 +306,11 @@ pub(crate) fn claim(
     let mut todo = changed;
     let mut over_sealed = 0u64;
     let mut had = false;
-    for c in &st.claims {
+    let mut mine = None;
+    for (i, c) in st.claims.iter().enumerate() {
         if JoinGroup::same(&c.group, group) {
             had = true;
+            mine = mine.or(Some(i));
             todo &= !c.chunks;
             continue;
         }
@@ -321,6 +321,7 @@ pub(crate) fn claim(
         match JoinGroup::merge(group, &c.group) {
             Merge::Joined => {
                 had = true;
+                mine = mine.or(Some(i));
                 todo &= !overlap;
             }
             Merge::Sealed => over_sealed |= overlap,
@@ -338,7 +339,7 @@ pub(crate) fn claim(
         st.claims.push(c);
     }
     if plain != 0 || late == 0 {
-        let i = match st.claims.iter().position(|c| JoinGroup::same(&c.group, group)) {
+        let i = match mine {
             Some(i) => i,
             None => {
                 st.claims.push(fresh());
@@ -370,8 +371,9 @@ pub(crate) fn joined_image(live: &Image, claims: &[Claim]) -> Image {
 pub(crate) fn restore(image: &mut [u8], claims: &[Claim]) {
     let cs = chunk_size(image.len());
     for c in claims.iter().rev() {
-        for k in (0..CHUNKS).filter(|k| c.chunks >> k & 1 == 1) {
-            image[k * cs..(k + 1) * cs].copy_from_slice(&c.undo[k * cs..(k + 1) * cs]);
+        for record in c.undo.chunks_exact(cs + 1) {
+            let k = usize::from(record[0]);
+            image[k * cs..(k + 1) * cs].copy_from_slice(&record[1..]);
         }
     }
 }

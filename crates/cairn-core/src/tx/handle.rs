@@ -47,7 +47,7 @@ pub(super) trait Host: Sync {
     /// Gives back `credits` of reservation.
     fn release(&self, credits: u64);
     /// The handle leaves the admission gate after `held_us`.
-    fn leave(&self, meta: &Meta, entry: Entry, held_us: u64);
+    fn leave(&self, held_us: u64);
     /// A finished handle enters the join gate (waiting while a push holds
     /// it closed).
     fn enter_join(&self, meta: &Meta) -> Entry;
@@ -75,10 +75,10 @@ pub use crate::buffer::join::JoinAction;
 pub struct Tx<'a> {
     meta: &'a Meta,
     mgr: &'a dyn Host,
-    /// When the handle entered the gate (a commit waits for the longest
-    /// hold); `None` only for the commit's own handle, which runs under the
-    /// closed gate and holds no reservation.
-    entered: Option<(Entry, Instant)>,
+    /// When the handle began (it is inside the admission gate until its
+    /// drop); `None` only for a direct writer (a swap's, a quiesced
+    /// change's), which holds no reservation.
+    entered: Option<Instant>,
     credits: Cell<u64>,
     used: Cell<u64>,
     touched: Cell<bool>,
@@ -97,7 +97,7 @@ pub struct Tx<'a> {
 }
 
 impl<'a> Tx<'a> {
-    pub(super) fn new(meta: &'a Meta, mgr: &'a dyn Host, entered: Option<(Entry, Instant)>, credits: u64) -> Tx<'a> {
+    pub(super) fn new(meta: &'a Meta, mgr: &'a dyn Host, entered: Option<Instant>, credits: u64) -> Tx<'a> {
         let mark = entered.and(meta.bufs().probe()).map(|p| p.begin());
         Tx {
             meta,
@@ -340,9 +340,9 @@ impl Drop for Tx<'_> {
                 tracing::error!(error = %e, "a handle that ended early could not apply its recorded changes");
             }
         }
-        if let Some((entry, entered)) = self.entered {
+        if let Some(entered) = self.entered {
             self.mgr.release(self.credits.get());
-            self.mgr.leave(self.meta, entry, entered.elapsed().as_micros() as u64);
+            self.mgr.leave(entered.elapsed().as_micros() as u64);
         }
         if let (Some(mark), Some(probe)) = (&self.mark, self.meta.bufs().probe()) {
             probe.end(mark);

@@ -48,6 +48,7 @@
 //! superblock buffer, the orphan tree, the insertion lists): a handle must
 //! not hold an inode lock or an allocator lock when it ends.
 
+use super::admission::Admission;
 use super::gate::{Entry, Gate, Push, Turn};
 use super::handle::{Host, JoinHook, Tx};
 use crate::buffer::cil::Batch;
@@ -97,7 +98,7 @@ pub struct TxManager {
     gate: Gate,
     /// Entered by every handle from begin to end; only a quiesce closes it,
     /// waiting for every handle however long.
-    admit: Gate,
+    admit: Admission,
     /// What the running commit's swap returned (or its panic), handed from
     /// whichever thread took the turn to the commit.
     swapped: Mutex<Option<std::thread::Result<Result<Batch>>>>,
@@ -140,7 +141,7 @@ impl TxManager {
             log,
             latch,
             gate: Gate::new(patience, drain),
-            admit: Gate::new(None, None),
+            admit: Admission::default(),
             swapped: Mutex::new(None),
             commit_lock: Mutex::new(()),
             reserved: AtomicU64::new(0),
@@ -174,13 +175,13 @@ impl TxManager {
     /// the cache and the allocator hold then).
     pub fn quiesced<R>(&self, meta: &Meta, f: impl FnOnce() -> R) -> R {
         let _c = self.commit_lock.lock();
-        let Push::Mine(turn) = self.admit.push(false) else { unreachable!("a quiesce delegates nothing") };
+        self.admit.close();
         if cfg!(debug_assertions) {
             // No handle runs now: the in-memory invariants must hold.
             meta.alloc().debug_check_consistency();
         }
         let r = catch_unwind(AssertUnwindSafe(f));
-        self.admit.open(turn);
+        self.admit.open();
         r.unwrap_or_else(|p| resume_unwind(p))
     }
 
@@ -294,8 +295,8 @@ impl TxManager {
         }
         self.stats.handles.fetch_add(1, Ordering::Relaxed);
         self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
-        let (entry, _) = self.admit.enter();
-        Ok(Tx::new(meta, self, Some((entry, Instant::now())), credits))
+        self.admit.enter();
+        Ok(Tx::new(meta, self, Some(Instant::now()), credits))
     }
 
     /// Makes everything changed before this call durable (see the module
@@ -408,11 +409,9 @@ impl Host for TxManager {
         self.reserved.fetch_sub(credits, Ordering::AcqRel);
     }
 
-    fn leave(&self, _meta: &Meta, entry: Entry, held_us: u64) {
+    fn leave(&self, held_us: u64) {
         self.stats.gate_hold_us_max.fetch_max(held_us, Ordering::Relaxed);
-        // Only a quiesce closes this gate, and it takes no turn from it.
-        let turn = self.admit.leave(entry);
-        debug_assert!(turn.is_none(), "a quiesce delegates nothing");
+        self.admit.leave();
     }
 
     fn enter_join(&self, meta: &Meta) -> Entry {
