@@ -4,7 +4,7 @@ thread count, the median and range of create and unlink rates, CPU per
 million files, and the gate's counters."""
 import glob, json, os, statistics as st, sys
 
-here = os.path.dirname(os.path.abspath(__file__))
+here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 rows = {}
 for path in sorted(glob.glob(os.path.join(here, "*-t*-*.json"))):
     name = os.path.basename(path)[:-5]

@@ -6,11 +6,13 @@
 //! the conflict probe found half of all creates changing a descriptor or
 //! bitmap chunk another running handle had changed (gate plan §7.1). For
 //! handles to keep their changes private until their end, those shared
-//! blocks must change only at the end. So the operation decides in memory
-//! (the buddy, the inode map, the counters, as before) and records a
-//! [`BitmapIntent`]; `Tx::apply_at_end`, at the end of `Engine::change`,
-//! applies them with the group lock held, still inside today's gate, so
-//! nothing outside the allocator can tell the difference yet.
+//! blocks must change only at the end. So, with private handles
+//! (`-o debug.private_handles`), the operation decides in memory (the
+//! buddy, the inode map, the counters, as before) and records a
+//! [`BitmapIntent`]; its join group's join (`Tx::join`, at the end of
+//! `Engine::change`) applies them with the group lock held, inside the
+//! gate. A handle that holds the gate from begin to end (the default) and
+//! every other direct writer applies its intents at once.
 //!
 //! ## Order
 //! Intents on different bits commute. Two cases put intents of different
@@ -30,9 +32,10 @@
 //! * A group with unapplied intents keeps its buddy loaded (eviction skips
 //!   it): a buddy rebuilt from a bitmap that lacks their uses would hand the
 //!   blocks out twice.
-//! * Everything a handle records is applied before the handle leaves the
-//!   gate, so a checkpoint never sees half of one (the swap's consistency
-//!   check still holds).
+//! * Everything a handle records is applied in its group's join, inside
+//!   the gate, so a checkpoint never sees half of one; the superblock's
+//!   free counts are the joined ones (`joined_free_blocks`,
+//!   `joined_free_inodes`, changed only where an intent is applied).
 //!
 //! ## Locking
 //! The group's lock, as for every change of its state; recording happens

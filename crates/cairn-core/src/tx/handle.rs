@@ -6,7 +6,10 @@
 //! takes `&Meta` ([`Tx::meta`] for an operation's reads); changing code takes
 //! `&Tx`: the only ways to dirty a buffer, allocate or free go through a `Tx`.
 //!
-//! The handle's changes stay private until its end (`buffer::join`): the
+//! A handle holds the transaction gate from begin to end and changes the
+//! running checkpoint directly, unless the mount asks for private handles
+//! (`-o debug.private_handles`). Then its changes stay private until its
+//! end (`buffer::join`): the
 //! chunks it changes are claimed for its join group, and its allocation
 //! intents and [`JoinAction`]s are recorded. [`Tx::join`], at the end of
 //! `Engine::change`, hands them to the group; the group's last member joins
@@ -94,10 +97,20 @@ pub struct Tx<'a> {
     direct: Cell<bool>,
     /// Set by [`Tx::join`]; a handle dropped without it is unwinding.
     joined: bool,
+    /// The gate, held from begin to end when handles are not private
+    /// (`-o debug.private_handles` off): such a handle changes the running
+    /// checkpoint directly.
+    held: Option<Entry>,
 }
 
 impl<'a> Tx<'a> {
-    pub(super) fn new(meta: &'a Meta, mgr: &'a dyn Host, entered: Option<Instant>, credits: u64) -> Tx<'a> {
+    pub(super) fn new(
+        meta: &'a Meta,
+        mgr: &'a dyn Host,
+        entered: Option<Instant>,
+        credits: u64,
+        held: Option<Entry>,
+    ) -> Tx<'a> {
         let mark = entered.and(meta.bufs().probe()).map(|p| p.begin());
         Tx {
             meta,
@@ -108,9 +121,10 @@ impl<'a> Tx<'a> {
             touched: Cell::new(false),
             mark,
             work: RefCell::default(),
-            group: entered.map(|_| JoinGroup::new()),
+            group: entered.filter(|_| held.is_none()).map(|_| JoinGroup::new()),
             direct: Cell::new(false),
             joined: false,
+            held,
         }
     }
 
@@ -342,7 +356,11 @@ impl Drop for Tx<'_> {
         }
         if let Some(entered) = self.entered {
             self.mgr.release(self.credits.get());
-            self.mgr.leave(entered.elapsed().as_micros() as u64);
+            let held_us = entered.elapsed().as_micros() as u64;
+            if let Some(entry) = self.held.take() {
+                self.mgr.leave_join(self.meta, entry, 0);
+            }
+            self.mgr.leave(held_us);
         }
         if let (Some(mark), Some(probe)) = (&self.mark, self.meta.bufs().probe()) {
             probe.end(mark);

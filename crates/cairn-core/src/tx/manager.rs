@@ -15,12 +15,13 @@
 //! built while handles keep within their credits.
 //!
 //! ## Commit
-//! A handle holds two gates (see `gate`). The *admission* gate, from begin
-//! to end, which only a quiesce closes (a grow, a consistency check: it
-//! waits for every handle however long). And the *join* gate, only for its
-//! join: a handle's changes are private until its end (`buffer::join`), and
-//! join the running checkpoint in the few microseconds its join holds that
-//! gate. [`TxManager::commit`] closes the join gate only to rewrite the
+//! A handle holds two gates (see `gate`). The *admission* gate
+//! (`admission`), from begin to end, which only a quiesce closes (a grow, a
+//! consistency check: it waits for every handle however long). And the
+//! transaction gate: from begin to end by default, or, with private
+//! handles (`-o debug.private_handles`), only for its join: a handle's
+//! changes are then private until its end (`buffer::join`), and join the
+//! running checkpoint in the few microseconds its join holds that gate. [`TxManager::commit`] closes the join gate only to rewrite the
 //! superblock buffer and to swap the committed-item list for an empty one
 //! (see `cil`: a few locks, whatever the amount dirty): [`TxManager`]'s
 //! `swap`, which needs nothing but the manager and [`Meta`]. Handles that
@@ -99,6 +100,9 @@ pub struct TxManager {
     /// Entered by every handle from begin to end; only a quiesce closes it,
     /// waiting for every handle however long.
     admit: Admission,
+    /// Handles keep their changes private and hold `gate` only for their
+    /// join (`-o debug.private_handles`); else from begin to end.
+    private: bool,
     /// What the running commit's swap returned (or its panic), handed from
     /// whichever thread took the turn to the commit.
     swapped: Mutex<Option<std::thread::Result<Result<Batch>>>>,
@@ -135,6 +139,7 @@ impl TxManager {
         max_dirty: u64,
         patience: Option<Duration>,
         drain: Option<Duration>,
+        private: bool,
     ) -> TxManager {
         let limit = log.max_record_images().min(max_dirty).saturating_sub(MARGIN).max(1);
         TxManager {
@@ -142,6 +147,7 @@ impl TxManager {
             latch,
             gate: Gate::new(patience, drain),
             admit: Admission::default(),
+            private,
             swapped: Mutex::new(None),
             commit_lock: Mutex::new(()),
             reserved: AtomicU64::new(0),
@@ -190,7 +196,7 @@ impl TxManager {
     /// adds groups the allocator serves at once). Its changes join the
     /// running checkpoint.
     pub fn quiesced_change<R>(&self, meta: &Meta, credits: u64, f: impl FnOnce(&Tx<'_>) -> Result<R>) -> Result<R> {
-        self.quiesced(meta, || f(&Tx::new(meta, self, None, credits)))
+        self.quiesced(meta, || f(&Tx::new(meta, self, None, credits, None)))
     }
 
     /// A join leaves the gate; if it is the last one out of a gate closed
@@ -224,10 +230,10 @@ impl TxManager {
         }
         if let Some(hook) = self.swap_hook.get() {
             // Its changes are charged to the credits set aside for them.
-            hook(&Tx::new(meta, self, None, self.limit))?;
+            hook(&Tx::new(meta, self, None, self.limit, None))?;
         }
         if meta.bufs().dirty_count() > 0 {
-            let tx = Tx::new(meta, self, None, MARGIN);
+            let tx = Tx::new(meta, self, None, MARGIN, None);
             meta.write_sb_buffer(&tx, self.latch.flagged())?;
         }
         let batch = meta.bufs().cil.swap();
@@ -296,7 +302,10 @@ impl TxManager {
         self.stats.handles.fetch_add(1, Ordering::Relaxed);
         self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
         self.admit.enter();
-        Ok(Tx::new(meta, self, Some(Instant::now()), credits))
+        // Without private handles, a handle holds the gate from begin to
+        // end and changes the running checkpoint directly.
+        let held = (!self.private).then(|| self.enter_join(meta));
+        Ok(Tx::new(meta, self, Some(Instant::now()), credits, held))
     }
 
     /// Makes everything changed before this call durable (see the module
