@@ -209,10 +209,11 @@ impl Engine {
                 // operation.
                 self.txm.latch.note(self.meta.dev(), e, changed);
             }
-            // The allocation bitmaps and the orphan list change at the
-            // handle's end (see `alloc::intents`, `tx::JoinAction`); a
-            // failure there fails the operation (and has aborted the
-            // journal).
+            // With private handles the claimed buffers, the allocation
+            // bitmaps and the orphan list join at the handle's end (see
+            // `buffer::join`, `alloc::intents`, `tx::JoinAction`); a failure
+            // there fails the operation (and has aborted the journal).
+            // Otherwise the join has nothing to do.
             let r = match (r, tx.join()) {
                 (r, Ok(())) => r,
                 (_, Err(e)) => Err(e),
