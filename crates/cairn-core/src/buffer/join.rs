@@ -41,10 +41,43 @@ use super::{BitmapIntent, Buf, LogState};
 use crate::journal::image::{Image, ImageBytes};
 use cairn_format::journal::{chunk_size, CHUNKS};
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 static NEXT_GROUP: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// Undo buffers of joined claims, for this thread's next claims (one
+    /// claim per buffer a handle changes: an allocation each otherwise).
+    static UNDO_POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Most undo buffers a thread keeps (each at most a block and its indexes).
+const UNDO_POOL_MAX: usize = 64;
+
+/// An empty undo buffer with room for `chunks` of a `block_size` block.
+fn undo_buffer(chunks: u64, block_size: usize) -> Vec<u8> {
+    let mut undo = UNDO_POOL.with(|p| p.borrow_mut().pop()).unwrap_or_default();
+    undo.reserve(undo_len(chunks, block_size));
+    undo
+}
+
+/// Bytes of undo records for `chunks` (an index byte and the chunk each).
+fn undo_len(chunks: u64, block_size: usize) -> usize {
+    chunks.count_ones() as usize * (chunk_size(block_size) + 1)
+}
+
+/// Gives a joined claim's undo buffer back to this thread's pool.
+fn recycle(mut undo: Vec<u8>) {
+    undo.clear();
+    UNDO_POOL.with(|p| {
+        let mut pool = p.borrow_mut();
+        if pool.len() < UNDO_POOL_MAX {
+            pool.push(undo);
+        }
+    });
+}
 
 /// A change a handle's end makes besides the allocator's intents (steps S2
 /// and S4 of `docs/gate-plan.md`): what an operation decided about state
@@ -78,6 +111,9 @@ impl EndWork {
 /// One or more handles that join together (see the module essay).
 pub struct JoinGroup {
     id: u64,
+    /// Set (under the state lock, never cleared) when the group merges into
+    /// another: a group without it is its own root, found with no lock.
+    absorbed: AtomicBool,
     state: Mutex<GroupState>,
     done: Condvar,
 }
@@ -132,6 +168,7 @@ impl JoinGroup {
         let state = GroupState { running: 1, ..GroupState::default() };
         Arc::new(JoinGroup {
             id: NEXT_GROUP.fetch_add(1, Ordering::Relaxed),
+            absorbed: AtomicBool::new(false),
             state: Mutex::new(state),
             done: Condvar::new(),
         })
@@ -141,6 +178,11 @@ impl JoinGroup {
     fn root(self: &Arc<Self>) -> Arc<JoinGroup> {
         let mut g = self.clone();
         loop {
+            if !g.absorbed.load(Ordering::Acquire) {
+                // A root now (a merge may make it a child right after: the
+                // callers lock it and look again).
+                return g;
+            }
             let parent = g.state.lock().parent.clone();
             match parent {
                 Some(p) => g = p,
@@ -151,7 +193,14 @@ impl JoinGroup {
 
     /// Whether `a` and `b` are one group.
     pub fn same(a: &Arc<JoinGroup>, b: &Arc<JoinGroup>) -> bool {
-        Arc::ptr_eq(a, b) || Arc::ptr_eq(&a.root(), &b.root())
+        if Arc::ptr_eq(a, b) {
+            return true;
+        }
+        if !a.absorbed.load(Ordering::Acquire) && !b.absorbed.load(Ordering::Acquire) {
+            // Two distinct roots (the common case: no lock, no clone).
+            return false;
+        }
+        Arc::ptr_eq(&a.root(), &b.root())
     }
 
     /// Locks two distinct roots in id order; `None` if they are one, or if
@@ -191,6 +240,7 @@ impl JoinGroup {
             go.merged.append(&mut gm.merged);
             go.merged.push(rm.clone());
             gm.parent = Some(ro.clone());
+            rm.absorbed.store(true, Ordering::Release);
             return Merge::Joined;
         }
     }
@@ -327,11 +377,12 @@ pub(crate) fn claim(
             Merge::Sealed => over_sealed |= overlap,
         }
     }
-    let fresh = || Claim { group: group.clone(), chunks: 0, map: 0, undo: Vec::new() };
+    let bs = live.len();
+    let fresh = |chunks| Claim { group: group.clone(), chunks: 0, map: 0, undo: undo_buffer(chunks, bs) };
     // Chunks over a sealed group's claim go in a claim newer than it.
     let (plain, late) = (todo & !over_sealed, todo & over_sealed);
     if late != 0 {
-        let mut c = fresh();
+        let mut c = fresh(late);
         for chunk in (0..CHUNKS).filter(|k| late >> k & 1 == 1) {
             c.save(chunk, before, at, live);
         }
@@ -342,11 +393,12 @@ pub(crate) fn claim(
         let i = match mine {
             Some(i) => i,
             None => {
-                st.claims.push(fresh());
+                st.claims.push(fresh(plain));
                 st.claims.len() - 1
             }
         };
         st.claims[i].map |= map;
+        st.claims[i].undo.reserve(undo_len(plain, bs));
         for chunk in (0..CHUNKS).filter(|k| plain >> k & 1 == 1) {
             st.claims[i].save(chunk, before, at, live);
         }
@@ -397,10 +449,11 @@ impl super::BufferCache {
                 self.cil.freeze(&mut st, image);
             }
             let mut map = 0;
-            st.claims.retain(|c| {
+            st.claims.retain_mut(|c| {
                 let mine = sealed.owns(c);
                 if mine {
                     map |= c.map;
+                    recycle(std::mem::take(&mut c.undo));
                 }
                 !mine
             });
