@@ -39,7 +39,7 @@
 
 use super::{BitmapIntent, Buf, LogState};
 use crate::journal::image::{Image, ImageBytes};
-use cairn_format::journal::{chunk_size, CHUNKS};
+use cairn_format::journal::chunk_size;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -383,7 +383,7 @@ pub(crate) fn claim(
     let (plain, late) = (todo & !over_sealed, todo & over_sealed);
     if late != 0 {
         let mut c = fresh(late);
-        for chunk in (0..CHUNKS).filter(|k| late >> k & 1 == 1) {
+        for chunk in chunks_in(late) {
             c.save(chunk, before, at, live);
         }
         c.map = map;
@@ -399,11 +399,22 @@ pub(crate) fn claim(
         };
         st.claims[i].map |= map;
         st.claims[i].undo.reserve(undo_len(plain, bs));
-        for chunk in (0..CHUNKS).filter(|k| plain >> k & 1 == 1) {
+        for chunk in chunks_in(plain) {
             st.claims[i].save(chunk, before, at, live);
         }
     }
     !had
+}
+
+/// The indexes of the chunks set in `map`, lowest first.
+fn chunks_in(mut map: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (map != 0).then(|| {
+            let k = map.trailing_zeros() as usize;
+            map &= map - 1;
+            k
+        })
+    })
 }
 
 /// The bytes of `live` that joined groups made: a shared reference if no
