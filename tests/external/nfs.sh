@@ -47,6 +47,8 @@
 # (scripts/install-deps.sh installs them; this script tries apt-get itself if they are
 # missing, and prints "nfs: SKIPPED (reason)" and exits 0 where they cannot be installed).
 set -euo pipefail
+# shellcheck source=tests/external/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MEASURE=0
 RUNS=3
@@ -65,10 +67,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-if [[ $(id -u) -ne 0 ]]; then
-    echo "nfs.sh must run as root (it mounts file systems and runs an NFS server)" >&2
-    exit 1
-fi
+require_root
 
 # ---- packages (before the namespaces: apt-get needs the network)
 GANESHA_FSAL=/usr/lib/x86_64-linux-gnu/ganesha/libfsalvfs.so
@@ -110,8 +109,6 @@ if [[ -z ${NFS_SH_INSIDE:-} ]]; then
     exec unshare --net --mount --propagation private env NFS_SH_INSIDE=1 bash "$0" "${ARGS[@]}"
 fi
 
-# shellcheck source=tests/external/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 require_cmd sha256sum flock losetup ss python3 nfs-cp nfs-ls ganesha.nfsd rpcbind
 require_cairn
 CLIENT_PY=$CAIRN_ROOT/tests/external/nfs-client.py

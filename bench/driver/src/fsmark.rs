@@ -132,6 +132,20 @@ fn reset_peak_rss() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
+/// Since when a phase's peak RSS counts: whether [`reset_peak_rss`] worked.
+fn peak_rss_since(reset: bool) -> &'static str {
+    if reset {
+        "phase start"
+    } else {
+        "process start"
+    }
+}
+
+/// Every counter of `fs`, as a phase's `stats`.
+fn counters_json(fs: &Fs) -> serde_json::Map<String, Value> {
+    fs.stats().into_iter().map(|(k, v)| (k, json!(v))).collect()
+}
+
 /// CLOCK_MONOTONIC in seconds: the clock `perf record -k CLOCK_MONOTONIC`
 /// stamps samples with, so a profile of the whole run can be cut by phase
 /// (`perf report --time START,END`).
@@ -267,7 +281,7 @@ fn create_phase(a: &FsmarkArgs<'_>) -> Result<Value, String> {
     let (seconds, r) = join_and_commit(&fs, worker, t0);
     let journal = journal_bytes(&fs);
     let peak = status_kib("VmHWM");
-    let counters: serde_json::Map<String, Value> = fs.stats().into_iter().map(|(k, v)| (k, json!(v))).collect();
+    let counters = counters_json(&fs);
     let t = Instant::now();
     let commit_seconds = unmount_after(&fs, r)?;
     drop(fs);
@@ -281,7 +295,7 @@ fn create_phase(a: &FsmarkArgs<'_>) -> Result<Value, String> {
         "commit_seconds": commit_seconds,
         "unmount_seconds": t.elapsed().as_secs_f64(),
         "peak_rss_kib": peak,
-        "peak_rss_since": if rss_reset { "phase start" } else { "process start" },
+        "peak_rss_since": peak_rss_since(rss_reset),
         "journal_bytes": journal,
         "io": io.json(),
         "rows": rows,
@@ -401,7 +415,7 @@ fn walk_and_unlink(a: &FsmarkArgs<'_>) -> Result<(Value, Option<Value>), String>
         "mount_seconds": mount_seconds,
         "caches_dropped": cache,
         "peak_rss_kib": walk_peak,
-        "peak_rss_since": if rss_reset { "phase start" } else { "process start" },
+        "peak_rss_since": peak_rss_since(rss_reset),
         "journal_bytes": journal_bytes(&fs) - j0,
         "io": walk_io,
     });
@@ -422,7 +436,7 @@ fn walk_and_unlink(a: &FsmarkArgs<'_>) -> Result<(Value, Option<Value>), String>
     let (seconds, r) = join_and_commit(&fs, worker, t0);
     let journal = journal_bytes(&fs) - j1;
     let peak = status_kib("VmHWM");
-    let counters: serde_json::Map<String, Value> = fs.stats().into_iter().map(|(k, v)| (k, json!(v))).collect();
+    let counters = counters_json(&fs);
     let commit_seconds = unmount_after(&fs, r)?;
     let n = removed.load(Relaxed);
     let sub = |k: &str| io.json()[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
@@ -433,7 +447,7 @@ fn walk_and_unlink(a: &FsmarkArgs<'_>) -> Result<(Value, Option<Value>), String>
         "files_per_s": n as f64 / seconds.max(1e-9),
         "commit_seconds": commit_seconds,
         "peak_rss_kib": peak,
-        "peak_rss_since": if rss_reset { "phase start" } else { "process start" },
+        "peak_rss_since": peak_rss_since(rss_reset),
         "journal_bytes": journal,
         "io": {
             "writes": sub("writes"), "write_bytes": sub("write_bytes"),

@@ -5,38 +5,17 @@
 //! encrypted one (#54) is opened here: locked as a mount locks it
 //! (`FileDevice::lock_exclusive`, the lock fsck itself takes), unlocked with
 //! the secret (`unlock`), and checked through the decrypting device
-//! ([`DeviceSource`]), so every pass reads plaintext and a repair writes
-//! ciphertext. A wrong secret exits 8 and writes nothing. Without a key
+//! (`cairn_core::fsck_source::DeviceSource`), so every pass reads plaintext
+//! and a repair writes ciphertext. A wrong secret exits 8 and writes nothing. Without a key
 //! option, an encrypted image checked from a terminal asks for its
 //! passphrase.
 
 use crate::unlock::{KeyArgs, Opener};
 use cairn_core::dev::{BlockDevice, FileDevice};
-use cairn_fsck::ImageSource;
+use cairn_core::fsck_source::DeviceSource;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-
-/// An image that fsck reads through a [`BlockDevice`].
-struct DeviceSource(Arc<dyn BlockDevice>);
-
-impl ImageSource for DeviceSource {
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-    fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-        self.0.read_at(buf, off)
-    }
-    fn writable(&self) -> bool {
-        self.0.writable()
-    }
-    fn write_at(&self, buf: &[u8], off: u64) -> std::io::Result<()> {
-        self.0.write_at(buf, off)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.0.flush()
-    }
-}
 
 /// Runs `cairn fsck`.
 pub fn run(image: &Path, opts: cairn_fsck::Options, keys: &KeyArgs) -> ExitCode {
@@ -68,7 +47,11 @@ pub fn run(image: &Path, opts: cairn_fsck::Options, keys: &KeyArgs) -> ExitCode 
 }
 
 /// The decrypting device of the encrypted image, locked and unlocked.
-fn open_encrypted(image: &Path, opts: &cairn_fsck::Options, keys: &KeyArgs) -> Result<DeviceSource, String> {
+fn open_encrypted(
+    image: &Path,
+    opts: &cairn_fsck::Options,
+    keys: &KeyArgs,
+) -> Result<DeviceSource<Arc<dyn BlockDevice>>, String> {
     let shown = image.display();
     let writable = opts.repair || opts.preen;
     let raw = FileDevice::open(image, !writable).map_err(|e| format!("cannot open {shown}: {e}"))?;

@@ -83,14 +83,15 @@ pub fn lines(doc: &Value) -> Vec<String> {
         num(c(doc, "cache.readahead_wasted")),
         num(c(doc, "cache.readahead_window"))
     ));
+    let on_off = |k: &str| if c(doc, k) == 1 { "on" } else { "off" };
     v.push(format!(
         "xattrs    mbcache {}: {} blocks shared instead of written",
-        if c(doc, "mbcache.enabled") == 1 { "on" } else { "off" },
+        on_off("mbcache.enabled"),
         num(c(doc, "mbcache.blocks_saved_since_mount"))
     ));
     v.push(format!(
         "overwrite fast path {}: {} writes without a transaction, {} journaled",
-        if c(doc, "overwrite.enabled") == 1 { "on" } else { "off" },
+        on_off("overwrite.enabled"),
         num(c(doc, "overwrite.fast_writes")),
         num(c(doc, "overwrite.journaled_writes"))
     ));
@@ -125,7 +126,8 @@ mod tests {
             "counters": {"cache.hits": 99, "cache.misses": 1, "journal.log_size_blocks": 1024,
                          "journal.log_used_blocks": 6, "errors.latched": 0, "fuse.requests": 12345,
                          "cache.readahead_blocks": 200, "cache.readahead_used": 150,
-                         "cache.readahead_wasted": 50, "cache.readahead_window": 40}
+                         "cache.readahead_wasted": 50, "cache.readahead_window": 40,
+                         "overwrite.enabled": 1}
         });
         let text = lines(&doc).join("\n");
         assert!(text.starts_with("cairn on /m (image /i.img, daemon pid 7), read-write\n"), "{text}");
@@ -135,6 +137,8 @@ mod tests {
         assert!(text.contains("blocks 99.0% hits"), "{text}");
         assert!(text.contains("inodes - hits"), "{text}");
         assert!(text.contains("fuse      12,345 requests"), "{text}");
+        assert!(text.contains("xattrs    mbcache off:"), "{text}");
+        assert!(text.contains("overwrite fast path on:"), "{text}");
         assert!(
             text.contains("readahead 200 blocks read ahead, 75.0% used, 50 evicted unused; window 40 blocks"),
             "{text}"

@@ -21,6 +21,8 @@
 //! * [`Fs`] (`fs.rs`) — the POSIX-shaped API; its operations live in
 //!   `namespace`, `inode_store`, `file_io` (with the overwrite fast
 //!   path: no transaction for writes over written blocks, and `chattr`), ...
+//! * `fsck_source` (feature `fsck`) — a block device seen by the
+//!   independent checker (`cairn-fsck`).
 //! * [`mkfs`] — formatting, as a library function; [`tune`], [`resize`] —
 //!   changing an unmounted file system.
 //!
@@ -38,6 +40,8 @@ pub mod crypt;
 pub mod dev;
 pub mod direct_data;
 pub mod error;
+#[cfg(feature = "fsck")]
+pub mod fsck_source;
 pub mod mkfs;
 pub mod resize;
 #[cfg(feature = "testing")]

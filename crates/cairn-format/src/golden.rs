@@ -62,6 +62,26 @@ fn assert_bytes(b: &[u8], parts: &[(usize, &str)]) {
     assert!(want == b, "encoding changed (golden.rs line {line}); it now is:\n{}@@end", parts_of(b));
 }
 
+/// A B+tree node written as block `blocknr` of 1 KiB holds exactly `parts`,
+/// and decodes back to `node`.
+#[track_caller]
+fn assert_node(node: &Node, blocknr: u64, parts: &[(usize, &str)]) {
+    let mut b = vec![0u8; 1024];
+    node.encode(SEED, blocknr, &mut b);
+    assert_bytes(&b, parts);
+    assert_eq!(&Node::decode(SEED, blocknr, &b).unwrap(), node);
+}
+
+/// An xattr block written as block 31337 of 1 KiB holds exactly `hex` from
+/// offset 0, and decodes back to `x`.
+#[track_caller]
+fn assert_xattr_block(x: &XattrBlock, hex: &str) {
+    let mut b = vec![0u8; 1024];
+    x.encode(SEED, 31337, &mut b);
+    assert_bytes(&b, &[(0, hex)]);
+    assert_eq!(&XattrBlock::decode(SEED, 31337, &b).unwrap(), x);
+}
+
 #[test]
 fn superblock() {
     let sb = Superblock {
@@ -279,10 +299,9 @@ fn btree_leaf() {
         owner: 99,
         body: NodeBody::Leaf(vec![(0x10, b"abc".to_vec()), (0x20, vec![]), (0x8000_0000_0000_0010, vec![0xee; 5])]),
     };
-    let mut b = vec![0u8; 1024];
-    leaf.encode(SEED, 1234, &mut b);
-    assert_bytes(
-        &b,
+    assert_node(
+        &leaf,
+        1234,
         &[
             (
                 0,
@@ -295,7 +314,6 @@ fn btree_leaf() {
             (1016, "eeeeeeeeee616263"),
         ],
     );
-    assert_eq!(Node::decode(SEED, 1234, &b).unwrap(), leaf);
 }
 
 #[test]
@@ -306,10 +324,9 @@ fn btree_internal() {
         owner: 42,
         body: NodeBody::Internal(vec![(0, 500), (0x1000, 501), (0xffff_ffff, 502)]),
     };
-    let mut b = vec![0u8; 1024];
-    node.encode(SEED, 77, &mut b);
-    assert_bytes(
-        &b,
+    assert_node(
+        &node,
+        77,
         &[(
             0,
             concat!(
@@ -319,7 +336,6 @@ fn btree_internal() {
             ),
         )],
     );
-    assert_eq!(Node::decode(SEED, 77, &b).unwrap(), node);
 }
 
 #[test]
@@ -328,20 +344,14 @@ fn xattr_block() {
         refcount: 3,
         entries: vec![XattrEntry::inline(1, b"mime", b"text/plain"), XattrEntry::inline(3, b"selinux", b"u:r")],
     };
-    let mut b = vec![0u8; 1024];
-    x.encode(SEED, 31337, &mut b);
-    assert_bytes(
-        &b,
-        &[(
-            0,
-            concat!(
-                "4358413103000000 e8a7dc5f02000000 697a000000000000 000000006a12c611",
-                "01040a006d696d65 746578742f706c61 696e000003070300 73656c696e757875",
-                "3a72"
-            ),
-        )],
+    assert_xattr_block(
+        &x,
+        concat!(
+            "4358413103000000 e8a7dc5f02000000 697a000000000000 000000006a12c611",
+            "01040a006d696d65 746578742f706c61 696e000003070300 73656c696e757875",
+            "3a72"
+        ),
     );
-    assert_eq!(XattrBlock::decode(SEED, 31337, &b).unwrap(), x);
 }
 
 #[test]
@@ -354,19 +364,13 @@ fn xattr_block_with_an_external_value() {
             value: XattrValue::External(ExtValue { first: 0x1234_5678, len: 65536, crc: 0xcafe_f00d }),
         }],
     };
-    let mut b = vec![0u8; 1024];
-    x.encode(SEED, 31337, &mut b);
-    assert_bytes(
-        &b,
-        &[(
-            0,
-            concat!(
-                "4358413101000000 684aee3a01000000 697a000000000000 000000005ccdbf0b",
-                "8103100062696778 5634120000000000 0001000df0feca"
-            ),
-        )],
+    assert_xattr_block(
+        &x,
+        concat!(
+            "4358413101000000 684aee3a01000000 697a000000000000 000000005ccdbf0b",
+            "8103100062696778 5634120000000000 0001000df0feca"
+        ),
     );
-    assert_eq!(XattrBlock::decode(SEED, 31337, &b).unwrap(), x);
 }
 
 #[test]

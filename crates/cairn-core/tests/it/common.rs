@@ -1,6 +1,7 @@
 //! Helpers: images in RAM, mounting, remounting.
 
 use cairn_core::dev::{BlockDevice, MemDevice};
+use cairn_core::fsck_source::DeviceSource;
 use cairn_core::mkfs::{format, MkfsOptions};
 use cairn_core::{Fs, MountOptions};
 use std::sync::Arc;
@@ -53,22 +54,9 @@ pub fn stat(fs: &Fs, name: &str) -> u64 {
     fs.stats().into_iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no counter {name}")).1
 }
 
-/// Any device, seen by fsck.
-struct DevView<'a>(&'a dyn BlockDevice);
-
-impl cairn_fsck::ImageSource for DevView<'_> {
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-
-    fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-        self.0.read_at(buf, off)
-    }
-}
-
 /// Runs the independent checker on `dev` (not mounted); returns its report.
 pub fn fsck_mem(dev: &dyn BlockDevice, what: &str) -> cairn_fsck::Report {
-    cairn_fsck::check_image(&DevView(dev), &cairn_fsck::Options::default())
+    cairn_fsck::check_image(&DeviceSource(dev), &cairn_fsck::Options::default())
         .unwrap_or_else(|e| panic!("{what}: fsck cannot check it: {e}"))
 }
 

@@ -9,6 +9,7 @@
 
 use cairn_core::crashdev::{CrashPlan, Op, OverlayDevice, RecordingDevice};
 use cairn_core::dev::{BlockDevice, MemDevice};
+use cairn_core::fsck_source::DeviceSource;
 use cairn_core::mkfs::MKFS_MIN_JOURNAL_BLOCKS;
 use cairn_core::mkfs::{format, MkfsOptions};
 use cairn_core::{Ctx, Fs, MountOptions};
@@ -27,20 +28,6 @@ type Action = Box<dyn Fn(&Fs)>;
 /// One step of a workload: operations, then a sync.
 type Step = Vec<Action>;
 
-/// A crash state as fsck sees it: the overlay's bytes, read in place (no
-/// copy of the whole image per state).
-struct FsckView<'a>(&'a OverlayDevice);
-
-impl cairn_fsck::ImageSource for FsckView<'_> {
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-
-    fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-        self.0.read_at(buf, off)
-    }
-}
-
 /// Runs fsck on the crash state `img` (not yet mounted); panics with the
 /// problems found and `what` (the crash state) unless it is clean. Returns
 /// whether fsck had to replay journal records first.
@@ -50,7 +37,8 @@ fn fsck_clean(img: &OverlayDevice, what: &str) -> bool {
 
 /// As [`fsck_clean`], with the problems of codes `allowed` let through.
 fn fsck_clean_but(img: &OverlayDevice, what: &str, allowed: &[cairn_fsck::Code]) -> bool {
-    let report = cairn_fsck::check_image(&FsckView(img), &cairn_fsck::Options::default())
+    // The overlay's bytes, read in place (no copy of the whole image per state).
+    let report = cairn_fsck::check_image(&DeviceSource(img), &cairn_fsck::Options::default())
         .unwrap_or_else(|e| panic!("{what}: fsck cannot check it: {e}"));
     if report.problems.iter().any(|p| !allowed.contains(&p.code)) {
         let problems: Vec<String> = report.problems.iter().map(|p| format!("  [{}] {}", p.pass, p.message)).collect();

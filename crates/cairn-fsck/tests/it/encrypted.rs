@@ -16,6 +16,7 @@ use crate::common::*;
 use crate::golden;
 use cairn_core::crypt::{self, Discards, Secret};
 use cairn_core::dev::{BlockDevice, FileDevice};
+use cairn_core::fsck_source::DeviceSource;
 use cairn_format::crypt_header::{Argon2Cost, COPY_OFFSET};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -56,28 +57,8 @@ fn decrypt(path: &Path) -> Vec<u8> {
 }
 
 /// fsck through the decrypting device, as `cairn fsck --key-file`.
-struct Source(crypt::CryptDevice<FileDevice>);
-
-impl cairn_fsck::ImageSource for Source {
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-    fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-        self.0.read_at(buf, off)
-    }
-    fn writable(&self) -> bool {
-        self.0.writable()
-    }
-    fn write_at(&self, buf: &[u8], off: u64) -> std::io::Result<()> {
-        self.0.write_at(buf, off)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.0.flush()
-    }
-}
-
 fn fsck_encrypted(path: &Path, repair: bool) -> (i32, String) {
-    let source = Source(open(path, repair).unwrap());
+    let source = DeviceSource(Box::new(open(path, repair).unwrap()));
     let mut out = Vec::new();
     let opts = cairn_fsck::Options { repair, ..Default::default() };
     let code = cairn_fsck::run_on(&source, &path.display().to_string(), &opts, &mut out);
@@ -110,7 +91,7 @@ fn every_kind_is_found_and_repaired_through_the_decrypting_device() {
 /// One kind on the encrypted image at `path`: found, repaired (or honestly
 /// not), clean after, untouched files unchanged; the outputs to compare.
 fn check_kind(k: &Kind, path: &Path, before: &BTreeMap<Vec<u8>, u32>) -> Result<Vec<String>, String> {
-    let source = Source(open(path, false).unwrap());
+    let source = DeviceSource(Box::new(open(path, false).unwrap()));
     let report = cairn_fsck::check_image(&source, &Default::default()).map_err(|e| e.to_string())?;
     if !report.codes().contains(&k.code) {
         return Err(format!("expected {} ({:?}), found {:?}", k.code.id(), k.code, report.codes()));

@@ -90,7 +90,7 @@ fn check_damaged(label: &str, r: &Recording, cfg: &Config, limit: usize) -> Dama
         let err = Fs::mount(d, opts(cfg)).err().unwrap_or_else(|| panic!("{what}: mounted"));
         assert!(err.to_string().contains("journal damaged"), "{what}: {err}");
         assert!(bytes_of(&img) == before, "{what}: the refused mount wrote to the image");
-        let report = cairn_fsck::check_image(&FsckView(&img), &cairn_fsck::Options::default()).unwrap();
+        let report = cairn_fsck::check_image(&DeviceSource(&*img), &cairn_fsck::Options::default()).unwrap();
         assert!(
             report.problems.iter().any(|p| p.message.contains("journal damaged")),
             "{what}: fsck does not report the damage: {:?}",
