@@ -25,8 +25,9 @@
 #              umount + mount or SIGKILL + replay, fsck clean)
 #   fulldisk-enc  the eight cases and 6 harness runs on encrypted images (issue 54)
 #   install    tests/external/install.sh (the README's Install commands as printed: /usr/local
-#              and /sbin, `mount -a` of a fuse.cairn fstab line, remount ro/rw, man pages, bash
-#              completion, bench --help, --uninstall; the .deb and install.sh refusing each other)
+#              and /sbin, `mount -a` of a fuse.cairn fstab line, remount ro/rw, `mount -a` of an
+#              encrypted image's line with keyfile= (issue 54), man pages, bash completion,
+#              bench --help, --uninstall; the .deb and install.sh refusing each other)
 #   fsx        tests/external/fsx.sh (fsx-rs 0.2.0: buffered, mmap, fallocate/punch-hole and two
 #              concurrent runs, ~370,000 checked ops; fio --verify=crc32c through O_DIRECT and
 #              page cache vs O_DIRECT coherence; again without the writeback cache)

@@ -13,6 +13,9 @@
 #     for root: the image goes through a loop device); a file is
 #     written and read back; `umount` as usual; `cairn fsck` clean;
 #   - `mount -o remount,ro` and back to rw through the installed helper;
+#   - an encrypted image from a line of its own with `keyfile=FILE`: `mount -a`, a file
+#     written, unmounted (not in the image in plaintext), `mount -a` again reads it back,
+#     fsck clean with the key; without the key file the line does not mount;
 #   - `man cairn` and `man cairn-mount` find and render the installed pages;
 #   - bash-completion is installed and its loader completes `cairn mo` to `mount`;
 #   - the installed `cairn bench --help` prints help; `cairn bench` says it needs a
@@ -94,6 +97,38 @@ log "umount $mp"
 umount "$mp"
 wait_daemon_exit "$img" "$mp"
 cairn_fsck "$img" "the fstab mount" || die "fsck after the fstab mount"
+
+# An encrypted image from its own fstab line (issue 54): the key file as a mount option,
+# as a boot-time `mount -a` has no terminal to ask for a passphrase.
+enc_img=$SCRATCH/secret.img
+enc_key=$SCRATCH/secret.key
+enc_fstab=$SCRATCH/fstab-encrypted
+head -c 64 /dev/urandom >"$enc_key"
+chmod 600 "$enc_key"
+"$installed" mkfs "$enc_img" --size 256M --encrypt --key-file "$enc_key" --quiet
+printf '%s %s fuse.cairn %s 0 0\n' "$enc_img" "$mp" "keyfile=$enc_key,noatime" >"$enc_fstab"
+log "mount -a --fstab $enc_fstab (keyfile=)"
+env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin mount -a --fstab "$enc_fstab"
+on_exit "cairn_cleanup_mount '$enc_img' '$mp'"
+case $(findmnt -n -o FSTYPE "$mp") in fuse.cairn | fuseblk.cairn) ;; *) die "encrypted: findmnt: $(findmnt "$mp" || true)" ;; esac
+[[ $("$installed" stats "$mp" --all | awk '$1 == "dev.encrypted" { print $2 }') == 1 ]] ||
+    die "the fstab mount of $enc_img is not the encrypted device"
+secret="a secret line mounted from fstab with keyfile="
+echo "$secret" >"$mp/secret"
+umount "$mp"
+wait_daemon_exit "$enc_img" "$mp"
+if grep -qF "$secret" "$enc_img"; then die "the secret line is in $enc_img in plaintext"; fi
+env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin mount -a --fstab "$enc_fstab"
+[[ $(cat "$mp/secret") == "$secret" ]] || die "the secret line did not read back after a second mount -a"
+umount "$mp"
+wait_daemon_exit "$enc_img" "$mp"
+CAIRN_KEY_FILE=$enc_key cairn_fsck "$enc_img" "the encrypted fstab mount" || die "fsck after the encrypted fstab mount"
+# Without its key file the line does not mount (and says why).
+rm -f "$enc_key"
+if out=$(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin mount -a --fstab "$enc_fstab" 2>&1) && is_mounted "$mp"; then
+    die "the encrypted fstab line mounted without its key file"
+fi
+[[ $out == *"$enc_key"* ]] || die "mount -a without the key file did not name it: $out"
 
 log "man pages, bash completion, cairn bench"
 # (Debian's /usr/local/man is a link to /usr/local/share/man.)

@@ -90,27 +90,41 @@ impl BlockCipher {
     }
 
     /// Runs `cipher` over each data unit of `buf` between two XORs with the
-    /// unit's masks (see the module's essay).
+    /// unit's masks (see the module's essay), [`PASS`] pieces at a time.
     fn each_unit(&self, buf: &mut [u8], first: u64, cipher: impl Fn(&mut [Block<Aes256>])) {
         assert!(buf.len().is_multiple_of(self.block_size), "XTS on a piece of a block");
-        let mut masks = Zeroizing::new(vec![0u8; self.block_size]);
+        let mut masks = Zeroizing::new([0u8; PASS * 16]);
         for (unit, data) in (first..).zip(buf.chunks_exact_mut(self.block_size)) {
             let mut t0 = Array(u128::from(unit).to_le_bytes());
             self.keys.tweak.encrypt_block(&mut t0);
             let mut t = u128::from_le_bytes(t0.0);
             t0.0.zeroize();
-            for m in masks.chunks_exact_mut(16) {
-                m.copy_from_slice(&t.to_le_bytes());
-                t = times_alpha(t);
+            for part in data.chunks_mut(PASS * 16) {
+                let masks = &mut masks[..part.len()];
+                for m in masks.chunks_exact_mut(16) {
+                    m.copy_from_slice(&t.to_le_bytes());
+                    t = times_alpha(t);
+                }
+                xor_into(part, masks);
+                let (pieces, rest) = Array::<u8, U16>::slice_as_chunks_mut(part);
+                debug_assert!(rest.is_empty());
+                cipher(pieces);
+                xor_into(part, masks);
             }
-            xor_into(data, &masks);
-            let (pieces, rest) = Array::<u8, U16>::slice_as_chunks_mut(data);
-            debug_assert!(rest.is_empty());
-            cipher(pieces);
-            xor_into(data, &masks);
+            t.zeroize();
         }
     }
 }
+
+/// Pieces of 16 bytes whose masks are computed, applied and ciphered in one
+/// pass. The masks live on the stack, 512 bytes zeroed per call (the
+/// zeroing is byte by byte, volatile): a block-sized buffer, allocated
+/// zeroed and zeroed again per call, cost a one-block read a third of its
+/// time (`examples/xts_speed.rs`, decrypt in 4 KiB calls: about 1.3 GB/s
+/// with it, 1.9-2.2 without; 4 KiB on the stack was as slow). 32 pieces
+/// keep AES-NI's 8-piece pipeline full: calls of 64 KiB run as fast as
+/// before (about 2.0-2.4 GB/s on this loaded machine, either way).
+const PASS: usize = 32;
 
 /// `t` times α in XTS's GF(2^128), `t` as a little-endian number (IEEE
 /// 1619-2007 §5.2): shift left, and fold the bit shifted out back in as
