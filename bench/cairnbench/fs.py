@@ -330,7 +330,10 @@ class FileSystem:
         if self.name == "gocryptfs":
             run(["gocryptfs", "-q", "-passfile", self.key_file, "-allow_other", cipher, self.mp], capture_output=True)
         else:
-            subprocess.run(["cryfs", cipher, self.mp, "-o", "allow_other"], input=STACKED_PASSPHRASE + "\n",
+            # Each cell makes a fresh CryFS at the same base directory, which
+            # CryFS's local state would refuse (exit 20) as a replaced one.
+            subprocess.run(["cryfs", "--allow-replaced-filesystem", cipher, self.mp, "-o", "allow_other"],
+                           input=STACKED_PASSPHRASE + "\n",
                            text=True, env=self.cryfs_env(), check=True, capture_output=True)
         wait_until(lambda: is_mounted(self.mp), 60, f"{self.name} to mount")
         self.pid = int(out(["pgrep", "-n", "-f", f"{self.name} .*{cipher} {self.mp}"]))
