@@ -8,6 +8,7 @@
 //! itself) with no problem.
 
 use cairn_core::crashdev::{CrashPlan, Op, OverlayDevice, RecordingDevice};
+use cairn_core::crypt::{self, CryptDevice, Discards};
 use cairn_core::dev::{BlockDevice, MemDevice};
 use cairn_core::fsck_source::DeviceSource;
 use cairn_core::mkfs::MKFS_MIN_JOURNAL_BLOCKS;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod damage;
+mod encrypted;
 
 type Snapshot = BTreeMap<String, (u32, Vec<u8>, Vec<u8>)>;
 /// One operation of a workload.
@@ -31,12 +33,12 @@ type Step = Vec<Action>;
 /// Runs fsck on the crash state `img` (not yet mounted); panics with the
 /// problems found and `what` (the crash state) unless it is clean. Returns
 /// whether fsck had to replay journal records first.
-fn fsck_clean(img: &OverlayDevice, what: &str) -> bool {
+fn fsck_clean(img: &dyn BlockDevice, what: &str) -> bool {
     fsck_clean_but(img, what, &[])
 }
 
 /// As [`fsck_clean`], with the problems of codes `allowed` let through.
-fn fsck_clean_but(img: &OverlayDevice, what: &str, allowed: &[cairn_fsck::Code]) -> bool {
+fn fsck_clean_but(img: &dyn BlockDevice, what: &str, allowed: &[cairn_fsck::Code]) -> bool {
     // The overlay's bytes, read in place (no copy of the whole image per state).
     let report = cairn_fsck::check_image(&DeviceSource(img), &cairn_fsck::Options::default())
         .unwrap_or_else(|e| panic!("{what}: fsck cannot check it: {e}"));
@@ -91,6 +93,10 @@ pub(crate) struct Config {
     /// Handles keep their changes private until their end and hold the
     /// gate only for their join (`-o debug.private_handles`).
     private_handles: bool,
+    /// The image is encrypted (`crypt::create`, as `cairn mkfs --encrypt`):
+    /// the workload writes through a `CryptDevice` over the recorder, and
+    /// each crash state is opened with the key from its own header.
+    encrypted: bool,
 }
 
 /// The default configuration: mkfs's default journal (1024 blocks for these
@@ -108,6 +114,7 @@ const NORMAL: Config = Config {
     fs_mib: None,
     fsck_allows: &[],
     private_handles: false,
+    encrypted: false,
 };
 
 /// Private handles (`-o debug.private_handles`, gate plan S4–S5): changes
@@ -195,7 +202,8 @@ fn min_journal_is_usable() {
 
 /// Whether `got` is a state a crash may leave: snapshot `j` for some `j` in
 /// `lo..=hi`, or such a snapshot with, in its regular files, some bytes of
-/// later snapshots up to `hi_bytes`. Returns the smallest such `j`.
+/// later snapshots up to `hi_bytes`. Returns the smallest such `j`, and how
+/// many whole blocks of it read as neither (see `torn_block` below).
 ///
 /// `lo` is the newest snapshot known durable (a sync that returned before
 /// the crash point, or a crash state of an earlier flush). `hi` is the
@@ -210,32 +218,68 @@ fn min_journal_is_usable() {
 /// everything else — names, modes, sizes, xattrs, the data of newly mapped
 /// blocks — must be exactly that of one snapshot, i.e. of a whole
 /// operation (or step).
-fn acceptable(got: &Snapshot, snaps: &[Snapshot], lo: usize, hi: usize, hi_bytes: usize) -> Option<usize> {
-    (lo..=hi.min(snaps.len() - 1)).find(|&j| {
-        got == &snaps[j] || early_overwrites(got, &snaps[j], &snaps[j + 1..=hi_bytes.min(snaps.len() - 1).max(j)])
+///
+/// `torn_block`: on an encrypted image whose crash state has a torn write,
+/// its block size. XTS encrypts each block as one unit, so a block torn at
+/// sector granularity decrypts to bytes that are neither the old nor the
+/// new (as over dm-crypt). Of an in-place overwrite in flight, whose block
+/// is file data with no checksum, that is what a read shows: then one whole
+/// file block (at most: one write is torn) that one of the newer snapshots
+/// changed may hold anything.
+fn acceptable(
+    got: &Snapshot,
+    snaps: &[Snapshot],
+    lo: usize,
+    hi: usize,
+    hi_bytes: usize,
+    torn_block: Option<usize>,
+) -> Option<(usize, usize)> {
+    (lo..=hi.min(snaps.len() - 1)).find_map(|j| {
+        if got == &snaps[j] {
+            return Some((j, 0));
+        }
+        let newer = &snaps[j + 1..=hi_bytes.min(snaps.len() - 1).max(j)];
+        let garbage = early_overwrites(got, &snaps[j], newer, torn_block)?;
+        (garbage <= usize::from(torn_block.is_some())).then_some((j, garbage))
     })
 }
 
 /// Whether `got` is `old` with, in its regular files, some bytes of the
-/// same files (same path, same offset) in one of `newer`.
-fn early_overwrites(got: &Snapshot, old: &Snapshot, newer: &[Snapshot]) -> bool {
-    !newer.is_empty()
-        && got.len() == old.len()
-        && got.iter().zip(old).all(|((path, (mode, body, xattrs)), (old_path, (old_mode, old_body, old_xattrs)))| {
-            let overwritten = || {
-                let new_bodies: Vec<&[u8]> = newer.iter().map(|n| n.get(path).map_or(&[][..], |n| &n.1[..])).collect();
-                mode & libc::S_IFMT == libc::S_IFREG
-                    && body
-                        .iter()
-                        .enumerate()
-                        .all(|(i, b)| old_body[i] == *b || new_bodies.iter().any(|n| n.get(i) == Some(b)))
-            };
-            path == old_path
-                && mode == old_mode
-                && xattrs == old_xattrs
-                && body.len() == old_body.len()
-                && (body == old_body || overwritten())
-        })
+/// same files (same path, same offset) in one of `newer`; and if so, how
+/// many whole blocks (of `torn_block` bytes, if given; else none may) hold
+/// bytes of neither, each of them a block that one of `newer` changed.
+fn early_overwrites(got: &Snapshot, old: &Snapshot, newer: &[Snapshot], torn_block: Option<usize>) -> Option<usize> {
+    if newer.is_empty() || got.len() != old.len() {
+        return None;
+    }
+    let mut garbage = 0;
+    for ((path, (mode, body, xattrs)), (old_path, (old_mode, old_body, old_xattrs))) in got.iter().zip(old) {
+        if path != old_path || mode != old_mode || xattrs != old_xattrs || body.len() != old_body.len() {
+            return None;
+        }
+        if body == old_body {
+            continue;
+        }
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        let new_bodies: Vec<&[u8]> = newer.iter().map(|n| n.get(path).map_or(&[][..], |n| &n.1[..])).collect();
+        let ok = |i: usize, b: u8| old_body[i] == b || new_bodies.iter().any(|n| n.get(i) == Some(&b));
+        let bs = torn_block.unwrap_or(body.len().max(1));
+        for (k, blk) in body.chunks(bs).enumerate() {
+            let at = k * bs;
+            if blk.iter().enumerate().all(|(i, b)| ok(at + i, *b)) {
+                continue;
+            }
+            let range = at..at + blk.len();
+            let changed = new_bodies.iter().any(|n| n.get(range.clone()) != Some(&old_body[range.clone()]));
+            if torn_block.is_none() || !changed {
+                return None;
+            }
+            garbage += 1;
+        }
+    }
+    Some(garbage)
 }
 
 /// Where `got` differs from `want`: paths missing or extra, and per file
@@ -287,6 +331,9 @@ struct Checked {
     states: usize,
     /// Of those, the ones in which fsck replayed journal records.
     replayed: usize,
+    /// Of those, the ones that showed a file block torn on an encrypted
+    /// image (neither old nor new: see [`acceptable`]).
+    torn_blocks: usize,
 }
 
 /// The inode and dentry caches scale with the buffer cache: the tiny
@@ -360,6 +407,44 @@ struct Recording {
     synced: Vec<bool>,
     /// The engine's counters before unmount.
     stats: BTreeMap<String, u64>,
+    /// Whether the image is encrypted (its crash states are opened with
+    /// [`encrypted::secret`]).
+    encrypted: bool,
+}
+
+impl Recording {
+    /// The crash state `img` (raw bytes) as the file system sees it: the
+    /// overlay itself, or on an encrypted image the decrypting device over
+    /// it, unlocked with the key from the state's own header.
+    fn state(&self, img: OverlayDevice) -> Arc<dyn BlockDevice> {
+        if self.encrypted {
+            Arc::new(encrypted::open(img))
+        } else {
+            Arc::new(img)
+        }
+    }
+}
+
+/// The recorder under the device the file system runs on.
+enum Recorder {
+    Plain(Arc<RecordingDevice>),
+    Encrypted(Arc<CryptDevice<RecordingDevice>>),
+}
+
+impl Recorder {
+    fn rec(&self) -> &RecordingDevice {
+        match self {
+            Recorder::Plain(r) => r,
+            Recorder::Encrypted(c) => c.inner(),
+        }
+    }
+    /// The device the file system runs on.
+    fn device(&self) -> Arc<dyn BlockDevice> {
+        match self {
+            Recorder::Plain(r) => r.clone(),
+            Recorder::Encrypted(c) => c.clone(),
+        }
+    }
 }
 
 /// mkfs's options for `cfg`'s image.
@@ -383,9 +468,11 @@ fn journal_groups_written(cfg: &Config, r: &Recording) -> std::collections::BTre
     let sb = Superblock::decode(&b, 16 << 20).unwrap();
     let region = JournalRegion::of(&sb);
     let bs = u64::from(cfg.block_size);
+    let base = if cfg.encrypted { cairn_format::crypt_header::DATA_OFFSET } else { 0 };
     let mut groups = std::collections::BTreeSet::new();
     for op in &r.plan.ops {
         if let Op::Write(off, d) = op {
+            let off = off - base;
             for blk in off / bs..(off + d.len() as u64).div_ceil(bs) {
                 if region.contains(blk) {
                     groups.insert(blk / u64::from(sb.blocks_per_group));
@@ -398,7 +485,7 @@ fn journal_groups_written(cfg: &Config, r: &Recording) -> std::collections::BTre
 
 /// The journal region of the unmounted image `mem` and its log's head (the
 /// tail, which a clean unmount leaves there).
-fn log_head(mem: &MemDevice) -> (JournalRegion, u64) {
+fn log_head(mem: &dyn BlockDevice) -> (JournalRegion, u64) {
     let mut b = vec![0u8; SB_SIZE];
     mem.read_at(&mut b, 0).unwrap();
     let sb = Superblock::decode(&b, mem.size()).unwrap();
@@ -414,9 +501,17 @@ fn log_head(mem: &MemDevice) -> (JournalRegion, u64) {
 /// Runs the workload in `cfg`, syncing after each step, snapshotting after
 /// each unit and checking the engine's invariants at each unit boundary.
 fn record(cfg: &Config, label: &str, steps: &[Step]) -> Recording {
-    let mem = MemDevice::new(16 << 20);
-    format(&mem, &mkfs_options(cfg), &mut |_, _| {}).unwrap();
-    let mem = Arc::new(mem);
+    // The file system's device (decrypting, on an encrypted image) and the
+    // raw bytes beneath it.
+    let (mem, raw): (Arc<dyn BlockDevice>, Box<dyn Fn() -> Vec<u8>>) = if cfg.encrypted {
+        let dev = Arc::new(encrypted::create(cfg.block_size));
+        format(&*dev, &mkfs_options(cfg), &mut |_, _| {}).unwrap();
+        (dev.clone(), Box::new(move || dev.inner().snapshot()))
+    } else {
+        let mem = Arc::new(MemDevice::new(16 << 20));
+        format(&*mem, &mkfs_options(cfg), &mut |_, _| {}).unwrap();
+        (mem.clone(), Box::new(move || mem.snapshot()))
+    };
     if cfg.preload > 0 {
         let d: Arc<dyn BlockDevice> = mem.clone();
         // Uncompressed, the preload's records fill the log as far as the
@@ -431,7 +526,7 @@ fn record(cfg: &Config, label: &str, steps: &[Step]) -> Recording {
         if cfg.blocks_per_group.is_some() {
             // On until the log's head is a few blocks before the end of group
             // 0's part, so that even the workload's compressed records cross.
-            let (region, mut head) = log_head(&mem);
+            let (region, mut head) = log_head(&*mem);
             let mut i = cfg.preload;
             while head + 8 < region.first {
                 let d: Arc<dyn BlockDevice> = mem.clone();
@@ -439,17 +534,23 @@ fn record(cfg: &Config, label: &str, steps: &[Step]) -> Recording {
                 fs.names().mknod(&c, bulk, format!("b{i}").as_bytes(), libc::S_IFREG | 0o644, 0).unwrap();
                 fs.unmount().unwrap();
                 i += 1;
-                head = log_head(&mem).1;
+                head = log_head(&*mem).1;
             }
         }
     }
-    let rec = Arc::new(RecordingDevice::new(mem.snapshot()));
+    let recorder = if cfg.encrypted {
+        Recorder::Encrypted(Arc::new(encrypted::open(RecordingDevice::new(raw()))))
+    } else {
+        Recorder::Plain(Arc::new(RecordingDevice::new(raw())))
+    };
+    drop(raw);
+    let rec = recorder.rec();
     let d: Arc<dyn BlockDevice> = if cfg.slow_flush_us > 0 {
-        let slow = cairn_core::testdev::FaultDevice::new(rec.clone());
+        let slow = cairn_core::testdev::FaultDevice::new(recorder.device());
         slow.set_flush_delay(Duration::from_micros(cfg.slow_flush_us));
         Arc::new(slow)
     } else {
-        rec.clone()
+        recorder.device()
     };
     let fs = Fs::mount(d, opts(cfg)).unwrap();
     let mut r = Recording {
@@ -458,6 +559,7 @@ fn record(cfg: &Config, label: &str, steps: &[Step]) -> Recording {
         marks: vec![rec.ops().len()],
         synced: vec![true],
         stats: BTreeMap::new(),
+        encrypted: cfg.encrypted,
     };
     for step in steps {
         for (i, action) in step.iter().enumerate() {
@@ -479,6 +581,9 @@ fn record(cfg: &Config, label: &str, steps: &[Step]) -> Recording {
     assert_eq!(r.stats["tx.credit_overruns"], 0, "{label} ({}): handles dirtied more than their credits", cfg.name);
     fs.unmount().unwrap();
     r.plan = rec.plan();
+    if cfg.encrypted {
+        encrypted::check_recording(cfg, &r.plan);
+    }
     r
 }
 
@@ -522,15 +627,15 @@ fn check_all(label: &str, r: &Recording, cfg: &Config, rng: &mut rand::rngs::Std
             };
             let last_write = extra.last().map_or(upto, |e| e + 1);
             let hi_bytes = started_before(last_write).max(hi);
-            let img = Arc::new(plan.image(upto, &extra, torn));
+            let img = r.state(plan.image(upto, &extra, torn));
             let what = format!("{label} ({}): crash state at op {upto} (+{extra:?}, torn {torn:?})", cfg.name);
-            done.replayed += usize::from(fsck_clean_but(&img, &what, cfg.fsck_allows));
-            let d: Arc<dyn BlockDevice> = img.clone();
-            let fs = Fs::mount(d, opts(cfg)).unwrap_or_else(|e| panic!("{what} does not mount: {e}"));
+            done.replayed += usize::from(fsck_clean_but(&*img, &what, cfg.fsck_allows));
+            let fs = Fs::mount(img, opts(cfg)).unwrap_or_else(|e| panic!("{what} does not mount: {e}"));
             fs.debug_check_consistency();
             let got = snapshot(&fs);
             let from = prefix_min.unwrap_or(lo);
-            let Some(j) = acceptable(&got, &r.snaps, from, hi, hi_bytes) else {
+            let torn_block = (cfg.encrypted && torn.is_some()).then_some(cfg.block_size as usize);
+            let Some((j, garbage)) = acceptable(&got, &r.snaps, from, hi, hi_bytes, torn_block) else {
                 let diffs: Vec<String> = (from..=hi_bytes.min(r.snaps.len() - 1))
                     .map(|u| format!("against unit {u}:\n{}", describe_diff(&got, &r.snaps[u])))
                     .collect();
@@ -545,6 +650,7 @@ fn check_all(label: &str, r: &Recording, cfg: &Config, rng: &mut rand::rngs::Std
             }
             fs.unmount().unwrap();
             done.states += 1;
+            done.torn_blocks += garbage;
         }
     }
     done
@@ -618,7 +724,7 @@ fn named_steps() -> Vec<Step> {
     ]
 }
 
-fn named_workload(cfg: &Config) {
+fn named_workload(cfg: &Config) -> Checked {
     let r = record(cfg, "named workload", &named_steps());
     if std::env::var("CRASH_DUMP").is_ok() {
         for (i, o) in r.plan.ops.iter().enumerate() {
@@ -659,6 +765,7 @@ fn named_workload(cfg: &Config) {
                 .collect::<Vec<_>>()
         );
     }
+    n
 }
 
 #[test]
@@ -796,8 +903,13 @@ fn random_op(rng: &mut rand::rngs::StdRng) -> Action {
 /// operations, except with the tiny journal, where a step is one to eight
 /// (commits inside steps; the oracle snapshots after every operation).
 fn random_workloads(cfg: &Config) {
+    random_workloads_share(cfg, 3);
+}
+
+/// [`random_workloads`], at least a `share`th of `CAIRN_CRASH_STATES`.
+fn random_workloads_share(cfg: &Config, share: usize) -> Checked {
     let want: usize = std::env::var("CAIRN_CRASH_STATES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let want = want.div_ceil(3);
+    let want = want.div_ceil(share);
     let mut total = Checked::default();
     let mut seed = 0u64;
     let mut sum: BTreeMap<String, u64> = BTreeMap::new();
@@ -814,6 +926,7 @@ fn random_workloads(cfg: &Config) {
         let n = check_all(&label, &r, cfg, &mut rng, 8);
         total.states += n.states;
         total.replayed += n.replayed;
+        total.torn_blocks += n.torn_blocks;
         for (k, v) in r.stats {
             *sum.entry(k).or_default() += v;
         }
@@ -835,6 +948,7 @@ fn random_workloads(cfg: &Config) {
     if cfg.cache_blocks == TINY_CACHE.cache_blocks {
         assert!(sum["cache.evictions"] > 0, "the tiny cache never evicted");
     }
+    total
 }
 
 #[test]
@@ -949,7 +1063,7 @@ fn overwrite_steps() -> Vec<Step> {
     ]
 }
 
-fn overwrite_workload(cfg: &Config) {
+fn overwrite_workload(cfg: &Config) -> Checked {
     // A snapshot after every operation: a crash state may show a byte that a
     // later write of the same step overwrote again (each write goes home in
     // place at once), which only a per-operation oracle knows.
@@ -963,6 +1077,7 @@ fn overwrite_workload(cfg: &Config) {
         cfg.name, n.states, r.stats["overwrite.fast_writes"], r.stats["journal.commits"]
     );
     assert!(n.states > 30);
+    n
 }
 
 #[test]
