@@ -123,7 +123,7 @@ fn check_damaged(label: &str, r: &Recording, cfg: &Config, limit: usize) -> Dama
         let got = snapshot(&fs);
         let hi = r.marks.iter().rposition(|m| *m < upto).map_or(0, |u| u + 1);
         assert!(
-            acceptable(&got, &r.snaps, 0, hi, hi, None).is_some(),
+            acceptable(&got, &r.snaps, 0, hi, hi).is_some(),
             "{what}: the state matches none of the workload's states up to unit {hi}"
         );
         fs.unmount().unwrap();
