@@ -116,7 +116,7 @@ fn check_damaged(label: &str, r: &Recording, cfg: &Config, limit: usize) -> Dama
         let img = Arc::new(r.plan.image(upto, &[], None));
         damage(&img, &region, bs, *records.last().unwrap(), in_body);
         let what = format!("{label} ({}): crash state at op {upto}, last record damaged", cfg.name);
-        fsck_clean(&img, &what);
+        fsck_clean(&*img, &what);
         let d: Arc<dyn BlockDevice> = img.clone();
         let fs = Fs::mount(d, opts(cfg)).unwrap_or_else(|e| panic!("{what} does not mount: {e}"));
         fs.debug_check_consistency();
@@ -133,6 +133,7 @@ fn check_damaged(label: &str, r: &Recording, cfg: &Config, limit: usize) -> Dama
 }
 
 fn damaged_records(cfg: &Config) {
+    assert!(!cfg.encrypted, "the damage is made to plain bytes");
     let r = record(cfg, "named workload", &named_steps());
     let n = check_damaged("named workload", &r, cfg, 60);
     eprintln!(

@@ -65,8 +65,7 @@ fn a_grow_while_mounted_survives_every_crash_point() {
     );
     assert!(n.states > 50);
     // The last state is the grown file system.
-    let d: Arc<dyn BlockDevice> = Arc::new(r.plan.image(r.plan.ops.len(), &[], None));
-    let fs = Fs::mount(d, opts(&GROW)).unwrap();
+    let fs = Fs::mount(r.state(r.plan.image(r.plan.ops.len(), &[], None)), opts(&GROW)).unwrap();
     assert_eq!(fs.statfs().unwrap().blocks, 16384);
     fs.unmount().unwrap();
 }
