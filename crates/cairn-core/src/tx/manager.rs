@@ -100,9 +100,6 @@ pub struct TxManager {
     /// Entered by every handle from begin to end; only a quiesce closes it,
     /// waiting for every handle however long.
     admit: Admission,
-    /// Handles keep their changes private and hold `gate` only for their
-    /// join (`-o debug.private_handles`); else from begin to end.
-    private: bool,
     /// What the running commit's swap returned (or its panic), handed from
     /// whichever thread took the turn to the commit.
     swapped: Mutex<Option<std::thread::Result<Result<Batch>>>>,
@@ -139,7 +136,6 @@ impl TxManager {
         max_dirty: u64,
         patience: Option<Duration>,
         drain: Option<Duration>,
-        private: bool,
     ) -> TxManager {
         let limit = log.max_record_images().min(max_dirty).saturating_sub(MARGIN).max(1);
         TxManager {
@@ -147,7 +143,6 @@ impl TxManager {
             latch,
             gate: Gate::new(patience, drain),
             admit: Admission::default(),
-            private,
             swapped: Mutex::new(None),
             commit_lock: Mutex::new(()),
             reserved: AtomicU64::new(0),
@@ -302,9 +297,9 @@ impl TxManager {
         self.stats.handles.fetch_add(1, Ordering::Relaxed);
         self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
         self.admit.enter();
-        // Without private handles, a handle holds the gate from begin to
-        // end and changes the running checkpoint directly.
-        let held = (!self.private).then(|| self.enter_join(meta));
+        // A handle holds the gate from begin to end and changes the running
+        // checkpoint directly.
+        let held = Some(self.enter_join(meta));
         Ok(Tx::new(meta, self, Some(Instant::now()), credits, held))
     }
 
