@@ -59,9 +59,6 @@ CAIRN_VARIANTS = {
     # A push closes the transaction gate at once instead of first waiting for
     # a moment with no operation inside (issue #12).
     "cairn-impatient": ["push_patience_us=0"],
-    # Handles keep their changes private until their end and hold the gate
-    # only for their join (issue #52, docs/gate-plan.md S4-S5).
-    "cairn-private": ["debug.private_handles"],
     # The io_uring queue threads not pinned to their queue's CPU: a lone
     # reader's READs may be served beside it instead of on its CPU (issue #53).
     "cairn-unpinned": ["ring_pin=0"],

@@ -16,9 +16,8 @@
 //! [`DeferredOrphans`] is a small set of inode numbers in memory, with the
 //! log credits set aside for their inserts. An unlink (or a truncate that leaves
 //! work for the reaper) marks the inode `INODE_FLAG_ORPHAN` as before, and
-//! its handle's end adds its number here instead of inserting it into the
-//! tree (`inode_store::orphan_add` records a `tx::JoinAction`, the join hook
-//! `run_join_actions` applies it); credits for the insert ([`CREDITS_EACH`], and
+//! adds its number here instead of inserting it into the tree
+//! (`inode_store::orphan_add`); credits for the insert ([`CREDITS_EACH`], and
 //! a base for the set) are reserved aside from the log's room, as a
 //! handle's would be, so the invariant of the
 //! transaction manager (dirty buffers + reservations ≤ the record's limit)
@@ -85,10 +84,6 @@ struct Waiting {
 #[derive(Default)]
 pub struct DeferredOrphans {
     set: Mutex<Waiting>,
-    /// Adds that operations recorded and their handles have not applied
-    /// yet (`tx::JoinAction`; gate plan §7.3): a remove that meets one
-    /// cancels it, so neither reaches the list.
-    unapplied: Mutex<foldhash::HashSet<u64>>,
     pub deferred: AtomicU64,
     pub cancelled: AtomicU64,
     pub flushed: AtomicU64,
@@ -121,17 +116,6 @@ impl DeferredOrphans {
         w.aside += credits;
         self.deferred.fetch_add(1, Relaxed);
         true
-    }
-
-    /// Notes an add of `ino` that its handle's end will apply.
-    pub fn note_unapplied_add(&self, ino: u64) {
-        self.unapplied.lock().insert(ino);
-    }
-
-    /// Takes the unapplied add of `ino` out: false if there is none (it was
-    /// applied, or a remove cancelled it).
-    pub fn take_unapplied_add(&self, ino: u64) -> bool {
-        self.unapplied.lock().remove(&ino)
     }
 
     /// Takes `ino` out if it is here: the credits the caller gives back

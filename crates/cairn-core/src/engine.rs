@@ -204,20 +204,12 @@ impl Engine {
             let r = f(&tx);
             let changed = tx.changed();
             if let Err(e) = &r {
-                // Latch before the join: the join lets a waiting commit
-                // swap, and it must see the abort and not take half an
+                // Latch while the handle still holds the gate: a commit
+                // waiting for it must see the abort and not take half an
                 // operation.
                 self.txm.latch.note(self.meta.dev(), e, changed);
             }
-            // With private handles the claimed buffers, the allocation
-            // bitmaps and the orphan list join at the handle's end (see
-            // `buffer::join`, `alloc::intents`, `tx::JoinAction`); a failure
-            // there fails the operation (and has aborted the journal).
-            // Otherwise the join has nothing to do.
-            let r = match (r, tx.join()) {
-                (r, Ok(())) => r,
-                (_, Err(e)) => Err(e),
-            };
+            tx.end();
             match r {
                 Err(FsError::NeedCredits(n)) if !changed => credits = n,
                 Err(FsError::Errno(libc::ENOSPC))

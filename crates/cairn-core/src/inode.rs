@@ -117,9 +117,8 @@ pub struct InodeState {
     /// The inode is on the file system's dirty-times list.
     pub times_queued: AtomicBool,
     /// The checkpoint that last stored this inode (0: loaded from disk, so
-    /// durable): `fdatasync` commits only when that one is not yet. Shared
-    /// with the handles that store it, whose end sets it (`tx::JoinAction`).
-    pub stored_seq: Arc<AtomicU64>,
+    /// durable): `fdatasync` commits only when that one is not yet.
+    pub stored_seq: AtomicU64,
     /// Unlinked while the kernel held it: counted in the reaper's
     /// `held_unlinked` until its FORGET.
     pub held_unlinked: bool,
@@ -141,7 +140,7 @@ impl InodeState {
             freed: false,
             lazy_time: Mutex::new(None),
             times_queued: AtomicBool::new(false),
-            stored_seq: Arc::new(AtomicU64::new(0)),
+            stored_seq: AtomicU64::new(0),
             held_unlinked: false,
             entry_changes: 0,
         }

@@ -62,7 +62,7 @@ use crate::inode::{InodeRef, InodeState};
 use crate::io_locks::IoLocks;
 use crate::journal::credits;
 use crate::meta::Meta;
-use crate::tx::{JoinAction, Tx};
+use crate::tx::Tx;
 use crate::types::*;
 use cairn_format::btree::KIND_ORPHANS;
 use cairn_format::inode::*;
@@ -158,8 +158,9 @@ impl InodeStore {
     /// times merged in (see `inode`), and notes the checkpoint that holds it
     /// (for `fdatasync`).
     pub(crate) fn store(&self, tx: &Tx<'_>, st: &InodeState) -> Result<()> {
-        // The handle's end notes the checkpoint it joins.
-        tx.join_action(JoinAction::StoredSeq(st.stored_seq.clone()))?;
+        // The running checkpoint's sequence is stable while a handle holds
+        // the gate (a push moves it on under the closed gate).
+        st.stored_seq.fetch_max(tx.meta().running_seq().load(Ordering::Acquire), Ordering::AcqRel);
         self.icache.note_privs(&st.d);
         if st.lazy_time.lock().is_none() {
             return tx.store_inode(st.ino, &st.d);
@@ -184,26 +185,37 @@ impl InodeStore {
         orphan_credits(self.engine.meta())
     }
 
-    /// Puts `st` on the orphan list at the handle's end (see
-    /// [`run_join_actions`]).
+    /// Puts `st` on the orphan list: into the set the next swap inserts
+    /// (`deferred_orphans`) when there is room, else into the tree now.
     pub(crate) fn orphan_add(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
         if st.d.flags & INODE_FLAG_ORPHAN != 0 {
             return Ok(());
         }
-        self.engine.meta().orphans().note_unapplied_add(st.ino);
-        tx.join_action(JoinAction::OrphanAdd(st.ino))?;
+        // A change of the list even when no buffer changes yet.
+        tx.touch();
+        // The set's base: two whole inserts (see `deferred_orphans`).
+        let base = 2 * self.orphan_credits()?;
+        if !self.engine.meta().orphans().add(st.ino, base, tx.log_limit() / 4, |c| tx.reserve_aside(c)) {
+            let mut root = self.engine.meta().orphan_root().lock();
+            self.orphan_tree().insert(tx, &mut root, st.ino, &[])?;
+            self.engine.meta().orphans().direct.fetch_add(1, Ordering::Relaxed);
+        }
         st.d.flags |= INODE_FLAG_ORPHAN;
         Ok(())
     }
 
-    /// Takes `st` off the orphan list at the handle's end; an add that no
-    /// handle has applied yet is cancelled instead (gate plan §7.3).
+    /// Takes `st` off the orphan list: out of the deferred set if its
+    /// insert is still waiting there (no tree work), else out of the tree.
     pub(crate) fn orphan_remove(&self, tx: &Tx<'_>, st: &mut InodeState) -> Result<()> {
         if st.d.flags & INODE_FLAG_ORPHAN == 0 {
             return Ok(());
         }
-        if !self.engine.meta().orphans().take_unapplied_add(st.ino) {
-            tx.join_action(JoinAction::OrphanRemove(st.ino))?;
+        tx.touch();
+        if let Some(credits) = self.engine.meta().orphans().cancel(st.ino) {
+            tx.release_aside(credits);
+        } else {
+            let mut root = self.engine.meta().orphan_root().lock();
+            self.orphan_tree().remove(tx, &mut root, st.ino)?;
         }
         st.d.flags &= !INODE_FLAG_ORPHAN;
         Ok(())
@@ -407,7 +419,6 @@ impl InodeStore {
     /// ([`flush_deferred_orphans`]).
     pub(crate) fn install_orphan_flush(&self) {
         self.engine.txm().set_swap_hook(flush_deferred_orphans);
-        self.engine.txm().set_join_hook(run_join_actions);
     }
 
     /// Finishes what the orphan list holds (mount and unmount): frees
@@ -673,36 +684,6 @@ impl InodeStore {
             self.reap_queued();
         }
     }
-}
-
-/// The join hook (`tx::manager`): a handle's orphan-list actions at its
-/// end. An add goes into the set the next swap inserts
-/// (`deferred_orphans`) when there is room, else into the tree now; a
-/// remove takes the inode out of that set if its insert still waits there
-/// (no tree work), else out of the tree.
-fn run_join_actions(tx: &Tx<'_>, actions: &[JoinAction]) -> Result<()> {
-    let meta = tx.meta();
-    let mut tree = Tree::new(meta, KIND_ORPHANS, 0, 0);
-    for action in actions {
-        match *action {
-            JoinAction::OrphanAdd(ino) if meta.orphans().take_unapplied_add(ino) => {
-                // The set's base: two whole inserts (see `deferred_orphans`).
-                let base = 2 * orphan_credits(meta)?;
-                if !meta.orphans().add(ino, base, tx.log_limit() / 4, |c| tx.reserve_aside(c)) {
-                    tree.insert(tx, &mut meta.orphan_root().lock(), ino, &[])?;
-                    meta.orphans().direct.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            JoinAction::OrphanRemove(ino) => match meta.orphans().cancel(ino) {
-                Some(credits) => tx.release_aside(credits),
-                None => {
-                    tree.remove(tx, &mut meta.orphan_root().lock(), ino)?;
-                }
-            },
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 /// Credits of adding to (or removing from) the orphan list (one level

@@ -259,14 +259,12 @@ impl Meta {
     }
 
     /// Logs the superblock with the counters as they are now: run by each
-    /// swap under the closed join gate, so they match the checkpoint.
+    /// swap under the closed gate, so they match the checkpoint.
     /// `errors`: the error latch has flagged the image.
     pub fn write_sb_buffer(&self, tx: &dyn Change, errors: bool) -> Result<()> {
         let mut sb = self.sb.lock();
-        // The joined counts: those of this checkpoint's bitmaps, whatever
-        // handles run across the swap.
-        sb.free_blocks = self.alloc.joined_free_blocks.load(Ordering::Relaxed);
-        sb.free_inodes = self.alloc.joined_free_inodes.load(Ordering::Relaxed);
+        sb.free_blocks = self.alloc.disk_free_blocks.load(Ordering::Relaxed);
+        sb.free_inodes = self.alloc.free_inodes.load(Ordering::Relaxed);
         sb.next_ino = self.alloc.next_ino.load(Ordering::Relaxed);
         sb.orphan_root = *self.orphan_root.lock();
         sb.last_write_time = crate::types::now().sec as u64;

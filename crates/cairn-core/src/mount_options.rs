@@ -84,12 +84,6 @@ pub struct MountOptions {
     /// debug.conflict_probe`; step S0 of `docs/gate-plan.md`, see
     /// `buffer::probe`).
     pub conflict_probe: bool,
-    /// Handles keep their changes private until their end and hold the
-    /// transaction gate only for their join (`-o debug.private_handles`;
-    /// steps S4 and S5 of `docs/gate-plan.md`, see `buffer::join`). Off:
-    /// a handle holds the gate from begin to end and changes the running
-    /// checkpoint directly, which measured faster so far (gate plan §8).
-    pub private_handles: bool,
 }
 
 impl Default for MountOptions {
@@ -116,7 +110,6 @@ impl Default for MountOptions {
             inode_readahead_blks: crate::buffer::DEFAULT_INODE_READAHEAD,
             node_readahead: true,
             conflict_probe: false,
-            private_handles: false,
         }
     }
 }

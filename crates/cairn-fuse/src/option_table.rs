@@ -446,10 +446,6 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.conflict_probe = true;
         Ok(())
     }),
-    spec(&["private_handles"], Flag, Measuring, Of(|p| Val::Bool(p.s.engine.private_handles)), "operations keep their changes private until their end and hold the transaction gate only to join them (docs/gate-plan.md; off: the gate is held from begin to end)", |p, _, _| {
-        p.s.engine.private_handles = true;
-        Ok(())
-    }),
     // FUSE and the kernel's mount flags.
     spec(&["allow_other"], Flag, Fuse, Text("root's mounts"), "let other users see the file system (the kernel checks the mode bits, as on ext4)", |p, _, _| {
         p.s.allow_other = Some(true);

@@ -62,9 +62,6 @@ pub struct GroupState {
     /// Inode-table blocks from this index on are all zeros at home and were
     /// never changed in this mount (see `inodes`); the table's length: none.
     pub itable_fresh_from: u32,
-    /// Intents on this group's bits recorded by handles that have not
-    /// ended, by ticket (see `intents`); the buddy stays loaded while any is.
-    pub unjoined: Vec<(u64, crate::buffer::BitmapIntent, Option<std::sync::Arc<crate::buffer::join::JoinGroup>>)>,
 }
 
 /// One block group in memory.
@@ -293,11 +290,11 @@ impl Allocator {
                 continue;
             }
             match grp.lock.try_lock() {
-                Some(mut st) if st.unjoined.is_empty() => {
+                Some(mut st) => {
                     st.buddy = None;
                     self.stats.buddies_evicted.fetch_add(1, Relaxed);
                 }
-                _ => q.push_back(v),
+                None => q.push_back(v),
             }
         }
     }

@@ -95,13 +95,7 @@ impl Group {
     /// A group not (yet) in the file system.
     pub fn dormant() -> Group {
         Group {
-            lock: Mutex::new(GroupState {
-                buddy: None,
-                inodes: None,
-                pending: Vec::new(),
-                itable_fresh_from: 0,
-                unjoined: Vec::new(),
-            }),
+            lock: Mutex::new(GroupState { buddy: None, inodes: None, pending: Vec::new(), itable_fresh_from: 0 }),
             free: AtomicU32::new(0),
             free_inodes: AtomicU32::new(0),
             fragments: AtomicU32::new(0),
@@ -173,8 +167,6 @@ impl Allocator {
         self.disk_free_blocks.fetch_add(added.blocks, Relaxed);
         self.alloc_free.fetch_add(added.blocks, Relaxed);
         self.free_inodes.fetch_add(added.inodes, Relaxed);
-        self.joined_free_blocks.fetch_add(added.blocks, Relaxed);
-        self.joined_free_inodes.fetch_add(added.inodes, Relaxed);
         // The old last group: its buddy was built for its old length.
         let grp = self.groups.get(last);
         grp.free.fetch_add(to_last as u32, Relaxed);

@@ -34,11 +34,12 @@
 //! before that checkpoint loses the number and the inode together, so no
 //! number is ever leaked or handed out twice.
 
+use super::bitmap_change::BitmapChange;
 use super::bits::*;
 use super::groups::{Bitmap, GroupState};
 use super::Allocator;
 use crate::buffer::BufferCache;
-use crate::buffer::{BitmapIntent, Change};
+use crate::buffer::Change;
 use crate::error::{FsError, Result};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -110,7 +111,7 @@ impl Allocator {
             }
         }
         grp.free_inodes.fetch_sub(1, Relaxed);
-        self.record(tx, &mut st, BitmapIntent::UseInode { g, idx, dir: is_dir }, 0)?;
+        self.change_bitmap(tx, &mut st, BitmapChange::UseInode { g, idx, dir: is_dir }, 0)?;
         drop(st);
         self.free_inodes.fetch_sub(1, Relaxed);
         self.stats.inodes_allocated.fetch_add(1, Relaxed);
@@ -122,21 +123,17 @@ impl Allocator {
         let g = self.geo().group_of_ino(ino);
         let idx = self.geo().index_in_group(ino);
         let mut st = self.lock_group(g);
-        Ok(test_bit(self.inode_map(bufs, g, &mut st)?, idx) && !Self::inode_freeing(&st, idx))
+        Ok(test_bit(self.inode_map(bufs, g, &mut st)?, idx))
     }
 
-    /// Frees inode number `ino`: recorded for the handle's end, where the
-    /// number becomes free in memory too (see `intents`).
+    /// Frees inode number `ino`. Freeing a free inode (a damaged orphan
+    /// list, a stale entry) must not inflate the free counters: it is
+    /// refused as corruption (`bitmap_change`).
     pub fn free_inode(&self, tx: &dyn Change, ino: u64, was_dir: bool) -> Result<()> {
         let g = self.geo().group_of_ino(ino);
         let idx = self.geo().index_in_group(ino);
         let mut st = self.lock_group(g);
-        // Freeing a free inode (a damaged orphan list, a stale entry) must
-        // not inflate the free counters: refuse it as corruption.
-        if !test_bit(self.inode_map(tx.bufs(), g, &mut st)?, idx) || Self::inode_freeing(&st, idx) {
-            return Err(cairn_format::FormatError::corrupt("inode", ino, "freeing an inode that is not in use").into());
-        }
-        self.record(tx, &mut st, BitmapIntent::FreeInode { g, idx, dir: was_dir }, 0)
+        self.change_bitmap(tx, &mut st, BitmapChange::FreeInode { g, idx, dir: was_dir }, 0)
     }
 
     /// Group `g`'s inode map (1 = in use), read on first use (the caller

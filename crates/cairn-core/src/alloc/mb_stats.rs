@@ -36,9 +36,6 @@ pub struct AllocStats {
     pub buddies_generated: AtomicU64,
     pub buddies_time_ns: AtomicU64,
     pub buddies_evicted: AtomicU64,
-    /// Recorded uses applied before their handle's end, by a free of the
-    /// same bits (see `intents`).
-    pub intents_applied_early: AtomicU64,
     pub inodes_allocated: AtomicU64,
     /// Inode numbers the counter's next number gave, without a search.
     pub inodes_by_counter: AtomicU64,
@@ -110,7 +107,6 @@ impl Publish for Allocator {
         put("alloc.mb.buddies_generated", s.buddies_generated.load(Relaxed));
         put("alloc.mb.buddies_time_ns", s.buddies_time_ns.load(Relaxed));
         put("alloc.mb.buddies_evicted", s.buddies_evicted.load(Relaxed));
-        put("alloc.intents_applied_early", s.intents_applied_early.load(Relaxed));
         put("alloc.mb.buddies_loaded", self.loaded.lock().len() as u64);
         let (orders, buckets) = self.lists.sizes();
         for (k, n) in orders.iter().enumerate() {

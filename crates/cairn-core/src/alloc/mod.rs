@@ -9,10 +9,9 @@
 //! had that bitmap written: it is synthesised from the layout on first use
 //! (`cairn_format::bitmap`, the definition fsck checks against too). Every
 //! bitmap and descriptor change goes through the buffer cache inside the
-//! running transaction, at the end of the operation's handle: the operation
-//! decides in memory and records an intent, which its handle's end applies
-//! (`intents`). Nothing else is stored: buddies, summaries and lists are
-//! rebuilt in memory.
+//! running transaction: the operation decides in memory, then applies the
+//! matching bitmap change (`bitmap_change`). Nothing else is stored:
+//! buddies, summaries and lists are rebuilt in memory.
 //!
 //! ## In memory
 //! - `groups`: per group, a lock over its [`buddy::Buddy`] (the allocatable
@@ -49,6 +48,7 @@
 //! free counters are atomics read without locks. Callers hold the
 //! transaction gate shared.
 
+mod bitmap_change;
 mod bits;
 pub mod buddy;
 #[cfg(feature = "testing")]
@@ -57,7 +57,6 @@ mod group_prealloc;
 mod groups;
 mod grow;
 mod inodes;
-mod intents;
 mod lists;
 mod mb_stats;
 mod prealloc;
@@ -71,8 +70,9 @@ pub use request::{AllocRequest, Purpose};
 pub use trim::TrimStats;
 
 use crate::buffer::BufferCache;
-use crate::buffer::{BitmapIntent, Change};
+use crate::buffer::Change;
 use crate::error::{FsError, Result};
+use bitmap_change::BitmapChange;
 use cairn_format::layout::Geometry;
 use cairn_format::FormatError;
 use grow::{GroupTable, LiveGeometry};
@@ -125,18 +125,10 @@ pub struct Allocator {
     /// are written back (set by the FUSE space guard while the disk is
     /// nearly full): other writes leave them free (see [`Allocator::room_for_writes`]).
     held_for_write_back: AtomicU64,
-    /// Free inodes (the allocator's count: an allocation takes one at once).
+    /// Free inodes (superblock counter).
     pub free_inodes: AtomicU64,
-    /// Free blocks and inodes as the applied bitmap changes say: changed
-    /// only where an intent is applied (in a join, or by a direct writer),
-    /// so the superblock a swap writes agrees with that checkpoint's
-    /// bitmaps while handles run across it (see `intents`).
-    pub(crate) joined_free_blocks: AtomicU64,
-    pub(crate) joined_free_inodes: AtomicU64,
     /// Where the next inode search starts.
     pub next_ino: AtomicU64,
-    /// Names recorded intents (see `intents`).
-    tickets: AtomicU64,
     pub stats: AllocStats,
     pub trim_stats: TrimStats,
     /// `-o discard`: see [`Allocator::release_pending`].
@@ -209,10 +201,7 @@ impl Allocator {
             reserve: metadata_reserve(geo.total_blocks),
             held_for_write_back: AtomicU64::new(0),
             free_inodes: AtomicU64::new(fi),
-            joined_free_blocks: AtomicU64::new(fb),
-            joined_free_inodes: AtomicU64::new(fi),
             next_ino: AtomicU64::new(next_ino.clamp(cairn_format::FIRST_INO, geo.total_inodes())),
-            tickets: AtomicU64::new(1),
             stats: AllocStats::default(),
             trim_stats: TrimStats::default(),
             discard: opts.discard,
@@ -334,7 +323,7 @@ impl Allocator {
             let gend = (base + self.geo().group_len(g)).min(end);
             let (s, n) = (b - base, gend - b);
             let mut st = self.lock_group(g);
-            self.record(tx, &mut st, BitmapIntent::FreeBlocks { g, off: s, n }, seq)?;
+            self.change_bitmap(tx, &mut st, BitmapChange::FreeBlocks { g, off: s, n }, seq)?;
             b = gend;
         }
         Ok(())

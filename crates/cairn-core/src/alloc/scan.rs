@@ -23,12 +23,13 @@
 //! least that long, or failing that the longest; the walk ends after
 //! `MAX_TO_SCAN` extents, or after `MIN_TO_SCAN` once one is long enough.
 
+use super::bitmap_change::BitmapChange;
 use super::buddy::{Buddy, Mark, NUM_ORDERS};
 use super::groups::{bucket_of, GroupState, ORDER_NONE, ORDER_UNKNOWN};
 use super::lists::Index;
 use super::request::AllocRequest;
 use super::Allocator;
-use crate::buffer::{BitmapIntent, Change};
+use crate::buffer::Change;
 use crate::error::{FsError, Result};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -245,7 +246,7 @@ impl Allocator {
         req: &AllocRequest,
     ) -> Result<()> {
         // A use's pending mark is never read: 0.
-        self.record(tx, st, BitmapIntent::UseBlocks { g, off, n }, 0)?;
+        self.change_bitmap(tx, st, BitmapChange::UseBlocks { g, off, n }, 0)?;
         self.disk_free_blocks.fetch_sub(n, Relaxed);
         self.stats.blocks_allocated.fetch_add(n, Relaxed);
         if n == u64::from(req.want) {

@@ -2,14 +2,13 @@
 //! changed, and the push that turns them into a log record.
 //!
 //! ## Insertion
-//! A transaction's changes enter the running checkpoint when its join group
-//! joins, at its end (`join`): each buffer it claimed is inserted into the
-//! list the first time it becomes dirty in a checkpoint; later changes only
-//! widen the buffer's dirty-region map (an item relogged a thousand times
-//! before a push is written once). Direct writers (the swap, a join's own
-//! work) insert as they change. The list is split into per-thread insertion
-//! lists (a thread keeps its list for life, as XFS's per-CPU CIL lists since
-//! the seed's patch), so concurrent joins do not meet on one lock.
+//! A transaction "commits" its changes into the running checkpoint as it
+//! makes them: the first change of a buffer in a checkpoint inserts it into
+//! the list (`BufferCache::modify`); later changes only widen the buffer's
+//! dirty-region map (an item relogged a thousand times before a push is
+//! written once). The list is split into per-thread insertion lists (a
+//! thread keeps its list for life, as XFS's per-CPU CIL lists since the
+//! seed's patch), so concurrent operations do not meet on one lock.
 //!
 //! ## The push
 //! A commit closes the transaction gate (`gate`) only to *swap* the lists
@@ -17,8 +16,7 @@
 //! per list, independent of how much is dirty). With the gate released,
 //! operations go on into the next checkpoint while the push captures each
 //! buffer of the old one ([`Cil::capture`]): a reference to its bytes and
-//! its chunk map, or, when running handles claim chunks of it, a copy with
-//! their old bytes restored (`capture_restores`). The bytes are shared copy-on-write with the buffer: the
+//! its chunk map. The bytes are shared copy-on-write with the buffer: the
 //! buffer's next change copies them, so a block that is not changed again
 //! before its home write is never copied at all. A writer that reaches a
 //! buffer the push has not captured yet freezes its bytes for the push first
@@ -37,7 +35,6 @@
 //! commit mutex → gate (closed, the swap) → insertion lists. The capture
 //! runs under the commit mutex only: buffer bytes (read) → buffer log state.
 
-use super::join::joined_image;
 use super::{Buf, LogState};
 use crate::stats::{Histogram, Publish};
 use crate::thread_index::thread_index;
@@ -102,11 +99,6 @@ pub struct CilStats {
     /// the others (those that parked included).
     pub writer_waits_preempted: AtomicU64,
     pub writer_wait_on_cpu_us_max: AtomicU64,
-    /// Captures and freezes that restored running groups' claimed chunks
-    /// from their undo bytes (`join`).
-    pub capture_restores: AtomicU64,
-    /// Direct changes of chunks a running group claimed (a bug if > 0).
-    pub direct_over_claims: AtomicU64,
 }
 
 /// See the module essay.
@@ -203,10 +195,7 @@ impl Cil {
                     let map = std::mem::take(&mut st.map);
                     st.dirty_seq = 0;
                     st.inflight = batch.seq;
-                    if !st.claims.is_empty() {
-                        self.stats.capture_restores.fetch_add(1, Relaxed);
-                    }
-                    (map, joined_image(&data, &st.claims))
+                    (map, Image::clone(&data))
                 }
             };
             drop(st);
@@ -279,7 +268,5 @@ impl Publish for Cil {
         put("cil.writer_wait_us_max", s.writer_wait_us_max.load(Relaxed));
         put("cil.writer_waits_preempted", s.writer_waits_preempted.load(Relaxed));
         put("cil.writer_wait_on_cpu_us_max", s.writer_wait_on_cpu_us_max.load(Relaxed));
-        put("cil.capture_restores", s.capture_restores.load(Relaxed));
-        put("cil.direct_over_claims", s.direct_over_claims.load(Relaxed));
     }
 }

@@ -18,29 +18,20 @@
 //!
 //! ## Changing bytes
 //! Bytes change only through [`BufferCache::modify`] (or
-//! [`BufferCache::get_new`]), which takes a writer ([`Change`]). It (1b)
-//! copies the bytes if an image shares them: a buffer's bytes are an `Arc`,
-//! shared copy-on-write with what a capture or a freeze took and the AIL
-//! holds, and a miss served by the AIL shares its image too; (2) compares
-//! the changed range before and after, chunk by chunk, to find the chunks
-//! that changed (XFS's `xfs_buf_log_item` bitmap), so the log carries only
-//! those — or, through [`BufferCache::modify_mapped`], takes the chunks from
-//! an edit that reports every byte it wrote (the B+tree's in-place leaf put
-//! and remove). Then:
-//! * a running handle's change is *claimed* for its join group, with the
-//!   chunks' bytes from before (`join`): the buffer joins the running
-//!   checkpoint only at the handle's end, and a capture meanwhile restores
-//!   the old bytes in its copy. The group's first claim in a buffer charges
-//!   the handle one credit;
-//! * a *direct* writer's change (a swap, a join applying a group's end
-//!   work, a quiesced change) (1) freezes a committing buffer first: keeps
-//!   its bytes (with running claims restored) for the push, so the push
-//!   never sees a later checkpoint's change (jbd2's frozen data), and (3)
-//!   adds the chunks to the buffer's dirty-region map, inserting the buffer
-//!   into the committed-item list the first time it changes in a
-//!   checkpoint, charging the writer one credit.
-//!
-//! A change that changes no byte dirties and claims nothing.
+//! [`BufferCache::get_new`]), which takes a transaction handle. It (1) freezes
+//! a committing buffer first: keeps its bytes for the push, so the push never
+//! sees a later checkpoint's change (jbd2's frozen data); (1b) copies the
+//! bytes if an image shares them: a buffer's bytes are an `Arc`, shared
+//! copy-on-write with what a capture or a freeze took and the AIL holds, and
+//! a miss served by the AIL shares its image too; (2) compares the
+//! changed range before and after, chunk by chunk, and adds the chunks that
+//! differ to the buffer's dirty-region map (XFS's `xfs_buf_log_item`
+//! bitmap), so the log carries only those — or, through
+//! [`BufferCache::modify_mapped`], takes the chunks from an edit that
+//! reports every byte it wrote (the B+tree's in-place leaf put and remove),
+//! with no copy to compare; (3) inserts the buffer into the
+//! committed-item list the first time it changes in a checkpoint, charging the
+//! handle one credit. A change that changes no byte dirties nothing.
 //!
 //! ## Invariants
 //! * A block is in the cache at most once, so every change to it is seen by
@@ -50,11 +41,9 @@
 //! * Dirty, committing and in-flight buffers stay in the map; a buffer is on
 //!   the committed-item list of the checkpoint that dirtied it until that
 //!   checkpoint's push takes the list (under the closed gate, a swap).
-//! * Changing a buffer takes a writer ([`Change`], which `tx::Tx` is): the
-//!   type proves that the gate is held and charges the handle's log
-//!   credits. Only direct writers and joins mark buffers dirty; a running
-//!   handle's chunks are claimed, never dirty, and a claimed buffer is not
-//!   evicted.
+//! * Marking a buffer dirty takes a running transaction ([`Change`], which
+//!   `tx::Tx` is): the type proves that the gate is held and charges the
+//!   handle's log credits.
 //! * A miss never installs a stale read: the device read happens without the
 //!   shard lock, so a shard's eviction epoch is compared before the insert and
 //!   the read is redone if a buffer left the shard meanwhile.
@@ -78,7 +67,6 @@
 //! buffer data → buffer log state (never the reverse).
 
 pub mod cil;
-pub mod join;
 pub mod probe;
 mod readahead;
 
@@ -119,43 +107,6 @@ pub trait Change {
     fn mark(&self) -> Option<&Arc<probe::HandleMark>> {
         None
     }
-    /// Records a change of an allocation bitmap for the handle's end to
-    /// apply (`alloc::intents`); false for a writer that applies its
-    /// changes at once (a commit's own handle, a quiesced change).
-    fn defer_bitmap(&self, _ticket: u64, _intent: BitmapIntent) -> bool {
-        false
-    }
-    /// The join group whose claims this writer's changes become (see
-    /// `join`); `None` for a *direct* writer, whose changes enter the
-    /// running checkpoint at once (a commit's own handle, a quiesced
-    /// change, a handle applying its group's end work).
-    fn group(&self) -> Option<&Arc<join::JoinGroup>> {
-        None
-    }
-    /// Runs `f` with this writer as a direct writer (a running handle
-    /// applying, early, another group's allocation intent: see
-    /// `alloc::intents`).
-    fn as_direct(&self, f: &mut dyn FnMut(&dyn Change) -> Result<()>) -> Result<()>;
-}
-
-/// A change of an on-disk allocation bitmap (and its group descriptor)
-/// that an operation's handle records and its end applies (see
-/// `alloc::intents`). Offsets are within group `g`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BitmapIntent {
-    UseBlocks { g: u64, off: u64, n: u64 },
-    FreeBlocks { g: u64, off: u64, n: u64 },
-    UseInode { g: u64, idx: u64, dir: bool },
-    FreeInode { g: u64, idx: u64, dir: bool },
-}
-
-/// How a change finds the chunks it changed.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Compare {
-    /// By comparing the range's bytes before and after.
-    Bytes,
-    /// From the edit, which reports them.
-    Reported,
 }
 
 /// Most buffers one eviction pass looks at (see `maybe_evict`).
@@ -166,7 +117,7 @@ const EVICT_LOOKS: usize = 256;
 /// factor's slack, and the clock's entry. `-o cache_mb` counts a block of
 /// the buffer cache as its size plus this (test
 /// `buf_overhead_covers_the_bookkeeping`).
-pub(crate) const BUF_OVERHEAD: usize = 232;
+pub(crate) const BUF_OVERHEAD: usize = 208;
 
 /// One cached metadata block.
 pub struct Buf {
@@ -201,8 +152,6 @@ pub(crate) struct LogState {
     /// The handles that changed which chunks, for the conflict probe
     /// (`probe`; `None` while it is off).
     pub owners: Option<Box<probe::Owners>>,
-    /// Chunks running join groups changed and have not joined (`join`).
-    pub claims: Vec<join::Claim>,
 }
 
 /// What a buffer's contents are relative to its home block.
@@ -262,10 +211,7 @@ impl Buf {
     /// home first). `try_lock`: a busy buffer is simply skipped.
     fn evictable(self: &Arc<Buf>) -> bool {
         Arc::strong_count(self) == 1
-            && self
-                .log
-                .try_lock()
-                .is_some_and(|st| st.dirty_seq == 0 && st.inflight == 0 && st.frozen.is_none() && st.claims.is_empty())
+            && self.log.try_lock().is_some_and(|st| st.dirty_seq == 0 && st.inflight == 0 && st.frozen.is_none())
             && self.data.try_read().is_some_and(|d| Arc::strong_count(&d) == 1)
     }
 }
@@ -529,7 +475,7 @@ impl BufferCache {
     /// a change on replay), and those are logged with no copy of the block
     /// to compare against (4 KiB copied and compared per B+tree leaf edit).
     pub fn modify_mapped<R>(&self, tx: &dyn Change, buf: &Arc<Buf>, f: impl FnOnce(&mut [u8]) -> (R, u64)) -> R {
-        self.change_by(tx, buf, 0..self.block_size, 0, Compare::Reported, f)
+        self.change_by(tx, buf, 0..self.block_size, 0, f)
     }
 
     fn change<R>(
@@ -540,98 +486,63 @@ impl BufferCache {
         force: u64,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> R {
-        self.change_by(tx, buf, range, force, Compare::Bytes, |d| (f(d), 0))
+        let (bs, at) = (self.block_size, range.start);
+        self.change_by(tx, buf, range, force, |data| {
+            BEFORE.with(|before| {
+                let mut before = before.borrow_mut();
+                before.clear();
+                before.extend_from_slice(data);
+                let r = f(data);
+                (r, changed_chunks(bs, at, &before, data))
+            })
+        })
     }
 
     /// Changes `range` of `buf` by `edit`, which returns the chunks it
-    /// changed if `compare` says it knows them: a direct writer's change
-    /// enters the running checkpoint, a handle's becomes its group's claim
-    /// (see `join`).
+    /// changed.
     fn change_by<R>(
         &self,
         tx: &dyn Change,
         buf: &Arc<Buf>,
         range: Range<usize>,
         force: u64,
-        compare: Compare,
         edit: impl FnOnce(&mut [u8]) -> (R, u64),
     ) -> R {
         let mut guard = buf.data.write();
+        // Stable while `tx` holds the gate (a push changes it under the
+        // closed gate).
+        let running = self.cil.running();
         let mut st = buf.log.lock();
-        let group = tx.group();
-        if group.is_none() {
-            // Stable while a direct writer runs (a swap, a join, a quiesced
-            // change: no swap runs meanwhile).
-            let running = self.cil.running();
-            if st.dirty_seq != 0 && st.dirty_seq < running {
-                // Committing and not captured yet: the push gets today's
-                // bytes (a reference; the copy is made just below).
-                let image = join::joined_image(&guard, &st.claims);
-                self.cil.freeze(&mut st, image);
-            }
+        if st.dirty_seq != 0 && st.dirty_seq < running {
+            // Committing and not captured yet: the push gets today's bytes
+            // (a reference; the copy is made just below).
+            self.cil.freeze(&mut st, Image::clone(&guard));
         }
         // Copy-on-write: a captured, frozen or AIL image may share the bytes.
         let data: &mut [u8] = Arc::<ImageBytes>::make_mut(&mut guard);
-        let (bs, at) = (self.block_size, range.start);
-        let (r, changed) = BEFORE.with(|before| {
-            let mut before = before.borrow_mut();
-            if compare == Compare::Bytes || group.is_some() {
-                before.clear();
-                before.extend_from_slice(&data[range.clone()]);
-            }
-            let (r, reported) = edit(&mut data[range.clone()]);
-            let changed = match compare {
-                Compare::Bytes => changed_chunks(bs, at, &before, &data[range.clone()]),
-                Compare::Reported => reported,
-            };
-            let map = if changed != 0 && !self.regions { WHOLE } else { changed | force };
-            if map == 0 {
-                return (r, None);
-            }
-            if let (Some(p), Some(mark)) = (self.probe.get(), tx.mark()) {
-                p.note(&mut st.owners, mark, buf.blk, data, map);
-            }
-            let first = match group {
-                Some(g) => join::claim(&mut st, g, changed, map, &before, at, data),
-                None => self.dirty_direct(&mut st, changed, map),
-            };
-            (r, Some(first))
-        });
-        drop(st);
-        drop(guard);
-        match (changed, group) {
-            (None, _) => {}
-            (Some(true), Some(g)) => {
-                g.add_buf(buf.clone());
-                tx.charge(1);
-            }
-            (Some(true), None) => {
-                self.cil.insert(buf.clone());
-                tx.charge(1);
-            }
-            (Some(false), _) => {
-                tx.touch();
-                self.cil.note_relog();
-            }
+        let (r, changed) = edit(&mut data[range]);
+        let map = if changed != 0 && !self.regions { WHOLE } else { changed | force };
+        if map == 0 {
+            return r;
         }
-        r
-    }
-
-    /// A direct writer's change of chunks `map` (of which `changed` changed)
-    /// in the running checkpoint: true if it newly dirtied the buffer.
-    fn dirty_direct(&self, st: &mut LogState, changed: u64, map: u64) -> bool {
-        if st.claims.iter().any(|c| c.chunks & changed != 0) {
-            // A capture would restore a running group's undo over this
-            // change: shared structures must never be claimed (`join`).
-            self.cil.stats.direct_over_claims.fetch_add(1, Relaxed);
-            debug_assert!(false, "a direct change of chunks a running handle claims");
+        if let (Some(p), Some(mark)) = (self.probe.get(), tx.mark()) {
+            p.note(&mut st.owners, mark, buf.blk, &guard, map);
         }
         let first = st.dirty_seq == 0;
         if first {
-            st.dirty_seq = self.cil.running();
+            st.dirty_seq = running;
         }
         st.map |= map;
-        first
+        drop(st);
+        drop(guard);
+        if first {
+            self.cil.insert(buf.clone());
+            tx.charge(1);
+        } else {
+            tx.touch();
+            self.cil.note_relog();
+        }
+        r
     }
 
     /// Number of dirty buffers (the running checkpoint's size in blocks).

@@ -10,7 +10,10 @@
 //! that, outside the structures every allocation shares (bitmaps, group
 //! descriptors, the superblock), conflicts stay rare and come from the known
 //! windows (an inode or directory leaf handed from one operation to the
-//! next between its unlock and its end).
+//! next between its unlock and its end). The private handles were then
+//! built, measured slower on two cores and deleted (gate plan §7.6, §7.7);
+//! the probe stays, to tell how often handles would meet where the design
+//! is tried again.
 //!
 //! ## What is recorded
 //! Per buffer, the chunks each handle changed since the buffer's last change
@@ -19,8 +22,8 @@
 //! a handle that is still running. Conflicts are counted by the role of the
 //! block (from the geometry, and for tree nodes from their kind byte), and
 //! every handle that met one is counted once, split by whether it met only
-//! shared allocator structures (`probe.handles_shared_only`, which step S1
-//! removes) or anything else (`probe.handles_conflicting`).
+//! shared allocator structures (`probe.handles_shared_only`, which the
+//! plan's step S1 removed while it lasted) or anything else (`probe.handles_conflicting`).
 //!
 //! ## Cost and switch
 //! Off unless the mount asks (`-o debug.conflict_probe`): the change path
@@ -80,7 +83,8 @@ impl Role {
         }
     }
 
-    /// Structures every allocation changes, which step S1 moves to the join.
+    /// Structures every allocation changes (the plan's step S1 moved their
+    /// changes to the handle's end).
     fn shared(self) -> bool {
         matches!(self, Role::Fixed | Role::BlockBitmap | Role::InodeBitmap)
     }

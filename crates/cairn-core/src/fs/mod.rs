@@ -144,7 +144,6 @@ impl Fs {
             (cache_blocks / 8).max(256) as u64,
             opts.push_patience,
             opts.push_drain,
-            opts.private_handles,
         );
         let engine = Arc::new(Engine::new(meta, txm, opts.clone()));
         let inodes = Arc::new(InodeStore::new(

@@ -7,34 +7,30 @@
 //! `&Tx`: the only ways to dirty a buffer, allocate or free go through a `Tx`.
 //!
 //! A handle holds the transaction gate from begin to end and changes the
-//! running checkpoint directly, unless the mount asks for private handles
-//! (`-o debug.private_handles`). Then its changes stay private until its
-//! end (`buffer::join`): the
-//! chunks it changes are claimed for its join group, and its allocation
-//! intents and [`JoinAction`]s are recorded. [`Tx::join`], at the end of
-//! `Engine::change`, hands them to the group; the group's last member joins
-//! it (its claims become dirty chunks of the running checkpoint, then the
-//! actions and intents are applied by the handle as a direct writer) and
-//! the others wait for that. A handle that unwinds without joining after
-//! changing something aborts the journal, then joins.
+//! running checkpoint directly: every buffer change, allocation bitmap
+//! change and orphan-list change applies at once. [`Tx::end`], at the end of
+//! `Engine::change` (after the operation's error is latched), lets it go.
+//! A handle that unwinds without it after changing something aborts the
+//! journal before it leaves the gate, so no checkpoint takes half an
+//! operation. (Handles that kept their changes private until their end
+//! were built and measured slower: `docs/gate-plan.md`.)
 //!
 //! Credits: [`Tx::require`] states the operation's worst case once it knows
 //! it (tree depths are known only after the inode is locked). If that is
 //! more than the handle reserved, the reservation grows when the log has
 //! room; otherwise, if nothing was changed yet, the operation fails with
 //! [`FsError::NeedCredits`] and is restarted with the larger reservation
-//! after a commit. Every buffer the handle's group claims first, and every
-//! buffer a direct writer newly dirties, is charged; charging past the
-//! reservation is an accounting bug, counted in `journal.credit_overruns`.
+//! after a commit. Every buffer the handle newly dirties is charged;
+//! charging past the reservation is an accounting bug, counted in
+//! `tx.credit_overruns`.
 
 use super::gate::Entry;
-use crate::buffer::join::{EndWork, Finish, JoinGroup, Sealed};
 use crate::buffer::probe::HandleMark;
-use crate::buffer::{BitmapIntent, Buf, Change};
+use crate::buffer::Buf;
 use crate::error::{FsError, Result};
 use crate::meta::Meta;
 use cairn_format::btree::Node;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,57 +45,37 @@ pub(super) trait Host: Sync {
     fn try_extend(&self, meta: &Meta, extra: u64) -> bool;
     /// Gives back `credits` of reservation.
     fn release(&self, credits: u64);
-    /// The handle leaves the admission gate after `held_us`.
-    fn leave(&self, held_us: u64);
-    /// A finished handle enters the join gate (waiting while a push holds
-    /// it closed).
-    fn enter_join(&self, meta: &Meta) -> Entry;
-    /// The join leaves the gate after `held_us` (and runs a waiting push's
-    /// swap if it is the last one out).
-    fn leave_join(&self, meta: &Meta, entry: Entry, held_us: u64);
+    /// The handle leaves the transaction gate after `held_us` (running a
+    /// waiting push's swap if it is the last one out).
+    fn leave(&self, meta: &Meta, entry: Entry, held_us: u64);
     /// A handle dirtied more buffers than it reserved (an accounting bug).
     fn note_overrun(&self, used: u64, credits: u64);
     /// An operation restarts with more credits.
     fn note_restart(&self);
-    /// What runs a handle's orphan-list actions at its end.
-    fn join_hook(&self) -> Option<JoinHook>;
-    /// A handle's end failed, or a handle that changed something ended
-    /// without joining (an unwinding operation): the journal aborts before
-    /// the handle leaves the gate, so no checkpoint takes half of it.
+    /// A handle that changed something ended without [`Tx::end`] (an
+    /// unwinding operation): the journal aborts before the handle leaves
+    /// the gate, so no checkpoint takes half of it.
     fn abort_half_done(&self, meta: &Meta, e: &FsError);
 }
-
-/// What runs a handle's join actions at its end (`TxManager::set_join_hook`).
-pub type JoinHook = fn(&Tx<'_>, &[JoinAction]) -> Result<()>;
-
-pub use crate::buffer::join::JoinAction;
 
 /// A transaction handle (see the module essay).
 pub struct Tx<'a> {
     meta: &'a Meta,
     mgr: &'a dyn Host,
-    /// When the handle began (it is inside the admission gate until its
-    /// drop); `None` only for a direct writer (a swap's, a quiesced
-    /// change's), which holds no reservation.
+    /// When the handle began (it holds the gate until its drop); `None`
+    /// only for a direct writer (a swap's, a quiesced change's), which
+    /// holds no reservation.
     entered: Option<Instant>,
     credits: Cell<u64>,
     used: Cell<u64>,
     touched: Cell<bool>,
     /// The handle's mark for the conflict probe (`buffer::probe`), when on.
     mark: Option<Arc<HandleMark>>,
-    /// What the handle's end applies: allocation bitmap changes with their
-    /// tickets (`alloc::intents`) and [`JoinAction`]s.
-    work: RefCell<EndWork>,
-    /// The join group the handle's changes are claimed for (`buffer::join`);
-    /// `None` for a direct writer.
-    group: Option<Arc<JoinGroup>>,
-    /// The handle applies its group's end, as a direct writer.
-    direct: Cell<bool>,
-    /// Set by [`Tx::join`]; a handle dropped without it is unwinding.
-    joined: bool,
-    /// The gate, held from begin to end when handles are not private
-    /// (`-o debug.private_handles` off): such a handle changes the running
-    /// checkpoint directly.
+    /// Set by [`Tx::end`]; a handle dropped without it is unwinding.
+    ended: bool,
+    /// The transaction gate, held from begin to end; `None` for a direct
+    /// writer, which runs where no swap can (a swap's own, a quiesced
+    /// change's).
     held: Option<Entry>,
 }
 
@@ -120,10 +96,7 @@ impl<'a> Tx<'a> {
             used: Cell::new(0),
             touched: Cell::new(false),
             mark,
-            work: RefCell::default(),
-            group: entered.filter(|_| held.is_none()).map(|_| JoinGroup::new()),
-            direct: Cell::new(false),
-            joined: false,
+            ended: false,
             held,
         }
     }
@@ -139,111 +112,17 @@ impl<'a> Tx<'a> {
         self.used.get()
     }
 
-    /// Whether this handle changed any buffer (newly dirtied or not), or
-    /// recorded a change of the allocation bitmaps or the orphan list.
+    /// Whether this handle changed any buffer (newly dirtied or not) or
+    /// the orphan list.
     pub fn changed(&self) -> bool {
         self.touched.get()
     }
 
-    /// Records `action` for the handle's end; a handle that does not defer
-    /// (a commit's own, a quiesced change) runs it at once.
-    pub(crate) fn join_action(&self, action: JoinAction) -> Result<()> {
-        if Change::group(self).is_none() {
-            return self.run_actions(vec![action]);
-        }
-        let mut work = self.work.borrow_mut();
-        let actions = &mut work.actions;
-        match &action {
-            // An operation stores its inodes more than once. A note of the
-            // checkpoint changes nothing: a restart may drop it.
-            JoinAction::StoredSeq(s) => {
-                if actions.iter().any(|a| matches!(a, JoinAction::StoredSeq(t) if Arc::ptr_eq(s, t))) {
-                    return Ok(());
-                }
-            }
-            JoinAction::OrphanAdd(_) | JoinAction::OrphanRemove(_) => self.touched.set(true),
-        }
-        actions.push(action);
-        Ok(())
-    }
-
-    /// Ends the handle: its group joins the running checkpoint (see
-    /// [`Tx::end`]) and the handle leaves the gate. The end of
-    /// `Engine::change`, which has latched the operation's own error first.
-    /// A failure here latches an abort before the handle leaves the gate
-    /// (the latch rule: no swap runs between half-applied changes and the
-    /// abort), and is the operation's error.
-    pub(crate) fn join(mut self) -> Result<()> {
-        self.joined = true;
-        self.end()
-    }
-
-    /// The handle is finished: hands its end work to its group and, as the
-    /// group's last member, joins it (its claimed buffers, then the join
-    /// actions and the allocation intents, those of the actions' own tree
-    /// work included, in the order they were recorded); otherwise waits for
-    /// the member that does.
-    fn end(&self) -> Result<()> {
-        let Some(group) = &self.group else { return Ok(()) };
-        if !self.changed() {
-            // Nothing claimed, recorded or merged (at most a note that an
-            // unchanged inode was stored): nothing to join.
-            return Ok(());
-        }
-        let work = std::mem::take(&mut *self.work.borrow_mut());
-        // Sealing happens inside the join gate, so no swap falls between
-        // a group's seal and its join (an intent applied early for a sealed
-        // group lands in the group's checkpoint: `alloc::intents`).
-        let entry = self.mgr.enter_join(self.meta);
-        let t0 = Instant::now();
-        let r = match group.finish(work) {
-            Finish::Wait => {
-                self.mgr.leave_join(self.meta, entry, t0.elapsed().as_micros() as u64);
-                return if group.wait_joined() { Ok(()) } else { Err(FsError::Shutdown) };
-            }
-            Finish::Last(mut sealed) => {
-                self.direct.set(true);
-                let r = self.apply_group(&mut sealed);
-                sealed.done(r.is_ok());
-                r
-            }
-        };
-        if let Err(e) = &r {
-            // Before leaving the gate: no swap may take the half-applied end.
-            self.mgr.abort_half_done(self.meta, e);
-        }
-        self.mgr.leave_join(self.meta, entry, t0.elapsed().as_micros() as u64);
-        r
-    }
-
-    fn apply_group(&self, sealed: &mut Sealed) -> Result<()> {
-        self.meta.bufs().join_group(sealed);
-        let actions = std::mem::take(&mut sealed.work.actions);
-        if !actions.is_empty() {
-            self.run_actions(actions)?;
-        }
-        let mut intents = std::mem::take(&mut sealed.work.intents);
-        if intents.is_empty() {
-            return Ok(());
-        }
-        // Merged members' intents, in the order they were recorded.
-        intents.sort_unstable_by_key(|&(ticket, _)| ticket);
-        let seq = self.meta.running_seq().load(Ordering::Acquire);
-        self.meta.alloc().apply_intents(self, &intents, seq)
-    }
-
-    fn run_actions(&self, actions: Vec<JoinAction>) -> Result<()> {
-        let seq = self.meta.running_seq().load(Ordering::Acquire);
-        for a in &actions {
-            if let JoinAction::StoredSeq(stored) = a {
-                stored.fetch_max(seq, Ordering::AcqRel);
-            }
-        }
-        let orphans = actions.iter().any(|a| !matches!(a, JoinAction::StoredSeq(_)));
-        match self.mgr.join_hook() {
-            Some(hook) if orphans => hook(self, &actions),
-            _ => Ok(()),
-        }
+    /// Ends the handle: it leaves the gate. The end of `Engine::change`,
+    /// which has latched the operation's own error first (the latch rule:
+    /// no swap runs between half-applied changes and the abort).
+    pub(crate) fn end(mut self) {
+        self.ended = true;
     }
 
     /// Notes a change to a buffer that was already dirty.
@@ -320,47 +199,22 @@ impl crate::buffer::Change for Tx<'_> {
     fn mark(&self) -> Option<&Arc<HandleMark>> {
         self.mark.as_ref()
     }
-    fn defer_bitmap(&self, ticket: u64, intent: BitmapIntent) -> bool {
-        if Change::group(self).is_none() {
-            return false;
-        }
-        self.touched.set(true);
-        self.work.borrow_mut().intents.push((ticket, intent));
-        true
-    }
-    fn group(&self) -> Option<&Arc<JoinGroup>> {
-        self.group.as_ref().filter(|_| !self.direct.get())
-    }
-    fn as_direct(&self, f: &mut dyn FnMut(&dyn Change) -> Result<()>) -> Result<()> {
-        let was = self.direct.replace(true);
-        let r = f(self);
-        self.direct.set(was);
-        r
-    }
 }
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
-        if !self.joined && self.entered.is_some() {
+        if !self.ended && self.entered.is_some() && self.changed() {
             // Only an unwinding operation ends without `Engine::change`'s
-            // join. If it changed anything, its changes are half an
-            // operation: abort before leaving the gate. Then join as usual,
-            // so that memory and disk agree and merged partners go on.
-            if self.changed() {
-                let e = FsError::Io(std::io::Error::other("an operation ended half-way (a panic)"));
-                self.mgr.abort_half_done(self.meta, &e);
-            }
-            if let Err(e) = self.end() {
-                tracing::error!(error = %e, "a handle that ended early could not apply its recorded changes");
-            }
+            // `end`: its changes are half an operation. Abort before
+            // leaving the gate.
+            let e = FsError::Io(std::io::Error::other("an operation ended half-way (a panic)"));
+            self.mgr.abort_half_done(self.meta, &e);
         }
         if let Some(entered) = self.entered {
             self.mgr.release(self.credits.get());
             let held_us = entered.elapsed().as_micros() as u64;
-            if let Some(entry) = self.held.take() {
-                self.mgr.leave_join(self.meta, entry, 0);
-            }
-            self.mgr.leave(held_us);
+            let entry = self.held.take().expect("a handle holds the gate from begin to end");
+            self.mgr.leave(self.meta, entry, held_us);
         }
         if let (Some(mark), Some(probe)) = (&self.mark, self.meta.bufs().probe()) {
             probe.end(mark);

@@ -15,43 +15,36 @@
 //! built while handles keep within their credits.
 //!
 //! ## Commit
-//! A handle holds two gates (see `gate`). The *admission* gate
-//! (`admission`), from begin to end, which only a quiesce closes (a grow, a
-//! consistency check: it waits for every handle however long). And the
-//! transaction gate: from begin to end by default, or, with private
-//! handles (`-o debug.private_handles`), only for its join: a handle's
-//! changes are then private until its end (`buffer::join`), and join the
-//! running checkpoint in the few microseconds its join holds that gate. [`TxManager::commit`] closes the join gate only to rewrite the
-//! superblock buffer and to swap the committed-item list for an empty one
-//! (see `cil`: a few locks, whatever the amount dirty): [`TxManager`]'s
-//! `swap`, which needs nothing but the manager and [`Meta`]. Handles that
-//! run across the swap are not waited for: a capture restores what they
-//! claimed. The swap runs on whichever thread finds the gate empty first
-//! (the gate hands it the turn): the commit's, or the last join's to leave,
-//! so no thread need be scheduled while the gate holds joins out. Its
-//! result (or its panic) reaches the commit through `swapped`. The
-//! commit first waits up to `-o push_patience_us` for such a moment without
-//! closing the gate; a close that has not drained after `-o push_drain_us`
-//! is given up and tried again (policies from when a handle held the gate
-//! from begin to end; step S6 of `docs/gate-plan.md` measures whether they
-//! still earn their keep). Capturing the buffers, the log write, the
+//! A handle holds the transaction gate (see `gate`) from begin to end. A
+//! quiesce (a grow, a consistency check) closes it and waits for every
+//! handle however long; [`TxManager::commit`] closes it only to rewrite
+//! the superblock buffer and to swap the committed-item list for an empty
+//! one (see `cil`: a few locks, whatever the amount dirty): [`TxManager`]'s
+//! `swap`, which needs nothing but the manager and [`Meta`]. The swap runs
+//! on whichever thread finds the gate empty first (the gate hands it the
+//! turn): the commit's, or the last handle's to leave, so no thread need
+//! be scheduled while the gate holds handles out. Its result (or its
+//! panic) reaches the commit through `swapped`. The commit first waits up
+//! to `-o push_patience_us` for such a moment without closing the gate; a
+//! close that has not drained after `-o push_drain_us` is given up and
+//! tried again (see `gate`). Capturing the buffers, the log write, the
 //! barriers and the home writes run with the gate released, so operations
 //! go on meanwhile. The captured buffers stay pinned (in flight) until
 //! their home writes are done. Commits are serialised by the commit mutex,
 //! which also groups concurrent syncs: a caller whose changes a commit
 //! started after its arrival already covered returns at once.
+//! (Handles that held the gate only to join their changes at their end
+//! were built and measured slower: `docs/gate-plan.md` §7.)
 //!
 //! ## Locking order
-//! commit mutex → admission gate (a quiesce) → inode locks → buffer-cache
-//! shards → buffer data → buffer log state → join groups; a handle's end:
-//! join gate → group locks of the allocator → buffers. The swap, run on a
-//! joining thread as its join leaves, takes only what a swap takes (the
-//! superblock buffer, the orphan tree, the insertion lists): a handle must
-//! not hold an inode lock or an allocator lock when it ends.
+//! commit mutex → transaction gate → inode locks → buffer-cache shards →
+//! buffer data → buffer log state. The swap, run on a handle's thread as
+//! it leaves the gate, takes only what a swap takes (the superblock buffer,
+//! the orphan tree, the insertion lists): a handle must not hold an inode
+//! lock or an allocator lock when it ends.
 
-use super::admission::Admission;
 use super::gate::{Entry, Gate, Push, Turn};
-use super::handle::{Host, JoinHook, Tx};
+use super::handle::{Host, Tx};
 use crate::buffer::cil::Batch;
 use crate::error::{FsError, Result};
 use crate::journal::{Journal, Latch};
@@ -83,26 +76,17 @@ pub struct TxStats {
     pub group_joins: AtomicU64,
     /// Steps of long operations (truncate, delete, large writes).
     pub steps: AtomicU64,
-    /// Longest time one handle ran, begin to end, in µs.
+    /// Longest time one handle held the gate, begin to end, in µs.
     pub gate_hold_us_max: AtomicU64,
-    /// Longest time one join held the gate (shared), in µs: a commit waits
-    /// for the joins inside, and new joins wait behind it.
-    pub join_us_max: AtomicU64,
 }
 
 /// See the module essay.
 pub struct TxManager {
     pub log: Journal,
     pub latch: Latch,
-    /// Entered by a handle's join, for the few microseconds of it; a
-    /// push closes it for its swap (see `gate`).
+    /// Entered by every handle from begin to end; a push closes it for
+    /// its swap (see `gate`).
     gate: Gate,
-    /// Entered by every handle from begin to end; only a quiesce closes it,
-    /// waiting for every handle however long.
-    admit: Admission,
-    /// Handles keep their changes private and hold `gate` only for their
-    /// join (`-o debug.private_handles`); else from begin to end.
-    private: bool,
     /// What the running commit's swap returned (or its panic), handed from
     /// whichever thread took the turn to the commit.
     swapped: Mutex<Option<std::thread::Result<Result<Batch>>>>,
@@ -117,9 +101,6 @@ pub struct TxManager {
     /// checkpoint being closed (the deferred orphan inserts,
     /// `deferred_orphans`). Set once, by the file system at mount.
     swap_hook: std::sync::OnceLock<SwapHook>,
-    /// Runs a handle's join actions at its end (the orphan list's adds and
-    /// removes: `inode_store`).
-    join_hook: std::sync::OnceLock<JoinHook>,
     pub stats: TxStats,
 }
 
@@ -139,15 +120,12 @@ impl TxManager {
         max_dirty: u64,
         patience: Option<Duration>,
         drain: Option<Duration>,
-        private: bool,
     ) -> TxManager {
         let limit = log.max_record_images().min(max_dirty).saturating_sub(MARGIN).max(1);
         TxManager {
             log,
             latch,
             gate: Gate::new(patience, drain),
-            admit: Admission::default(),
-            private,
             swapped: Mutex::new(None),
             commit_lock: Mutex::new(()),
             reserved: AtomicU64::new(0),
@@ -155,7 +133,6 @@ impl TxManager {
             snapshots: AtomicU64::new(0),
             committed_snapshots: AtomicU64::new(0),
             swap_hook: std::sync::OnceLock::new(),
-            join_hook: std::sync::OnceLock::new(),
             stats: TxStats::default(),
         }
     }
@@ -164,12 +141,6 @@ impl TxManager {
     /// ignored.
     pub fn set_swap_hook(&self, hook: SwapHook) {
         let _ = self.swap_hook.set(hook);
-    }
-
-    /// Sets the hook that runs a handle's join actions at its end (see
-    /// `handle::JoinAction`); a second call is ignored.
-    pub fn set_join_hook(&self, hook: JoinHook) {
-        let _ = self.join_hook.set(hook);
     }
 
     /// Buffers one checkpoint may hold, over all its handles.
@@ -181,13 +152,13 @@ impl TxManager {
     /// the cache and the allocator hold then).
     pub fn quiesced<R>(&self, meta: &Meta, f: impl FnOnce() -> R) -> R {
         let _c = self.commit_lock.lock();
-        self.admit.close();
+        let Push::Mine(turn) = self.gate.push(false) else { unreachable!("a quiesce delegates nothing") };
         if cfg!(debug_assertions) {
             // No handle runs now: the in-memory invariants must hold.
             meta.alloc().debug_check_consistency();
         }
         let r = catch_unwind(AssertUnwindSafe(f));
-        self.admit.open();
+        self.gate.open(turn);
         r.unwrap_or_else(|p| resume_unwind(p))
     }
 
@@ -199,7 +170,24 @@ impl TxManager {
         self.quiesced(meta, || f(&Tx::new(meta, self, None, credits, None)))
     }
 
-    /// A join leaves the gate; if it is the last one out of a gate closed
+    /// A handle enters the gate (waiting while a push holds it closed).
+    fn enter_gate(&self, meta: &Meta) -> Entry {
+        let (entry, waited) = self.gate.enter();
+        if let Some(w) = waited {
+            let us = w.wall.as_micros() as u64;
+            let cil = &meta.bufs().cil.stats;
+            cil.writer_wait.add(us);
+            cil.writer_wait_us_max.fetch_max(us, Relaxed);
+            if w.preempted {
+                cil.writer_waits_preempted.fetch_add(1, Relaxed);
+            } else {
+                cil.writer_wait_on_cpu_us_max.fetch_max(us, Relaxed);
+            }
+        }
+        entry
+    }
+
+    /// A handle leaves the gate; if it is the last one out of a gate closed
     /// for a commit, it runs the commit's swap.
     fn leave_gate(&self, meta: &Meta, entry: Entry) {
         if let Some(turn) = self.gate.leave(entry) {
@@ -215,7 +203,7 @@ impl TxManager {
         self.gate.open(turn);
     }
 
-    /// Under the closed gate, with no join inside: rewrites the superblock
+    /// Under the closed gate, with no handle inside: rewrites the superblock
     /// buffer and swaps the committed-item list for an empty one.
     fn swap(&self, meta: &Meta) -> Result<Batch> {
         let t0 = Instant::now();
@@ -223,9 +211,7 @@ impl TxManager {
         // journal: its half-done changes must not be pushed.
         self.latch.check_commit()?;
         if cfg!(debug_assertions) {
-            // No join runs now: what is listed is exactly what is dirty.
-            // (The allocator's identity holds only with no handle running:
-            // `quiesced` checks it.)
+            // No handle runs now: what is listed is exactly what is dirty.
             meta.bufs().debug_check_consistency();
         }
         if let Some(hook) = self.swap_hook.get() {
@@ -301,10 +287,9 @@ impl TxManager {
         }
         self.stats.handles.fetch_add(1, Ordering::Relaxed);
         self.stats.max_credits.fetch_max(credits, Ordering::Relaxed);
-        self.admit.enter();
-        // Without private handles, a handle holds the gate from begin to
-        // end and changes the running checkpoint directly.
-        let held = (!self.private).then(|| self.enter_join(meta));
+        // A handle holds the gate from begin to end and changes the running
+        // checkpoint directly.
+        let held = Some(self.enter_gate(meta));
         Ok(Tx::new(meta, self, Some(Instant::now()), credits, held))
     }
 
@@ -384,7 +369,6 @@ impl Publish for TxManager {
         put("tx.max_credits", t.max_credits.load(Relaxed));
         put("tx.steps", t.steps.load(Relaxed));
         put("tx.gate_hold_us_max", t.gate_hold_us_max.load(Relaxed));
-        put("tx.join_us_max", t.join_us_max.load(Relaxed));
         let (empty, impatient) = self.gate.empties();
         put("tx.push_empty_swaps", empty);
         put("tx.push_impatient_closes", impatient);
@@ -418,29 +402,8 @@ impl Host for TxManager {
         self.reserved.fetch_sub(credits, Ordering::AcqRel);
     }
 
-    fn leave(&self, held_us: u64) {
+    fn leave(&self, meta: &Meta, entry: Entry, held_us: u64) {
         self.stats.gate_hold_us_max.fetch_max(held_us, Ordering::Relaxed);
-        self.admit.leave();
-    }
-
-    fn enter_join(&self, meta: &Meta) -> Entry {
-        let (entry, waited) = self.gate.enter();
-        if let Some(w) = waited {
-            let us = w.wall.as_micros() as u64;
-            let cil = &meta.bufs().cil.stats;
-            cil.writer_wait.add(us);
-            cil.writer_wait_us_max.fetch_max(us, Relaxed);
-            if w.preempted {
-                cil.writer_waits_preempted.fetch_add(1, Relaxed);
-            } else {
-                cil.writer_wait_on_cpu_us_max.fetch_max(us, Relaxed);
-            }
-        }
-        entry
-    }
-
-    fn leave_join(&self, meta: &Meta, entry: Entry, held_us: u64) {
-        self.stats.join_us_max.fetch_max(held_us, Ordering::Relaxed);
         self.leave_gate(meta, entry);
     }
 
@@ -452,10 +415,6 @@ impl Host for TxManager {
 
     fn note_restart(&self) {
         self.stats.restarts.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn join_hook(&self) -> Option<JoinHook> {
-        self.join_hook.get().copied()
     }
 
     fn abort_half_done(&self, meta: &Meta, e: &FsError) {

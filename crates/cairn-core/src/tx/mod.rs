@@ -20,10 +20,9 @@
 //!   fails); groups concurrent syncs into one commit; snapshots dirty buffers
 //!   and keeps them pinned in the cache until their home writes are done.
 
-pub mod admission;
 pub mod gate;
 pub mod handle;
 pub mod manager;
 
-pub use handle::{JoinAction, Tx};
+pub use handle::Tx;
 pub use manager::TxManager;

@@ -95,9 +95,6 @@ pub(crate) struct Config {
     /// fsck problems a crash state may show (a grow's backup copies,
     /// rewritten after it commits, may still name the old size).
     fsck_allows: &'static [cairn_fsck::Code],
-    /// Handles keep their changes private until their end and hold the
-    /// gate only for their join (`-o debug.private_handles`).
-    private_handles: bool,
     /// The image is encrypted (`crypt::create`, as `cairn mkfs --encrypt`):
     /// the workload writes through a `CryptDevice` over the recorder, and
     /// each crash state is opened with the key from its own header.
@@ -118,14 +115,8 @@ const NORMAL: Config = Config {
     blocks_per_group: None,
     fs_mib: None,
     fsck_allows: &[],
-    private_handles: false,
     encrypted: false,
 };
-
-/// Private handles (`-o debug.private_handles`, gate plan S4–S5): changes
-/// join the running checkpoint at each operation's end, and commits swap
-/// with operations running.
-const PRIVATE: Config = Config { name: "private handles", private_handles: true, ..NORMAL };
 
 /// Delayed logging off (`-o delaylog=0`): whole-block records, home writes
 /// and a tail move at every commit.
@@ -311,7 +302,6 @@ fn opts(cfg: &Config) -> MountOptions {
         delaylog: cfg.delaylog,
         inode_cache_bytes: cfg.cache_blocks * 512,
         dentry_cache_bytes: cfg.cache_blocks * 256,
-        private_handles: cfg.private_handles,
         ..Default::default()
     }
 }
@@ -940,31 +930,6 @@ fn random_workloads_survive_every_crash_point_tiny_journal() {
 #[test]
 fn random_workloads_survive_every_crash_point_with_a_journal_across_groups() {
     random_workloads(&JOURNAL_GROUPS);
-}
-
-#[test]
-fn random_workloads_survive_every_crash_point_with_private_handles() {
-    random_workloads(&PRIVATE);
-}
-
-#[test]
-fn random_workloads_survive_every_crash_point_tiny_journal_private_handles() {
-    random_workloads(&Config { name: "tiny journal, private handles", private_handles: true, ..tiny_journal() });
-}
-
-#[test]
-fn named_workload_survives_every_crash_point_with_private_handles() {
-    named_workload(&PRIVATE);
-}
-
-#[test]
-fn xattr_workload_survives_every_crash_point_with_private_handles() {
-    xattr_workload(&PRIVATE);
-}
-
-#[test]
-fn overwrite_workload_survives_every_crash_point_with_private_handles() {
-    overwrite_workload(&PRIVATE);
 }
 
 #[test]
