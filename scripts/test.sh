@@ -181,8 +181,8 @@ run_suite sigkill 20 bash tests/external/sigkill.sh 50
 run_suite sigkill-enc 10 env CAIRN_KEY_FILE="$ENC_KEY" bash tests/external/sigkill.sh 15
 run_suite pressure 10 bash tests/external/pressure.sh
 run_suite nfs 5 bash tests/external/nfs.sh
-run_suite xfstests 20 bash tests/external/xfstests.sh --ci
-run_suite bench 20 "$CAIRN" bench --quick --out "$LOGS/bench-report"
+run_suite xfstests 30 bash tests/external/xfstests.sh --ci
+run_suite bench 30 "$CAIRN" bench --quick --out "$LOGS/bench-report"
 run_suite mballoc 5 python3 "$ROOT/bench/mballoc" --quick --no-ext4 --cairn "$CAIRN" --out "$LOGS/mballoc-report"
 run_suite fuzz 20 bash tests/external/fuzz.sh --ci
 
