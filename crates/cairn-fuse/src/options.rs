@@ -66,6 +66,9 @@ pub struct Settings {
     pub ring_idle: bool,
     /// Pin each of those threads to its queue's CPU (`ring_pin=1`, the default).
     pub ring_pin: bool,
+    /// Pin thread `t` of queue `q` to CPU `(q + t) % CPUs` (`ring_spread=1`),
+    /// so that a lone reader's second READ in flight is served on another CPU.
+    pub ring_spread: bool,
     /// Let other users see the file system (`None`: when mounted by root,
     /// as a kernel file system is; see [`Settings::others_allowed`]).
     pub allow_other: Option<bool>,
@@ -122,6 +125,7 @@ impl Default for Settings {
             ring_threads: 2,
             ring_idle: false,
             ring_pin: true,
+            ring_spread: false,
             direct_data: true,
             allow_other: None,
             allow_root: false,

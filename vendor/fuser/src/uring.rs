@@ -99,6 +99,13 @@ pub(crate) struct UringParams {
     /// CPU while the other CPUs idle. Unpinned, the scheduler may run them
     /// beside the reader.
     pub(crate) unpinned: bool,
+    /// Pin a queue's threads round the CPUs, thread `t` of queue `q` on CPU
+    /// `(q + t) % CPUs`, instead of all on CPU `q`. The kernel hands a
+    /// request to the queue's entry freed last, so requests one at a time
+    /// keep going to one thread; but when a lone reader's readahead has
+    /// two READs in flight, the second is served on another CPU while the
+    /// reader's CPU serves the first (and copies it to the reader).
+    pub(crate) spread: bool,
 }
 
 #[derive(Debug)]
@@ -398,10 +405,16 @@ pub(crate) fn queue_thread<FS: Filesystem>(
     se: SessionEventLoop<FS>,
     mut ring: Ring,
     qid: u16,
+    thread: usize,
     params: UringParams,
 ) -> io::Result<()> {
     if !params.unpinned {
-        pin_to_cpu(qid as usize);
+        let cpu = if params.spread {
+            (qid as usize + thread) % possible_cpus()
+        } else {
+            qid as usize
+        };
+        pin_to_cpu(cpu);
     }
     if params.idle_priority {
         make_idle(qid);
