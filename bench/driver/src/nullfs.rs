@@ -27,6 +27,7 @@
 //! system.
 
 use cairn_fuse::metrics::Op;
+use cairn_fuse::read_offload::{self, ReadOffload};
 use cairn_fuse::{negotiate, AdapterOptions, Metrics, Negotiated};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, OpenFlags,
@@ -73,6 +74,9 @@ pub struct NullFs {
     opts: AdapterOptions,
     got: Negotiated,
     metrics: Arc<Metrics>,
+    /// `-o read_offload=1`: large READs zeroed on a helper thread of the
+    /// next CPU, as cairn reads them there (`cairn_fuse::read_offload`).
+    read_offload: Option<ReadOffload>,
 }
 
 fn attr(ino: u64, kind: FileType, mode: u32, req: &Request) -> FileAttr {
@@ -104,6 +108,7 @@ impl NullFs {
             opts,
             got: Negotiated::default(),
             metrics,
+            read_offload: if opts.read_offload && opts.io_uring { ReadOffload::start() } else { None },
         };
         let now = SystemTime::now();
         let root = FileAttr {
@@ -472,14 +477,28 @@ impl Filesystem for NullFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        let _t = self.metrics.timer(Op::Read);
+        let t = self.metrics.timer(Op::Read);
         match self.with(ino.0, |n| Ok(n.attr.size)) {
             Ok(len) => {
                 let n = len.saturating_sub(offset).min(u64::from(size)) as usize;
-                reply.data_with(n, |buf| {
-                    buf[..n].fill(0);
-                    Ok(n)
-                })
+                let zeros = move || {
+                    reply.data_with(n, |buf| {
+                        buf[..n].fill(0);
+                        Ok(n)
+                    })
+                };
+                match self.read_offload.as_ref() {
+                    Some(pool) if size >= read_offload::MIN_BYTES => {
+                        drop(t);
+                        let metrics = self.metrics.clone();
+                        let job = Box::new(move || {
+                            let _t = metrics.timer(Op::Read);
+                            zeros()
+                        });
+                        pool.run(size, job);
+                    }
+                    _ => zeros(),
+                }
             }
             Err(e) => reply.error(e),
         }

@@ -377,6 +377,11 @@ pub const OPTIONS: &[Spec] = &[
             p.s.ring_pin = v.bool();
             Ok(())
         }),
+    spec(&["read_offload"], Bool, Measuring, Of(|p| Val::Bool(p.s.adapter.read_offload)),
+        "hand READs of 256 KiB or more from an io_uring queue thread to an idle helper thread on the next CPU (a lone reader's pread runs beside the kernel's copy)", |p, _, v| {
+            p.s.adapter.read_offload = v.bool();
+            Ok(())
+        }),
     spec(&["ring_spread"], Bool, Measuring, Of(|p| Val::Bool(p.s.ring_spread)),
         "pin a queue's threads round the CPUs, thread t of queue q on CPU q+t (a lone reader's second READ in flight is served on another CPU)", |p, _, v| {
             p.s.ring_spread = v.bool();
