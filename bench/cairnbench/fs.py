@@ -65,6 +65,9 @@ CAIRN_VARIANTS = {
     # Thread t of io_uring queue q pinned to CPU q+t: a lone reader's second
     # READ in flight is served on another CPU (issue #53).
     "cairn-spread": ["ring_spread=1"],
+    # READs of 256 KiB or more handed to a helper thread on the next CPU, so a
+    # lone reader's pread runs beside the kernel's copy (issue #53).
+    "cairn-offload": ["read_offload=1"],
     # File data through the host's page cache instead of O_DIRECT: each byte
     # read is cached twice (issue #37).
     "cairn-nodirect": ["direct_data=0"],

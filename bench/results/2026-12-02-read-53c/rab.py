@@ -17,7 +17,8 @@ global cache drop (this machine is shared): cairn remounts before each
 phase (its image is in a tmpfs either way); the null server's files get
 posix_fadvise(DONTNEED). Phase `meta` (not by default): fs_mark's create
 of --files empty files by two threads, a cold `find`, `rm -rf`. Each phase records its rate (MB/s, decimal) and the
-server's CPU (every live thread's time on a CPU, /proc/PID/task/*/schedstat) per MiB in us.
+server's CPU (every live thread's time on a CPU, /proc/PID/task/*/schedstat) per MiB in us
+(`_help_us`: of which on read_offload's helper threads).
 """
 
 import argparse
@@ -47,13 +48,16 @@ def wait(pred, what, secs=60):
         time.sleep(0.02)
 
 
-def cpu_s(pid):
-    """CPU seconds of process `pid`'s live threads so far (schedstat: ns on
-    a CPU; finer than /proc/PID/stat's ticks; the queue threads live as long
-    as the mount)."""
+def cpu_s(pid, prefix=""):
+    """CPU seconds of process `pid`'s live threads (those whose name starts
+    with `prefix`) so far (schedstat: ns on a CPU; finer than
+    /proc/PID/stat's ticks; the queue threads live as long as the mount)."""
     total = 0
     for t in os.listdir(f"/proc/{pid}/task"):
         try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                if not f.read().startswith(prefix):
+                    continue
             with open(f"/proc/{pid}/task/{t}/schedstat") as f:
                 total += int(f.read().split()[0])
         except FileNotFoundError:
@@ -159,13 +163,15 @@ def dd(path, mib):
 
 def timed(cell, res, key, mib, cmds):
     cell.cold()
-    c0, t0 = cpu_s(cell.pid), time.time()
+    h0, c0, t0 = cpu_s(cell.pid, "cairn-read-"), cpu_s(cell.pid), time.time()
     procs = [subprocess.Popen(c) for c in cmds]
     if any(p.wait() for p in procs):
         raise RuntimeError(f"{key}: dd failed")
-    t1, c1 = time.time(), cpu_s(cell.pid)
+    t1, c1, h1 = time.time(), cpu_s(cell.pid), cpu_s(cell.pid, "cairn-read-")
     res[key] = mib * 1.048576 / (t1 - t0)
     res[f"{key}_us"] = (c1 - c0) * 1e6 / mib
+    # Of which on read_offload's helper threads (`cairn-read-N`).
+    res[f"{key}_help_us"] = (h1 - h0) * 1e6 / mib
 
 
 def meta(cell, res, files):
@@ -226,7 +232,7 @@ def main():
     finally:
         for c in cells:
             c.teardown()
-    keys = [k for k in ["read", "read_us", "par4", "par4_us", "create", "create_us", "walk", "walk_us", "unlink",
+    keys = [k for k in ["read", "read_us", "read_help_us", "par4", "par4_us", "par4_help_us", "create", "create_us", "walk", "walk_us", "unlink",
                         "unlink_us"] if any(k in x for v in results.values() for x in v)]
     print()
     print("| cell | " + " | ".join(keys) + " |")
