@@ -21,29 +21,35 @@
 //! buffer, as the queue thread would have. So the `pread` of one READ runs
 //! beside the kernel's copy of the one before and the reader's own work.
 //! A READ is served where it arrives when it is small, comes through
-//! `/dev/fuse`, or when the next CPU is serving a large READ already (its
-//! helper, or one of its queue threads): readers on every CPU keep them all
-//! busy, and a hand-off would then only add its two wake-ups and move the
-//! bytes between CPU caches.
+//! `/dev/fuse`, when the next CPU's helper is busy, or when the next CPU's
+//! own queue threads served a large READ in the last [`RECENT`]: then
+//! readers on every CPU keep them all busy (four `dd` on two CPUs), and a
+//! hand-off would only add its two wake-ups and move the bytes between CPU
+//! caches.
 //!
 //! ## Invariants and locking
 //! A job owns its reply: it is answered exactly once, by whoever runs it.
 //! Each helper has a mutex-guarded slot (at most one job: a job is given only
-//! to an idle helper) and a condition variable. `serving[cpu]` counts the
-//! large READs being served on that CPU (atomic, a hint: a race costs one
-//! hand-off more or less, never a reply). The helpers exit when the pool is
+//! to an idle helper) and a condition variable. `own[cpu]` is when that
+//! CPU's queue threads last served a large READ themselves (atomic, a hint:
+//! a race costs one hand-off more or less, never a reply). The helpers exit when the pool is
 //! dropped (the session has ended, no request is in flight). Nothing here is
 //! durable.
 
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 /// READs smaller than this are served where they arrive: for them the
 /// hand-off's two wake-ups cost more than the copy.
 pub const MIN_BYTES: u32 = 256 << 10;
+
+/// A CPU whose queue threads served a large READ of their own this recently
+/// has a reader of its own: no READ is handed to it.
+pub const RECENT: Duration = Duration::from_millis(2);
 
 /// A READ to serve: it answers its reply.
 pub type Job = Box<dyn FnOnce() + Send>;
@@ -65,8 +71,10 @@ struct Helper {
 pub struct ReadOffload {
     helpers: Vec<Arc<Helper>>,
     threads: Vec<JoinHandle<()>>,
-    /// Large READs being served per CPU (inline or by its helper).
-    serving: Arc<[AtomicU32]>,
+    /// Per CPU: when its queue threads last served a large READ themselves
+    /// (ns since `epoch`; 0: never).
+    own: Box<[AtomicU64]>,
+    epoch: Instant,
 }
 
 impl ReadOffload {
@@ -78,13 +86,12 @@ impl ReadOffload {
             return None;
         }
         let helpers: Vec<Arc<Helper>> = (0..cpus).map(|_| Arc::new(Helper::default())).collect();
-        let serving: Arc<[AtomicU32]> = (0..cpus).map(|_| AtomicU32::new(0)).collect();
         let mut threads = Vec::new();
         for (cpu, h) in helpers.iter().enumerate() {
-            let (h, serving) = (h.clone(), serving.clone());
+            let h = h.clone();
             let t = std::thread::Builder::new().name(format!("cairn-read-{cpu}")).spawn(move || {
                 pin_to(cpu);
-                serve(&h, &serving[cpu]);
+                serve(&h);
             });
             match t {
                 Ok(t) => threads.push(t),
@@ -94,12 +101,14 @@ impl ReadOffload {
                 }
             }
         }
-        Some(ReadOffload { helpers, threads, serving })
+        let own = (0..cpus).map(|_| AtomicU64::new(0)).collect();
+        Some(ReadOffload { helpers, threads, own, epoch: Instant::now() })
     }
 
     /// Serves a READ of `bytes`: hands `job` to the helper of the CPU after
-    /// the caller's if the READ is large, arrived on an io_uring queue thread
-    /// and that CPU serves no large READ now; otherwise runs it here.
+    /// the caller's if the READ is large, arrived on an io_uring queue thread,
+    /// that helper is idle and that CPU has no reader of its own (see
+    /// [`RECENT`]); otherwise runs it here.
     pub fn run(&self, bytes: u32, job: Job) {
         if bytes < MIN_BYTES || !fuser::on_io_uring_thread() {
             return job();
@@ -107,12 +116,17 @@ impl ReadOffload {
         let Some(cpu) = current_cpu().filter(|&c| c < self.helpers.len()) else {
             return job();
         };
+        let now = self.epoch.elapsed().as_nanos() as u64 + 1;
         let next = (cpu + 1) % self.helpers.len();
-        let job = if self.serving[next].load(Relaxed) == 0 { self.hand_off(next, job) } else { Err(job) };
+        let last = self.own[next].load(Relaxed);
+        let job = if last == 0 || now.saturating_sub(last) > RECENT.as_nanos() as u64 {
+            self.hand_off(next, job)
+        } else {
+            Err(job)
+        };
         if let Err(job) = job {
-            self.serving[cpu].fetch_add(1, Relaxed);
+            self.own[cpu].store(now, Relaxed);
             job();
-            self.serving[cpu].fetch_sub(1, Relaxed);
         }
     }
 
@@ -125,7 +139,6 @@ impl ReadOffload {
         }
         s.busy = true;
         s.job = Some(job);
-        self.serving[cpu].fetch_add(1, Relaxed);
         h.wake.notify_one();
         Ok(())
     }
@@ -153,9 +166,8 @@ impl Drop for ReadOffload {
 }
 
 /// A helper's loop: runs each job given to it until the pool closes (a job
-/// given before the close is still run, so its reply is sent). `serving` is
-/// its CPU's count, raised by the hand-off.
-fn serve(h: &Helper, serving: &AtomicU32) {
+/// given before the close is still run, so its reply is sent).
+fn serve(h: &Helper) {
     loop {
         let job = {
             let mut s = h.slot.lock();
@@ -170,7 +182,6 @@ fn serve(h: &Helper, serving: &AtomicU32) {
             }
         };
         job();
-        serving.fetch_sub(1, Relaxed);
         h.slot.lock().busy = false;
     }
 }
@@ -204,7 +215,7 @@ mod tests {
             // This test thread is no io_uring queue thread: never handed off.
             assert_eq!(rx.try_recv().unwrap(), me);
         }
-        assert!(pool.serving.iter().all(|n| n.load(Relaxed) == 0));
+        assert!(pool.own.iter().all(|t| t.load(Relaxed) == 0), "nothing ran on a queue thread");
     }
 
     #[test]
