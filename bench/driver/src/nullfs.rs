@@ -15,7 +15,9 @@
 //! the root's extended attribute `user.nullfs.counters` reads them as JSON
 //! while mounted, and `--counters FILE` gets them at unmount). Extended
 //! attributes are kept, in memory, as given (issue #53: setxattr and
-//! getxattr are measured against this floor). What cairn does on top
+//! getxattr are measured against this floor). Under `-o read_offload=1` a
+//! large READ is zeroed on the same helper threads cairn would read it on
+//! ([`cairn_fuse::read_offload`]). What cairn does on top
 //! of this is cairn's cost; what this costs is the transport's: the floor
 //! `bench/run floor` puts cairn beside.
 //!

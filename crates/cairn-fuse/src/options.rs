@@ -69,6 +69,9 @@ pub struct Settings {
     /// Pin thread `t` of queue `q` to CPU `(q + t) % CPUs` (`ring_spread=1`),
     /// so that a lone reader's second READ in flight is served on another CPU.
     pub ring_spread: bool,
+    /// A queue thread serving a large READ moves to the next CPU when that
+    /// CPU's queue has seen none lately (`read_move=1`).
+    pub read_move: bool,
     /// Let other users see the file system (`None`: when mounted by root,
     /// as a kernel file system is; see [`Settings::others_allowed`]).
     pub allow_other: Option<bool>,
@@ -126,6 +129,7 @@ impl Default for Settings {
             ring_idle: false,
             ring_pin: true,
             ring_spread: false,
+            read_move: false,
             direct_data: true,
             allow_other: None,
             allow_root: false,

@@ -14,14 +14,14 @@
 //! ## How
 //! One helper thread per CPU, pinned to it. A READ of at least
 //! [`MIN_BYTES`] arriving on a queue thread goes, with its reply, to the
-//! helper of the next CPU, if that helper is idle; the queue thread returns
+//! helper of the next CPU, if that helper has room; the queue thread returns
 //! at once and sleeps until the reply is written (fuser's queue thread waits
 //! for an entry's reply before it commits it; a reply may come from any
 //! thread). The helper reads the file straight into the ring entry's payload
 //! buffer, as the queue thread would have. So the `pread` of one READ runs
 //! beside the kernel's copy of the one before and the reader's own work.
 //! A READ is served where it arrives when it is small, comes through
-//! `/dev/fuse`, when the next CPU's helper is busy, or when the next CPU's
+//! `/dev/fuse`, when the next CPU's helper has [`DEPTH`] READs already, or when the next CPU's
 //! own queue threads served a large READ in the last [`RECENT`]: then
 //! readers on every CPU keep them all busy (four `dd` on two CPUs), and a
 //! hand-off would only add its two wake-ups and move the bytes between CPU
@@ -29,8 +29,8 @@
 //!
 //! ## Invariants and locking
 //! A job owns its reply: it is answered exactly once, by whoever runs it.
-//! Each helper has a mutex-guarded slot (at most one job: a job is given only
-//! to an idle helper) and a condition variable. `own[cpu]` is when that
+//! Each helper has a mutex-guarded queue (at most [`DEPTH`] jobs, the one
+//! running included) and a condition variable. `own[cpu]` is when that
 //! CPU's queue threads last served a large READ themselves (atomic, a hint:
 //! a race costs one hand-off more or less, never a reply). The helpers exit when the pool is
 //! dropped (the session has ended, no request is in flight). Nothing here is
@@ -51,13 +51,19 @@ pub const MIN_BYTES: u32 = 256 << 10;
 /// has a reader of its own: no READ is handed to it.
 pub const RECENT: Duration = Duration::from_millis(2);
 
+/// READs a helper holds at most, the one it is serving included: a lone
+/// reader's readahead has one or two in flight, and both go to the helper,
+/// so that the reader's CPU keeps only the kernel's copies and the reader.
+pub const DEPTH: usize = 2;
+
 /// A READ to serve: it answers its reply.
 pub type Job = Box<dyn FnOnce() + Send>;
 
 #[derive(Default)]
 struct Slot {
-    job: Option<Job>,
-    busy: bool,
+    jobs: std::collections::VecDeque<Job>,
+    /// Jobs given and not finished (queued or running).
+    pending: usize,
     closed: bool,
 }
 
@@ -107,7 +113,7 @@ impl ReadOffload {
 
     /// Serves a READ of `bytes`: hands `job` to the helper of the CPU after
     /// the caller's if the READ is large, arrived on an io_uring queue thread,
-    /// that helper is idle and that CPU has no reader of its own (see
+    /// that helper holds fewer than [`DEPTH`] and that CPU has no reader of its own (see
     /// [`RECENT`]); otherwise runs it here.
     pub fn run(&self, bytes: u32, job: Job) {
         if bytes < MIN_BYTES || !fuser::on_io_uring_thread() {
@@ -130,15 +136,15 @@ impl ReadOffload {
         }
     }
 
-    /// Gives `job` to the helper of `cpu` if it is idle.
+    /// Gives `job` to the helper of `cpu` if it holds fewer than [`DEPTH`].
     fn hand_off(&self, cpu: usize, job: Job) -> Result<(), Job> {
         let h = &self.helpers[cpu];
         let mut s = h.slot.lock();
-        if s.busy || s.closed {
+        if s.pending >= DEPTH || s.closed {
             return Err(job);
         }
-        s.busy = true;
-        s.job = Some(job);
+        s.pending += 1;
+        s.jobs.push_back(job);
         h.wake.notify_one();
         Ok(())
     }
@@ -172,7 +178,7 @@ fn serve(h: &Helper) {
         let job = {
             let mut s = h.slot.lock();
             loop {
-                if let Some(job) = s.job.take() {
+                if let Some(job) = s.jobs.pop_front() {
                     break job;
                 }
                 if s.closed {
@@ -182,7 +188,7 @@ fn serve(h: &Helper) {
             }
         };
         job();
-        h.slot.lock().busy = false;
+        h.slot.lock().pending -= 1;
     }
 }
 

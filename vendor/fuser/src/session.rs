@@ -527,6 +527,7 @@ impl<FS: Filesystem> Session<FS> {
                     idle_priority: self.config.io_uring_idle_priority,
                     unpinned: self.config.io_uring_unpinned,
                     spread: self.config.io_uring_spread,
+                    read_move: self.config.io_uring_read_move,
                 });
             }
 
