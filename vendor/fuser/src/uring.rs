@@ -544,26 +544,40 @@ impl Placement {
             return None;
         }
         MOVE_SEEN.get_or_init(|| {
-            let seen = (0..n).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+            let seen = (0..n)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect();
             (std::time::Instant::now(), seen)
         });
-        Some(Placement { qid, home, next: (qid + 1) % n, away: false })
+        Some(Placement {
+            qid,
+            home,
+            next: (qid + 1) % n,
+            away: false,
+        })
     }
 
     /// Moves the thread for the request now in `entry`'s header, if need be.
     fn place(&mut self, entry: &UringReply) {
         let big_read = {
             let b = entry.bufs.lock();
-            let word = |at: usize| u32::from_ne_bytes(b.header[at..at + 4].try_into().unwrap()) as usize;
+            let word =
+                |at: usize| u32::from_ne_bytes(b.header[at..at + 4].try_into().unwrap()) as usize;
             // fuse_in_header.opcode at 4; fuse_read_in.size at 16 of the op struct.
             word(4) == FUSE_READ && word(OP_IN + 16) >= MOVE_MIN
         };
-        let Some((epoch, seen)) = MOVE_SEEN.get() else { return };
-        let Some(seen_here) = seen.get(self.qid) else { return };
+        let Some((epoch, seen)) = MOVE_SEEN.get() else {
+            return;
+        };
+        let Some(seen_here) = seen.get(self.qid) else {
+            return;
+        };
         let away = big_read && {
             let now = epoch.elapsed().as_nanos() as u64 + 1;
             seen_here.store(now, std::sync::atomic::Ordering::Relaxed);
-            let last = seen.get(self.next).map_or(0, |s| s.load(std::sync::atomic::Ordering::Relaxed));
+            let last = seen
+                .get(self.next)
+                .map_or(0, |s| s.load(std::sync::atomic::Ordering::Relaxed));
             last == 0 || now.saturating_sub(last) > MOVE_RECENT_NS
         };
         if away != self.away {
