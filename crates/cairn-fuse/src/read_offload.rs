@@ -21,8 +21,9 @@
 //! buffer, as the queue thread would have. So the `pread` of one READ runs
 //! beside the kernel's copy of the one before and the reader's own work.
 //! A READ is served where it arrives when it is small, comes through
-//! `/dev/fuse`, when the next CPU's helper has [`DEPTH`] READs already, or when the next CPU's
-//! own queue threads served a large READ in the last [`RECENT`]: then
+//! `/dev/fuse`, when the next CPU's helper has [`DEPTH`] READs already, or
+//! when a large READ arrived on the next CPU's own queue in the last
+//! [`RECENT`]: then
 //! readers on every CPU keep them all busy (four `dd` on two CPUs), and a
 //! hand-off would only add its two wake-ups and move the bytes between CPU
 //! caches.
@@ -30,9 +31,9 @@
 //! ## Invariants and locking
 //! A job owns its reply: it is answered exactly once, by whoever runs it.
 //! Each helper has a mutex-guarded queue (at most [`DEPTH`] jobs, the one
-//! running included) and a condition variable. `own[cpu]` is when that
-//! CPU's queue threads last served a large READ themselves (atomic, a hint:
-//! a race costs one hand-off more or less, never a reply). The helpers exit when the pool is
+//! running included) and a condition variable. `own[cpu]` is when a large
+//! READ last arrived on that CPU's queue (atomic, a hint: a race costs one
+//! hand-off more or less, never a reply). The helpers exit when the pool is
 //! dropped (the session has ended, no request is in flight). Nothing here is
 //! durable.
 
@@ -47,8 +48,8 @@ use parking_lot::{Condvar, Mutex};
 /// hand-off's two wake-ups cost more than the copy.
 pub const MIN_BYTES: u32 = 256 << 10;
 
-/// A CPU whose queue threads served a large READ of their own this recently
-/// has a reader of its own: no READ is handed to it.
+/// A CPU on whose queue a large READ arrived this recently has a reader of
+/// its own: no READ is handed to it.
 pub const RECENT: Duration = Duration::from_millis(2);
 
 /// READs a helper holds at most, the one it is serving included: a lone
@@ -77,8 +78,8 @@ struct Helper {
 pub struct ReadOffload {
     helpers: Vec<Arc<Helper>>,
     threads: Vec<JoinHandle<()>>,
-    /// Per CPU: when its queue threads last served a large READ themselves
-    /// (ns since `epoch`; 0: never).
+    /// Per CPU: when a large READ last arrived on its queue (ns since
+    /// `epoch`; 0: never). Hand-offs to it do not count.
     own: Box<[AtomicU64]>,
     epoch: Instant,
 }
@@ -123,6 +124,7 @@ impl ReadOffload {
             return job();
         };
         let now = self.epoch.elapsed().as_nanos() as u64 + 1;
+        self.own[cpu].store(now, Relaxed);
         let next = (cpu + 1) % self.helpers.len();
         let last = self.own[next].load(Relaxed);
         let job = if last == 0 || now.saturating_sub(last) > RECENT.as_nanos() as u64 {
@@ -131,7 +133,6 @@ impl ReadOffload {
             Err(job)
         };
         if let Err(job) = job {
-            self.own[cpu].store(now, Relaxed);
             job();
         }
     }
