@@ -68,6 +68,9 @@ CAIRN_VARIANTS = {
     # READs of 256 KiB or more handed to a helper thread on the next CPU, so a
     # lone reader's pread runs beside the kernel's copy (issue #53).
     "cairn-offload": ["read_offload=1"],
+    # read_move off: a lone reader's large READs served on its own CPU, as
+    # before issue #53 (read_move=1 is the default).
+    "cairn-nomove": ["read_move=0"],
     # File data through the host's page cache instead of O_DIRECT: each byte
     # read is cached twice (issue #37).
     "cairn-nodirect": ["direct_data=0"],

@@ -70,7 +70,8 @@ pub struct Settings {
     /// so that a lone reader's second READ in flight is served on another CPU.
     pub ring_spread: bool,
     /// A queue thread serving a large READ moves to the next CPU when that
-    /// CPU's queue has seen none lately (`read_move=1`).
+    /// CPU's queue has seen none lately (`read_move=1`, the default; issue #53:
+    /// a lone reader's cold 1 GiB read 2,302 MB/s against 1,305 without).
     pub read_move: bool,
     /// Let other users see the file system (`None`: when mounted by root,
     /// as a kernel file system is; see [`Settings::others_allowed`]).
@@ -129,7 +130,7 @@ impl Default for Settings {
             ring_idle: false,
             ring_pin: true,
             ring_spread: false,
-            read_move: false,
+            read_move: true,
             direct_data: true,
             allow_other: None,
             allow_root: false,
