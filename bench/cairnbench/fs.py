@@ -65,9 +65,6 @@ CAIRN_VARIANTS = {
     # Thread t of io_uring queue q pinned to CPU q+t: a lone reader's second
     # READ in flight is served on another CPU (issue #53).
     "cairn-spread": ["ring_spread=1"],
-    # READs of 256 KiB or more handed to a helper thread on the next CPU, so a
-    # lone reader's pread runs beside the kernel's copy (issue #53).
-    "cairn-offload": ["read_offload=1"],
     # read_move off: a lone reader's large READs served on its own CPU, as
     # before issue #53 (read_move=1 is the default).
     "cairn-nomove": ["read_move=0"],

@@ -15,9 +15,7 @@
 //! the root's extended attribute `user.nullfs.counters` reads them as JSON
 //! while mounted, and `--counters FILE` gets them at unmount). Extended
 //! attributes are kept, in memory, as given (issue #53: setxattr and
-//! getxattr are measured against this floor). Under `-o read_offload=1` a
-//! large READ is zeroed on the same helper threads cairn would read it on
-//! ([`cairn_fuse::read_offload`]). What cairn does on top
+//! getxattr are measured against this floor). What cairn does on top
 //! of this is cairn's cost; what this costs is the transport's: the floor
 //! `bench/run floor` puts cairn beside.
 //!
@@ -29,7 +27,6 @@
 //! system.
 
 use cairn_fuse::metrics::Op;
-use cairn_fuse::read_offload::{self, ReadOffload};
 use cairn_fuse::{negotiate, AdapterOptions, Metrics, Negotiated};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, OpenFlags,
@@ -76,9 +73,6 @@ pub struct NullFs {
     opts: AdapterOptions,
     got: Negotiated,
     metrics: Arc<Metrics>,
-    /// `-o read_offload=1`: large READs zeroed on a helper thread of the
-    /// next CPU, as cairn reads them there (`cairn_fuse::read_offload`).
-    read_offload: Option<ReadOffload>,
 }
 
 fn attr(ino: u64, kind: FileType, mode: u32, req: &Request) -> FileAttr {
@@ -110,7 +104,6 @@ impl NullFs {
             opts,
             got: Negotiated::default(),
             metrics,
-            read_offload: if opts.read_offload && opts.io_uring { ReadOffload::start() } else { None },
         };
         let now = SystemTime::now();
         let root = FileAttr {
@@ -479,28 +472,14 @@ impl Filesystem for NullFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        let t = self.metrics.timer(Op::Read);
+        let _t = self.metrics.timer(Op::Read);
         match self.with(ino.0, |n| Ok(n.attr.size)) {
             Ok(len) => {
                 let n = len.saturating_sub(offset).min(u64::from(size)) as usize;
-                let zeros = move || {
-                    reply.data_with(n, |buf| {
-                        buf[..n].fill(0);
-                        Ok(n)
-                    })
-                };
-                match self.read_offload.as_ref() {
-                    Some(pool) if size >= read_offload::MIN_BYTES => {
-                        drop(t);
-                        let metrics = self.metrics.clone();
-                        let job = Box::new(move || {
-                            let _t = metrics.timer(Op::Read);
-                            zeros()
-                        });
-                        pool.run(size, job);
-                    }
-                    _ => zeros(),
-                }
+                reply.data_with(n, |buf| {
+                    buf[..n].fill(0);
+                    Ok(n)
+                })
             }
             Err(e) => reply.error(e),
         }

@@ -34,7 +34,6 @@ use crate::coherence::DirectWriteCoherence;
 use crate::convert::{errno, file_attr, from_system_time, kind_of_dtype, negative_attr};
 use crate::metrics::{Metrics, Op, Timer};
 use crate::privs::{self, KernelNotifier, LazyCaller};
-use crate::read_offload::{self, ReadOffload};
 use crate::shutdown;
 use crate::space::SpaceGuard;
 use cairn_core::{Ctx, Fs, SetAttr, TimeSet};
@@ -112,9 +111,6 @@ pub struct AdapterOptions {
     /// asked for holds as with CREATE (a 0444 file opened for writing by
     /// the `open` that made it).
     pub mknod_create: bool,
-    /// Hand large READs arriving on an io_uring queue thread to a helper
-    /// thread on the next CPU (`-o read_offload=1`, see `read_offload`).
-    pub read_offload: bool,
 }
 
 impl Default for AdapterOptions {
@@ -131,7 +127,6 @@ impl Default for AdapterOptions {
             serving_threads: 2,
             readdirplus_always: true,
             mknod_create: true,
-            read_offload: false,
         }
     }
 }
@@ -163,8 +158,6 @@ pub struct CairnFuse {
     /// OPEN is answered (not ENOSYS): `-o parallel_dio=1`, or an image with
     /// immutable or append-only inodes, whose opens are checked (`chattr`).
     serve_open: bool,
-    /// Helper threads for large READs (`-o read_offload=1` under io_uring).
-    read_offload: Option<ReadOffload>,
 }
 
 /// `_IOWR('X', 121, struct fstrim_range)`: discard free space (`fstrim`).
@@ -255,8 +248,7 @@ pub fn negotiate(opts: &AdapterOptions, config: &mut KernelConfig) -> Negotiated
     got
 }
 
-/// Answers a READ of `size` bytes of `ino` at `offset` (on the queue thread,
-/// or on a helper thread under `-o read_offload=1`).
+/// Answers a READ of `size` bytes of `ino` at `offset`.
 fn read_reply(fs: &Fs, metrics: &Metrics, ino: u64, offset: u64, size: u32, reply: ReplyData) {
     let mut t = metrics.timer(Op::Read);
     // Straight into the reply's buffer: no buffer of our own to zero, fill
@@ -287,7 +279,6 @@ impl CairnFuse {
         );
         let dio = DirectWriteCoherence::start(notify.clone(), metrics.dio.clone(), opts.serving_threads);
         let serve_open = opts.parallel_dio || fs.files().has_protected_inodes();
-        let read_offload = if opts.read_offload && opts.io_uring { ReadOffload::start() } else { None };
         CairnFuse {
             fs,
             opts,
@@ -299,7 +290,6 @@ impl CairnFuse {
             notify,
             dio,
             serve_open,
-            read_offload,
         }
     }
 
@@ -670,10 +660,6 @@ impl Filesystem for CairnFuse {
         reply: ReplyData,
     ) {
         self.dio.note_read(ino.0, flags.0);
-        if let Some(pool) = self.read_offload.as_ref().filter(|_| size >= read_offload::MIN_BYTES) {
-            let (fs, metrics) = (self.fs.clone(), self.metrics.clone());
-            return pool.run(size, Box::new(move || read_reply(&fs, &metrics, ino.0, offset, size, reply)));
-        }
         read_reply(&self.fs, &self.metrics, ino.0, offset, size, reply);
     }
 

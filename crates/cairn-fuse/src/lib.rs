@@ -47,7 +47,6 @@ pub mod metrics;
 pub mod option_table;
 pub mod options;
 pub mod privs;
-pub mod read_offload;
 mod shutdown;
 pub mod space;
 

@@ -377,11 +377,6 @@ pub const OPTIONS: &[Spec] = &[
             p.s.ring_pin = v.bool();
             Ok(())
         }),
-    spec(&["read_offload"], Bool, Measuring, Of(|p| Val::Bool(p.s.adapter.read_offload)),
-        "hand READs of 256 KiB or more from an io_uring queue thread to a helper thread on the next CPU when that CPU has no reader of its own (a lone reader's pread runs beside the kernel's copy)", |p, _, v| {
-            p.s.adapter.read_offload = v.bool();
-            Ok(())
-        }),
     spec(&["read_move"], Bool, Measuring, Of(|p| Val::Bool(p.s.read_move)),
         "an io_uring queue thread serving a READ of 256 KiB or more moves to the next CPU when no such READ arrived on that CPU's queue in the last 2 ms, and back for any other request (a lone reader's pread and page cache copy run beside it)", |p, _, v| {
             p.s.read_move = v.bool();
