@@ -62,6 +62,12 @@ CAIRN_VARIANTS = {
     # The io_uring queue threads not pinned to their queue's CPU: a lone
     # reader's READs may be served beside it instead of on its CPU (issue #53).
     "cairn-unpinned": ["ring_pin=0"],
+    # Thread t of io_uring queue q pinned to CPU q+t: a lone reader's second
+    # READ in flight is served on another CPU (issue #53).
+    "cairn-spread": ["ring_spread=1"],
+    # read_move off: a lone reader's large READs served on its own CPU, as
+    # before issue #53 (read_move=1 is the default).
+    "cairn-nomove": ["read_move=0"],
     # File data through the host's page cache instead of O_DIRECT: each byte
     # read is cached twice (issue #37).
     "cairn-nodirect": ["direct_data=0"],

@@ -712,6 +712,49 @@ fn fuse_over_io_uring_serves_a_real_mount_and_unmounts_cleanly() {
     assert_fsck_clean(&img, "after the /dev/fuse mount");
 }
 
+/// `-o read_move=1` (issue #53, the default): a queue thread that takes a
+/// large READ moves to the next CPU when that CPU's queue has seen none
+/// lately, and back for anything else. The bytes must come back whole and
+/// in place, cold, sequentially (the readahead's 1 MiB READs) and from
+/// three readers at once, with small requests in between.
+#[test]
+fn read_move_returns_cold_reads_whole() {
+    if !can_mount() {
+        return;
+    }
+    if !Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
+        eprintln!("SKIPPED: this kernel has no FUSE over io_uring");
+        return;
+    }
+    let opts = ["-o", "io_uring=1,read_move=1"];
+    let (dir, _g, pid) = fresh_mount_with("rm.img", "256M", &opts);
+    let (img, mp) = (dir.path().join("rm.img"), dir.path().join("mnt"));
+    let files: Vec<Vec<u8>> =
+        (0..4u32).map(|f| (0..8u32 << 20).map(|i| (i * 13 + i / 4096 + f * 101) as u8).collect()).collect();
+    for (f, data) in files.iter().enumerate() {
+        write_synced(&mp.join(format!("f{f}")), data);
+    }
+    unmount(&mp, pid);
+    let pid = mount(&img, &mp, &opts, "mount again, cold");
+    assert!(std::fs::read(mp.join("f0")).unwrap() == files[0], "a cold sequential read differs");
+    // Small requests after the large READs: served at home again.
+    for i in 0..50 {
+        std::fs::write(mp.join(format!("s{i}")), format!("{i}")).unwrap();
+        assert_eq!(std::fs::read_to_string(mp.join(format!("s{i}"))).unwrap(), format!("{i}"));
+    }
+    let readers: Vec<_> = (1..4)
+        .map(|f| {
+            let path = mp.join(format!("f{f}"));
+            std::thread::spawn(move || std::fs::read(path).unwrap())
+        })
+        .collect();
+    for (f, r) in (1..4).zip(readers) {
+        assert!(r.join().unwrap() == files[f], "file {f}, read beside two others, differs");
+    }
+    unmount(&mp, pid);
+    assert_fsck_clean(&img, "after a read_move mount");
+}
+
 #[test]
 fn completions_and_man_pages_cover_every_command() {
     let o = run(&["completions", "bash"]);

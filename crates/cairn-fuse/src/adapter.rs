@@ -248,6 +248,14 @@ pub fn negotiate(opts: &AdapterOptions, config: &mut KernelConfig) -> Negotiated
     got
 }
 
+/// Answers a READ of `size` bytes of `ino` at `offset`.
+fn read_reply(fs: &Fs, metrics: &Metrics, ino: u64, offset: u64, size: u32, reply: ReplyData) {
+    let mut t = metrics.timer(Op::Read);
+    // Straight into the reply's buffer: no buffer of our own to zero, fill
+    // and copy.
+    reply.data_with(size as usize, |buf| t.call(|| fs.files().read_into(ino, offset, buf)).map_err(|e| errno(&e)));
+}
+
 impl CairnFuse {
     /// The caller of a create, with its umask when cairn must apply it.
     fn create_ctx(&self, req: &Request, umask: u32) -> Ctx {
@@ -651,13 +659,8 @@ impl Filesystem for CairnFuse {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        let mut t = self.metrics.timer(Op::Read);
         self.dio.note_read(ino.0, flags.0);
-        // Straight into the reply's buffer: no buffer of our own to zero,
-        // fill and copy.
-        reply.data_with(size as usize, |buf| {
-            t.call(|| self.fs.files().read_into(ino.0, offset, buf)).map_err(|e| errno(&e))
-        });
+        read_reply(&self.fs, &self.metrics, ino.0, offset, size, reply);
     }
 
     fn write(

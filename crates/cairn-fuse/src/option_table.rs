@@ -377,6 +377,16 @@ pub const OPTIONS: &[Spec] = &[
             p.s.ring_pin = v.bool();
             Ok(())
         }),
+    spec(&["read_move"], Bool, Measuring, Of(|p| Val::Bool(p.s.read_move)),
+        "an io_uring queue thread serving a READ of 256 KiB or more moves to the next CPU when no such READ arrived on that CPU's queue in the last 2 ms, and back for any other request (a lone reader's pread and page cache copy run beside it)", |p, _, v| {
+            p.s.read_move = v.bool();
+            Ok(())
+        }),
+    spec(&["ring_spread"], Bool, Measuring, Of(|p| Val::Bool(p.s.ring_spread)),
+        "pin a queue's threads round the CPUs, thread t of queue q on CPU q+t (a lone reader's second READ in flight is served on another CPU)", |p, _, v| {
+            p.s.ring_spread = v.bool();
+            Ok(())
+        }),
     spec(&["fuseblk"], Flag, Cairn, Text("on for root"), "mount as fuseblk over a loop device, so that sync(1) reaches cairn (root only)", |p, _, _| {
         p.s.fuseblk = Some(true);
         Ok(())

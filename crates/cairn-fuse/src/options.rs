@@ -66,6 +66,13 @@ pub struct Settings {
     pub ring_idle: bool,
     /// Pin each of those threads to its queue's CPU (`ring_pin=1`, the default).
     pub ring_pin: bool,
+    /// Pin thread `t` of queue `q` to CPU `(q + t) % CPUs` (`ring_spread=1`),
+    /// so that a lone reader's second READ in flight is served on another CPU.
+    pub ring_spread: bool,
+    /// A queue thread serving a large READ moves to the next CPU when that
+    /// CPU's queue has seen none lately (`read_move=1`, the default; issue #53:
+    /// a lone reader's cold 1 GiB read 2,302 MB/s against 1,305 without).
+    pub read_move: bool,
     /// Let other users see the file system (`None`: when mounted by root,
     /// as a kernel file system is; see [`Settings::others_allowed`]).
     pub allow_other: Option<bool>,
@@ -122,6 +129,8 @@ impl Default for Settings {
             ring_threads: 2,
             ring_idle: false,
             ring_pin: true,
+            ring_spread: false,
+            read_move: true,
             direct_data: true,
             allow_other: None,
             allow_root: false,

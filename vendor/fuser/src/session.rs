@@ -347,7 +347,7 @@ impl<FS: Filesystem> Session<FS> {
                     session_owner,
                 };
                 threads.push(thread::Builder::new().name(thread_name).spawn(move || {
-                    crate::uring::queue_thread(event_loop, ring, qid as u16, params)
+                    crate::uring::queue_thread(event_loop, ring, qid as u16, t, params)
                 })?);
             }
         }
@@ -526,6 +526,8 @@ impl<FS: Filesystem> Session<FS> {
                     threads_per_queue: self.config.io_uring_threads_per_queue,
                     idle_priority: self.config.io_uring_idle_priority,
                     unpinned: self.config.io_uring_unpinned,
+                    spread: self.config.io_uring_spread,
+                    read_move: self.config.io_uring_read_move,
                 });
             }
 

@@ -99,6 +99,18 @@ pub(crate) struct UringParams {
     /// CPU while the other CPUs idle. Unpinned, the scheduler may run them
     /// beside the reader.
     pub(crate) unpinned: bool,
+    /// Pin a queue's threads round the CPUs, thread `t` of queue `q` on CPU
+    /// `(q + t) % CPUs`, instead of all on CPU `q`. The kernel hands a
+    /// request to the queue's entry freed last, so requests one at a time
+    /// keep going to one thread; but when a lone reader's readahead has
+    /// two READs in flight, the second is served on another CPU while the
+    /// reader's CPU serves the first (and copies it to the reader).
+    pub(crate) spread: bool,
+    /// Serve a READ of `MOVE_MIN` bytes or more on the next CPU when no such
+    /// READ arrived on that CPU's queue in the last `MOVE_RECENT` (so that
+    /// CPU has no reader of its own), and every other request at home; see
+    /// `Placement`.
+    pub(crate) read_move: bool,
 }
 
 #[derive(Debug)]
@@ -398,11 +410,18 @@ pub(crate) fn queue_thread<FS: Filesystem>(
     se: SessionEventLoop<FS>,
     mut ring: Ring,
     qid: u16,
+    thread: usize,
     params: UringParams,
 ) -> io::Result<()> {
+    let home = if params.spread {
+        (qid as usize + thread) % possible_cpus()
+    } else {
+        qid as usize
+    };
     if !params.unpinned {
-        pin_to_cpu(qid as usize);
+        pin_to_cpu(home);
     }
+    let mut placement = Placement::new(qid as usize, home, params);
     if params.idle_priority {
         make_idle(qid);
     }
@@ -474,6 +493,9 @@ pub(crate) fn queue_thread<FS: Filesystem>(
                 pending[idx] = None;
                 register_sqe(fd, qid, &iovs[idx], idx)
             } else {
+                if let Some(p) = placement.as_mut() {
+                    p.place(&entries[idx]);
+                }
                 let commit_id = serve(&se, &entries[idx], &mut req_buf);
                 pending[idx] = Some(commit_id);
                 commit_sqe(fd, qid, commit_id, idx)
@@ -489,6 +511,81 @@ pub(crate) fn queue_thread<FS: Filesystem>(
 /// entry's buffer is lent to the request); smaller ones are copied, which
 /// costs less than a reply's detour through the stash.
 const LEND_FROM: usize = 1024;
+
+/// A large READ: served on the next CPU under `read_move`.
+const MOVE_MIN: usize = 256 << 10;
+/// A queue that took a large READ this recently has a reader on its CPU.
+const MOVE_RECENT_NS: u64 = 2_000_000;
+const FUSE_READ: usize = 15;
+/// When a large READ last arrived on each queue (ns since `MOVE_EPOCH`, 0:
+/// never). One set per process: a hint shared by every session's queues.
+static MOVE_SEEN: std::sync::OnceLock<(std::time::Instant, Box<[std::sync::atomic::AtomicU64]>)> =
+    std::sync::OnceLock::new();
+
+/// `UringParams::read_move` for one queue thread. The kernel puts a request
+/// on the queue of the CPU its caller runs on, so a lone reader's readahead
+/// READs, cairn's `pread` of them and the kernel's copy of each reply into the
+/// page cache (done in the COMMIT) all share the reader's CPU. A thread that
+/// serves a large READ while the next CPU's queue has seen none lately moves
+/// there (`sched_setaffinity`, at the change only) and commits it there; any
+/// other request brings it home first, so small requests keep their CPU.
+/// With readers on every CPU every queue sees large READs and nothing moves.
+struct Placement {
+    qid: usize,
+    home: usize,
+    next: usize,
+    away: bool,
+}
+
+impl Placement {
+    fn new(qid: usize, home: usize, params: UringParams) -> Option<Placement> {
+        let n = possible_cpus();
+        if !params.read_move || params.unpinned || n < 2 || qid >= n {
+            return None;
+        }
+        MOVE_SEEN.get_or_init(|| {
+            let seen = (0..n)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect();
+            (std::time::Instant::now(), seen)
+        });
+        Some(Placement {
+            qid,
+            home,
+            next: (qid + 1) % n,
+            away: false,
+        })
+    }
+
+    /// Moves the thread for the request now in `entry`'s header, if need be.
+    fn place(&mut self, entry: &UringReply) {
+        let big_read = {
+            let b = entry.bufs.lock();
+            let word =
+                |at: usize| u32::from_ne_bytes(b.header[at..at + 4].try_into().unwrap()) as usize;
+            // fuse_in_header.opcode at 4; fuse_read_in.size at 16 of the op struct.
+            word(4) == FUSE_READ && word(OP_IN + 16) >= MOVE_MIN
+        };
+        let Some((epoch, seen)) = MOVE_SEEN.get() else {
+            return;
+        };
+        let Some(seen_here) = seen.get(self.qid) else {
+            return;
+        };
+        let away = big_read && {
+            let now = epoch.elapsed().as_nanos() as u64 + 1;
+            seen_here.store(now, std::sync::atomic::Ordering::Relaxed);
+            let last = seen
+                .get(self.next)
+                .map_or(0, |s| s.load(std::sync::atomic::Ordering::Relaxed));
+            last == 0 || now.saturating_sub(last) > MOVE_RECENT_NS
+        };
+        if away != self.away {
+            pin_to_cpu(if away { self.next } else { self.home });
+            self.away = away;
+        }
+    }
+}
 
 /// Where a request's contiguous form is: in the entry's own payload buffer
 /// (lent, with the headers put in the page before the payload) or in the

@@ -28,6 +28,12 @@ pub struct Config {
     /// cairn patch: leave the io_uring queue threads free to run on any CPU
     /// (by default each is pinned to its queue's CPU).
     pub io_uring_unpinned: bool,
+    /// cairn patch: pin thread `t` of queue `q` to CPU `(q + t) % CPUs`
+    /// instead of every thread of a queue to its own CPU.
+    pub io_uring_spread: bool,
+    /// cairn patch: a queue thread serving a large READ moves to the next
+    /// CPU when no large READ arrived on that CPU's queue lately.
+    pub io_uring_read_move: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
