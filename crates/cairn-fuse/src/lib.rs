@@ -98,7 +98,6 @@ pub fn session_config(settings: &Settings, fsname: &str) -> Config {
     cfg.io_uring_threads_per_queue = settings.ring_threads;
     cfg.io_uring_idle_priority = settings.ring_idle;
     cfg.io_uring_unpinned = !settings.ring_pin;
-    cfg.io_uring_unpin_writes = settings.ring_unpin_writes;
     cfg
 }
 

@@ -377,11 +377,6 @@ pub const OPTIONS: &[Spec] = &[
             p.s.ring_pin = v.bool();
             Ok(())
         }),
-    spec(&["ring_unpin_writes"], Bool, Measuring, Of(|p| Val::Bool(p.s.ring_unpin_writes)),
-        "a pinned io_uring queue thread that takes a WRITE of 64 KiB or more (the kernel's write-back) may run on any CPU until its next other request", |p, _, v| {
-            p.s.ring_unpin_writes = v.bool();
-            Ok(())
-        }),
     spec(&["fuseblk"], Flag, Cairn, Text("on for root"), "mount as fuseblk over a loop device, so that sync(1) reaches cairn (root only)", |p, _, _| {
         p.s.fuseblk = Some(true);
         Ok(())

@@ -66,9 +66,6 @@ pub struct Settings {
     pub ring_idle: bool,
     /// Pin each of those threads to its queue's CPU (`ring_pin=1`, the default).
     pub ring_pin: bool,
-    /// A queue thread serving a big WRITE may leave its CPU
-    /// (`ring_unpin_writes`; see fuser's `uring`).
-    pub ring_unpin_writes: bool,
     /// Let other users see the file system (`None`: when mounted by root,
     /// as a kernel file system is; see [`Settings::others_allowed`]).
     pub allow_other: Option<bool>,
@@ -125,7 +122,6 @@ impl Default for Settings {
             ring_threads: 2,
             ring_idle: false,
             ring_pin: true,
-            ring_unpin_writes: false,
             direct_data: true,
             allow_other: None,
             allow_root: false,

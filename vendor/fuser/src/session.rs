@@ -526,7 +526,6 @@ impl<FS: Filesystem> Session<FS> {
                     threads_per_queue: self.config.io_uring_threads_per_queue,
                     idle_priority: self.config.io_uring_idle_priority,
                     unpinned: self.config.io_uring_unpinned,
-                    unpin_writes: self.config.io_uring_unpin_writes,
                 });
             }
 

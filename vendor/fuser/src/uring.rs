@@ -99,18 +99,7 @@ pub(crate) struct UringParams {
     /// CPU while the other CPUs idle. Unpinned, the scheduler may run them
     /// beside the reader.
     pub(crate) unpinned: bool,
-    /// A pinned thread that takes a big WRITE (`UNPIN_WRITES_FROM` bytes or
-    /// more: the kernel's write-back of dirty pages, or a large direct
-    /// write) lets the scheduler run it on any CPU until it takes a request
-    /// of another kind. The kernel queues a write-back on the CPU its
-    /// flusher runs on, often the writer's: pinned, the thread that stores
-    /// the data shares that CPU with the writer while another idles.
-    pub(crate) unpin_writes: bool,
 }
-
-/// WRITEs from this size up unpin their thread (`UringParams::unpin_writes`).
-const UNPIN_WRITES_FROM: usize = 64 << 10;
-const FUSE_WRITE: u32 = 16;
 
 #[derive(Debug)]
 struct EntryBufs {
@@ -310,22 +299,16 @@ pub(crate) fn possible_cpus() -> usize {
     }
 }
 
-/// Pins the calling thread to `cpu`, or (`None`) lets it run on any.
-fn pin_to_cpu(cpu: impl Into<Option<usize>>) {
-    let cpu = cpu.into();
+fn pin_to_cpu(cpu: usize) {
     // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET write inside it, and
     // sched_setaffinity reads size_of::<cpu_set_t>() bytes of it.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_ZERO(&mut set);
-        match cpu {
-            Some(cpu) => libc::CPU_SET(cpu, &mut set),
-            None => (0..possible_cpus().min(libc::CPU_SETSIZE as usize))
-                .for_each(|c| libc::CPU_SET(c, &mut set)),
-        }
+        libc::CPU_SET(cpu, &mut set);
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             warn!(
-                "io_uring queue {cpu:?}: could not pin its thread: {}",
+                "io_uring queue {cpu}: could not pin its thread: {}",
                 io::Error::last_os_error()
             );
         }
@@ -454,8 +437,6 @@ pub(crate) fn queue_thread<FS: Filesystem>(
     ring.submit()?;
     let mut req_buf = PageBuf::zeroed(PAGE + params.payload_size + OP_IN);
     let mut done: Vec<(u64, i32)> = Vec::with_capacity(depth);
-    // Unpinned for a run of big WRITEs (`UringParams::unpin_writes`).
-    let mut floating = false;
     loop {
         match ring.submit_and_wait(1) {
             Ok(_) => {}
@@ -493,13 +474,6 @@ pub(crate) fn queue_thread<FS: Filesystem>(
                 pending[idx] = None;
                 register_sqe(fd, qid, &iovs[idx], idx)
             } else {
-                if params.unpin_writes && !params.unpinned {
-                    let big_write = is_big_write(&entries[idx]);
-                    if big_write != floating {
-                        pin_to_cpu(if big_write { None } else { Some(qid as usize) });
-                        floating = big_write;
-                    }
-                }
                 let commit_id = serve(&se, &entries[idx], &mut req_buf);
                 pending[idx] = Some(commit_id);
                 commit_sqe(fd, qid, commit_id, idx)
@@ -509,13 +483,6 @@ pub(crate) fn queue_thread<FS: Filesystem>(
             run_after_commit();
         }
     }
-}
-
-/// Whether the request in `entry` is a WRITE of `UNPIN_WRITES_FROM` bytes or more.
-fn is_big_write(entry: &UringReply) -> bool {
-    let b = entry.bufs.lock();
-    let word = |at: usize| u32::from_ne_bytes(b.header[at..at + 4].try_into().unwrap()) as usize;
-    word(4) == FUSE_WRITE as usize && word(ENT_PAYLOAD_SZ) >= UNPIN_WRITES_FROM
 }
 
 /// Payloads from this size up are parsed where the kernel wrote them (the

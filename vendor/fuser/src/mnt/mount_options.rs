@@ -28,9 +28,6 @@ pub struct Config {
     /// cairn patch: leave the io_uring queue threads free to run on any CPU
     /// (by default each is pinned to its queue's CPU).
     pub io_uring_unpinned: bool,
-    /// cairn patch: a pinned queue thread serving a big WRITE may run on any
-    /// CPU until it next serves something else (see `uring`).
-    pub io_uring_unpin_writes: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
