@@ -708,6 +708,16 @@ fn fuse_over_io_uring_serves_a_real_mount_and_unmounts_cleanly() {
     let o = sh(&format!("getfattr --only-values -n user.long {}", p(&mp.join("big"))));
     assert_eq!(stdout(&o), long);
     assert_eq!(counters(&mp)["fuse.io_uring_requests"], 0);
+    // A WRITE read from /dev/fuse has its data on a page boundary: with
+    // direct data on, it reaches the image with no bounce copy.
+    let before = counters(&mp);
+    write_synced(&mp.join("big2"), &big);
+    assert_eq!(std::fs::read(mp.join("big2")).unwrap(), big);
+    let after = counters(&mp);
+    if after["dev.direct_data"] == 1 {
+        assert!(after["dev.direct_write_bytes"] - before["dev.direct_write_bytes"] >= big.len() as u64);
+        assert_eq!(after["dev.bounced_bytes"], before["dev.bounced_bytes"], "WRITE data bounced");
+    }
     unmount(&mp, pid);
     assert_fsck_clean(&img, "after the /dev/fuse mount");
 }

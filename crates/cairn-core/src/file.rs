@@ -11,7 +11,16 @@
 //! when data lands in them.
 //!
 //! Locking: the caller holds the inode exclusively (shared for reads) and the
-//! transaction gate.
+//! transaction gate. A journaled write of file data ([`write_unlocking`])
+//! releases the inode's lock while it copies a hole's new blocks into the
+//! image (hundreds of microseconds for a MiB) and takes it again to map
+//! them: the caller's exclusive I/O lock (`io_locks`) still keeps every
+//! other change of the file's blocks and size out (other writes, truncate,
+//! fallocate, fast-path overwrites), and what others may do with the inode
+//! meanwhile (stat it, set its times or mode, read it) sees the blocks still
+//! unmapped, a hole, as before the write. Before, every request about the
+//! file waited for the copy (issue 53: the FUSE threads serving the
+//! kernel's next write-backs spun on it and called `sched_yield`).
 
 use crate::alloc::AllocRequest;
 use crate::error::{FsError, Result};
@@ -137,6 +146,57 @@ fn room_for_extent(tx: &Tx<'_>, st: &InodeState, progressed: bool) -> Result<boo
 /// handle's credits ran out first (the caller writes the rest in a new
 /// handle); short without that only on ENOSPC after some progress.
 pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<(u32, bool)> {
+    write_held(tx, &mut Held(st), off, data)
+}
+
+/// [`write`], with the inode's lock `g` released while the data of newly
+/// allocated blocks is copied into the image (see the module essay: the
+/// caller holds the inode's I/O lock exclusively).
+pub fn write_unlocking(
+    tx: &Tx<'_>,
+    g: &mut parking_lot::RwLockWriteGuard<'_, InodeState>,
+    off: u64,
+    data: &[u8],
+) -> Result<(u32, bool)> {
+    write_held(tx, g, off, data)
+}
+
+/// An inode held for a write: the state, and whether its lock can be let go
+/// for a while.
+trait HeldInode: std::ops::DerefMut<Target = InodeState> {
+    /// Runs `f` with the inode's lock released, if it is a lock.
+    fn unlocked<U>(&mut self, f: impl FnOnce() -> U) -> U;
+}
+
+impl HeldInode for parking_lot::RwLockWriteGuard<'_, InodeState> {
+    fn unlocked<U>(&mut self, f: impl FnOnce() -> U) -> U {
+        parking_lot::RwLockWriteGuard::unlocked(self, f)
+    }
+}
+
+/// State that is not released (a caller's plain `&mut InodeState`).
+struct Held<'a>(&'a mut InodeState);
+
+impl std::ops::Deref for Held<'_> {
+    type Target = InodeState;
+    fn deref(&self) -> &InodeState {
+        self.0
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut InodeState {
+        self.0
+    }
+}
+
+impl HeldInode for Held<'_> {
+    fn unlocked<U>(&mut self, f: impl FnOnce() -> U) -> U {
+        f()
+    }
+}
+
+fn write_held<G: HeldInode>(tx: &Tx<'_>, st: &mut G, off: u64, data: &[u8]) -> Result<(u32, bool)> {
     let end = off.checked_add(data.len() as u64).filter(|e| *e <= MAX_FILE_SIZE).ok_or(FsError::Errno(libc::EFBIG))?;
     let b = bs(tx.meta());
     if off > st.d.size {
@@ -181,7 +241,9 @@ pub fn write(tx: &Tx<'_>, st: &mut InodeState, off: u64, data: &[u8]) -> Result<
                     let req = data_request(tx.meta(), st, lblk, want)?;
                     let (pblk, got) = tx.meta().alloc().alloc_data(tx, req)?;
                     let k = u64::from(got);
-                    if let Err(e) = fill_blocks(tx.meta(), pblk, lblk, k, off, data) {
+                    // The blocks are this handle's and unmapped: nobody
+                    // else reaches them while the inode is let go.
+                    if let Err(e) = st.unlocked(|| fill_blocks(tx.meta(), pblk, lblk, k, off, data)) {
                         let _ = tx.free(pblk, k);
                         return Err(e);
                     }

@@ -204,7 +204,7 @@ impl FileIo {
                     S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
                     _ => return Err(FsError::Errno(libc::EINVAL)),
                 }
-                let written = file::write(tx, &mut g, off + done as u64, &data[done..]);
+                let written = file::write_unlocking(tx, &mut g, off + done as u64, &data[done..]);
                 let (n, more) = self.stored_if_failed(tx, &g, written)?;
                 if update_times {
                     let t = now();

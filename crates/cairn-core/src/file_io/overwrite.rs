@@ -26,6 +26,17 @@
 //! up and writes the blocks, so no step of those operations can unmap or
 //! free a block while a write to it is in flight.
 //!
+//! A write that ends past the file's size (an append, the kernel's
+//! write-back of a growing file) is sent to the journaled path *before* the
+//! I/O lock is taken: the size is read under the inode's lock alone. While a
+//! journaled write of the same file holds the I/O lock (the kernel keeps
+//! several write-backs of one file in flight), the next append would
+//! otherwise wait for the lock shared (parking_lot spins, then yields the
+//! CPU: the `sched_yield`s of issue 53's profile), only to fall back and
+//! wait again for it exclusive. The check is a hint: a size that grows
+//! meanwhile only costs a journaled write that could have been a fast one,
+//! and a write found inside the size is checked again under the lock.
+//!
 //! ## Times
 //! The fast path records its time in the inode's dirty times
 //! ([`crate::inode::InodeState::lazy_time`], see `inode`) and queues the
@@ -48,7 +59,8 @@
 //! ## Counters
 //! `overwrite.fast_writes`, `fast_bytes`, `journaled_writes`,
 //! `journaled_bytes`, `fallbacks` (writes that tried the fast path and
-//! needed the journal), `lazy_time_updates`, `lazy_times_logged`,
+//! needed the journal), `past_size` (of those, the ones past the size, sent
+//! on without the I/O lock), `lazy_time_updates`, `lazy_times_logged`,
 //! `dirty_times_queued`, `datasync_flush_only`, `enabled`.
 //! `-o overwrite_fastpath=0` sends every write down the journaled path.
 
@@ -73,6 +85,14 @@ struct Piece {
 }
 
 impl FileIo {
+    /// Whether a write of `len` bytes at `off` ends past the size of
+    /// inode `ino` (read under the inode's lock only: a hint, see the module
+    /// essay).
+    fn ends_past_size(&self, ino: u64, off: u64, len: usize) -> Result<bool> {
+        let size = self.inodes.iget(ino)?.read().d.size;
+        Ok(off.checked_add(len as u64).is_none_or(|end| end > size))
+    }
+
     /// Writes `data` at `off` on the fast path if every byte lands inside
     /// the file over written blocks; `Ok(None)` (nothing written) sends the
     /// caller down the journaled path. Dirties the inode's times only if
@@ -82,6 +102,11 @@ impl FileIo {
             return Ok(None);
         }
         self.engine.writable()?;
+        if self.ends_past_size(ino, off, data.len())? {
+            self.ow.stats.fallbacks.fetch_add(1, Relaxed);
+            self.ow.stats.past_size.fetch_add(1, Relaxed);
+            return Ok(None);
+        }
         let _io = self.inodes.io_locks().shared(ino);
         let r = self.inodes.iget(ino)?;
         let g = r.read();
