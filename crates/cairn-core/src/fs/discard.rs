@@ -1,8 +1,9 @@
 //! FITRIM (`fstrim` on the mount point): free space goes back to the host.
 //!
-//! Deleted files are freed by the reaper thread after the unlink returns,
-//! and freed blocks wait for the journal before they are allocatable (see
-//! `reaper`, `alloc`); a trim first lets the reaper finish, then commits and
+//! Deleted files are freed by the reaper thread after the unlink returns
+//! (one the kernel held, after its FORGET), and freed blocks wait for the
+//! journal before they are allocatable (see `reaper`, `alloc`); a trim first
+//! waits a moment for such a FORGET, lets the reaper finish, then commits and
 //! checkpoints, so that what was deleted before `fstrim` is discarded by it. It then discards
 //! every allocatable free extent in the range, group by group under each
 //! group's lock (`alloc::trim`). On an image file that punches holes, and
@@ -23,7 +24,11 @@ impl Fs {
         if start >= geo.total_blocks * bs || len < bs || min_len > geo.blocks_per_group * bs {
             return Err(FsError::Errno(libc::EINVAL));
         }
-        // Deleted files are freed by the reaper thread, after the unlink.
+        // Deleted files are freed by the reaper thread, after the unlink,
+        // and one the kernel still held is queued only at its FORGET, which
+        // may come a moment after `unlink` returned: wait for it first, as a
+        // full file system's writers do (`Engine::wait_for_reaper`).
+        self.engine.reaper().wait_for_forget(crate::reaper::FORGET_WAIT);
         self.engine.reaper().drain(std::time::Duration::from_secs(300));
         self.files.commit_and_checkpoint()?;
         let first = start / bs;
