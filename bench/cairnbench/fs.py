@@ -46,10 +46,6 @@ CAIRN_VARIANTS = {
     "cairn-nowbcache": ["writeback_cache=0"],
     # FUSE over io_uring off: every request through /dev/fuse (issue #9).
     "cairn-devfuse": ["io_uring=0"],
-    # Only commits write the deferred home blocks back, at 7/8 of the log,
-    # not the backend from 3/4 full (issue #53, "Early write-back" in
-    # journal/ail.rs).
-    "cairn-noearlywb": ["early_writeback=0"],
     # Journal records logged as they are, not compressed (issue #12).
     "cairn-nocompress": ["journal_compress=0"],
     # Locality groups off: small files search near their inode (issue #10).

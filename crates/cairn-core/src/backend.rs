@@ -1,10 +1,6 @@
 //! The backend thread: commits the running checkpoint every
 //! `commit_interval`, and sooner when kicked (dirty metadata passed half of
-//! what one record may hold). Asked for a write-back instead
-//! ([`Backend::kick_write_back`], the log is 3/4 full: "Early write-back" in
-//! `journal::ail`), it runs that round without a commit: a commit run at its
-//! lowered priority holds the commit mutex, and an `fsync` waited behind it
-//! (1–5 ms waits in a loop of `fsync`s, 2026-12-03). A commit that fails latches the error (see
+//! what one record may hold). A commit that fails latches the error (see
 //! `journal::latch`) and ends the thread. Under `-o discard` a commit that
 //! leaves freed blocks waiting for the journal is followed by a checkpoint,
 //! which releases and discards them (see `alloc::trim`).
@@ -24,7 +20,7 @@
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The backend thread's nice value (see "Priority").
 pub const NICE: i32 = 10;
@@ -33,8 +29,6 @@ pub const NICE: i32 = 10;
 #[derive(Default)]
 pub struct Backend {
     kick: Mutex<bool>,
-    /// A write-back is wanted (see [`Backend::kick_write_back`]).
-    write_back: AtomicBool,
     cv: Condvar,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -48,43 +42,28 @@ impl Backend {
         Ok(())
     }
 
-    /// The thread's loop: a round every `interval`, or when kicked, until
-    /// stopped or `round` returns false. `round(true)` commits (and writes
-    /// back if the log wants it); `round(false)`, a round asked for by
-    /// [`Backend::kick_write_back`] alone, only writes back.
-    pub fn run(&self, interval: Duration, nice: i32, round: &mut dyn FnMut(bool) -> bool) {
+    /// The thread's loop: `commit` every `interval`, or when kicked, until
+    /// stopped or `commit` returns false.
+    pub fn run(&self, interval: Duration, nice: i32, commit: &mut dyn FnMut() -> bool) {
         if nice > 0 {
             lower_own_priority(nice);
             crate::tx::gate::mark_background_thread();
         }
-        let mut last_commit = Instant::now();
         loop {
-            let kicked = {
+            {
                 let mut k = self.kick.lock();
-                if !*k && !self.write_back.load(Ordering::Acquire) && !self.stop.load(Ordering::Acquire) {
-                    self.cv.wait_for(&mut k, interval.saturating_sub(last_commit.elapsed()));
+                if !*k && !self.stop.load(Ordering::Acquire) {
+                    self.cv.wait_for(&mut k, interval);
                 }
-                self.write_back.store(false, Ordering::Release);
-                std::mem::take(&mut *k)
-            };
+                *k = false;
+            }
             if self.stop.load(Ordering::Acquire) {
                 return;
             }
-            let commit = kicked || last_commit.elapsed() >= interval;
-            if commit {
-                last_commit = Instant::now();
-            }
-            if !round(commit) {
+            if !commit() {
                 return;
             }
         }
-    }
-
-    /// Asks for a write-back soon, without a commit.
-    pub fn kick_write_back(&self) {
-        let _k = self.kick.lock();
-        self.write_back.store(true, Ordering::Release);
-        self.cv.notify_one();
     }
 
     /// Asks for a commit soon.

@@ -128,26 +128,7 @@ impl Engine {
     /// Makes everything logged before this call durable; concurrent callers
     /// share one commit (see `tx::manager`).
     pub(crate) fn commit(&self) -> Result<()> {
-        self.txm.commit(&self.meta)?;
-        // 3/4 of the log used: the backend writes back, outside every
-        // commit (see "Early write-back" in `journal::ail`). Its own commit
-        // does not ask: it writes back right after.
-        if !crate::tx::gate::is_background_thread() && self.txm.log.early_write_back_wanted().is_some() {
-            self.backend.kick_write_back();
-        }
-        Ok(())
-    }
-
-    /// The backend's early write-back, if the log wants one (see "Early
-    /// write-back" in `journal::ail`); a failure aborts the journal, as a
-    /// failed commit does.
-    pub(crate) fn write_back_early(&self) -> Result<()> {
-        self.txm.latch.check_commit()?;
-        if let Err(e) = self.txm.log.write_back_early() {
-            self.txm.latch.abort_half_done(self.meta.dev(), &e);
-            return Err(e);
-        }
-        Ok(())
+        self.txm.commit(&self.meta)
     }
 
     /// Whether a sync (syncfs, a `dirsync` directory's change) has anything

@@ -56,11 +56,6 @@ pub struct MountOptions {
     /// home writes until the log needs the room (`-o delaylog=0`: whole
     /// blocks, home at every commit; see `buffer::cil` and `journal::ail`).
     pub delaylog: bool,
-    /// Once the log is 3/4 full, the backend thread writes the deferred
-    /// home images back, outside every commit, so that a commit (an
-    /// `fsync`) seldom runs a write-back itself (`-o early_writeback=0`:
-    /// only commits do, at 7/8; see "Early write-back" in `journal::ail`).
-    pub early_writeback: bool,
     /// Compress each checkpoint's logged chunks (zstd) on images with
     /// `INCOMPAT_JOURNAL_ZSTD` (`-o journal_compress=0` logs them as they
     /// are; see `journal::log`).
@@ -109,7 +104,6 @@ impl Default for MountOptions {
             mbcache: true,
             sync_delete: false,
             delaylog: true,
-            early_writeback: true,
             journal_compress: true,
             push_drain: Some(crate::tx::gate::DRAIN),
             push_patience: Some(crate::tx::gate::PATIENCE),

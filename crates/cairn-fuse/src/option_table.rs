@@ -428,10 +428,6 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.delaylog = v.bool();
         Ok(())
     }),
-    spec(&["early_writeback"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.early_writeback)), "once the log is 3/4 full, write deferred home blocks back from the backend thread, not inside a commit", |p, _, v| {
-        p.s.engine.early_writeback = v.bool();
-        Ok(())
-    }),
     spec(&["journal_compress"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.journal_compress)), "compress each checkpoint's logged chunks (zstd)", |p, _, v| {
         p.s.engine.journal_compress = v.bool();
         Ok(())

@@ -235,8 +235,7 @@ mod tests {
     #[test]
     fn journal_options() {
         let s = parse::<&str>(&[]).unwrap();
-        assert!(s.engine.journal_compress && s.engine.delaylog && s.engine.early_writeback);
-        assert!(!parse(&["early_writeback=0"]).unwrap().engine.early_writeback);
+        assert!(s.engine.journal_compress && s.engine.delaylog);
         let s = parse(&["journal_compress=0"]).unwrap();
         assert!(!s.engine.journal_compress);
         // Retired measuring switches (#52) are unknown options now.

@@ -98,7 +98,6 @@ impl Fs {
         let cache_bytes = (cache_blocks * geo.block_size as usize) as u64;
         journal.ail.set_budget(cache_bytes / 4, cache_bytes);
         journal.ail.defer.store(opts.delaylog, Ordering::Relaxed);
-        journal.ail.early.store(opts.early_writeback, Ordering::Relaxed);
         if opts.journal_compress && sb.feature_incompat & cairn_format::superblock::INCOMPAT_JOURNAL_ZSTD != 0 {
             journal.compress_records();
         }
@@ -189,9 +188,7 @@ impl Fs {
         self.files.commit_and_checkpoint()?;
         let fs = self.clone();
         let (interval, nice) = (self.engine.opts().commit_interval, crate::backend::NICE);
-        self.engine
-            .backend()
-            .spawn(move || fs.engine.backend().run(interval, nice, &mut |c| fs.background_round(c)))?;
+        self.engine.backend().spawn(move || fs.engine.backend().run(interval, nice, &mut || fs.background_commit()))?;
         self.engine.meta().xattrs().cache.start()?;
         if self.engine.reaper().deferred {
             let fs = self.clone();
@@ -200,27 +197,20 @@ impl Fs {
         Ok(())
     }
 
-    /// One round of the backend thread: with `commit`, a commit, and under
-    /// `-o discard` a checkpoint that releases (and discards) the blocks
-    /// freed so far, rather than when the log next needs room; then the
-    /// early write-back if the log wants one (see `backend`). False stops
-    /// the thread (the error is logged).
-    fn background_round(&self, commit: bool) -> bool {
-        if commit {
-            if let Err(e) = self.files.commit() {
-                tracing::error!(error = %e, "background commit failed; the backend stops");
+    /// One round of the backend thread: a commit, and under `-o discard` a
+    /// checkpoint that releases (and discards) the blocks freed so far,
+    /// rather than when the log next needs room. False stops the thread
+    /// (the error is logged).
+    fn background_commit(&self) -> bool {
+        if let Err(e) = self.files.commit() {
+            tracing::error!(error = %e, "background commit failed; the backend stops");
+            return false;
+        }
+        if self.engine.opts().discard && self.engine.meta().alloc().pending_blocks() > 0 {
+            if let Err(e) = self.engine.checkpoint() {
+                tracing::error!(error = %e, "background checkpoint failed; the backend stops");
                 return false;
             }
-            if self.engine.opts().discard && self.engine.meta().alloc().pending_blocks() > 0 {
-                if let Err(e) = self.engine.checkpoint() {
-                    tracing::error!(error = %e, "background checkpoint failed; the backend stops");
-                    return false;
-                }
-            }
-        }
-        if let Err(e) = self.engine.write_back_early() {
-            tracing::error!(error = %e, "background write-back failed; the backend stops");
-            return false;
         }
         true
     }

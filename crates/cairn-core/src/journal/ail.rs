@@ -18,28 +18,6 @@
 //! then moves the log's tail past every record written so far and drops the
 //! images it wrote; a commit starts one when the log is 7/8 full.
 //!
-//! ## Early write-back
-//! A write-back inside a commit holds the journal's state lock for all its
-//! home writes, so an `fsync` that arrives meanwhile waits for them: dbench
-//! (a `fsync` every few operations, 700 commits a second) saw its slowest
-//! commits, 8–16 ms, at its two or three write-backs a run. So once the
-//! records since the tail fill 3/4 of the log the backend thread writes
-//! back first (`-o early_writeback`, on by default; counter
-//! `ail.early_write_backs`): under the home lock only, it takes every listed
-//! image, writes them home and flushes, and leaves the tail it may now have
-//! — the head the last commit published once its images were listed — for
-//! the next commit, which writes it into the journal superblock before its
-//! first barrier. The backend never takes the state lock or the commit
-//! mutex for it: it runs at a lowered priority, and a commit that waited for
-//! it to be scheduled again waited tens of milliseconds (a first cut that
-//! took the state lock twice showed 40–390 ms stalls in a loop of
-//! `fsync`s). Its round runs no commit (`backend`). At 3/4 rather than at
-//! half, hot blocks (a directory leaf, the bitmaps) go home about as often
-//! as before; half doubled the write-backs of a loop of `fsync`s. Safe by
-//! the shrink's argument: every record before the published head had its
-//! images listed, and they are durable at home before a tail past those
-//! records is written.
-//!
 //! ## Memory
 //! A listed image is usually the cached buffer's own bytes (copy-on-write,
 //! see `image`): the block has not changed since the push that captured it.
@@ -100,9 +78,6 @@ pub struct AilStats {
     /// saved).
     pub replaced: AtomicU64,
     pub write_backs: AtomicU64,
-    /// Write-backs the backend ran outside a commit (see "Early
-    /// write-back").
-    pub early_write_backs: AtomicU64,
     /// Partial write-backs: the oldest images home to bring the list back
     /// under its memory budget, the log's tail left where it is.
     pub shrinks: AtomicU64,
@@ -114,8 +89,7 @@ pub struct AilStats {
     pub lock_hold_us_max: AtomicU64,
 }
 
-/// A listed image: the checkpoint that last changed its block, and its bytes.
-pub struct Entry {
+struct Entry {
     seq: u64,
     image: Image,
 }
@@ -139,9 +113,6 @@ pub struct Ail {
     /// Home writes deferred at all (`-o delaylog=0` turns them off: every
     /// commit writes its blocks home, as before delayed logging).
     pub defer: AtomicBool,
-    /// The backend writes back once the log is 3/4 full (`-o
-    /// early_writeback`, see "Early write-back").
-    pub early: AtomicBool,
     /// Held across a write-back (home writes, flush, tail move) and by the
     /// error latch's in-place superblock write (see `latch`).
     pub home_lock: Arc<parking_lot::Mutex<()>>,
@@ -158,7 +129,6 @@ impl Ail {
             cache_capacity: AtomicU64::new(u64::MAX),
             meter: Arc::new(ImageMeter::default()),
             defer: AtomicBool::new(defer),
-            early: AtomicBool::new(true),
             home_lock: Arc::new(parking_lot::Mutex::new(())),
             stats: AilStats::default(),
         }
@@ -308,26 +278,14 @@ impl Ail {
     /// [`Ail::home_written`]. Until then `lookup` still finds the images.
     /// The list's lock is held only to swap the list out.
     pub fn write_home(&self, dev: &dyn BlockDevice, bs: usize) -> Result<()> {
-        let taken = self.take_all();
+        self.restore_flight();
+        let taken = self.with_map(|map| {
+            self.bytes.store(0, Relaxed);
+            self.publish_flight(std::mem::take(map))
+        });
         self.write_flight(dev, bs, &taken)?;
         self.stats.write_backs.fetch_add(1, Relaxed);
         Ok(())
-    }
-
-    /// Takes every image out of the list into flight (`lookup` still finds
-    /// them) and returns them, for [`Ail::write_taken`]; the caller holds
-    /// the home lock until they are written and [`Ail::home_written`].
-    pub fn take_all(&self) -> Arc<HashMap<u64, Entry>> {
-        self.restore_flight();
-        self.with_map(|map| {
-            self.bytes.store(0, Relaxed);
-            self.publish_flight(std::mem::take(map))
-        })
-    }
-
-    /// Writes the images [`Ail::take_all`] took home, not flushed.
-    pub fn write_taken(&self, dev: &dyn BlockDevice, bs: usize, taken: &HashMap<u64, Entry>) -> Result<()> {
-        self.write_flight(dev, bs, taken)
     }
 
     /// Makes `taken` the set in flight. Called with the list locked, in the
@@ -407,7 +365,6 @@ impl Publish for Ail {
         put("ail.inserted", s.inserted.load(Relaxed));
         put("ail.replaced_before_home", s.replaced.load(Relaxed));
         put("ail.write_backs", s.write_backs.load(Relaxed));
-        put("ail.early_write_backs", s.early_write_backs.load(Relaxed));
         put("ail.shrinks", s.shrinks.load(Relaxed));
         put("ail.blocks_written_home", s.blocks_written.load(Relaxed));
         put("ail.cache_misses_served", s.miss_hits.load(Relaxed));

@@ -113,12 +113,6 @@ pub struct Journal {
     compressor: Mutex<Option<BodyCompressor>>,
     /// Committed images whose home writes are deferred.
     pub ail: Arc<Ail>,
-    /// The head and written tail as the last commit left them, every
-    /// record before that head listed in the AIL (`None` until a commit):
-    /// what the backend's early write-back reads instead of `state`.
-    listed: Mutex<Option<(LogPos, LogPos)>>,
-    /// The tail an early write-back left for the next commit to write.
-    early_tail: Mutex<Option<LogPos>>,
     pub stats: JournalStats,
     /// A read-only mount's restart point, in memory only: written to the
     /// journal superblock by [`Journal::begin_writing`] before any record.
@@ -141,8 +135,6 @@ impl Journal {
             bs,
             seed,
             state: Mutex::new(State::empty_at(tail)),
-            listed: Mutex::new(None),
-            early_tail: Mutex::new(None),
             committed: AtomicU64::new(tail.seq.saturating_sub(1)),
             tail_seq: AtomicU64::new(tail.seq),
             compressor: Mutex::new(None),
@@ -171,7 +163,6 @@ impl Journal {
         let mut st = self.state.lock();
         *st = State::empty_at(pos);
         self.publish_positions(&st);
-        *self.listed.lock() = None;
     }
 
     /// Byte address of ring position `off`.
@@ -256,7 +247,6 @@ impl Journal {
     pub fn commit(&self, images: &[Captured]) -> Result<u64> {
         let t0 = Instant::now();
         let mut st = self.state.lock();
-        self.take_early_tail(&mut st)?;
         if images.is_empty() {
             // Nothing to log: make data durable, and move the tail past the
             // last checkpoint (its homes are durable after this flush), so
@@ -273,7 +263,6 @@ impl Journal {
             // nothing changes (a walk that fills the cache, say).
             self.shrink_if_over_budget()?;
             self.publish_positions(&st);
-            self.publish_listed(&st);
             return Ok(st.committed_seq);
         }
         let seq = st.head.seq;
@@ -320,7 +309,6 @@ impl Journal {
         } else {
             self.shrink_if_over_budget()?;
         }
-        self.publish_listed(&st);
         drop(st);
         let us = t0.elapsed().as_micros() as u64;
         let s = &self.stats;
@@ -400,61 +388,6 @@ impl Journal {
         self.tail_seq.store(st.durable_tail.seq, Ordering::Release);
     }
 
-    /// Notes the head and the written tail once every record before the
-    /// head has its images listed (see [`Journal::write_back_early`]).
-    fn publish_listed(&self, st: &State) {
-        *self.listed.lock() = Some((st.head, st.written_tail));
-    }
-
-    /// Whether the backend should write back now (see "Early write-back"
-    /// in `ail`): deferred home writes and early write-backs on, and the
-    /// records since the written tail fill 3/4 of the ring (a commit writes
-    /// back at 7/8). Reads only the positions the last commit published:
-    /// the backend, at its lowered priority, never takes the state lock.
-    pub fn early_write_back_wanted(&self) -> Option<LogPos> {
-        if !self.ail.defer.load(Ordering::Relaxed) || !self.ail.early.load(Ordering::Relaxed) {
-            return None;
-        }
-        let (head, tail) = (*self.listed.lock())?;
-        (self.region.used(tail.off, head.off) * 4 > (self.region.blocks - 1) * 3).then_some(head)
-    }
-
-    /// The backend's write-back (see "Early write-back" in `ail`): every
-    /// listed image home and **flush**, under the home lock only; the next
-    /// commit then writes the journal superblock with the tail at the head
-    /// published when the images were taken, before its first barrier
-    /// ([`Journal::take_early_tail`]). False if it was not wanted.
-    pub fn write_back_early(&self) -> Result<bool> {
-        let Some(head) = self.early_write_back_wanted() else { return Ok(false) };
-        let home = self.ail.home_lock.lock();
-        // Every record before `head` had its images listed when it was
-        // published; a write-back or shrink since then wrote them home under
-        // this lock, and flushed them or left their records in the log.
-        let taken = self.ail.take_all();
-        // On an error the images stay in flight, found by lookups, and the
-        // next write-back takes them back first.
-        self.ail.write_taken(self.dev.as_ref(), self.bs, &taken)?;
-        drop(taken);
-        self.flush()?;
-        self.ail.home_written();
-        *self.early_tail.lock() = Some(head);
-        self.ail.stats.early_write_backs.fetch_add(1, Ordering::Relaxed);
-        drop(home);
-        Ok(true)
-    }
-
-    /// A commit's part of an early write-back: the journal superblock with
-    /// the tail it left, unless a write-back moved the tail further since.
-    /// Made durable by the commit's next barrier.
-    fn take_early_tail(&self, st: &mut State) -> Result<()> {
-        let Some(tail) = self.early_tail.lock().take() else { return Ok(()) };
-        if st.written_tail.seq < tail.seq {
-            self.write_jsb(tail)?;
-            st.written_tail = tail;
-        }
-        Ok(())
-    }
-
     /// The AIL's images home, **flush**, the tail to the head, **flush**.
     fn write_back(&self, st: &mut State) -> Result<()> {
         let _home = self.ail.home_lock.lock();
@@ -465,7 +398,6 @@ impl Journal {
         st.written_tail = st.head;
         st.durable_tail = st.head;
         self.publish_positions(st);
-        self.publish_listed(st);
         self.ail.home_written();
         Ok(())
     }

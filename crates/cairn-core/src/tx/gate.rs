@@ -133,11 +133,6 @@ pub fn mark_background_thread() {
     BACKGROUND.with(|b| b.set(true));
 }
 
-/// Whether the calling thread was marked with [`mark_background_thread`].
-pub fn is_background_thread() -> bool {
-    background()
-}
-
 fn background() -> bool {
     BACKGROUND.with(Cell::get)
 }

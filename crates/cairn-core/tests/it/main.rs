@@ -10,7 +10,6 @@ mod contiguity;
 mod crash;
 mod deep_dir;
 mod deferred_orphans;
-mod early_writeback;
 mod full;
 mod half_done;
 mod handles;
