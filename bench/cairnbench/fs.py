@@ -46,9 +46,6 @@ CAIRN_VARIANTS = {
     "cairn-nowbcache": ["writeback_cache=0"],
     # FUSE over io_uring off: every request through /dev/fuse (issue #9).
     "cairn-devfuse": ["io_uring=0"],
-    # A journaled write copies all it maps inside one transaction handle,
-    # holding the gate, instead of 128 KiB a handle (issue #53).
-    "cairn-nowritestep": ["write_step_kib=0"],
     # Journal records logged as they are, not compressed (issue #12).
     "cairn-nocompress": ["journal_compress=0"],
     # Locality groups off: small files search near their inode (issue #10).

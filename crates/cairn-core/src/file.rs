@@ -21,15 +21,6 @@
 //! unmapped, a hole, as before the write. Before, every request about the
 //! file waited for the copy (issue 53: the FUSE threads serving the
 //! kernel's next write-backs spun on it and called `sched_yield`).
-//!
-//! The copy still runs inside the transaction handle, so it holds the
-//! transaction gate: a push (an `fsync`'s commit) cannot swap until it
-//! ends, and every operation that enters during the push's close waits
-//! too. One handle therefore copies at most [`WRITE_STEP_KIB`] (`-o
-//! write_step_kib`; 0: no limit), and a larger write goes on in the next
-//! handle, as one whose credits ran out does. Under dbench's `sync` every
-//! 4 s, the kernel's write-backs (1 MiB WRITEs on four FUSE threads) held
-//! the gate 5–10 ms a handle (`bench/results/2026-12-02-meta-53`).
 
 use crate::alloc::AllocRequest;
 use crate::error::{FsError, Result};
@@ -48,11 +39,6 @@ use cairn_format::extent::{Extent, MAX_EXTENT_LEN};
 /// EFBIG at `close`, the byte gone). Logical block numbers are 64-bit, so
 /// the map holds any block of such a file.
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
-
-/// Most KiB of file data one journaled write copies into the image inside
-/// one transaction handle, the default of `-o write_step_kib` (see the
-/// module essay).
-pub const WRITE_STEP_KIB: u32 = 128;
 
 fn bs(meta: &Meta) -> u64 {
     meta.geo().block_size as u64
@@ -218,14 +204,7 @@ fn write_held<G: HeldInode>(tx: &Tx<'_>, st: &mut G, off: u64, data: &[u8]) -> R
     }
     let mut pos = off;
     let mut out_of_credits = false;
-    // This handle's share of the copy (see the module essay).
-    let step = tx.meta().write_step();
-    let step_end = if step == 0 { end } else { end.min(off.saturating_add(step)) };
     while pos < end {
-        if pos >= step_end {
-            out_of_credits = true;
-            break;
-        }
         let lblk = pos / b;
         let inner = pos % b;
         let res = (|| -> Result<Option<u64>> {
@@ -236,13 +215,13 @@ fn write_held<G: HeldInode>(tx: &Tx<'_>, st: &mut G, off: u64, data: &[u8]) -> R
             }
             match mapping {
                 Mapping::Mapped { pblk, len, unwritten: false } => {
-                    let stop = step_end.min((lblk + len) * b);
+                    let stop = end.min((lblk + len) * b);
                     let d = &data[(pos - off) as usize..(stop - off) as usize];
                     tx.meta().dev().write_data(d, pblk * b + inner)?;
                     Ok(Some(stop))
                 }
                 Mapping::Mapped { pblk, len, unwritten: true } => {
-                    let need = (step_end - lblk * b).div_ceil(b);
+                    let need = (end - lblk * b).div_ceil(b);
                     let k = need.min(len);
                     fill_blocks(tx.meta(), pblk, lblk, k, off, data)?;
                     extent_map::remove(tx, st, lblk, lblk + k)?;
@@ -257,7 +236,7 @@ fn write_held<G: HeldInode>(tx: &Tx<'_>, st: &mut G, off: u64, data: &[u8]) -> R
                     Ok(Some(end.min((lblk + k) * b)))
                 }
                 Mapping::Hole { len } => {
-                    let need = (step_end - lblk * b).div_ceil(b);
+                    let need = (end - lblk * b).div_ceil(b);
                     let want = need.min(len).min(u64::from(MAX_EXTENT_LEN)).min(1 << 16) as u32;
                     let req = data_request(tx.meta(), st, lblk, want)?;
                     let (pblk, got) = tx.meta().alloc().alloc_data(tx, req)?;

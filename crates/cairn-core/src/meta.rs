@@ -22,8 +22,6 @@ pub(crate) struct MetaOptions {
     pub node_readahead: bool,
     /// Share identical xattr blocks (`-o mbcache`).
     pub mbcache: bool,
-    /// `-o write_step_kib`, in bytes (0: no limit).
-    pub write_step: u64,
 }
 
 /// Shared metadata context.
@@ -51,9 +49,6 @@ pub struct Meta {
     /// Read a scan's next tree leaves ahead, a run at a time (`-o
     /// node_readahead=0|1`; see [`Meta::prefetch_nodes`]).
     node_readahead: bool,
-    /// Most bytes of file data one journaled write's handle copies into
-    /// the image (`-o write_step_kib`; 0: no limit; see `file`).
-    write_step: u64,
 }
 
 /// Most blocks one read of tree leaves ahead of a scan spans.
@@ -114,7 +109,6 @@ impl Meta {
             orphans: crate::deferred_orphans::DeferredOrphans::new(),
             inode_readahead: opts.inode_readahead,
             node_readahead: opts.node_readahead,
-            write_step: opts.write_step,
             sb: Mutex::new(sb.clone()),
             xattrs: crate::mbcache::XattrShare::new(
                 opts.mbcache,
@@ -176,12 +170,6 @@ impl Meta {
     /// Inode-table blocks one read brings on a miss.
     pub fn inode_readahead(&self) -> u64 {
         self.inode_readahead
-    }
-
-    /// Most bytes of file data one journaled write's handle copies (0: no
-    /// limit; `-o write_step_kib`, see `file`).
-    pub fn write_step(&self) -> u64 {
-        self.write_step
     }
 }
 

@@ -56,11 +56,6 @@ pub struct MountOptions {
     /// home writes until the log needs the room (`-o delaylog=0`: whole
     /// blocks, home at every commit; see `buffer::cil` and `journal::ail`).
     pub delaylog: bool,
-    /// Most KiB of file data one journaled write copies into the image
-    /// inside one transaction handle (`-o write_step_kib=N`; 0: a handle
-    /// copies all it maps; see `file`). The copy holds the transaction
-    /// gate, so a push waits for it.
-    pub write_step_kib: u32,
     /// Compress each checkpoint's logged chunks (zstd) on images with
     /// `INCOMPAT_JOURNAL_ZSTD` (`-o journal_compress=0` logs them as they
     /// are; see `journal::log`).
@@ -109,7 +104,6 @@ impl Default for MountOptions {
             mbcache: true,
             sync_delete: false,
             delaylog: true,
-            write_step_kib: crate::file::WRITE_STEP_KIB,
             journal_compress: true,
             push_drain: Some(crate::tx::gate::DRAIN),
             push_patience: Some(crate::tx::gate::PATIENCE),

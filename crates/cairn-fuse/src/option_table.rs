@@ -428,10 +428,6 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.delaylog = v.bool();
         Ok(())
     }),
-    spec(&["write_step_kib"], count("N", 0, 1 << 20), Measuring, Of(|p| Val::Count(p.s.engine.write_step_kib.into())), "most KiB of file data a journaled write copies into the image inside one transaction (0: no limit)", |p, _, v| {
-        p.s.engine.write_step_kib = v.count() as u32;
-        Ok(())
-    }),
     spec(&["journal_compress"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.journal_compress)), "compress each checkpoint's logged chunks (zstd)", |p, _, v| {
         p.s.engine.journal_compress = v.bool();
         Ok(())

@@ -236,8 +236,6 @@ mod tests {
     fn journal_options() {
         let s = parse::<&str>(&[]).unwrap();
         assert!(s.engine.journal_compress && s.engine.delaylog);
-        assert_eq!(s.engine.write_step_kib, 128);
-        assert_eq!(parse(&["write_step_kib=0"]).unwrap().engine.write_step_kib, 0);
         let s = parse(&["journal_compress=0"]).unwrap();
         assert!(!s.engine.journal_compress);
         // Retired measuring switches (#52) are unknown options now.

@@ -121,7 +121,6 @@ impl Fs {
             inode_readahead: u64::from(opts.inode_readahead_blks),
             node_readahead: opts.node_readahead,
             mbcache: opts.mbcache,
-            write_step: u64::from(opts.write_step_kib) << 10,
         };
         let meta = Meta::new(dev, bufs, alloc, &sb, journal.next_seq(), meta_opts);
         let root = meta.load_inode(ROOT_INO)?;

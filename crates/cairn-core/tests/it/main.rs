@@ -26,6 +26,5 @@ mod readahead;
 mod reaper;
 mod resize;
 mod small_files;
-mod write_steps;
 mod xattr_big;
 mod xattr_share;
