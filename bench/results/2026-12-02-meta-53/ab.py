@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Issue #53's last bullet, A/B in one run: fs_mark's create (2 threads, 100
 directories each) and `rm -rf` on cairn from two builds beside the null
-server and ext4, and dbench (1 client, `sync` every 4 s) on cairn from two
-builds.
+server and ext4; dbench (1 client, `sync` every 4 s); a loop of
+create-write-fsync (`fsyncloop`); and a 256 MiB `dd conv=fsync` (`bigwrite`).
 
     sudo python3 ab.py NEW_DIR OLD_DIR [--reps 3] [--per 25000] [--dbench-time 30]
-                       [--only cairn-new,cairn-old,nullfs,ext4] [--what fsmark,dbench]
-                       [--out results.json]
+                       [--only cairn-new,cairn-old,nullfs,ext4,cairn-nowritestep]
+                       [--what fsmark,dbench,fsyncloop,bigwrite] [--out results.json]
+
+`--dbench-time` is also the fsync loop's length. The cell `cairn-nowritestep`
+(NEW_DIR's build with `-o write_step_kib=0`) needs the fs.py variant of commit
+40353fa, which was reverted.
 
 NEW_DIR and OLD_DIR each hold `cairn` and `cairn-bench-driver` of one build.
 Cells are made fresh (mkfs, mount) for every repetition, interleaved in a
@@ -99,6 +103,9 @@ def run_dbench(fs, secs):
         res["stats_after"] = {k: v for k, v in c1.items() if "max" in k}
         res["commit_us_max"] = c1.get("journal.commit_us_max")
         res["commit_us_p99"] = c1.get("journal.commit_us_p99")
+        res["gate_hold_us_max"] = c1.get("tx.gate_hold_us_max")
+        res["gate_closed_us_max"] = c1.get("tx.gate_closed_us_max")
+        res["steps"] = res["stats_delta"].get("tx.steps")
         res["commits"] = res["stats_delta"].get("journal.commits")
         res["write_backs"] = res["stats_delta"].get("ail.write_backs")
         res["early_write_backs"] = res["stats_delta"].get("ail.early_write_backs")
@@ -146,6 +153,23 @@ def run_fsyncloop(fs, secs):
     return res
 
 
+def run_bigwrite(fs, mib=256):
+    """`dd if=/dev/zero bs=1M count=MIB conv=fsync` into a new file: MB/s and
+    the server's CPU per MiB (ms)."""
+    pid = fs.daemon_pid()
+    c0 = fs.cairn_counters() if fs.is_cairn else {}
+    p0, t0 = cpu_s(pid), time.time()
+    fsmod.run(["dd", "if=/dev/zero", f"of={os.path.join(fs.mp, 'big')}", "bs=1M", f"count={mib}", "conv=fsync",
+               "status=none"])
+    t1 = time.time()
+    res = {"mbps": mib * 1.048576 / (t1 - t0), "cpu_ms_per_mib": (cpu_s(pid) - p0) * 1000 / mib}
+    if fs.is_cairn:
+        c1 = fs.cairn_counters()
+        res["steps"] = c1.get("tx.steps", 0) - c0.get("tx.steps", 0)
+        res["gate_hold_us_max"] = c1.get("tx.gate_hold_us_max")
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("new")
@@ -154,13 +178,15 @@ def main():
     ap.add_argument("--per", type=int, default=25_000)
     ap.add_argument("--dbench-time", type=int, default=30)
     ap.add_argument("--only", default="cairn-new,cairn-old,nullfs,ext4")
-    ap.add_argument("--what", default="fsmark,dbench", help="fsmark, dbench, fsyncloop")
+    ap.add_argument("--what", default="fsmark,dbench", help="fsmark, dbench, fsyncloop, bigwrite")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     cells = {
         "cairn-new": ("cairn", os.path.join(a.new, "cairn")),
         "cairn-old": (fsmod.BASELINE, os.path.join(a.old, "cairn")),
         "nullfs": (fsmod.NULLFS, os.path.join(a.new, "cairn")),
+        # The new build with `-o write_step_kib=0` (the variant in fs.py).
+        "cairn-nowritestep": ("cairn-nowritestep", os.path.join(a.new, "cairn")),
         "ext4": ("ext4", os.path.join(a.new, "cairn")),
     }
     order = a.only.split(",")
@@ -171,7 +197,7 @@ def main():
         for r in range(a.reps):
             for w in what:
                 for c in order[r % len(order):] + order[: r % len(order)]:
-                    if w in ("dbench", "fsyncloop") and c == "nullfs":
+                    if w in ("dbench", "fsyncloop", "bigwrite") and c == "nullfs":
                         continue  # the null server keeps no bytes: dbench's reads fail
                     name, binary = cells[c]
                     fs = fsmod.FileSystem(name, scratch, binary, 4 << 30, cairn_on="file")
@@ -181,6 +207,8 @@ def main():
                             res = run_fsmark(fs, a.per)
                         elif w == "fsyncloop":
                             res = run_fsyncloop(fs, a.dbench_time)
+                        elif w == "bigwrite":
+                            res = run_bigwrite(fs)
                         else:
                             res = run_dbench(fs, a.dbench_time)
                     finally:
