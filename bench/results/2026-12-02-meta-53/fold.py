@@ -2,21 +2,9 @@
 """Folds `perf script -F comm,tid,ip,sym` output (dwarf call graphs): ARGS FILE ROOT DEPTH.
 Prints, of the samples whose stack holds ROOT, the frames DEPTH below its outermost
 occurrence, with their share of all samples and of ROOT's."""
-import sys, collections, re
-# perf script output: header line "comm tid", then frames "ip sym", blank between samples
-samples=[]; cur=[]
-for ln in open(sys.argv[1]):
-    ln=ln.rstrip('\n')
-    if not ln.strip():
-        if cur: samples.append(cur); cur=[]
-        continue
-    if not ln.startswith((' ','\t')):
-        cur=[]; continue
-    parts=ln.strip().split(' ',1)
-    sym=parts[1] if len(parts)>1 else '?'
-    sym=re.sub(r'\+0x[0-9a-f]+$','',sym)
-    cur.append(sym)
-if cur: samples.append(cur)
+import sys, collections
+from perfstacks import read_samples
+samples=read_samples(sys.argv[1], strip_inlined=False)
 root=sys.argv[2]; depth=int(sys.argv[3]) if len(sys.argv)>3 else 1
 tot=len(samples)
 inroot=[s for s in samples if any(root in f for f in s)]

@@ -2,20 +2,9 @@
 """Inclusive time per frame under ROOT, in µs per file: ARGS FILE ROOT FILES HZ [SUBSTRING].
 Input: `perf script -F comm,tid,ip,sym` of a `perf record --call-graph dwarf -F HZ` run
 that made FILES files."""
-import sys, collections, re
-samples=[]; cur=[]
-for ln in open(sys.argv[1]):
-    ln=ln.rstrip('\n')
-    if not ln.strip():
-        if cur: samples.append(cur); cur=[]
-        continue
-    if not ln.startswith((' ','\t')):
-        cur=[]; continue
-    parts=ln.strip().split(' ',1)
-    sym=parts[1] if len(parts)>1 else '?'
-    sym=re.sub(r'\+0x[0-9a-f]+$','',sym); sym=re.sub(r' \(inlined\)','',sym)
-    cur.append(sym)
-if cur: samples.append(cur)
+import sys, collections
+from perfstacks import read_samples
+samples=read_samples(sys.argv[1])
 root=sys.argv[2]; n=float(sys.argv[3]); hz=float(sys.argv[4]); pat=sys.argv[5] if len(sys.argv)>5 else ''
 c=collections.Counter(); selfc=collections.Counter(); k=0
 for s in samples:
