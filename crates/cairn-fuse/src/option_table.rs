@@ -378,7 +378,7 @@ pub const OPTIONS: &[Spec] = &[
             Ok(())
         }),
     spec(&["read_move"], Bool, Measuring, Of(|p| Val::Bool(p.s.read_move)),
-        "an io_uring queue thread serving a READ of 256 KiB or more moves to the next CPU when no such READ arrived on that CPU's queue in the last 2 ms, and back for any other request (a lone reader's pread and page cache copy run beside it)", |p, _, v| {
+        "an io_uring queue thread serving a READ of 256 KiB or more moves to the next CPU when no such READ arrived on that CPU's queue in the last 2 ms nor one of another file anywhere in the last 100 ms, and back for any other request (a lone reader's pread and page cache copy run beside it)", |p, _, v| {
             p.s.read_move = v.bool();
             Ok(())
         }),

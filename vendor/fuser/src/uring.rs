@@ -107,8 +107,9 @@ pub(crate) struct UringParams {
     /// reader's CPU serves the first (and copies it to the reader).
     pub(crate) spread: bool,
     /// Serve a READ of `MOVE_MIN` bytes or more on the next CPU when no such
-    /// READ arrived on that CPU's queue in the last `MOVE_RECENT` (so that
-    /// CPU has no reader of its own), and every other request at home; see
+    /// READ arrived on that CPU's queue in the last `MOVE_RECENT_NS` (so that
+    /// CPU has no reader of its own) and no large READ of another file in the
+    /// last `MOVE_SHARED_NS`, and every other request at home; see
     /// `Placement`.
     pub(crate) read_move: bool,
 }
@@ -516,11 +517,18 @@ const LEND_FROM: usize = 1024;
 const MOVE_MIN: usize = 256 << 10;
 /// A queue that took a large READ this recently has a reader on its CPU.
 const MOVE_RECENT_NS: u64 = 2_000_000;
+/// Large READs of two files this recently: more than one reader, so no CPU
+/// is left idle for a lone reader's requests and nothing moves.
+const MOVE_SHARED_NS: u64 = 100_000_000;
 const FUSE_READ: usize = 15;
 /// When a large READ last arrived on each queue (ns since `MOVE_EPOCH`, 0:
 /// never). One set per process: a hint shared by every session's queues.
 static MOVE_SEEN: std::sync::OnceLock<(std::time::Instant, Box<[std::sync::atomic::AtomicU64]>)> =
     std::sync::OnceLock::new();
+/// The inode of the last large READ (0: none yet), and when a large READ of
+/// another inode last followed one (ns since `MOVE_EPOCH`, 0: never).
+static MOVE_STREAM: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static MOVE_SHARED_AT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// `UringParams::read_move` for one queue thread. The kernel puts a request
 /// on the queue of the CPU its caller runs on, so a lone reader's readahead
@@ -530,6 +538,11 @@ static MOVE_SEEN: std::sync::OnceLock<(std::time::Instant, Box<[std::sync::atomi
 /// there (`sched_setaffinity`, at the change only) and commits it there; any
 /// other request brings it home first, so small requests keep their CPU.
 /// With readers on every CPU every queue sees large READs and nothing moves.
+/// Nor does anything move while large READs of more than one file arrive
+/// (`MOVE_SHARED_NS`): four readers on two CPUs leave no CPU idle, and a
+/// queue whose readers the scheduler had gathered on one CPU would move its
+/// threads onto the other, pinned there beside that CPU's own queue (40% of
+/// four readers' throughput lost, issue #53).
 struct Placement {
     qid: usize,
     home: usize,
@@ -563,8 +576,10 @@ impl Placement {
             let b = entry.bufs.lock();
             let word =
                 |at: usize| u32::from_ne_bytes(b.header[at..at + 4].try_into().unwrap()) as usize;
-            // fuse_in_header.opcode at 4; fuse_read_in.size at 16 of the op struct.
-            word(4) == FUSE_READ && word(OP_IN + 16) >= MOVE_MIN
+            // fuse_in_header.opcode at 4, nodeid at 16; fuse_read_in.size at
+            // 16 of the op struct.
+            let nodeid = u64::from_ne_bytes(b.header[16..24].try_into().unwrap());
+            (word(4) == FUSE_READ && word(OP_IN + 16) >= MOVE_MIN).then_some(nodeid)
         };
         let Some((epoch, seen)) = MOVE_SEEN.get() else {
             return;
@@ -572,14 +587,19 @@ impl Placement {
         let Some(seen_here) = seen.get(self.qid) else {
             return;
         };
-        let away = big_read && {
+        let away = big_read.is_some_and(|nodeid| {
+            use std::sync::atomic::Ordering::Relaxed;
             let now = epoch.elapsed().as_nanos() as u64 + 1;
-            seen_here.store(now, std::sync::atomic::Ordering::Relaxed);
-            let last = seen
-                .get(self.next)
-                .map_or(0, |s| s.load(std::sync::atomic::Ordering::Relaxed));
-            last == 0 || now.saturating_sub(last) > MOVE_RECENT_NS
-        };
+            seen_here.store(now, Relaxed);
+            let before = MOVE_STREAM.swap(nodeid, Relaxed);
+            if before != 0 && before != nodeid {
+                MOVE_SHARED_AT.store(now, Relaxed);
+            }
+            let shared_at = MOVE_SHARED_AT.load(Relaxed);
+            let lone = shared_at == 0 || now.saturating_sub(shared_at) > MOVE_SHARED_NS;
+            let last = seen.get(self.next).map_or(0, |s| s.load(Relaxed));
+            lone && (last == 0 || now.saturating_sub(last) > MOVE_RECENT_NS)
+        });
         if away != self.away {
             pin_to_cpu(if away { self.next } else { self.home });
             self.away = away;
