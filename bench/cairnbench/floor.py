@@ -72,7 +72,7 @@ class Floor(Experiment):
     # transport (its block-device page cache, a second copy, a kworker per
     # read). `cairn-loop` measures cairn on the loop device beside it.
     cairn_on = "file"
-    extra_fs = [fsmod.NULLFS, "cairn-loop"]
+    extra_fs = [fsmod.NULLFS, fsmod.NULLFS_DATA, "cairn-loop"]
     metrics = [Metric(k, unit, True, label.format(big="1 GiB", xfiles="N")) for k, unit, label in PHASES] + [
         Metric(f"{k}_reqs", "requests", False, f"FUSE requests per {k}", table=False) for k in PER_OP
     ] + [
@@ -148,7 +148,10 @@ class Floor(Experiment):
             "one GETXATTR): "
             "calls per second from the two processes' shared start to the last one's end. The null server keeps "
             "the extended attributes it is given (in memory). For the big-file phases the servers' counters give "
-            "the mean READ or WRITE request (KiB) and µs inside the server per MiB."
+            "the mean READ or WRITE request (KiB) and µs inside the server per MiB. `nullfs-data` is the null "
+            "server keeping file bytes in a file in the scratch tmpfs (`--data`: pwrite in, pread out), the floor "
+            "of a server that must move its bytes, as cairn moves them through its image: `nullfs` answers "
+            "READs with zeros and copies nothing."
         )
 
     def run(self, fs, v):
@@ -278,22 +281,28 @@ class Floor(Experiment):
             if "cairn" not in shown:
                 continue
             floor = fsmod.NULLFS if fsmod.NULLFS in shown else None
+            data_floor = fsmod.NULLFS_DATA if fsmod.NULLFS_DATA in shown else None
             md += [
-                f"**{lab}** (medians of runs): cairn beside the floor (`nullfs`) and beside ext4",
+                f"**{lab}** (medians of runs): cairn beside the floor (`nullfs`"
+                + ("; `nullfs-data`: the floor moving its bytes through a file" if data_floor else "")
+                + ") and beside ext4",
                 "",
-                "| phase | " + " | ".join(shown) + " | cairn / floor | cairn / ext4 |",
-                "|---|" + "---|" * (len(shown) + 2),
+                "| phase | " + " | ".join(shown) + " | cairn / floor |"
+                + (" cairn / nullfs-data |" if data_floor else "") + " cairn / ext4 |",
+                "|---|" + "---|" * (len(shown) + 2 + bool(data_floor)),
             ]
             for key, unit, label in PHASES:
                 label = label.format(big=big(v), xfiles=f"{v['xfiles']:,}")
                 c = med(lab, "cairn", key)
                 row = [f(med(lab, x, key), 1 if unit == "MB/s" else 0) for x in shown]
                 md.append(f"| {label} ({unit}) | " + " | ".join(row) + " | "
-                          f"{ratio(c, med(lab, floor, key)) if floor else '—'} | {ratio(c, med(lab, 'ext4', key))} |")
+                          f"{ratio(c, med(lab, floor, key)) if floor else '—'} | "
+                          + (f"{ratio(c, med(lab, data_floor, key))} | " if data_floor else "")
+                          + f"{ratio(c, med(lab, 'ext4', key))} |")
             key, unit, label = CACHE
             md.append(f"| {label} ({unit}, lower is better) | " + " | ".join(f(med(lab, x, key)) for x in shown)
-                      + " | — | — |")
-            servers = [x for x in shown if fsmod.is_cairn(x) or x == fsmod.NULLFS]
+                      + " | — |" + (" — |" if data_floor else "") + " — |")
+            servers = [x for x in shown if fsmod.is_cairn(x) or x in (fsmod.NULLFS, fsmod.NULLFS_DATA)]
             md += [
                 "",
                 "Requests per operation and µs inside the server per operation (each server's counters):",

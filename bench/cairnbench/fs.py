@@ -98,6 +98,9 @@ ENGINE = "cairn-engine"
 # transport and options with no engine behind it (its tree in memory, file bytes
 # not kept). Only experiments that name it in `Experiment.extra_fs` run it.
 NULLFS = "nullfs"
+# The null server keeping file bytes in a file in the scratch (`--data`): READs
+# copy them out of it, as cairn's out of its image (issue #53).
+NULLFS_DATA = "nullfs-data"
 # Encrypted file systems (issue #54, `bench/run crypt`): cairn on an encrypted
 # image (`cairn mkfs --encrypt`, unlocked with a key file), and the two
 # user-space encrypting file systems Debian packages, each stacked on ext4 on
@@ -108,7 +111,7 @@ STACKED = ["gocryptfs", "cryfs"]
 CRYPT_FS = [CAIRN_CRYPT, *STACKED]
 # The passphrase the stacked ones are made and mounted with (a file in the scratch).
 STACKED_PASSPHRASE = "cairn-bench"
-USER_FS = ["cairn", "fuse2fs", BASELINE, ENGINE, NULLFS, *CAIRN_VARIANTS, *CRYPT_FS]
+USER_FS = ["cairn", "fuse2fs", BASELINE, ENGINE, NULLFS, NULLFS_DATA, *CAIRN_VARIANTS, *CRYPT_FS]
 ROOT = os.geteuid() == 0
 KERNEL_FS = {"tmpfs", "ext4", "xfs", "btrfs"}
 
@@ -163,6 +166,7 @@ NEEDS = {
     **{v: [] for v in CAIRN_VARIANTS},
     ENGINE: [],
     NULLFS: [],
+    NULLFS_DATA: [],
     "tmpfs": [],
     "ext4": [("mkfs.ext4", "e2fsprogs")],
     "xfs": [("mkfs.xfs", "xfsprogs")],
@@ -253,7 +257,7 @@ class FileSystem:
         self.dev = None
         self.src = None
         self.pid = None
-        self.is_null = name == NULLFS
+        self.is_null = name in (NULLFS, NULLFS_DATA)
         self.proc = None  # the null server, a child of this process
         self.is_stacked = name in STACKED
         # An encrypted cairn's key file; a stacked one's lower ext4 and passphrase file.
@@ -348,6 +352,8 @@ class FileSystem:
             self.mount_stacked()
         elif self.is_null:
             opts = ["-o", "allow_other"] if ROOT else []
+            if self.name == NULLFS_DATA:
+                opts += ["--data", self.image]
             proc = subprocess.Popen([driver_of(self.cairn), "nullfs", self.mp, *opts], stdin=subprocess.DEVNULL)
             self.pid, self.proc = proc.pid, proc
             wait_until(lambda: is_mounted(self.mp) or proc.poll() is not None, 30, "the null server to mount")

@@ -11,7 +11,7 @@
 //! ## `fragment`
 //! See [`fragment`].
 //!
-//! ## `cairn-bench-driver nullfs MOUNTPOINT [-o OPTIONS] [--counters FILE]`
+//! ## `cairn-bench-driver nullfs MOUNTPOINT [-o OPTIONS] [--counters FILE] [--data FILE]`
 //! The FUSE floor: a null server over cairn's own transport; see [`nullfs`].
 //!
 //! ## `cairn-bench-driver dd IMAGE --path NAME --bs SIZE --count N [--fsync] [--repeat R] [-o OPTIONS]`
@@ -183,6 +183,10 @@ enum Cmd {
         /// Write the request counters (JSON, as `cairn stats`'s `fuse.*`) here at unmount.
         #[arg(long)]
         counters: Option<PathBuf>,
+        /// Keep file bytes in this file (made if missing): READs copy them out of it, as a
+        /// server with data does (`nullfs-data`).
+        #[arg(long)]
+        data: Option<PathBuf>,
     },
 }
 
@@ -237,7 +241,9 @@ fn run(cmd: &Cmd) -> Result<(), String> {
             };
             fsmark::run(&a)
         }
-        Cmd::Nullfs { mountpoint, options, counters } => nullfs::run(mountpoint, options, counters.as_deref()),
+        Cmd::Nullfs { mountpoint, options, counters, data } => {
+            nullfs::run(mountpoint, options, counters.as_deref(), data.as_deref())
+        }
     }
 }
 

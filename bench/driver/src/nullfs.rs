@@ -1,4 +1,4 @@
-//! `cairn-bench-driver nullfs MOUNTPOINT [-o OPTIONS] [--counters FILE]`:
+//! `cairn-bench-driver nullfs MOUNTPOINT [-o OPTIONS] [--counters FILE] [--data FILE]`:
 //! the FUSE floor (issue #37).
 //!
 //! A FUSE server with no engine behind it: its tree lives in memory (a hash
@@ -15,7 +15,16 @@
 //! the root's extended attribute `user.nullfs.counters` reads them as JSON
 //! while mounted, and `--counters FILE` gets them at unmount). Extended
 //! attributes are kept, in memory, as given (issue #53: setxattr and
-//! getxattr are measured against this floor). What cairn does on top
+//! getxattr are measured against this floor).
+//!
+//! `--data FILE` (issue #53, `nullfs-data` in `bench/run`): a file's bytes
+//! go to FILE and come back from it, at `(ino % 8) * 2 GiB + offset`, by
+//! `pwrite` and `pread` straight into and out of the request's buffer: the
+//! floor of a server that must move its bytes through one file (a READ
+//! costs one copy out of FILE's pages, as cairn's out of its image). Files
+//! beyond 2 GiB overlap the next inode's bytes: a floor, not a file system.
+//!
+//! What cairn does on top
 //! of this is cairn's cost; what this costs is the transport's: the floor
 //! `bench/run floor` puts cairn beside.
 //!
@@ -73,6 +82,16 @@ pub struct NullFs {
     opts: AdapterOptions,
     got: Negotiated,
     metrics: Arc<Metrics>,
+    /// `--data`: where file bytes go (None: not kept).
+    data: Option<std::fs::File>,
+}
+
+/// `--data`: bytes of each of 8 inode slots in the data file.
+const DATA_SLOT: u64 = 2 << 30;
+
+/// Where byte `offset` of inode `ino` lives in the data file.
+fn data_at(ino: u64, offset: u64) -> u64 {
+    (ino % 8) * DATA_SLOT + offset
 }
 
 fn attr(ino: u64, kind: FileType, mode: u32, req: &Request) -> FileAttr {
@@ -97,13 +116,14 @@ fn attr(ino: u64, kind: FileType, mode: u32, req: &Request) -> FileAttr {
 }
 
 impl NullFs {
-    pub fn new(opts: AdapterOptions, metrics: Arc<Metrics>) -> NullFs {
+    pub fn new(opts: AdapterOptions, metrics: Arc<Metrics>, data: Option<std::fs::File>) -> NullFs {
         let fs = NullFs {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next_ino: AtomicU64::new(ROOT + 1),
             opts,
             got: Negotiated::default(),
             metrics,
+            data,
         };
         let now = SystemTime::now();
         let root = FileAttr {
@@ -477,7 +497,15 @@ impl Filesystem for NullFs {
             Ok(len) => {
                 let n = len.saturating_sub(offset).min(u64::from(size)) as usize;
                 reply.data_with(n, |buf| {
-                    buf[..n].fill(0);
+                    match &self.data {
+                        Some(f) => {
+                            use std::os::unix::fs::FileExt;
+                            // Past the data file's end (never written): zeros.
+                            let got = f.read_at(&mut buf[..n], data_at(ino.0, offset))?;
+                            buf[got..n].fill(0);
+                        }
+                        None => buf[..n].fill(0),
+                    }
                     Ok(n)
                 })
             }
@@ -499,6 +527,12 @@ impl Filesystem for NullFs {
     ) {
         let _t = self.metrics.timer(Op::Write);
         let writeback = self.got.writeback;
+        if let Some(f) = &self.data {
+            use std::os::unix::fs::FileExt;
+            if let Err(e) = f.write_all_at(data, data_at(ino.0, offset)) {
+                return reply.error(Errno::from(e));
+            }
+        }
         let r = self.with(ino.0, |n| {
             let end = offset + data.len() as u64;
             if end > n.attr.size {
@@ -727,7 +761,18 @@ fn counters_json(metrics: &Metrics) -> String {
 /// Mounts the null server at `mountpoint` with cairn's `-o` options and
 /// serves until it is unmounted; then writes the request counters to
 /// `counters` (JSON), if given.
-pub fn run(mountpoint: &Path, options: &[String], counters: Option<&Path>) -> Result<(), String> {
+pub fn run(mountpoint: &Path, options: &[String], counters: Option<&Path>, data: Option<&Path>) -> Result<(), String> {
+    let data = data
+        .map(|p| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(p)
+                .map_err(|e| format!("{}: {e}", p.display()))
+        })
+        .transpose()?;
     let mut settings = cairn_fuse::parse_options(options)?;
     let mut cfg = cairn_fuse::session_config(&settings, "nullfs");
     cfg.mount_options.retain(|o| !matches!(o, fuser::MountOption::Subtype(_)));
@@ -738,7 +783,7 @@ pub fn run(mountpoint: &Path, options: &[String], counters: Option<&Path>) -> Re
         cfg.io_uring = false;
     }
     let metrics = Arc::new(Metrics::new());
-    let fs = NullFs::new(settings.adapter, metrics.clone());
+    let fs = NullFs::new(settings.adapter, metrics.clone(), data);
     let session =
         fuser::Session::new(fs, mountpoint, &cfg).map_err(|e| format!("mount {}: {e}", mountpoint.display()))?;
     if let Err(e) = cairn_fuse::set_readahead(mountpoint, settings.readahead_kb) {
