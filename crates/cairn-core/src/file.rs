@@ -20,7 +20,11 @@
 //! meanwhile (stat it, set its times or mode, read it) sees the blocks still
 //! unmapped, a hole, as before the write. Before, every request about the
 //! file waited for the copy (issue 53: the FUSE threads serving the
-//! kernel's next write-backs spun on it and called `sched_yield`).
+//! kernel's next write-backs spun on it and called `sched_yield`). That
+//! one-handle write is `-o staged_writes=0`; by default a journaled write
+//! runs in stages with the copy outside any handle ([`allocate_unwritten`],
+//! [`mapped_runs`], [`fill_blocks`], [`convert_written`]; see
+//! `file_io::staged`).
 
 use crate::alloc::AllocRequest;
 use crate::error::{FsError, Result};
@@ -287,7 +291,7 @@ fn write_held<G: HeldInode>(tx: &Tx<'_>, st: &mut G, off: u64, data: &[u8]) -> R
 
 /// Writes whole blocks `[lblk, lblk+k)` at `pblk`: the bytes of `data` (which
 /// starts at file offset `off`) where they fall, zeros elsewhere.
-fn fill_blocks(meta: &Meta, pblk: u64, lblk: u64, k: u64, off: u64, data: &[u8]) -> Result<()> {
+pub(crate) fn fill_blocks(meta: &Meta, pblk: u64, lblk: u64, k: u64, off: u64, data: &[u8]) -> Result<()> {
     let b = bs(meta);
     let start = lblk * b;
     let stop = start + k * b;
@@ -392,7 +396,7 @@ pub fn set_size(tx: &Tx<'_>, st: &mut InodeState, size: u64) -> Result<()> {
 /// current end of file and the end of its last block (left there by an
 /// earlier truncate). They are past the committed end of file, so writing
 /// them in place is invisible to every committed state.
-fn zero_tail(meta: &Meta, st: &InodeState, new_size: u64) -> Result<()> {
+pub(crate) fn zero_tail(meta: &Meta, st: &InodeState, new_size: u64) -> Result<()> {
     let b = bs(meta);
     let old = st.d.size;
     if new_size <= old || old.is_multiple_of(b) {
@@ -428,6 +432,82 @@ pub fn allocate_unwritten(tx: &Tx<'_>, st: &mut InodeState, s: u64, e: u64) -> R
         }
     }
     Ok(false)
+}
+
+/// Converts the unwritten extents over the byte range `[off, end)` to
+/// written, as many as the handle's credits allow: the staged write's last
+/// stage (see `file_io::staged`), once the data is in their blocks. Returns
+/// the byte position up to which the range is written (from `off`) and
+/// whether the credits ran out first. A hole stops it there (the stage
+/// before mapped the range; nothing else maps or unmaps it meanwhile).
+pub fn convert_written(tx: &Tx<'_>, st: &mut InodeState, off: u64, end: u64) -> Result<(u64, bool)> {
+    let b = bs(tx.meta());
+    let reached = |l: u64| end.min(off.max(l * b));
+    let (mut l, e) = (off / b, end.div_ceil(b));
+    let mut progressed = tx.changed();
+    while l < e {
+        match extent_map::lookup(tx.meta(), st, l)? {
+            Mapping::Hole { .. } => return Ok((reached(l), false)),
+            Mapping::Mapped { len, unwritten: false, .. } => l = e.min(l + len),
+            Mapping::Mapped { pblk, len, unwritten: true } => {
+                if !room_for_extent(tx, st, progressed)? {
+                    return Ok((reached(l), true));
+                }
+                progressed = true;
+                let k = len.min(e - l);
+                extent_map::remove(tx, st, l, l + k)?;
+                if let Err(err) = extent_map::insert(tx, st, Extent { lblk: l, pblk, len: k as u32, unwritten: false })
+                {
+                    // No room to map them written: the blocks go back and
+                    // the range reads as a hole, zeros, as it read while
+                    // unwritten.
+                    tx.free(pblk, k)?;
+                    st.d.blocks -= k;
+                    return Err(err);
+                }
+                l += k;
+            }
+        }
+    }
+    Ok((end, false))
+}
+
+/// A mapped run of a file's blocks: `len` blocks from `lblk` at `pblk`.
+pub struct Run {
+    pub lblk: u64,
+    pub pblk: u64,
+    pub len: u64,
+    pub unwritten: bool,
+}
+
+/// The mapped runs of blocks `[first, last)`, clipped to it (holes left out).
+pub fn mapped_runs(meta: &Meta, st: &InodeState, first: u64, last: u64) -> Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    let mut l = first;
+    while l < last {
+        match extent_map::lookup(meta, st, l)? {
+            Mapping::Hole { len } => l = last.min(l.saturating_add(len)),
+            Mapping::Mapped { pblk, len, unwritten } => {
+                let len = len.min(last - l);
+                runs.push(Run { lblk: l, pblk, len, unwritten });
+                l += len;
+            }
+        }
+    }
+    Ok(runs)
+}
+
+/// The blocks from `first` (up to `last`) that are mapped with no hole
+/// between: the end of that run.
+pub fn mapped_run(meta: &Meta, st: &InodeState, first: u64, last: u64) -> Result<u64> {
+    let mut l = first;
+    while l < last {
+        match extent_map::lookup(meta, st, l)? {
+            Mapping::Hole { .. } => return Ok(l),
+            Mapping::Mapped { len, .. } => l = last.min(l + len),
+        }
+    }
+    Ok(last)
 }
 
 /// fallocate(2), one step: `phase` (0 at the first call) remembers where

@@ -46,6 +46,10 @@ pub struct MountOptions {
     /// Write over allocated, written blocks with no transaction and shared
     /// locks (`-o overwrite_fastpath=0|1`, see `overwrite`).
     pub overwrite_fastpath: bool,
+    /// A journaled write maps its new blocks unwritten, copies its data with
+    /// no handle open and then maps them written (`-o staged_writes=0|1`,
+    /// see `file_io::staged`); off: all in one handle.
+    pub staged_writes: bool,
     /// Share identical xattr blocks through the dedup cache (`-o nombcache`
     /// turns it off, see `mbcache`).
     pub mbcache: bool,
@@ -101,6 +105,7 @@ impl Default for MountOptions {
             mb_group_prealloc: crate::alloc::DEFAULT_GROUP_PREALLOC,
             discard: false,
             overwrite_fastpath: true,
+            staged_writes: true,
             mbcache: true,
             sync_delete: false,
             delaylog: true,

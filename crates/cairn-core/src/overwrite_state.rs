@@ -20,6 +20,9 @@ pub struct OverwriteStats {
     /// Of the fallbacks, writes past the size, sent to the journaled path
     /// before the I/O lock was taken (see `FileIo::try_overwrite`).
     pub past_size: AtomicU64,
+    /// Journaled writes done in stages, the copy outside any handle (see
+    /// `file_io::staged`).
+    pub staged_writes: AtomicU64,
     pub lazy_time_updates: AtomicU64,
     pub lazy_times_logged: AtomicU64,
     pub datasync_flush_only: AtomicU64,
@@ -66,6 +69,7 @@ impl Publish for Overwrite {
         put("overwrite.journaled_bytes", s.journaled_bytes.load(Relaxed));
         put("overwrite.fallbacks", s.fallbacks.load(Relaxed));
         put("overwrite.past_size", s.past_size.load(Relaxed));
+        put("overwrite.staged_writes", s.staged_writes.load(Relaxed));
         put("overwrite.lazy_time_updates", s.lazy_time_updates.load(Relaxed));
         put("overwrite.lazy_times_logged", s.lazy_times_logged.load(Relaxed));
         put("overwrite.dirty_times_queued", self.dirty.lock().len() as u64);

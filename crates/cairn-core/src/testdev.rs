@@ -25,6 +25,11 @@ pub struct FaultDevice {
     fail_writes: Mutex<Vec<Range<u64>>>,
     fail_flushes: AtomicBool,
     flush_delay_us: AtomicU64,
+    /// Writes of exactly this many bytes wait until released (0: none).
+    hold_len: Mutex<usize>,
+    released: parking_lot::Condvar,
+    /// Writes waiting now.
+    held: AtomicU64,
     /// Failures injected so far.
     pub injected: AtomicU64,
 }
@@ -43,8 +48,41 @@ impl FaultDevice {
             fail_writes: Mutex::new(Vec::new()),
             fail_flushes: AtomicBool::new(false),
             flush_delay_us: AtomicU64::new(0),
+            hold_len: Mutex::new(0),
+            released: parking_lot::Condvar::new(),
+            held: AtomicU64::new(0),
             injected: AtomicU64::new(0),
         }
+    }
+
+    /// Writes of exactly `len` bytes wait, from now on, until
+    /// [`FaultDevice::release_held_writes`] (a copy of file data caught in
+    /// the middle: what else may happen meanwhile).
+    pub fn hold_writes_of(&self, len: usize) {
+        *self.hold_len.lock() = len;
+    }
+
+    /// Writes waiting now.
+    pub fn held_writes(&self) -> u64 {
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// Lets the waiting writes go and holds no more.
+    pub fn release_held_writes(&self) {
+        *self.hold_len.lock() = 0;
+        self.released.notify_all();
+    }
+
+    fn wait_if_held(&self, len: usize) {
+        let mut hold = self.hold_len.lock();
+        if *hold == 0 || *hold != len {
+            return;
+        }
+        self.held.fetch_add(1, Ordering::AcqRel);
+        while *hold == len {
+            self.released.wait(&mut hold);
+        }
+        self.held.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Reads touching `bytes` fail from now on.
@@ -92,6 +130,7 @@ impl BlockDevice for FaultDevice {
         if overlaps(&self.fail_writes.lock(), off, buf.len()) {
             return Err(self.injected_error("write"));
         }
+        self.wait_if_held(buf.len());
         self.inner.write_at(buf, off)
     }
 

@@ -424,6 +424,10 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.overwrite_fastpath = v.bool();
         Ok(())
     }),
+    spec(&["staged_writes"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.staged_writes)), "a write into holes maps its blocks unwritten, copies its data with no journal transaction open, then maps them written (0: all in one transaction, which every commit waits for)", |p, _, v| {
+        p.s.engine.staged_writes = v.bool();
+        Ok(())
+    }),
     spec(&["delaylog"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.delaylog)), "log only changed chunks and defer home writes (XFS's delayed logging)", |p, _, v| {
         p.s.engine.delaylog = v.bool();
         Ok(())

@@ -15,6 +15,7 @@
 mod chattr;
 mod ops;
 mod overwrite;
+mod staged;
 
 use crate::engine::Engine;
 use crate::error::{FsError, Result};

@@ -161,7 +161,13 @@ impl FileIo {
         let mut done = 0usize;
         let mut waited = false;
         loop {
-            match self.write_steps(ino, off + done as u64, &data[done..], update_times) {
+            let rest = &data[done..];
+            let step = if self.engine.opts().staged_writes {
+                self.write_staged(ino, off + done as u64, rest, update_times)
+            } else {
+                self.write_steps(ino, off + done as u64, rest, update_times)
+            };
+            match step {
                 Ok(n) => {
                     done += n as usize;
                     if done >= data.len() {
@@ -183,7 +189,7 @@ impl FileIo {
     /// A step's result, with the inode stored first when the step failed
     /// after changing something: the in-core and on-disk inode stay in step
     /// with what the step mapped before it failed.
-    fn stored_if_failed<T>(&self, tx: &Tx<'_>, g: &InodeState, r: Result<T>) -> Result<T> {
+    pub(super) fn stored_if_failed<T>(&self, tx: &Tx<'_>, g: &InodeState, r: Result<T>) -> Result<T> {
         if r.is_err() && tx.changed() {
             self.inodes.store(tx, g)?;
         }
@@ -191,7 +197,7 @@ impl FileIo {
     }
 
     /// The journaled write, in steps under the inode's I/O lock.
-    fn write_steps(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
+    pub(super) fn write_steps(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
         let _io = self.inodes.io_locks().exclusive(ino);
         self.inodes.settle_truncate(ino)?;
         let mut done = 0usize;

@@ -26,5 +26,6 @@ mod readahead;
 mod reaper;
 mod resize;
 mod small_files;
+mod staged;
 mod xattr_big;
 mod xattr_share;
