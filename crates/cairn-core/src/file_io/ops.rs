@@ -205,11 +205,7 @@ impl FileIo {
             let step = self.engine.change(credits::DEFAULT, |tx| {
                 let r = self.inodes.iget(ino)?;
                 let mut g = r.write();
-                match g.d.file_type() {
-                    S_IFREG => {}
-                    S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
-                    _ => return Err(FsError::Errno(libc::EINVAL)),
-                }
+                regular_file(&g)?;
                 let written = file::write_unlocking(tx, &mut g, off + done as u64, &data[done..]);
                 let (n, more) = self.stored_if_failed(tx, &g, written)?;
                 if update_times {
@@ -427,11 +423,7 @@ impl FileIo {
             let t = now();
             let mut more = false;
             if let Some(size) = set.size {
-                match g.d.file_type() {
-                    S_IFREG => {}
-                    S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
-                    _ => return Err(FsError::Errno(libc::EINVAL)),
-                }
+                regular_file(&g)?;
                 if size < g.d.size {
                     // The blocks past the new end first, as many as this
                     // handle covers (its credits are asked for before
@@ -505,4 +497,14 @@ fn set_times(d: &mut cairn_format::inode::DiskInode, set: &SetAttr, t: Timestamp
         d.mtime = resolve(m);
     }
     d.ctime = set.ctime.unwrap_or(t);
+}
+
+/// EISDIR for a directory, EINVAL for anything else that is not a regular
+/// file: what a write or a size change of `st` answers.
+pub(super) fn regular_file(st: &crate::inode::InodeState) -> Result<()> {
+    match st.d.file_type() {
+        S_IFREG => Ok(()),
+        S_IFDIR => Err(FsError::Errno(libc::EISDIR)),
+        _ => Err(FsError::Errno(libc::EINVAL)),
+    }
 }

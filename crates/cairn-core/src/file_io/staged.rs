@@ -43,7 +43,6 @@ use super::FileIo;
 use crate::error::{FsError, Result};
 use crate::file;
 use crate::journal::credits;
-use cairn_format::inode::*;
 use std::sync::atomic::Ordering;
 
 impl FileIo {
@@ -88,11 +87,7 @@ impl FileIo {
             let step = self.engine.change(credits::DEFAULT, |tx| {
                 let r = self.inodes.iget(ino)?;
                 let mut g = r.write();
-                match g.d.file_type() {
-                    S_IFREG => {}
-                    S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
-                    _ => return Err(FsError::Errno(libc::EINVAL)),
-                }
+                super::ops::regular_file(&g)?;
                 let holes_left = file::allocate_unwritten(tx, &mut g, first, last);
                 let holes_left = self.stored_if_failed(tx, &g, holes_left)?;
                 if tx.changed() {
