@@ -497,19 +497,6 @@ pub fn mapped_runs(meta: &Meta, st: &InodeState, first: u64, last: u64) -> Resul
     Ok(runs)
 }
 
-/// The blocks from `first` (up to `last`) that are mapped with no hole
-/// between: the end of that run.
-pub fn mapped_run(meta: &Meta, st: &InodeState, first: u64, last: u64) -> Result<u64> {
-    let mut l = first;
-    while l < last {
-        match extent_map::lookup(meta, st, l)? {
-            Mapping::Hole { .. } => return Ok(l),
-            Mapping::Mapped { len, .. } => l = last.min(l + len),
-        }
-    }
-    Ok(last)
-}
-
 /// fallocate(2), one step: `phase` (0 at the first call) remembers where
 /// the operation is between steps. Returns whether more steps are needed
 /// (the caller runs each in a new handle, holding the inode's I/O lock).

@@ -23,6 +23,9 @@ pub struct OverwriteStats {
     /// Journaled writes done in stages, the copy outside any handle (see
     /// `file_io::staged`).
     pub staged_writes: AtomicU64,
+    /// Writes begun in stages that found the file system full in their
+    /// first stage and went on as one-handle writes.
+    pub staged_fallbacks: AtomicU64,
     pub lazy_time_updates: AtomicU64,
     pub lazy_times_logged: AtomicU64,
     pub datasync_flush_only: AtomicU64,
@@ -70,6 +73,7 @@ impl Publish for Overwrite {
         put("overwrite.fallbacks", s.fallbacks.load(Relaxed));
         put("overwrite.past_size", s.past_size.load(Relaxed));
         put("overwrite.staged_writes", s.staged_writes.load(Relaxed));
+        put("overwrite.staged_fallbacks", s.staged_fallbacks.load(Relaxed));
         put("overwrite.lazy_time_updates", s.lazy_time_updates.load(Relaxed));
         put("overwrite.lazy_times_logged", s.lazy_times_logged.load(Relaxed));
         put("overwrite.dirty_times_queued", self.dirty.lock().len() as u64);

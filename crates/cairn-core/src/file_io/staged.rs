@@ -32,12 +32,15 @@
 //! begins, and the commit that carries that handle flushes the device before
 //! its commit record.
 //!
-//! A full file system in stage 1 after some blocks were mapped ends the
-//! write at the end of the mapped run from its start: those bytes are
-//! copied and converted and the count says so (a short write, which the
-//! caller continues or returns, as before); the unwritten blocks mapped past
-//! that run stay allocated, unwritten, as a fallocate's would. An error in
-//! stage 2 (I/O) leaves the range unwritten and goes to the caller.
+//! Near a full disk the one-handle write runs instead: while the FUSE space
+//! guard holds space for the kernel's dirty pages (`Allocator::
+//! room_for_writes`), and when stage 1 runs out of space (it then maps and
+//! writes what fits, converting what stage 1 mapped). The guard counts data
+//! blocks; an unwritten extent does not merge with the written one before
+//! it until stage 3, so an append may take a map block for a moment that
+//! the one-handle write would not (issue #53's first CI run: a write-back
+//! refused, a size shrinking after drop_caches). An error in stage 2 (I/O)
+//! leaves the range unwritten and goes to the caller.
 
 use super::FileIo;
 use crate::error::{FsError, Result};
@@ -50,36 +53,49 @@ impl FileIo {
     /// inode's I/O lock. Returns the bytes written: short only on a full
     /// file system after some progress.
     pub(super) fn write_staged(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
-        if data.is_empty() {
-            // Nothing to copy: the one-handle path sets what an empty write sets.
+        let alloc = self.engine.meta().alloc();
+        if data.is_empty() || alloc.room_for_writes(u64::MAX) != u64::MAX {
+            // Nothing to copy (the one-handle path sets what an empty write
+            // sets), or a nearly full file system (see the module essay).
             return self.write_steps(ino, off, data, update_times);
         }
-        let _io = self.inodes.io_locks().exclusive(ino);
-        self.inodes.settle_truncate(ino)?;
-        let end = off
-            .checked_add(data.len() as u64)
-            .filter(|e| *e <= file::MAX_FILE_SIZE)
-            .ok_or(FsError::Errno(libc::EFBIG))?;
-        let upto = self.map_unwritten(ino, off, end)?;
-        let data = &data[..(upto - off) as usize];
-        self.copy_staged(ino, off, data)?;
-        let written = self.convert_staged(ino, off, upto, update_times)?;
-        self.ow.stats.staged_writes.fetch_add(1, Ordering::Relaxed);
-        if written == off && !data.is_empty() {
-            // Stage 1 mapped the range and the I/O lock kept everything else
-            // out: a hole found in stage 3 is damage, not a full disk.
-            tracing::error!(ino, off, "a staged write found its range unmapped");
-            return Err(FsError::Errno(libc::EIO));
+        {
+            let _io = self.inodes.io_locks().exclusive(ino);
+            self.inodes.settle_truncate(ino)?;
+            let end = off
+                .checked_add(data.len() as u64)
+                .filter(|e| *e <= file::MAX_FILE_SIZE)
+                .ok_or(FsError::Errno(libc::EFBIG))?;
+            match self.map_unwritten(ino, off, end) {
+                Ok(()) => {
+                    self.copy_staged(ino, off, data)?;
+                    let written = self.convert_staged(ino, off, end, update_times)?;
+                    self.ow.stats.staged_writes.fetch_add(1, Ordering::Relaxed);
+                    if written == off {
+                        // Stage 1 mapped the range and the I/O lock kept
+                        // everything else out: a hole found in stage 3 is
+                        // damage, not a full disk.
+                        tracing::error!(ino, off, "a staged write found its range unmapped");
+                        return Err(FsError::Errno(libc::EIO));
+                    }
+                    return Ok((written - off) as u32);
+                }
+                Err(FsError::Errno(libc::ENOSPC | libc::EDQUOT)) => {}
+                Err(e) => return Err(e),
+            }
         }
-        Ok((written - off) as u32)
+        // Full in stage 1: the one-handle write maps and writes what fits,
+        // converting what stage 1 mapped, with its waits for blocks the
+        // journal still holds.
+        self.ow.stats.staged_fallbacks.fetch_add(1, Ordering::Relaxed);
+        self.write_steps(ino, off, data, update_times)
     }
 
-    /// Stage 1: maps the holes of `[off, end)` unwritten; returns how far
-    /// from `off` the range is mapped (`end`, or less on a full file system
-    /// after some progress; ENOSPC with none).
-    fn map_unwritten(&self, ino: u64, off: u64, end: u64) -> Result<u64> {
+    /// Stage 1: maps the holes of `[off, end)` unwritten (ENOSPC if they do
+    /// not all fit; what was mapped stays, unwritten).
+    fn map_unwritten(&self, ino: u64, off: u64, end: u64) -> Result<()> {
         if self.blocks_to_allocate(ino, off, end - off)? == 0 {
-            return Ok(end);
+            return Ok(());
         }
         let b = u64::from(self.engine.meta().geo().block_size);
         let (first, last) = (off / b, end.div_ceil(b));
@@ -95,17 +111,10 @@ impl FileIo {
                 }
                 Ok(holes_left)
             });
-            match step {
-                Ok(true) => self.engine.txm().stats.steps.fetch_add(1, Ordering::Relaxed),
-                Ok(false) => return Ok(end),
-                Err(FsError::Errno(e @ (libc::ENOSPC | libc::EDQUOT))) => {
-                    let r = self.inodes.iget(ino)?;
-                    let run = file::mapped_run(self.engine.meta(), &r.read(), first, last)?;
-                    let upto = end.min(run * b);
-                    return if upto > off { Ok(upto) } else { Err(FsError::Errno(e)) };
-                }
-                Err(e) => return Err(e),
-            };
+            if !step? {
+                return Ok(());
+            }
+            self.engine.txm().stats.steps.fetch_add(1, Ordering::Relaxed);
         }
     }
 
