@@ -228,15 +228,7 @@ fn write_held<G: HeldInode>(tx: &Tx<'_>, st: &mut G, off: u64, data: &[u8]) -> R
                     let need = (end - lblk * b).div_ceil(b);
                     let k = need.min(len);
                     fill_blocks(tx.meta(), pblk, lblk, k, off, data)?;
-                    extent_map::remove(tx, st, lblk, lblk + k)?;
-                    if let Err(e) = extent_map::insert(tx, st, Extent { lblk, pblk, len: k as u32, unwritten: false }) {
-                        // No room to map them written: the blocks go back
-                        // and the range reads as a hole, zeros, as it read
-                        // while unwritten.
-                        tx.free(pblk, k)?;
-                        st.d.blocks -= k;
-                        return Err(e);
-                    }
+                    map_written(tx, st, lblk, pblk, k)?;
                     Ok(Some(end.min((lblk + k) * b)))
                 }
                 Mapping::Hole { len } => {
@@ -455,16 +447,7 @@ pub fn convert_written(tx: &Tx<'_>, st: &mut InodeState, off: u64, end: u64) -> 
                 }
                 progressed = true;
                 let k = len.min(e - l);
-                extent_map::remove(tx, st, l, l + k)?;
-                if let Err(err) = extent_map::insert(tx, st, Extent { lblk: l, pblk, len: k as u32, unwritten: false })
-                {
-                    // No room to map them written: the blocks go back and
-                    // the range reads as a hole, zeros, as it read while
-                    // unwritten.
-                    tx.free(pblk, k)?;
-                    st.d.blocks -= k;
-                    return Err(err);
-                }
+                map_written(tx, st, l, pblk, k)?;
                 l += k;
             }
         }
@@ -472,24 +455,31 @@ pub fn convert_written(tx: &Tx<'_>, st: &mut InodeState, off: u64, end: u64) -> 
     Ok((end, false))
 }
 
-/// A mapped run of a file's blocks: `len` blocks from `lblk` at `pblk`.
-pub struct Run {
-    pub lblk: u64,
-    pub pblk: u64,
-    pub len: u64,
-    pub unwritten: bool,
+/// Maps the `k` unwritten blocks from `lblk` at `pblk` written, once their
+/// data is in them. No room to map them written: the blocks go back and the
+/// range reads as a hole, zeros, as it read while unwritten.
+fn map_written(tx: &Tx<'_>, st: &mut InodeState, lblk: u64, pblk: u64, k: u64) -> Result<()> {
+    extent_map::remove(tx, st, lblk, lblk + k)?;
+    if let Err(e) = extent_map::insert(tx, st, Extent { lblk, pblk, len: k as u32, unwritten: false }) {
+        tx.free(pblk, k)?;
+        st.d.blocks -= k;
+        return Err(e);
+    }
+    Ok(())
 }
 
-/// The mapped runs of blocks `[first, last)`, clipped to it (holes left out).
-pub fn mapped_runs(meta: &Meta, st: &InodeState, first: u64, last: u64) -> Result<Vec<Run>> {
+/// The mapped extents of blocks `[first, last)`, clipped to it (holes left
+/// out).
+pub fn mapped_runs(meta: &Meta, st: &InodeState, first: u64, last: u64) -> Result<Vec<Extent>> {
     let mut runs = Vec::new();
     let mut l = first;
     while l < last {
         match extent_map::lookup(meta, st, l)? {
             Mapping::Hole { len } => l = last.min(l.saturating_add(len)),
             Mapping::Mapped { pblk, len, unwritten } => {
+                // One extent's length, so within a u32.
                 let len = len.min(last - l);
-                runs.push(Run { lblk: l, pblk, len, unwritten });
+                runs.push(Extent { lblk: l, pblk, len: len as u32, unwritten });
                 l += len;
             }
         }

@@ -34,7 +34,7 @@
 //!
 //! Near a full disk the one-handle write runs instead: while the FUSE space
 //! guard holds space for the kernel's dirty pages (`Allocator::
-//! room_for_writes`), and when stage 1 runs out of space (it then maps and
+//! held_for_write_back`), and when stage 1 runs out of space (it then maps and
 //! writes what fits, converting what stage 1 mapped). The guard counts data
 //! blocks; an unwritten extent does not merge with the written one before
 //! it until stage 3, so an append may take a map block for a moment that
@@ -53,8 +53,7 @@ impl FileIo {
     /// inode's I/O lock. Returns the bytes written: short only on a full
     /// file system after some progress.
     pub(super) fn write_staged(&self, ino: u64, off: u64, data: &[u8], update_times: bool) -> Result<u32> {
-        let alloc = self.engine.meta().alloc();
-        if data.is_empty() || alloc.room_for_writes(u64::MAX) != u64::MAX {
+        if data.is_empty() || self.engine.meta().alloc().held_for_write_back() > 0 {
             // Nothing to copy (the one-handle path sets what an empty write
             // sets), or a nearly full file system (see the module essay).
             return self.write_steps(ino, off, data, update_times);
@@ -133,12 +132,13 @@ impl FileIo {
             file::mapped_runs(meta, &g, off / b, end.div_ceil(b))?
         };
         for run in runs {
+            let len = u64::from(run.len);
             if run.unwritten {
-                file::fill_blocks(meta, run.pblk, run.lblk, run.len, off, data)?;
+                file::fill_blocks(meta, run.pblk, run.lblk, len, off, data)?;
                 continue;
             }
             let s = off.max(run.lblk * b);
-            let e = end.min((run.lblk + run.len) * b);
+            let e = end.min((run.lblk + len) * b);
             let bytes = &data[(s - off) as usize..(e - off) as usize];
             meta.dev().write_data(bytes, run.pblk * b + (s - run.lblk * b))?;
         }
