@@ -302,7 +302,7 @@ class Floor(Experiment):
             key, unit, label = CACHE
             md.append(f"| {label} ({unit}, lower is better) | " + " | ".join(f(med(lab, x, key)) for x in shown)
                       + " | — |" + (" — |" if data_floor else "") + " — |")
-            servers = [x for x in shown if fsmod.is_cairn(x) or x in (fsmod.NULLFS, fsmod.NULLFS_DATA)]
+            servers = [x for x in shown if fsmod.is_cairn(x) or x in fsmod.NULL_SERVERS]
             md += [
                 "",
                 "Requests per operation and µs inside the server per operation (each server's counters):",

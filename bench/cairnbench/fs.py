@@ -104,6 +104,7 @@ NULLFS = "nullfs"
 # The null server keeping file bytes in a file in the scratch (`--data`): READs
 # copy them out of it, as cairn's out of its image (issue #53).
 NULLFS_DATA = "nullfs-data"
+NULL_SERVERS = (NULLFS, NULLFS_DATA)
 # Encrypted file systems (issue #54, `bench/run crypt`): cairn on an encrypted
 # image (`cairn mkfs --encrypt`, unlocked with a key file), and the two
 # user-space encrypting file systems Debian packages, each stacked on ext4 on
@@ -114,7 +115,7 @@ STACKED = ["gocryptfs", "cryfs"]
 CRYPT_FS = [CAIRN_CRYPT, *STACKED]
 # The passphrase the stacked ones are made and mounted with (a file in the scratch).
 STACKED_PASSPHRASE = "cairn-bench"
-USER_FS = ["cairn", "fuse2fs", BASELINE, ENGINE, NULLFS, NULLFS_DATA, *CAIRN_VARIANTS, *CRYPT_FS]
+USER_FS = ["cairn", "fuse2fs", BASELINE, ENGINE, *NULL_SERVERS, *CAIRN_VARIANTS, *CRYPT_FS]
 ROOT = os.geteuid() == 0
 KERNEL_FS = {"tmpfs", "ext4", "xfs", "btrfs"}
 
@@ -168,8 +169,7 @@ NEEDS = {
     BASELINE: [],
     **{v: [] for v in CAIRN_VARIANTS},
     ENGINE: [],
-    NULLFS: [],
-    NULLFS_DATA: [],
+    **{n: [] for n in NULL_SERVERS},
     "tmpfs": [],
     "ext4": [("mkfs.ext4", "e2fsprogs")],
     "xfs": [("mkfs.xfs", "xfsprogs")],
@@ -260,7 +260,7 @@ class FileSystem:
         self.dev = None
         self.src = None
         self.pid = None
-        self.is_null = name in (NULLFS, NULLFS_DATA)
+        self.is_null = name in NULL_SERVERS
         self.proc = None  # the null server, a child of this process
         self.is_stacked = name in STACKED
         # An encrypted cairn's key file; a stacked one's lower ext4 and passphrase file.
