@@ -68,9 +68,9 @@ CAIRN_VARIANTS = {
     # read_move off: a lone reader's large READs served on its own CPU, as
     # before issue #53 (read_move=1 is the default).
     "cairn-nomove": ["read_move=0"],
-    # A journaled write all in one handle, its data copied inside it (every
-    # commit waits for the copy), as before issue #53's staged writes.
-    "cairn-unstaged": ["staged_writes=0"],
+    # Issue #53's staged writes: a journaled write's data copied with no
+    # transaction handle open (off by default).
+    "cairn-staged": ["staged_writes=1"],
     # File data through the host's page cache instead of O_DIRECT: each byte
     # read is cached twice (issue #37).
     "cairn-nodirect": ["direct_data=0"],

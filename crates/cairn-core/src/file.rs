@@ -21,8 +21,8 @@
 //! unmapped, a hole, as before the write. Before, every request about the
 //! file waited for the copy (issue 53: the FUSE threads serving the
 //! kernel's next write-backs spun on it and called `sched_yield`). That
-//! one-handle write is `-o staged_writes=0`; by default a journaled write
-//! runs in stages with the copy outside any handle ([`allocate_unwritten`],
+//! one-handle write is the default; with `-o staged_writes=1` a journaled
+//! write runs in stages with the copy outside any handle ([`allocate_unwritten`],
 //! [`mapped_runs`], [`fill_blocks`], [`convert_written`]; see
 //! `file_io::staged`).
 

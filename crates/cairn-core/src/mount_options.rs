@@ -105,7 +105,7 @@ impl Default for MountOptions {
             mb_group_prealloc: crate::alloc::DEFAULT_GROUP_PREALLOC,
             discard: false,
             overwrite_fastpath: true,
-            staged_writes: true,
+            staged_writes: false,
             mbcache: true,
             sync_delete: false,
             delaylog: true,

@@ -424,7 +424,7 @@ pub const OPTIONS: &[Spec] = &[
         p.s.engine.overwrite_fastpath = v.bool();
         Ok(())
     }),
-    spec(&["staged_writes"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.staged_writes)), "a write into holes maps its blocks unwritten, copies its data with no journal transaction open, then maps them written (0: all in one transaction, which every commit waits for)", |p, _, v| {
+    spec(&["staged_writes"], Bool, Measuring, Of(|p| Val::Bool(p.s.engine.staged_writes)), "a write into holes maps its blocks unwritten, copies its data with no journal transaction open, then maps them written (0, the default: all in one transaction, which every commit waits for; 1 can refuse a write-back near a full disk)", |p, _, v| {
         p.s.engine.staged_writes = v.bool();
         Ok(())
     }),

@@ -129,7 +129,8 @@ fn staged_and_one_handle_writes_leave_the_same_files() {
 /// stored, the bytes counted read back after a remount, fsck is clean.
 #[test]
 fn a_staged_write_that_runs_out_of_space_counts_what_it_stored() {
-    let (dev, fs) = mounted_image(48);
+    let dev = new_image(48);
+    let fs = mount_with(&dev, MountOptions { staged_writes: true, ..MountOptions::default() });
     let f = create(&fs, "f");
     let chunk = vec![3u8; 1 << 20];
     let mut size = 0u64;
